@@ -1,0 +1,253 @@
+//! The gate vocabulary the rest of the program speaks: phases, decisions,
+//! error policies, limits and the evaluation context. Nothing here knows about
+//! wasmtime; `gate::host` maps these onto the WIT types in `wit/gate.wit`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::state::Approval;
+
+/// When a gate is evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    BeforeStep,
+    AfterStep,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::BeforeStep => "before-step",
+            Phase::AfterStep => "after-step",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A gate's answer. Serialised as `{"decision": "halt", "reason": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", content = "reason", rename_all = "kebab-case")]
+pub enum Decision {
+    Proceed,
+    Skip(String),
+    AwaitApproval(String),
+    Halt(String),
+    Complete(String),
+}
+
+impl Decision {
+    /// The rank used to combine decisions: the strongest wins.
+    pub fn strength(&self) -> u8 {
+        match self {
+            Decision::Proceed => 0,
+            Decision::Skip(_) => 1,
+            Decision::AwaitApproval(_) => 2,
+            Decision::Complete(_) => 3,
+            Decision::Halt(_) => 4,
+        }
+    }
+
+    /// The decision's name as it appears in history and `--json`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decision::Proceed => "proceed",
+            Decision::Skip(_) => "skip",
+            Decision::AwaitApproval(_) => "await-approval",
+            Decision::Halt(_) => "halt",
+            Decision::Complete(_) => "complete",
+        }
+    }
+
+    /// The reason the gate gave; empty for `proceed`.
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Proceed => "",
+            Decision::Skip(r)
+            | Decision::AwaitApproval(r)
+            | Decision::Halt(r)
+            | Decision::Complete(r) => r,
+        }
+    }
+
+    /// Combines the decisions of one phase: the strongest wins, and among
+    /// equals the first (in config order) gives the reason. No decisions at
+    /// all means proceed.
+    pub fn combine<'a>(decisions: impl IntoIterator<Item = &'a Decision>) -> Decision {
+        let mut best = Decision::Proceed;
+        for d in decisions {
+            if d.strength() > best.strength() {
+                best = d.clone();
+            }
+        }
+        best
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Proceed => f.write_str("proceed"),
+            other => write!(f, "{}: {}", other.name(), other.reason()),
+        }
+    }
+}
+
+/// What a gate error turns into (`on_error` in loop.toml).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// Fail closed: the loop halts with the gate's error as the reason.
+    #[default]
+    Halt,
+    /// The tick is skipped; the loop stays active.
+    Skip,
+    /// The error is recorded and the gate counts as `proceed`.
+    Proceed,
+}
+
+/// Where a gate's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateSource {
+    /// A gate shipped inside the binary, by name (`approve-every`).
+    Stock(String),
+    /// A component file; relative paths are resolved against the loop dir
+    /// before they get here. `sha256` (lower-case hex) pins its content.
+    File {
+        path: PathBuf,
+        sha256: Option<String>,
+    },
+}
+
+impl fmt::Display for GateSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateSource::Stock(name) => write!(f, "stock:{name}"),
+            GateSource::File { path, .. } => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Per-evaluation bounds. The timeout clock starts when the call starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub timeout: Duration,
+    /// Bytes of linear memory (summed over the instance's memories).
+    pub memory: u64,
+}
+
+impl Limits {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const DEFAULT_MEMORY: u64 = 128 * 1024 * 1024;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Self::DEFAULT_TIMEOUT,
+            memory: Self::DEFAULT_MEMORY,
+        }
+    }
+}
+
+/// What happened when a tick's step ran; mirrors `run-result` in the WIT.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub tick: u64,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    pub verifier_passed: Option<bool>,
+    pub worktree_changed: Option<bool>,
+    pub ended_at: Timestamp,
+}
+
+/// Everything a gate sees; mirrors `context` in the WIT. It is recorded in
+/// history with every evaluation, so `gate replay` can evaluate it again, and
+/// `gate test --context FILE` reads it (missing fields take their defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Context {
+    pub loop_name: String,
+    pub phase: Phase,
+    pub tick: u64,
+    pub now: Timestamp,
+    pub last_run: Option<RunResult>,
+    pub consecutive_failures: u32,
+    pub unchanged_ticks: u32,
+    pub pending_approvals: Vec<Approval>,
+    pub params: serde_json::Value,
+    pub state: serde_json::Value,
+    pub metrics: serde_json::Value,
+    pub totals: serde_json::Value,
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Context {
+            loop_name: "example".to_owned(),
+            phase: Phase::BeforeStep,
+            tick: 0,
+            now: Timestamp::now(),
+            last_run: None,
+            consecutive_failures: 0,
+            unchanged_ticks: 0,
+            pending_approvals: Vec::new(),
+            params: serde_json::json!({}),
+            state: serde_json::json!({}),
+            metrics: serde_json::json!({}),
+            totals: serde_json::json!({}),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strongest_decision_wins() {
+        let ds = [
+            Decision::Skip("a".into()),
+            Decision::Proceed,
+            Decision::Halt("b".into()),
+            Decision::AwaitApproval("c".into()),
+            Decision::Complete("d".into()),
+        ];
+        assert_eq!(Decision::combine(&ds), Decision::Halt("b".into()));
+        assert_eq!(
+            Decision::combine(&ds[..2]),
+            Decision::Skip("a".into()),
+            "skip beats proceed"
+        );
+        assert_eq!(
+            Decision::combine(&[ds[3].clone(), ds[4].clone()]),
+            Decision::Complete("d".into())
+        );
+        assert_eq!(Decision::combine(&[]), Decision::Proceed);
+    }
+
+    #[test]
+    fn first_of_equals_gives_the_reason() {
+        let ds = [Decision::Skip("first".into()), Decision::Skip("second".into())];
+        assert_eq!(Decision::combine(&ds), Decision::Skip("first".into()));
+    }
+
+    #[test]
+    fn decision_json_shape() {
+        let j = serde_json::to_string(&Decision::Halt("x".into())).unwrap();
+        assert_eq!(j, r#"{"decision":"halt","reason":"x"}"#);
+        let p: Decision = serde_json::from_str(r#"{"decision":"proceed"}"#).unwrap();
+        assert_eq!(p, Decision::Proceed);
+    }
+}

@@ -1,0 +1,6 @@
+//! automaton runs recurring jobs ("loops") fired by schedulers, guarded by
+//! policy plugins ("gates") that are WebAssembly components evaluated
+//! in-process and sandboxed.
+
+pub mod gate;
+pub mod state;
