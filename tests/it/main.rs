@@ -1,2 +1,8 @@
 //! The integration tests: one binary, one module per feature, each driving
 //! the real `automaton` binary in real processes.
+
+mod approvals;
+mod common;
+mod locking;
+mod loops;
+mod snapshots;
