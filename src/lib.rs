@@ -4,3 +4,4 @@
 
 pub mod gate;
 pub mod state;
+pub mod step;
