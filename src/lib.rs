@@ -3,5 +3,6 @@
 //! in-process and sandboxed.
 
 pub mod gate;
+pub mod metrics;
 pub mod state;
 pub mod step;
