@@ -6,3 +6,4 @@ pub mod gate;
 pub mod metrics;
 pub mod state;
 pub mod step;
+pub mod worktree;
