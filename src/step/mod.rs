@@ -20,7 +20,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -135,78 +135,46 @@ pub fn run_with(
         program: program.clone(),
         source,
     };
-    match std::fs::metadata(spec.cwd) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(StepError::Cwd {
-                path: spec.cwd.to_owned(),
-                source: io::Error::from(io::ErrorKind::NotADirectory),
-            });
-        }
-        Err(source) => {
-            return Err(StepError::Cwd {
-                path: spec.cwd.to_owned(),
-                source,
-            });
-        }
-    }
+    check_cwd(spec.cwd)?;
     let out_file = create_output(spec.stdout)?;
     let err_file = create_output(spec.stderr)?;
 
-    let guard = guard::Guard::spawn().map_err(supervise)?;
-    let mut cmd = Command::new(&program);
-    cmd.args(spec.args)
-        .current_dir(spec.cwd)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(guard.pgid().as_raw());
-    let runner = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only makes
-    // async-signal-safe calls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Second line of defence, for the direct child only: killed when
-            // the thread that spawned it (blocked in `run` until the step ends)
-            // goes away.
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The runner died before the line above took effect.
-            if nix::libc::getppid() as u32 != runner {
-                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-
-    let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| spawn_error(&program, e))?;
+    // Everything that can fail is set up before the step exists, so an error
+    // never leaves a step running or unreaped.
     let (stop_read, stop_write) = guard::cloexec_pipe().map_err(supervise)?;
     let stop = Arc::new(stop_read);
     let mut drains = Vec::with_capacity(2);
-    let streams: [(Option<OwnedFd>, File, &Path); 2] = [
-        (child.stdout.take().map(Into::into), out_file, spec.stdout),
-        (child.stderr.take().map(Into::into), err_file, spec.stderr),
-    ];
-    for (src, file, path) in streams {
-        let src = src.expect("stdout and stderr are piped");
+    let mut write_ends = Vec::with_capacity(2);
+    for (file, path) in [(out_file, spec.stdout), (err_file, spec.stderr)] {
+        let (read, write) = guard::cloexec_pipe().map_err(supervise)?;
         let handle =
-            output::spawn(src, file, spec.output_limit, stop.clone()).map_err(supervise)?;
+            output::spawn(read, file, spec.output_limit, stop.clone()).map_err(supervise)?;
         drains.push((handle, path));
+        write_ends.push(write);
     }
-
     let (tx, rx) = mpsc::channel();
-    let pid = child.id();
+    let (child_tx, child_rx) = mpsc::channel::<Child>();
     let waiter = tx.clone();
     std::thread::Builder::new()
         .name("step-wait".into())
         .spawn(move || {
-            let _ = waiter.send(Event::Exited(child.wait()));
+            if let Ok(mut child) = child_rx.recv() {
+                let _ = waiter.send(Event::Exited(child.wait()));
+            }
         })
         .map_err(supervise)?;
+    let guard = guard::Guard::spawn().map_err(supervise)?;
+
+    let [stdout_w, stderr_w]: [OwnedFd; 2] = write_ends.try_into().expect("two streams");
+    let mut cmd = command(spec, &program, guard.pgid().as_raw());
+    cmd.stdout(stdout_w).stderr(stderr_w);
+    let start = Instant::now();
+    let spawned = cmd.spawn();
+    // The pipes' write ends now live only in the step (and its children).
+    drop(cmd);
+    let child = spawned.map_err(|e| spawn_error(&program, e))?;
+    let pid = child.id();
+    child_tx.send(child).expect("the waiter thread is running");
     on_start(&Started {
         pid,
         pgid: guard.pgid().as_raw(),
@@ -257,6 +225,48 @@ pub fn run_with(
         signal: status.signal(),
         duration_ms,
         timed_out,
+    })
+}
+
+/// The step's command: its own group (led by the guard), no stdin, and the
+/// death signal as a second line of defence.
+fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(spec.args)
+        .current_dir(spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .process_group(pgid);
+    let runner = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe calls (prctl, getppid); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            // For the direct child only: killed when the thread that spawned
+            // it goes away (that thread waits in `run` until the step ends).
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // The runner died before the line above took effect.
+            if nix::libc::getppid() as u32 != runner {
+                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+fn check_cwd(cwd: &Path) -> Result<(), StepError> {
+    let source = match std::fs::metadata(cwd) {
+        Ok(m) if m.is_dir() => return Ok(()),
+        Ok(_) => io::Error::from(io::ErrorKind::NotADirectory),
+        Err(e) => e,
+    };
+    Err(StepError::Cwd {
+        path: cwd.to_owned(),
+        source,
     })
 }
 
