@@ -100,6 +100,9 @@ unsafe fn guard_main(read_fd: RawFd, max_fd: libc::c_int) -> ! {
             }
         }
         libc::chdir(c"/".as_ptr());
+        // So operators can tell it from the runner in `ps`.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        libc::prctl(libc::PR_SET_NAME, c"automaton-guard".as_ptr());
         // Keep only the pipe, as fd 0. Every other inherited descriptor must
         // go: another tick's pipe held open here would hide that tick's EOF.
         if read_fd != 0 {

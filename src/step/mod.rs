@@ -175,6 +175,7 @@ pub fn run_with(
     let child = spawned.map_err(|e| spawn_error(&program, e))?;
     let pid = child.id();
     child_tx.send(child).expect("the waiter thread is running");
+    tracing::debug!(program = %program.display(), pid, pgid = guard.pgid().as_raw(), "step started");
     on_start(&Started {
         pid,
         pgid: guard.pgid().as_raw(),
@@ -199,6 +200,7 @@ pub fn run_with(
         Event::Cancel => terminate(&guard, &rx, spec.kill_grace),
     };
     let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::debug!(pid, ?status, timed_out, duration_ms, "step ended");
 
     // Whatever the step left in its group dies now; then the output threads
     // read what is left in the pipes and stop.
@@ -276,6 +278,7 @@ fn terminate(
     rx: &mpsc::Receiver<Event>,
     grace: Duration,
 ) -> io::Result<ExitStatus> {
+    tracing::debug!(pgid = guard.pgid().as_raw(), "stopping step group");
     guard.signal_group(Signal::SIGTERM);
     let until = Instant::now() + grace;
     loop {

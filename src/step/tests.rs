@@ -220,21 +220,22 @@ fn background_processes_do_not_outlive_a_successful_step() {
 }
 
 #[test]
-fn started_reports_the_step_and_its_group() {
+fn started_reports_the_step_and_its_own_group() {
     let f = Fixture::new();
     let mut seen = None;
     let outcome = f
-        .run_sh_with("echo $$; ps -o pgid= -p $$", None, 1024, |st| {
-            seen = Some((st.pid, st.pgid))
+        .run_sh_with("echo $$; exec sleep 1000", None, 1024, |st| {
+            let pid = nix::unistd::Pid::from_raw(st.pid as i32);
+            seen = Some((st.pid, st.pgid, nix::unistd::getpgid(Some(pid)).unwrap()));
+            f.pids("stdout", 1);
+            st.canceller().cancel();
         })
         .unwrap();
-    assert!(outcome.success());
-    let (pid, pgid) = seen.expect("on_start was called");
-    let out = f.read("stdout");
-    let mut lines = out.lines().map(|l| l.trim().parse::<i64>().unwrap());
-    assert_eq!(lines.next(), Some(i64::from(pid)));
-    assert_eq!(lines.next(), Some(i64::from(pgid)));
-    assert_ne!(i64::from(pgid), i64::from(nix::unistd::getpgrp().as_raw()));
+    assert_eq!(outcome.signal, Some(Signal::SIGTERM as i32));
+    let (pid, pgid, actual_pgid) = seen.expect("on_start was called");
+    assert_eq!(f.read("stdout"), format!("{pid}\n"));
+    assert_eq!(actual_pgid.as_raw(), pgid);
+    assert_ne!(pgid, nix::unistd::getpgrp().as_raw());
 }
 
 #[test]
