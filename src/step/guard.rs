@@ -124,6 +124,11 @@ unsafe fn guard_main(read_fd: RawFd, max_fd: libc::c_int) -> ! {
 }
 
 /// Closes every descriptor from `low` up. Async-signal-safe.
+///
+/// # Safety
+///
+/// Only for the forked guard: descriptors owned elsewhere in the process are
+/// closed behind their owners' backs.
 unsafe fn close_from(low: libc::c_int, max_fd: libc::c_int) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {

@@ -52,7 +52,9 @@ pub struct StepSpec<'a> {
     pub output_limit: u64,
 }
 
-/// A step that has started, handed to the `run_with` callback.
+/// A step that has started, handed to the `run_with` callback. The step may
+/// already have exited by then; its group id stays valid until `run_with`
+/// returns.
 #[derive(Debug)]
 pub struct Started {
     /// The step's own process id.
