@@ -145,6 +145,7 @@ fn ensure_with(
         .output(repo, &["rev-parse", "--verify", "--quiet", &want_ref], None)?
         .status
         .success();
+    tracing::debug!(repo = %repo.display(), branch, path = %path.display(), new_branch = !exists, "adding worktree");
     let path_arg = path.as_os_str();
     if exists {
         git.run(

@@ -204,3 +204,19 @@ fn snapshot_outside_a_repository_is_an_error() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_non_empty_directory_in_the_way_is_gits_error_with_its_message() {
+    let (dir, repo) = repo();
+    let wt = dir.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    std::fs::write(wt.join("keep"), "mine").unwrap();
+    match ensure(&repo, "loop/x", &wt).unwrap_err() {
+        WorktreeError::Git { args, stderr, .. } => {
+            assert!(args.starts_with("worktree add"), "{args}");
+            assert!(!stderr.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(wt.join("keep")).unwrap(), "mine");
+}
