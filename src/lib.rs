@@ -12,9 +12,12 @@ pub mod error;
 pub mod gate;
 pub mod history;
 pub mod lock;
+pub mod metrics;
 pub mod root;
 pub mod state;
+pub mod step;
 pub mod store;
 pub mod who;
+pub mod worktree;
 
 pub use error::{Error, Result};
