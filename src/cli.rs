@@ -57,6 +57,10 @@ pub enum Command {
     Reject(RejectArgs),
     /// Delete a loop and its history
     Rm(RmArgs),
+    /// Run one tick: the gates, the step, the verifier (what a scheduler runs)
+    Tick(TickArgs),
+    /// Evaluate the before-step gates as the next tick would, under the lock
+    CheckGate(CheckGateArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -168,6 +172,25 @@ pub struct RmArgs {
     /// Remove it even while it is active or awaiting approval
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TickArgs {
+    pub name: String,
+    /// With `overlap = "wait"`: give up waiting for the loop's lock after DUR (exit 4)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckGateArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// Record the combined decision (halt, complete, await) without running the step
+    #[arg(long)]
+    pub apply: bool,
 }
 
 #[derive(Debug, Args)]

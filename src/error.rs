@@ -42,6 +42,9 @@ pub enum Error {
     #[error("loop {name:?}: {message}")]
     Refused { name: String, message: String },
 
+    #[error(transparent)]
+    Gate(#[from] crate::gate::GateError),
+
     #[error("cannot write output")]
     Output(#[source] io::Error),
 
@@ -70,6 +73,7 @@ impl Error {
             Error::LockNotObtained { .. } => 4,
             Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
+            Error::Gate(_) => 1,
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
             Error::Output(_) => 1,
         }

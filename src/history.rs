@@ -9,9 +9,11 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::gate::Context;
 use crate::lock::Held;
-use crate::state::Status;
+use crate::state::{Outcome, ProcessOutcome, Status};
 use crate::store::LoopDir;
+use crate::tick::Verdict;
 
 /// One line of history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +71,53 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// A tick found the previous one dead mid-way (its `in_flight` marker).
+    Crashed {
+        tick: u64,
+        pid: u32,
+        host: String,
+        started_at: Timestamp,
+    },
+    /// One gate's evaluation, with the context it saw (for `gate replay`).
+    Gate {
+        tick: u64,
+        #[serde(flatten)]
+        verdict: Verdict,
+        context: Box<Context>,
+    },
+    /// Approvals a tick used to release an await.
+    ApprovalsUsed {
+        tick: u64,
+        ids: Vec<String>,
+        by: Vec<String>,
+    },
+    /// The step's metrics file could not be read.
+    MetricsWarning {
+        tick: u64,
+        message: String,
+    },
+    WorktreeCreated {
+        path: std::path::PathBuf,
+        branch: String,
+    },
+    /// `check-gate --apply` recorded a decision without running the step.
+    CheckGate {
+        by: String,
+        decision: crate::gate::Decision,
+    },
+    /// How a tick ended (busy and inactive ticks are not recorded).
+    Tick {
+        tick: u64,
+        outcome: Outcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<ProcessOutcome>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verifier: Option<ProcessOutcome>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worktree_changed: Option<bool>,
+    },
 }
 
 impl EventKind {
@@ -80,6 +129,13 @@ impl EventKind {
             EventKind::Approved { .. } => "approved",
             EventKind::ApprovalExpired { .. } => "approval-expired",
             EventKind::Rejected { .. } => "rejected",
+            EventKind::Crashed { .. } => "crashed",
+            EventKind::Gate { .. } => "gate",
+            EventKind::ApprovalsUsed { .. } => "approvals-used",
+            EventKind::MetricsWarning { .. } => "metrics-warning",
+            EventKind::WorktreeCreated { .. } => "worktree-created",
+            EventKind::CheckGate { .. } => "check-gate",
+            EventKind::Tick { .. } => "tick",
         }
     }
 }
@@ -153,5 +209,30 @@ mod tests {
         assert!(v.get("note").is_none());
         let back: Event = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn gate_events_round_trip_with_their_context() {
+        use crate::gate::{Decision, Phase};
+        for decision in [Decision::Proceed, Decision::Halt("too much".into())] {
+            let e = Event::now(EventKind::Gate {
+                tick: 3,
+                verdict: Verdict {
+                    gate: "stock:budget".into(),
+                    phase: Phase::AfterStep,
+                    decision,
+                    micros: 42,
+                    error: None,
+                },
+                context: Box::default(),
+            });
+            let line = e.to_line();
+            let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(v["kind"], "gate");
+            assert_eq!(v["gate"], "stock:budget");
+            assert!(v["decision"].is_string(), "{v}");
+            let back: Event = serde_json::from_slice(&line).unwrap();
+            assert_eq!(back, e);
+        }
     }
 }

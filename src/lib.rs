@@ -14,9 +14,11 @@ pub mod history;
 pub mod lock;
 pub mod metrics;
 pub mod root;
+pub mod schedule;
 pub mod state;
 pub mod step;
 pub mod store;
+pub mod tick;
 pub mod who;
 pub mod worktree;
 

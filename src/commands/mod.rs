@@ -1,12 +1,14 @@
 //! One file per verb. Each is short: resolve the loop, take the lock if it
 //! changes the loop, load, change the typed state, save, render.
 
+mod check_gate;
 mod history;
 mod init;
 mod new;
 mod ops;
 mod render;
 mod status;
+mod tick;
 
 use std::io::Write;
 
@@ -38,6 +40,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Approve(args) => ops::approve(&Root::open(root)?, &args, out),
         Command::Reject(args) => ops::reject(&Root::open(root)?, &args, out),
         Command::Rm(args) => ops::rm(&Root::open(root)?, &args, out),
+        Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
+        Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut Cli::command(), "automaton", out);
             Ok(0)

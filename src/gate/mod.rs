@@ -5,3 +5,5 @@
 mod types;
 
 pub use types::{Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
+mod shim;
+pub use shim::*;

@@ -117,3 +117,49 @@ pub fn tree(dir: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Waits until `path` exists; fails the test if it never does. Used to
+/// sequence processes on what they did, never on how long they took.
+pub fn wait_for(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Waits until process `pid` is gone (or a zombie); false if it outlives
+/// the bound.
+pub fn gone(pid: i32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        match stat {
+            Err(_) => return true,
+            Ok(s)
+                if s.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => {}
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A step that says it started, then blocks until the test says go.
+pub fn gated_step(dir: &Path) -> String {
+    format!(
+        "step = \"touch '{0}/started'; while [ ! -e '{0}/go' ]; do sleep 0.02; done\"\n",
+        dir.display()
+    )
+}

@@ -6,3 +6,5 @@ mod common;
 mod locking;
 mod loops;
 mod snapshots;
+mod tick;
+mod tick_gates;

@@ -1,0 +1,154 @@
+//! `check-gate`: evaluate the before-step gates as the next tick would,
+//! under the loop's lock; `--apply` records the combined decision without
+//! running the step.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::cli::CheckGateArgs;
+use crate::error::Result;
+use crate::gate::{Decision, GateHost, Phase};
+use crate::history::{self, Event, EventKind};
+use crate::lock::{self, Holder};
+use crate::root::Root;
+use crate::state::Status;
+use crate::store::LoopDir;
+use crate::tick::gates::{self, PhaseResult, Verdict};
+use crate::who;
+
+#[derive(Serialize)]
+struct Report {
+    #[serde(rename = "loop")]
+    loop_name: String,
+    status: Status,
+    decisions: Vec<Verdict>,
+    #[serde(flatten)]
+    combined: Decision,
+    applied: bool,
+}
+
+pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8> {
+    let t = &args.target;
+    let dir = LoopDir::open(root, &t.name)?;
+    let config = dir.config()?;
+    let host = match config.gates.is_empty() {
+        true => None,
+        false => Some(GateHost::new(Some(root.cache_dir()))?),
+    };
+    let report = lock::with_lock(&dir, Holder::me("check-gate"), t.wait.wait(), |held| {
+        let mut state = dir.read_state()?;
+        let result = match &host {
+            Some(h) => gates::evaluate_phase(
+                h,
+                dir.name().as_str(),
+                dir.path(),
+                &config,
+                &state,
+                Phase::BeforeStep,
+            ),
+            None => PhaseResult::empty(),
+        };
+        if args.apply {
+            apply(&mut state.status, &mut state.status_reason, &result.combined);
+            dir.write_state(held, &mut state)?;
+            let mut events: Vec<EventKind> = result
+                .verdicts
+                .iter()
+                .zip(&result.contexts)
+                .map(|(v, ctx)| EventKind::Gate {
+                    tick: state.tick + 1,
+                    verdict: v.clone(),
+                    context: Box::new(ctx.clone()),
+                })
+                .collect();
+            events.push(EventKind::CheckGate {
+                by: who::user(),
+                decision: result.combined.clone(),
+            });
+            let at = state.updated_at;
+            let events: Vec<Event> = events.into_iter().map(|kind| Event { at, kind }).collect();
+            history::append(&dir, held, &events)?;
+        }
+        Ok::<_, crate::Error>(Report {
+            loop_name: dir.name().to_string(),
+            status: state.status,
+            decisions: result.verdicts,
+            combined: result.combined,
+            applied: args.apply,
+        })
+    })?;
+    if args.apply && matches!(report.combined, Decision::Halt(_) | Decision::Complete(_)) {
+        crate::schedule::loop_stopped(root, dir.name());
+    }
+    if t.json.json {
+        super::emit_json(out, &report)?;
+    } else {
+        super::emit(out, &human(&report))?;
+    }
+    Ok(if args.apply && matches!(report.combined, Decision::Halt(_)) {
+        7
+    } else {
+        0
+    })
+}
+
+/// What recording a before-step decision does to a loop's status: no
+/// approval is used, since no step runs.
+fn apply(status: &mut Status, reason: &mut Option<String>, decision: &Decision) {
+    let (new, why) = match decision {
+        Decision::Halt(r) => (Status::Halted, Some(r.clone())),
+        Decision::Complete(r) => (Status::Completed, Some(r.clone())),
+        Decision::AwaitApproval(r) if status.is_runnable() => (Status::AwaitingApproval, Some(r.clone())),
+        Decision::Skip(_) | Decision::Proceed if *status == Status::AwaitingApproval => {
+            (Status::Active, None)
+        }
+        _ => return,
+    };
+    (*status, *reason) = (new, why);
+}
+
+fn human(r: &Report) -> String {
+    let mut text = String::new();
+    if r.decisions.is_empty() {
+        text += "no before-step gates\n";
+    }
+    for v in &r.decisions {
+        text += &format!("{:<28} {:<15} {}", v.gate, v.decision.name(), v.decision.reason());
+        if let Some(e) = &v.error {
+            text += &format!(" (gate error: {e})");
+        }
+        text += &format!("  [{}µs]\n", v.micros);
+    }
+    let verb = if r.applied {
+        "recorded"
+    } else {
+        "the next tick would"
+    };
+    text += &format!("{verb}: {}\n", r.combined);
+    if !r.status.is_runnable() {
+        text += &format!("note: the loop is {}; a tick would do nothing\n", r.status);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_records_without_using_approvals() {
+        let mut s = Status::Active;
+        let mut r = None;
+        apply(&mut s, &mut r, &Decision::AwaitApproval("five ticks".into()));
+        assert_eq!((s, r.as_deref()), (Status::AwaitingApproval, Some("five ticks")));
+        apply(&mut s, &mut r, &Decision::Proceed);
+        assert_eq!((s, r), (Status::Active, None));
+        let mut s = Status::Paused;
+        let mut r = None;
+        apply(&mut s, &mut r, &Decision::AwaitApproval("x".into()));
+        assert_eq!(s, Status::Paused, "a paused loop stays paused");
+        apply(&mut s, &mut r, &Decision::Halt("budget".into()));
+        assert_eq!(s, Status::Halted);
+    }
+}

@@ -1,0 +1,132 @@
+//! Evaluating one phase's gates: the context each gate sees, its decision
+//! (or its error turned into a decision by its `on_error` policy), and the
+//! record kept in history so `gate replay` can evaluate it again.
+
+use std::path::Path;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{GateConfig, LoopConfig};
+use crate::gate::{self, Context, Decision, GateHost, Phase, RunResult};
+use crate::state::{LastTick, State};
+
+/// One gate's answer in one phase, as `--json` and history show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// `stock:NAME` or the component's path, as written in loop.toml.
+    pub gate: String,
+    pub phase: Phase,
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// How long the evaluation took, in microseconds.
+    pub micros: u64,
+    /// The gate's error, when it failed and its `on_error` policy decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A phase's verdicts, their combination, and the contexts they saw.
+pub struct PhaseResult {
+    pub verdicts: Vec<Verdict>,
+    pub contexts: Vec<Context>,
+    pub combined: Decision,
+}
+
+/// The result of a run, as gates see it.
+pub fn run_result(last: &LastTick) -> Option<RunResult> {
+    let step = last.step.as_ref()?;
+    Some(RunResult {
+        tick: last.number,
+        exit_code: step.exit_code,
+        duration_ms: step.duration_ms,
+        timed_out: step.timed_out,
+        verifier_passed: last.verifier.as_ref().map(|v| v.success()),
+        worktree_changed: last.worktree_changed,
+        ended_at: last.ended_at,
+    })
+}
+
+/// What a gate of `phase` sees of `state`.
+pub fn context(name: &str, state: &State, gate: &GateConfig, phase: Phase, now: Timestamp) -> Context {
+    Context {
+        loop_name: name.to_owned(),
+        phase,
+        tick: state.tick,
+        now,
+        last_run: state.last_tick.as_ref().and_then(run_result),
+        consecutive_failures: state.consecutive_failures,
+        unchanged_ticks: state.unchanged_ticks,
+        pending_approvals: state.pending_approvals.clone(),
+        params: gate.params.clone(),
+        state: to_json(state),
+        metrics: to_json(&state.metrics),
+        totals: to_json(&state.totals),
+    }
+}
+
+fn to_json(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).expect("state serialises")
+}
+
+/// Evaluates the gates of `config` that run in `phase`, in config order.
+/// A gate that fails (it cannot load, traps, times out, refuses) decides
+/// by its `on_error` policy; the error is kept in its verdict.
+pub fn evaluate_phase(
+    host: &GateHost,
+    name: &str,
+    loop_dir: &Path,
+    config: &LoopConfig,
+    state: &State,
+    phase: Phase,
+) -> PhaseResult {
+    let now = Timestamp::now();
+    let mut verdicts = Vec::new();
+    let mut contexts = Vec::new();
+    for g in config.gates.iter().filter(|g| g.phases.contains(&phase)) {
+        let ctx = context(name, state, g, phase, now);
+        let source = g.resolved_source(loop_dir);
+        let label = g.source.to_string();
+        let started = std::time::Instant::now();
+        let result = host
+            .load(&source)
+            .and_then(|gate| host.evaluate(&gate, &ctx, &g.limits));
+        let (decision, error) = match result {
+            Ok(eval) => {
+                for log in &eval.logs {
+                    tracing::info!(gate = %label, "{}", log.message);
+                }
+                (eval.decision, None)
+            }
+            Err(err) => {
+                tracing::warn!("loop {name:?}: {err}");
+                (gate::decide_on_error(g.on_error, &err), Some(err.to_string()))
+            }
+        };
+        verdicts.push(Verdict {
+            gate: label,
+            phase,
+            decision,
+            micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            error,
+        });
+        contexts.push(ctx);
+    }
+    let combined = Decision::combine(verdicts.iter().map(|v| &v.decision));
+    PhaseResult {
+        verdicts,
+        contexts,
+        combined,
+    }
+}
+
+impl PhaseResult {
+    /// The result of a phase no gate runs in.
+    pub fn empty() -> PhaseResult {
+        PhaseResult {
+            verdicts: Vec::new(),
+            contexts: Vec::new(),
+            combined: Decision::Proceed,
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! The tick (SPEC §7): take the loop's lock, and while holding it evaluate
+//! the before-step gates in-process, run the step and the verifier, evaluate
+//! the after-step gates and write the state. Each step of the pipeline is a
+//! small method of `Tick`; what gates see and say is in `gates`, running the
+//! processes in `process`.
+
+pub mod gates;
+mod process;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::config::{LoopConfig, Overlap};
+use crate::error::{Error, Result};
+use crate::gate::{Decision, GateHost, Phase};
+use crate::history::{self, Event, EventKind};
+use crate::lock::{self, Held, Holder, Wait};
+use crate::root::Root;
+use crate::state::{InFlight, LastTick, Outcome, ProcessOutcome, State, Status, Worktree};
+use crate::store::LoopDir;
+use crate::{metrics, schedule, who, worktree};
+
+pub use gates::Verdict;
+
+/// How a tick was asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// With `overlap = "wait"`: how long to wait for the lock (else forever).
+    pub timeout: Option<Duration>,
+}
+
+/// What a tick did; `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TickReport {
+    #[serde(rename = "loop")]
+    pub loop_name: String,
+    /// The tick's number: the one that ran, or the one that would have.
+    pub tick: u64,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub decisions: Vec<Verdict>,
+    pub step: Option<ProcessOutcome>,
+    pub verifier: Option<ProcessOutcome>,
+    /// A tick found dead mid-way (and recorded as crashed) by this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovered_crash: Option<u64>,
+}
+
+impl TickReport {
+    /// The exit code of SPEC §7's outcomes.
+    pub fn exit_code(&self) -> u8 {
+        match self.outcome {
+            Outcome::Failed => 6,
+            Outcome::Halted => 7,
+            _ => 0,
+        }
+    }
+}
+
+/// Runs one tick of loop `name`.
+pub fn run(root: &Root, name: &str, opts: &Options) -> Result<TickReport> {
+    let dir = LoopDir::open(root, name)?;
+    // Read before locking, so a loop that cannot tick fails fast (and a bad
+    // state file is reported, not waited for); it is read again under the lock.
+    let peek = dir.read_state()?;
+    let config = dir.config()?;
+    let wait = match config.overlap {
+        Overlap::Skip => Wait::No,
+        Overlap::Wait => opts.timeout.map_or(Wait::Forever, Wait::For),
+    };
+    // The engine is built before the lock is taken, and only for loops with gates.
+    let host = match config.gates.is_empty() {
+        true => None,
+        false => Some(GateHost::new(Some(root.cache_dir()))?),
+    };
+    let tick = Tick {
+        root,
+        dir: &dir,
+        config: &config,
+        host: host.as_ref(),
+        events: Vec::new(),
+        verdicts: Vec::new(),
+    };
+    let report = match lock::with_lock(&dir, Holder::me("tick"), wait, |held| tick.run(held)) {
+        Err(Error::LockNotObtained { holder, .. }) if config.overlap == Overlap::Skip => TickReport {
+            loop_name: name.to_owned(),
+            tick: peek.tick + 1,
+            outcome: Outcome::Busy,
+            reason: Some(match holder {
+                Some(h) => format!("held by {}", h.describe()),
+                None => "the loop's lock is held".to_owned(),
+            }),
+            decisions: Vec::new(),
+            step: None,
+            verifier: None,
+            recovered_crash: None,
+        },
+        other => other?,
+    };
+    if matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
+        schedule::loop_stopped(root, dir.name());
+    }
+    Ok(report)
+}
+
+/// One tick in progress, under the lock.
+struct Tick<'a> {
+    root: &'a Root,
+    dir: &'a LoopDir,
+    config: &'a LoopConfig,
+    host: Option<&'a GateHost>,
+    events: Vec<EventKind>,
+    verdicts: Vec<Verdict>,
+}
+
+/// What the before-step gates let happen.
+enum Go {
+    Run,
+    Stop(Outcome, String),
+}
+
+impl Tick<'_> {
+    fn run(mut self, held: &mut Held<'_>) -> Result<TickReport> {
+        let mut state = self.dir.read_state()?;
+        let recovered = self.recover_crash(&mut state);
+        let number = state.tick + 1;
+        if !state.status.is_runnable() {
+            let reason = format!("the loop is {}", state.status);
+            return self.end_early(
+                held,
+                state,
+                recovered.is_some(),
+                number,
+                Outcome::Inactive,
+                reason,
+                recovered,
+            );
+        }
+        held.set_tick(number);
+        let worktree = match self.ensure_worktree(&mut state) {
+            Ok(w) => w,
+            Err(reason) => return self.fail_before_step(held, state, number, reason, recovered),
+        };
+        let before = self.gates(&state, Phase::BeforeStep);
+        let was = (
+            state.status,
+            state.status_reason.clone(),
+            state.pending_approvals.len(),
+        );
+        let go = self.apply_before(&mut state, number, &before);
+        let changed = recovered.is_some()
+            || (
+                state.status,
+                state.status_reason.clone(),
+                state.pending_approvals.len(),
+            ) != was;
+        if let Go::Stop(outcome, reason) = go {
+            return self.end_early(held, state, changed, number, outcome, reason, recovered);
+        }
+
+        let started_at = Timestamp::now();
+        state.in_flight = Some(InFlight {
+            tick: number,
+            pid: std::process::id(),
+            host: who::host(),
+            started_at,
+        });
+        self.dir.write_state(held, &mut state)?;
+
+        let run_dir = self.dir.runs_dir().join(number.to_string());
+        let cwd = match &worktree {
+            Some(w) => w.clone(),
+            None => self.dir.path().join(&self.config.workdir),
+        };
+        let before_snapshot = worktree.as_deref().and_then(|w| worktree::snapshot(w).ok());
+        let env = process::Env {
+            loop_name: self.dir.name().as_str(),
+            tick: number,
+            root: self.root.path(),
+            worktree: worktree.as_deref(),
+            run_dir: &run_dir,
+        };
+        let ran = process::run_step_and_verifier(self.config, &cwd, &env);
+        let worktree_changed = match (&worktree, before_snapshot) {
+            (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
+            _ => None,
+        };
+        self.record_results(
+            &mut state,
+            number,
+            started_at,
+            before.combined,
+            &ran,
+            worktree_changed,
+            &run_dir,
+        );
+
+        let after = self.gates(&state, Phase::AfterStep);
+        let mut outcome = if ran.failed() {
+            Outcome::Failed
+        } else {
+            Outcome::Ran
+        };
+        let mut reason = ran.failure.clone();
+        match &after.combined {
+            Decision::Halt(r) => {
+                state.set_status(Status::Halted, Some(r.clone()));
+                (outcome, reason) = (Outcome::Halted, Some(r.clone()));
+            }
+            Decision::Complete(r) => {
+                state.set_status(Status::Completed, Some(r.clone()));
+                (outcome, reason) = (Outcome::Completed, Some(r.clone()));
+            }
+            Decision::AwaitApproval(r) => state.set_status(Status::AwaitingApproval, Some(r.clone())),
+            Decision::Skip(_) | Decision::Proceed => {}
+        }
+        if let Some(last) = &mut state.last_tick {
+            last.outcome = outcome;
+        }
+        state.in_flight = None;
+        self.events.push(EventKind::Tick {
+            tick: number,
+            outcome,
+            reason: reason.clone(),
+            step: ran.step.clone(),
+            verifier: ran.verifier.clone(),
+            worktree_changed,
+        });
+        self.commit(held, &mut state, true)?;
+        if let Err(e) = crate::step::prune_runs(&self.dir.runs_dir(), self.config.runs.keep) {
+            tracing::warn!(
+                "loop {:?}: could not prune old runs: {e}",
+                self.dir.name().as_str()
+            );
+        }
+        Ok(TickReport {
+            loop_name: self.dir.name().to_string(),
+            tick: number,
+            outcome,
+            reason,
+            decisions: self.verdicts,
+            step: ran.step,
+            verifier: ran.verifier,
+            recovered_crash: recovered,
+        })
+    }
+
+    /// Step 3: a tick that died mid-way left `in_flight`: record it as
+    /// crashed, count it as a failure (and as a tick: its step ran), clear it.
+    fn recover_crash(&mut self, state: &mut State) -> Option<u64> {
+        let dead = state.in_flight.take()?;
+        state.consecutive_failures += 1;
+        state.tick = state.tick.max(dead.tick);
+        tracing::warn!(
+            "loop {:?}: tick {} (pid {} on {}) died mid-way; recorded as crashed",
+            self.dir.name().as_str(),
+            dead.tick,
+            dead.pid,
+            dead.host
+        );
+        self.events.push(EventKind::Crashed {
+            tick: dead.tick,
+            pid: dead.pid,
+            host: dead.host,
+            started_at: dead.started_at,
+        });
+        Some(dead.tick)
+    }
+
+    /// Step 5: the worktree the step runs in, made on first use.
+    fn ensure_worktree(&mut self, state: &mut State) -> std::result::Result<Option<PathBuf>, String> {
+        let Some(w) = &self.config.worktree else {
+            return Ok(None);
+        };
+        let repo = self.dir.path().join(&w.repo);
+        let path = self
+            .dir
+            .path()
+            .join(w.path.as_deref().unwrap_or("worktree".as_ref()));
+        match worktree::ensure(&repo, &w.branch, &path) {
+            Ok(created) => {
+                if state
+                    .worktree
+                    .as_ref()
+                    .is_none_or(|s| s.path != path || s.branch != w.branch)
+                {
+                    state.worktree = Some(Worktree {
+                        repo,
+                        branch: w.branch.clone(),
+                        path: path.clone(),
+                        created_at: Timestamp::now(),
+                    });
+                    if matches!(created, worktree::Ensured::Created) {
+                        self.events.push(EventKind::WorktreeCreated {
+                            path: path.clone(),
+                            branch: w.branch.clone(),
+                        });
+                    }
+                }
+                Ok(Some(path))
+            }
+            Err(e) => Err(format!("worktree: {e}")),
+        }
+    }
+
+    /// Evaluates one phase's gates and keeps their verdicts and contexts.
+    fn gates(&mut self, state: &State, phase: Phase) -> gates::PhaseResult {
+        let Some(host) = self.host else {
+            return gates::PhaseResult::empty();
+        };
+        let result = gates::evaluate_phase(
+            host,
+            self.dir.name().as_str(),
+            self.dir.path(),
+            self.config,
+            state,
+            phase,
+        );
+        for (v, ctx) in result.verdicts.iter().zip(&result.contexts) {
+            self.events.push(EventKind::Gate {
+                tick: state.tick + u64::from(phase == Phase::BeforeStep),
+                verdict: v.clone(),
+                context: Box::new(ctx.clone()),
+            });
+        }
+        self.verdicts.extend(result.verdicts.iter().cloned());
+        result
+    }
+
+    /// Step 6: what the combined before-step decision does to the loop.
+    fn apply_before(&mut self, state: &mut State, number: u64, before: &gates::PhaseResult) -> Go {
+        match &before.combined {
+            Decision::Halt(r) => {
+                state.set_status(Status::Halted, Some(r.clone()));
+                Go::Stop(Outcome::Halted, r.clone())
+            }
+            Decision::Complete(r) => {
+                state.set_status(Status::Completed, Some(r.clone()));
+                Go::Stop(Outcome::Completed, r.clone())
+            }
+            Decision::AwaitApproval(r) => {
+                let rules = &self.config.approval;
+                for a in state.drop_expired(Timestamp::now(), rules.expires.map(|d| d.0)) {
+                    self.events.push(EventKind::ApprovalExpired {
+                        id: a.id,
+                        by: a.by,
+                        approved_at: a.at,
+                    });
+                }
+                match state.consume_approvals(rules.required) {
+                    Some(used) => {
+                        state.set_status(Status::Active, None);
+                        self.events.push(EventKind::ApprovalsUsed {
+                            tick: number,
+                            ids: used.iter().map(|a| a.id.clone()).collect(),
+                            by: used.into_iter().map(|a| a.by).collect(),
+                        });
+                        Go::Run
+                    }
+                    None => {
+                        state.set_status(Status::AwaitingApproval, Some(r.clone()));
+                        Go::Stop(Outcome::AwaitingApproval, r.clone())
+                    }
+                }
+            }
+            Decision::Skip(r) => {
+                if state.status == Status::AwaitingApproval {
+                    state.set_status(Status::Active, None);
+                }
+                Go::Stop(Outcome::Skipped, r.clone())
+            }
+            Decision::Proceed => {
+                if state.status == Status::AwaitingApproval {
+                    state.set_status(Status::Active, None);
+                }
+                Go::Run
+            }
+        }
+    }
+
+    /// Step 10's bookkeeping of what ran: the tick count, the last tick,
+    /// failures, progress and metrics, before the after-step gates see them.
+    #[allow(clippy::too_many_arguments)]
+    fn record_results(
+        &mut self,
+        state: &mut State,
+        number: u64,
+        started_at: Timestamp,
+        decision: Decision,
+        ran: &process::Ran,
+        worktree_changed: Option<bool>,
+        run_dir: &std::path::Path,
+    ) {
+        state.tick = number;
+        state.consecutive_failures = if ran.failed() {
+            state.consecutive_failures + 1
+        } else {
+            0
+        };
+        match worktree_changed {
+            Some(true) => state.unchanged_ticks = 0,
+            Some(false) => state.unchanged_ticks += 1,
+            None => {}
+        }
+        match metrics::read_metrics(&run_dir.join(process::METRICS_FILE)) {
+            Ok(m) => {
+                metrics::add_totals(&mut state.totals, &m);
+                state.metrics = m;
+            }
+            Err(e) => {
+                tracing::warn!("loop {:?}: tick {number}: {e}", self.dir.name().as_str());
+                state.metrics.clear();
+                self.events.push(EventKind::MetricsWarning {
+                    tick: number,
+                    message: e.to_string(),
+                });
+            }
+        }
+        state.last_tick = Some(LastTick {
+            number,
+            started_at,
+            ended_at: Timestamp::now(),
+            outcome: if ran.failed() {
+                Outcome::Failed
+            } else {
+                Outcome::Ran
+            },
+            decision,
+            step: ran.step.clone(),
+            verifier: ran.verifier.clone(),
+            worktree_changed,
+        });
+    }
+
+    /// A failure before the step could start (the worktree could not be made):
+    /// it counts as a failure and is recorded like a failed tick.
+    fn fail_before_step(
+        self,
+        held: &mut Held<'_>,
+        mut state: State,
+        number: u64,
+        reason: String,
+        recovered: Option<u64>,
+    ) -> Result<TickReport> {
+        tracing::error!("loop {:?}: {reason}", self.dir.name().as_str());
+        state.consecutive_failures += 1;
+        self.end_early(held, state, true, number, Outcome::Failed, reason, recovered)
+    }
+
+    /// Ends a tick whose step did not run; the state is written only when
+    /// it changed, the events always.
+    #[allow(clippy::too_many_arguments)]
+    fn end_early(
+        mut self,
+        held: &mut Held<'_>,
+        mut state: State,
+        changed: bool,
+        number: u64,
+        outcome: Outcome,
+        reason: String,
+        recovered: Option<u64>,
+    ) -> Result<TickReport> {
+        if outcome != Outcome::Inactive || recovered.is_some() {
+            self.events.push(EventKind::Tick {
+                tick: number,
+                outcome,
+                reason: Some(reason.clone()),
+                step: None,
+                verifier: None,
+                worktree_changed: None,
+            });
+        }
+        self.commit(held, &mut state, changed)?;
+        Ok(TickReport {
+            loop_name: self.dir.name().to_string(),
+            tick: number,
+            outcome,
+            reason: Some(reason),
+            decisions: self.verdicts,
+            step: None,
+            verifier: None,
+            recovered_crash: recovered,
+        })
+    }
+
+    /// Writes the state (when it changed) and appends the tick's events.
+    fn commit(&mut self, held: &mut Held<'_>, state: &mut State, changed: bool) -> Result<()> {
+        if changed {
+            self.dir.write_state(held, state)?;
+        }
+        let at = Timestamp::now();
+        let events: Vec<Event> = self.events.drain(..).map(|kind| Event { at, kind }).collect();
+        history::append(self.dir, held, &events)
+    }
+}

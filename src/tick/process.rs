@@ -1,0 +1,143 @@
+//! Running a tick's step and verifier: where they run, what environment
+//! they get, where their output goes, and what counts as failure.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::config::{CommandLine, LoopConfig};
+use crate::state::ProcessOutcome;
+use crate::step::{self, StepSpec};
+
+/// The file in `runs/<tick>/` that `AUTOMATON_METRICS` names.
+pub const METRICS_FILE: &str = "metrics";
+/// A step's timeout when loop.toml sets none.
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(3600);
+/// A verifier's timeout when loop.toml sets none.
+pub const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Between SIGTERM and SIGKILL when a timeout ends a process group.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// What the step's environment says about the tick.
+pub struct Env<'a> {
+    pub loop_name: &'a str,
+    pub tick: u64,
+    pub root: &'a Path,
+    pub worktree: Option<&'a Path>,
+    pub run_dir: &'a Path,
+}
+
+impl Env<'_> {
+    fn vars(&self) -> Vec<(OsString, OsString)> {
+        let mut vars: Vec<(OsString, OsString)> = vec![
+            ("AUTOMATON_LOOP".into(), self.loop_name.into()),
+            ("AUTOMATON_TICK".into(), self.tick.to_string().into()),
+            ("AUTOMATON_ROOT".into(), self.root.into()),
+            ("AUTOMATON_RUN_DIR".into(), self.run_dir.into()),
+            ("AUTOMATON_METRICS".into(), self.run_dir.join(METRICS_FILE).into()),
+        ];
+        if let Some(w) = self.worktree {
+            vars.push(("AUTOMATON_WORKTREE".into(), w.into()));
+        }
+        vars
+    }
+}
+
+/// How the step and verifier went.
+#[derive(Debug, Clone, Default)]
+pub struct Ran {
+    pub step: Option<ProcessOutcome>,
+    pub verifier: Option<ProcessOutcome>,
+    /// Why the tick failed, if it did.
+    pub failure: Option<String>,
+}
+
+impl Ran {
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+}
+
+/// Runs the step, then (if it succeeded) the verifier.
+pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>) -> Ran {
+    if let Err(e) = crate::store::create_dirs(env.run_dir) {
+        return Ran {
+            failure: Some(e.to_string()),
+            ..Ran::default()
+        };
+    }
+    let vars = env.vars();
+    let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
+    let limit = config.runs.output_limit.as_u64();
+    let step = match run_one("step", &config.step, cwd, &vars, timeout, env.run_dir, limit) {
+        Ok(o) => o,
+        Err(failure) => {
+            return Ran {
+                failure: Some(failure),
+                ..Ran::default()
+            };
+        }
+    };
+    if !step.success() {
+        return Ran {
+            failure: Some(describe_failure("step", &step, timeout)),
+            step: Some(step),
+            verifier: None,
+        };
+    }
+    let Some(v) = &config.verifier else {
+        return Ran {
+            step: Some(step),
+            ..Ran::default()
+        };
+    };
+    let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
+    match run_one("verifier", &v.command, cwd, &vars, timeout, env.run_dir, limit) {
+        Ok(o) => Ran {
+            failure: (!o.success()).then(|| describe_failure("verifier", &o, timeout)),
+            step: Some(step),
+            verifier: Some(o),
+        },
+        Err(failure) => Ran {
+            failure: Some(failure),
+            step: Some(step),
+            verifier: None,
+        },
+    }
+}
+
+fn run_one(
+    what: &str,
+    command: &CommandLine,
+    cwd: &Path,
+    vars: &[(OsString, OsString)],
+    timeout: Duration,
+    run_dir: &Path,
+    limit: u64,
+) -> Result<ProcessOutcome, String> {
+    let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
+    let (program, args) = argv.split_first().expect("commands are never empty");
+    let spec = StepSpec {
+        program,
+        args,
+        cwd,
+        env: vars,
+        timeout: Some(timeout),
+        kill_grace: KILL_GRACE,
+        stdout: &run_dir.join(format!("{what}.out")),
+        stderr: &run_dir.join(format!("{what}.err")),
+        output_limit: limit,
+    };
+    step::run(&spec).map_err(|e| format!("{what}: {e}"))
+}
+
+fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String {
+    if o.timed_out {
+        return format!("{what} timed out after {}", humantime::format_duration(timeout));
+    }
+    match (o.exit_code, o.signal) {
+        (Some(code), _) => format!("{what} exited with {code}"),
+        (None, Some(sig)) => format!("{what} was killed by signal {sig}"),
+        (None, None) => format!("{what} failed"),
+    }
+}

@@ -1,0 +1,285 @@
+//! Ticks with gates: approvals end to end, metrics and the budget gate, a
+//! broken gate under each `on_error` policy, and replaying past decisions.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use crate::common::{Env, gated_step, wait_for};
+
+fn tick(env: &Env, name: &str) -> (i32, serde_json::Value) {
+    let out = env.run(&["tick", name, "--json"]);
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), v)
+}
+
+fn outcome(env: &Env, name: &str) -> String {
+    tick(env, name).1["outcome"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn approve_every_end_to_end() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    assert_eq!(outcome(&env, "demo"), "ran", "the first tick needs no approval");
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (0, Some("awaiting-approval")));
+    assert_eq!(v["decisions"][0]["decision"], "await-approval");
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    assert_eq!(
+        outcome(&env, "demo"),
+        "awaiting-approval",
+        "still waiting without an approval"
+    );
+    env.ok(&["approve", "demo", "--note", "one"]);
+    env.ok(&["approve", "demo", "--note", "two"]);
+    assert_eq!(outcome(&env, "demo"), "ran");
+    assert_eq!(env.state("demo")["status"], "active");
+    assert_eq!(outcome(&env, "demo"), "ran");
+    assert_eq!(
+        outcome(&env, "demo"),
+        "awaiting-approval",
+        "two approvals released exactly two ticks"
+    );
+    let s = env.state("demo");
+    assert_eq!(s["tick"], 3);
+    assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 0);
+    let used: Vec<serde_json::Value> = env
+        .history("demo")
+        .into_iter()
+        .filter(|e| e["kind"] == "approvals-used")
+        .collect();
+    assert_eq!(used.len(), 2);
+    assert_eq!(used[0]["tick"], 2);
+    assert_eq!(used[1]["tick"], 3);
+}
+
+#[test]
+fn race_approve_from_another_process_against_a_tick_is_used_once() {
+    let env = Env::new();
+    let sync = tempfile::tempdir().unwrap();
+    env.new_loop(
+        "demo",
+        &format!(
+            "{}[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n",
+            gated_step(sync.path())
+        ),
+    );
+    // Tick 1 needs no approval; it blocks in its step while an approval comes in.
+    let running = env
+        .cmd()
+        .args(["tick", "demo"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&sync.path().join("started"));
+    let mut approve = env
+        .cmd()
+        .args(["approve", "demo", "--note", "for tick 2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(approve.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.contains("held by pid") && line.contains("(tick 1,"),
+        "{line}"
+    );
+    fs::write(sync.path().join("go"), "").unwrap();
+    assert!(running.wait_with_output().unwrap().status.success());
+    assert!(approve.wait().unwrap().success());
+    assert_eq!(
+        env.state("demo")["pending_approvals"].as_array().unwrap().len(),
+        1,
+        "tick 1 did not use it"
+    );
+    assert_eq!(outcome(&env, "demo"), "ran", "tick 2 uses it");
+    assert_eq!(outcome(&env, "demo"), "awaiting-approval", "and only once");
+}
+
+#[test]
+fn metrics_reach_totals_and_the_budget_gate_halts_on_them() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"echo cost_usd=0.6 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [[gate]]\nstock = \"budget\"\nphase = [\"before-step\", \"after-step\"]\nparams = { metric = \"cost_usd\", max = 1.0 }\n",
+    );
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (0, Some("ran")));
+    assert_eq!(env.state("demo")["totals"]["cost_usd"], 0.6);
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (7, Some("halted")), "{v}");
+    let s = env.state("demo");
+    assert_eq!(s["status"], "halted");
+    assert!(s["status_reason"].as_str().unwrap().contains("cost_usd"), "{s}");
+    assert!((s["totals"]["cost_usd"].as_f64().unwrap() - 1.2).abs() < 1e-9);
+    assert_eq!(s["tick"], 2, "the step ran, then the after-step gate halted");
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (0, Some("inactive")));
+}
+
+#[test]
+fn bad_metrics_are_a_warning_not_a_failure() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"echo 'cost = lots' > \\\"$AUTOMATON_METRICS\\\"\"\n",
+    );
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (0, Some("ran")));
+    let warnings: Vec<_> = env
+        .history("demo")
+        .into_iter()
+        .filter(|e| e["kind"] == "metrics-warning")
+        .collect();
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0]["message"].as_str().unwrap().contains("line 1"),
+        "{}",
+        warnings[0]
+    );
+}
+
+fn broken_gate_loop(env: &Env, on_error: &str) {
+    let gate = env.root.join("broken.wasm");
+    fs::write(&gate, b"\0asm this is not a component").unwrap();
+    env.new_loop(
+        "demo",
+        &format!(
+            "step = \"touch ran\"\n[[gate]]\npath = \"{}\"\non_error = \"{on_error}\"\n",
+            gate.display()
+        ),
+    );
+}
+
+#[test]
+fn a_broken_gate_halts_the_loop_by_default() {
+    let env = Env::new();
+    let gate = env.root.join("broken.wasm");
+    fs::write(&gate, b"\0asm this is not a component").unwrap();
+    env.new_loop(
+        "demo",
+        &format!("step = \"touch ran\"\n[[gate]]\npath = \"{}\"\n", gate.display()),
+    );
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (7, Some("halted")), "{v}");
+    assert!(
+        v["decisions"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("broken.wasm"),
+        "{v}"
+    );
+    assert!(
+        !env.loop_dir("demo").join("ran").exists(),
+        "fail closed: the step did not run"
+    );
+    let s = env.state("demo");
+    assert_eq!(s["status"], "halted");
+    assert!(s["status_reason"].as_str().unwrap().contains("broken.wasm"));
+    let gate_event = env
+        .history("demo")
+        .into_iter()
+        .find(|e| e["kind"] == "gate")
+        .unwrap();
+    assert!(gate_event["error"].as_str().unwrap().contains("broken.wasm"));
+}
+
+#[test]
+fn a_broken_gate_with_on_error_skip_skips() {
+    let env = Env::new();
+    broken_gate_loop(&env, "skip");
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (0, Some("skipped")), "{v}");
+    assert!(!env.loop_dir("demo").join("ran").exists());
+    assert_eq!(env.state("demo")["status"], "active");
+}
+
+#[test]
+fn a_broken_gate_with_on_error_proceed_proceeds() {
+    let env = Env::new();
+    broken_gate_loop(&env, "proceed");
+    let (code, v) = tick(&env, "demo");
+    assert_eq!((code, v["outcome"].as_str()), (0, Some("ran")), "{v}");
+    assert!(env.loop_dir("demo").join("ran").exists());
+    assert!(
+        v["decisions"][0]["error"].is_string(),
+        "the error is still recorded"
+    );
+}
+
+#[test]
+fn check_gate_shows_and_applies_without_running_the_step() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"touch ran\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 0 }\n",
+    );
+    let out: serde_json::Value = serde_json::from_str(&env.ok(&["check-gate", "demo", "--json"])).unwrap();
+    assert_eq!(out["decision"], "complete");
+    assert_eq!(out["applied"], false);
+    assert_eq!(
+        env.state("demo")["status"],
+        "active",
+        "without --apply nothing is recorded"
+    );
+    env.ok(&["check-gate", "demo", "--apply"]);
+    assert_eq!(env.state("demo")["status"], "completed");
+    assert!(!env.loop_dir("demo").join("ran").exists());
+    let kinds = env.history_kinds("demo");
+    assert_eq!(kinds, ["created", "gate", "check-gate"]);
+}
+
+#[test]
+fn replaying_a_stricter_gate_shows_where_decisions_differ() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 100 }\n",
+    );
+    for _ in 0..4 {
+        assert_eq!(outcome(&env, "demo"), "ran");
+    }
+    let out = env.ok(&[
+        "gate",
+        "replay",
+        "demo",
+        "--gate",
+        "stock:max-ticks",
+        "--params",
+        "{\"max\": 2}",
+        "--json",
+    ]);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 4);
+    let differs: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["differs"] == true)
+        .map(|r| r["tick"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        differs,
+        [3, 4],
+        "a limit of 2 would have completed the loop before ticks 3 and 4"
+    );
+    assert!(rows.iter().all(|r| r["recorded"]["decision"] == "proceed"));
+    let human = env.ok(&[
+        "gate",
+        "replay",
+        "demo",
+        "--gate",
+        "stock:max-ticks",
+        "--params",
+        "{\"max\": 2}",
+    ]);
+    assert!(human.contains("2 of 4 decisions would differ"), "{human}");
+}
