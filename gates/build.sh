@@ -10,7 +10,7 @@
 # so a clone in any folder builds the same bytes.
 set -eu
 
-GATES="approve-every max-failures"
+GATES="approve-every max-failures context-floor budget time-window max-ticks backoff no-progress"
 TARGET=wasm32-wasip2
 
 here=$(cd "$(dirname "$0")" && pwd -P)

@@ -9,7 +9,13 @@ mod export;
 pub mod params;
 
 pub mod approve_every;
+pub mod backoff;
+pub mod budget;
+pub mod context_floor;
 pub mod max_failures;
+pub mod max_ticks;
+pub mod no_progress;
+pub mod time_window;
 
 pub use context::{Approval, Context, Decision, Level, Log, Phase, RunResult};
 
@@ -47,4 +53,49 @@ pub fn check_params<G: Gate>(json: &str) -> Result<G::Params, String> {
 pub fn evaluate<G: Gate>(ctx: &Context, log: &mut Log) -> Result<Decision, String> {
     let params = check_params::<G>(&ctx.params)?;
     G::decide(&params, ctx, log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_schema<G: Gate>() {
+        let schema: serde_json::Value = serde_json::from_str(G::PARAMS_SCHEMA)
+            .unwrap_or_else(|e| panic!("{}: schema is not JSON: {e}", G::NAME));
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema",
+            "{}",
+            G::NAME
+        );
+        assert_eq!(schema["type"], "object", "{}", G::NAME);
+        assert_eq!(schema["additionalProperties"], false, "{}", G::NAME);
+        assert!(!G::DESCRIPTION.is_empty());
+    }
+
+    #[test]
+    fn every_schema_is_a_draft_2020_12_object_schema() {
+        check_schema::<approve_every::ApproveEvery>();
+        check_schema::<backoff::Backoff>();
+        check_schema::<budget::Budget>();
+        check_schema::<context_floor::ContextFloor>();
+        check_schema::<max_failures::MaxFailures>();
+        check_schema::<max_ticks::MaxTicks>();
+        check_schema::<no_progress::NoProgress>();
+        check_schema::<time_window::TimeWindow>();
+    }
+
+    #[test]
+    fn evaluate_refuses_bad_params() {
+        let ctx = Context {
+            params: String::from(r#"{"every": 0}"#),
+            ..Context::default()
+        };
+        assert_eq!(
+            evaluate::<approve_every::ApproveEvery>(&ctx, &mut Log::default()),
+            Err(String::from(
+                "invalid params: every: must be at least 1, got 0"
+            ))
+        );
+    }
 }
