@@ -119,6 +119,25 @@ mod tests {
         assert_eq!(found, expected);
     }
 
+    /// `GATE_WASM=path/to/gate.wasm cargo test -p gate-validate -- --ignored`
+    /// checks any gate, e.g. one built from examples/gates/.
+    #[test]
+    #[ignore = "checks the file named by GATE_WASM"]
+    fn the_gate_named_by_gate_wasm_is_a_component_of_the_world_gate() {
+        let path = std::env::var("GATE_WASM").expect("set GATE_WASM to a .wasm file");
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        check(GATE_WIT, &bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+
+    #[test]
+    fn the_example_gate_carries_the_current_wit() {
+        let copy = include_str!("../../../examples/gates/rust-minimal/wit/gate.wit");
+        assert!(
+            copy == GATE_WIT,
+            "copy wit/gate.wit to examples/gates/rust-minimal/wit/"
+        );
+    }
+
     #[test]
     fn a_core_module_is_refused() {
         let core = b"\0asm\x01\0\0\0";
