@@ -253,3 +253,14 @@ fn completions_are_printed() {
     assert!(env.ok(&["completions", "bash"]).contains("automaton"));
     env.fails(2, &["completions", "tcsh-ish"]);
 }
+
+#[test]
+fn the_example_loops_are_valid() {
+    let env = Env::new();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    for example in ["loops/coding-agent.toml", "quickstart/hello.toml"] {
+        let path = dir.join(example);
+        let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        env.ok(&["new", &name, "--from", path.to_str().unwrap()]);
+    }
+}
