@@ -5,5 +5,3 @@
 mod types;
 
 pub use types::{Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
-mod shim;
-pub use shim::*;
