@@ -1,0 +1,3 @@
+//! One module per verb: load, change, save, render.
+
+pub mod gate;
