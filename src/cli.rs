@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::config::Dur;
+use crate::gate::Phase;
 use crate::lock::Wait;
 
 #[derive(Debug, Parser)]
@@ -61,6 +62,9 @@ pub enum Command {
     Tick(TickArgs),
     /// Evaluate the before-step gates as the next tick would, under the lock
     CheckGate(CheckGateArgs),
+    /// Test, inspect, compile, list and replay gates
+    #[command(subcommand)]
+    Gate(GateCommand),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -191,6 +195,80 @@ pub struct CheckGateArgs {
     /// Record the combined decision (halt, complete, await) without running the step
     #[arg(long)]
     pub apply: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GateCommand {
+    /// Evaluate a gate alone against a JSON context
+    Test {
+        /// A component file, or stock:NAME
+        target: String,
+        /// A JSON context file, or - for standard input; missing fields take defaults
+        #[arg(long)]
+        context: Option<String>,
+        /// The gate's params, as a JSON object (overrides the context's)
+        #[arg(long, value_parser = parse_json)]
+        params: Option<serde_json::Value>,
+        /// The phase to evaluate in (overrides the context's)
+        #[arg(long, value_parser = parse_phase)]
+        phase: Option<Phase>,
+        /// The evaluation's timeout
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        timeout: Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a gate says about itself, its imports and exports
+    Inspect {
+        /// A component file, or stock:NAME
+        target: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compile components into the root's cache
+    Compile {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the stock gates
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Evaluate a loop's recorded gate contexts again with another gate, and
+    /// show where its decisions would differ
+    Replay {
+        /// The loop whose history to replay
+        name: String,
+        /// The gate to replay with: a component file, or stock:NAME
+        #[arg(long)]
+        gate: String,
+        /// Params to evaluate with instead of the recorded ones (a JSON object)
+        #[arg(long, value_parser = parse_json)]
+        params: Option<serde_json::Value>,
+        /// Only the last N recorded evaluations
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
+        /// Only evaluations of this gate as recorded (e.g. stock:budget)
+        #[arg(long, value_name = "GATE")]
+        of: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+fn parse_phase(s: &str) -> Result<Phase, String> {
+    match s {
+        "before-step" => Ok(Phase::BeforeStep),
+        "after-step" => Ok(Phase::AfterStep),
+        _ => Err("expected before-step or after-step".to_owned()),
+    }
 }
 
 #[derive(Debug, Args)]

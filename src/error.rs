@@ -45,8 +45,25 @@ pub enum Error {
     #[error(transparent)]
     Gate(#[from] crate::gate::GateError),
 
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("invalid context JSON in {name}")]
+    ContextJson {
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("no root to cache compiled gates in: give --root or set AUTOMATON_ROOT")]
+    NoCache,
+
     #[error("cannot write output")]
-    Output(#[source] io::Error),
+    Output(#[from] io::Error),
 
     #[error("{action} {}", path.display())]
     Io {
@@ -73,7 +90,9 @@ impl Error {
             Error::LockNotObtained { .. } => 4,
             Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
-            Error::Gate(_) => 1,
+            Error::Gate(_) | Error::Read { .. } => 1,
+            Error::ContextJson { .. } => 2,
+            Error::NoCache => 3,
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
             Error::Output(_) => 1,
         }

@@ -44,7 +44,11 @@ pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<
     let mut recorded: Vec<_> = events
         .into_iter()
         .filter_map(|e| match e.kind {
-            EventKind::Gate { tick, verdict, context } => Some((tick, verdict, context)),
+            EventKind::Gate {
+                tick,
+                verdict,
+                context,
+            } => Some((tick, verdict, context)),
             _ => None,
         })
         .filter(|(_, v, _)| req.of.is_none_or(|of| v.gate == of))
@@ -78,7 +82,11 @@ pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<
         return Ok(0);
     }
     let differ = rows.iter().filter(|r| r.differs).count();
-    let mut cells = vec![["TICK", "PHASE", "RECORDED GATE", "RECORDED", "REPLAYED", ""].map(String::from).to_vec()];
+    let mut cells = vec![
+        ["TICK", "PHASE", "RECORDED GATE", "RECORDED", "REPLAYED", ""]
+            .map(String::from)
+            .to_vec(),
+    ];
     for r in &rows {
         cells.push(vec![
             r.tick.to_string(),
@@ -86,7 +94,11 @@ pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<
             r.gate.clone(),
             r.recorded.to_string(),
             r.replayed.to_string(),
-            if r.differs { "differs".into() } else { String::new() },
+            if r.differs {
+                "differs".into()
+            } else {
+                String::new()
+            },
         ]);
     }
     let mut text = if rows.is_empty() {

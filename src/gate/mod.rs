@@ -2,6 +2,17 @@
 //! in-process in a sandbox. This folder is the only code that imports
 //! wasmtime; the rest of the program sees the types re-exported here.
 
+mod cache;
+mod error;
+mod host;
+mod sandbox;
+mod stock;
+mod ticker;
 mod types;
 
+pub use cache::{CacheStats, WASMTIME_VERSION, sha256_hex};
+pub use error::{GateError, GateErrorKind, decide_on_error};
+pub use host::{Evaluation, Gate, GateHost, GateInfo, GateInterface};
+pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
+pub use stock::{StockGate, stock_gates};
 pub use types::{Context, Decision, GateSource, Limits, OnError, Phase, RunResult};

@@ -155,7 +155,10 @@ impl Default for Limits {
 }
 
 /// What happened when a tick's step ran; mirrors `run-result` in the WIT.
+/// Missing fields take their defaults, so a hand-written context for
+/// `gate test` may give only the fields a gate reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunResult {
     pub tick: u64,
     pub exit_code: Option<i32>,
@@ -164,6 +167,20 @@ pub struct RunResult {
     pub verifier_passed: Option<bool>,
     pub worktree_changed: Option<bool>,
     pub ended_at: Timestamp,
+}
+
+impl Default for RunResult {
+    fn default() -> Self {
+        RunResult {
+            tick: 0,
+            exit_code: Some(0),
+            duration_ms: 0,
+            timed_out: false,
+            verifier_passed: None,
+            worktree_changed: None,
+            ended_at: Timestamp::UNIX_EPOCH,
+        }
+    }
 }
 
 /// Everything a gate sees; mirrors `context` in the WIT. It is recorded in

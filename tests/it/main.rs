@@ -3,8 +3,11 @@
 
 mod approvals;
 mod common;
+mod gate_fixtures;
+mod gate_host;
 mod locking;
 mod loops;
 mod snapshots;
+mod stock_gates;
 mod tick;
 mod tick_gates;

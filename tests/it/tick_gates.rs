@@ -222,8 +222,10 @@ fn check_gate_shows_and_applies_without_running_the_step() {
     let env = Env::new();
     env.new_loop(
         "demo",
-        "step = \"touch ran\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 0 }\n",
+        "step = \"touch ran\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 1 }\n",
     );
+    assert_eq!(outcome(&env, "demo"), "ran");
+    fs::remove_file(env.loop_dir("demo").join("ran")).unwrap();
     let out: serde_json::Value = serde_json::from_str(&env.ok(&["check-gate", "demo", "--json"])).unwrap();
     assert_eq!(out["decision"], "complete");
     assert_eq!(out["applied"], false);
@@ -236,7 +238,7 @@ fn check_gate_shows_and_applies_without_running_the_step() {
     assert_eq!(env.state("demo")["status"], "completed");
     assert!(!env.loop_dir("demo").join("ran").exists());
     let kinds = env.history_kinds("demo");
-    assert_eq!(kinds, ["created", "gate", "check-gate"]);
+    assert_eq!(kinds, ["created", "gate", "tick", "gate", "check-gate"]);
 }
 
 #[test]

@@ -1,0 +1,321 @@
+//! `automaton gate test|inspect|compile|list`: the gate author's tools. Each
+//! command takes typed arguments, returns a report, and has a render
+//! function for people and `--json` for programs.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::gate::{self, Context, GateHost, GateInfo, GateLog, GateSource, LogSource, Phase, stock_gates};
+
+/// `stock:NAME` names a stock gate; anything else is a component file.
+pub fn parse_target(target: &str) -> GateSource {
+    match target.strip_prefix("stock:") {
+        Some(name) => GateSource::Stock(name.to_owned()),
+        None => GateSource::File {
+            path: PathBuf::from(target),
+            sha256: None,
+        },
+    }
+}
+
+/// Where `gate test` reads its context from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContextInput {
+    File(PathBuf),
+    Stdin,
+}
+
+impl ContextInput {
+    pub fn parse(arg: &str) -> ContextInput {
+        if arg == "-" {
+            ContextInput::Stdin
+        } else {
+            ContextInput::File(PathBuf::from(arg))
+        }
+    }
+
+    /// Reads the context; missing fields take their defaults.
+    pub fn read(&self) -> Result<Context, Error> {
+        let (name, text) = match self {
+            ContextInput::Stdin => {
+                let mut s = String::new();
+                io::Read::read_to_string(&mut io::stdin(), &mut s).map_err(|source| Error::Read {
+                    path: PathBuf::from("-"),
+                    source,
+                })?;
+                ("standard input".to_owned(), s)
+            }
+            ContextInput::File(p) => (
+                p.display().to_string(),
+                std::fs::read_to_string(p).map_err(|source| Error::Read {
+                    path: p.clone(),
+                    source,
+                })?,
+            ),
+        };
+        serde_json::from_str(&text).map_err(|source| Error::ContextJson { name, source })
+    }
+}
+
+/// What `gate test` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestReport {
+    pub gate: String,
+    pub sha256: String,
+    pub info: GateInfo,
+    pub phase: Phase,
+    pub decision: &'static str,
+    pub reason: String,
+    pub logs: Vec<GateLog>,
+    #[serde(rename = "elapsed_us")]
+    #[serde(serialize_with = "micros")]
+    pub elapsed: Duration,
+}
+
+fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_micros() as u64)
+}
+
+/// Evaluates a gate alone: describes it, checks the params, evaluates the
+/// context (with `params` and `phase` overriding the context's own).
+pub fn test(
+    host: &GateHost,
+    target: &GateSource,
+    context: Option<Context>,
+    params: Option<serde_json::Value>,
+    phase: Option<Phase>,
+    limits: &gate::Limits,
+) -> Result<TestReport, Error> {
+    let gate = host.load(target)?;
+    let info = host.describe(&gate)?;
+    let mut ctx = context.unwrap_or_default();
+    if let Some(p) = params {
+        ctx.params = p;
+    }
+    if let Some(p) = phase {
+        ctx.phase = p;
+    }
+    host.check_params(&gate, &ctx.params)?;
+    let eval = host.evaluate(&gate, &ctx, limits)?;
+    Ok(TestReport {
+        gate: gate.label().to_owned(),
+        sha256: gate.sha256().to_owned(),
+        info,
+        phase: ctx.phase,
+        decision: eval.decision.name(),
+        reason: eval.decision.reason().to_owned(),
+        logs: eval.logs,
+        elapsed: eval.elapsed,
+    })
+}
+
+fn source_tag(s: LogSource) -> &'static str {
+    match s {
+        LogSource::Host => "log",
+        LogSource::Stdout => "stdout",
+        LogSource::Stderr => "stderr",
+    }
+}
+
+pub fn render_test(r: &TestReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
+    if json {
+        return write_json(r, out);
+    }
+    writeln!(out, "gate:     {} ({} {})", r.gate, r.info.name, r.info.version)?;
+    writeln!(out, "phase:    {}", r.phase)?;
+    writeln!(out, "decision: {}", r.decision)?;
+    if !r.reason.is_empty() {
+        writeln!(out, "reason:   {}", r.reason)?;
+    }
+    writeln!(out, "time:     {:?}", r.elapsed)?;
+    if !r.logs.is_empty() {
+        writeln!(out, "logs:")?;
+        for l in &r.logs {
+            writeln!(
+                out,
+                "  {:<5} {:<6} {}",
+                l.level.as_str(),
+                source_tag(l.source),
+                l.message
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// What `gate inspect` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    pub gate: String,
+    pub sha256: String,
+    pub size: u64,
+    pub info: GateInfo,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+pub fn inspect(host: &GateHost, target: &GateSource) -> Result<InspectReport, Error> {
+    let gate = host.load(target)?;
+    let info = host.describe(&gate)?;
+    let iface = host.interface(&gate);
+    Ok(InspectReport {
+        gate: gate.label().to_owned(),
+        sha256: gate.sha256().to_owned(),
+        size: gate.size(),
+        info,
+        imports: iface.imports,
+        exports: iface.exports,
+    })
+}
+
+pub fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
+    if json {
+        return write_json(r, out);
+    }
+    writeln!(out, "gate:        {}", r.gate)?;
+    writeln!(out, "name:        {}", r.info.name)?;
+    writeln!(out, "version:     {}", r.info.version)?;
+    writeln!(out, "description: {}", r.info.description)?;
+    writeln!(out, "size:        {} bytes", r.size)?;
+    writeln!(out, "sha256:      {}", r.sha256)?;
+    writeln!(out, "imports:")?;
+    for i in &r.imports {
+        writeln!(out, "  {i}")?;
+    }
+    writeln!(out, "exports:")?;
+    for e in &r.exports {
+        writeln!(out, "  {e}")?;
+    }
+    writeln!(out, "params schema:")?;
+    writeln!(out, "  {}", r.info.params_schema)?;
+    Ok(())
+}
+
+/// One file `gate compile` handled.
+#[derive(Debug, Clone, Serialize)]
+pub struct Compiled {
+    pub gate: String,
+    pub sha256: String,
+    /// True when the cache already held it.
+    pub cached: bool,
+}
+
+/// Compiles components into the cache, so the next tick loads them fast.
+pub fn compile(host: &GateHost, files: &[PathBuf]) -> Result<Vec<Compiled>, Error> {
+    if host.cache_dir().is_none() {
+        return Err(Error::NoCache);
+    }
+    let mut done = Vec::new();
+    for f in files {
+        let before = host.cache_stats();
+        let gate = host.load(&GateSource::File {
+            path: f.clone(),
+            sha256: None,
+        })?;
+        done.push(Compiled {
+            gate: gate.label().to_owned(),
+            sha256: gate.sha256().to_owned(),
+            cached: host.cache_stats().hits > before.hits,
+        });
+    }
+    Ok(done)
+}
+
+pub fn render_compile(r: &[Compiled], json: bool, out: &mut dyn Write) -> io::Result<()> {
+    if json {
+        return write_json(&r, out);
+    }
+    for c in r {
+        let what = if c.cached { "already cached" } else { "compiled" };
+        writeln!(out, "{what}: {} ({})", c.gate, &c.sha256[..12])?;
+    }
+    Ok(())
+}
+
+/// One row of `gate list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StockRow {
+    pub name: &'static str,
+    pub version: String,
+    pub description: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// The stock gates, described by themselves.
+pub fn list(host: &GateHost) -> Result<Vec<StockRow>, Error> {
+    let mut rows = Vec::new();
+    for s in stock_gates() {
+        let gate = host.load(&GateSource::Stock(s.name.to_owned()))?;
+        let info = host.describe(&gate)?;
+        rows.push(StockRow {
+            name: s.name,
+            version: info.version,
+            description: info.description,
+            size: gate.size(),
+            sha256: gate.sha256().to_owned(),
+        });
+    }
+    Ok(rows)
+}
+
+pub fn render_list(rows: &[StockRow], json: bool, out: &mut dyn Write) -> io::Result<()> {
+    if json {
+        return write_json(&rows, out);
+    }
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    writeln!(out, "{:<width$}  {:<8}  DESCRIPTION", "NAME", "VERSION")?;
+    for r in rows {
+        writeln!(out, "{:<width$}  {:<8}  {}", r.name, r.version, r.description)?;
+    }
+    Ok(())
+}
+
+fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)
+}
+
+/// The cache directory of a root, for the gate host.
+pub fn cache_dir(root: Option<&Path>) -> Option<PathBuf> {
+    root.map(|r| r.join("cache"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets() {
+        assert_eq!(parse_target("stock:budget"), GateSource::Stock("budget".into()));
+        assert_eq!(
+            parse_target("gates/x.wasm"),
+            GateSource::File {
+                path: "gates/x.wasm".into(),
+                sha256: None
+            }
+        );
+        assert_eq!(ContextInput::parse("-"), ContextInput::Stdin);
+    }
+
+    #[test]
+    fn context_missing_fields_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ctx.json");
+        std::fs::write(&p, r#"{"tick": 7, "metrics": {"cost_usd": 1.5}}"#).unwrap();
+        let ctx = ContextInput::File(p).read().unwrap();
+        assert_eq!(ctx.tick, 7);
+        assert_eq!(ctx.phase, Phase::BeforeStep);
+        assert_eq!(ctx.metrics["cost_usd"], 1.5);
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "{").unwrap();
+        assert!(matches!(
+            ContextInput::File(bad).read(),
+            Err(Error::ContextJson { .. })
+        ));
+    }
+}

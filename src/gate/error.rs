@@ -1,0 +1,235 @@
+//! Gate errors: what went wrong (typed, never a string to compare) and which
+//! gate it was, so an operator knows which plugin misbehaved and which limit
+//! it hit.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::types::{Decision, OnError};
+
+/// Why a gate could not be loaded, described or evaluated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GateErrorKind {
+    /// The call ran past its timeout and was interrupted.
+    Timeout { limit: Duration },
+    /// The gate tried to grow its memory past the cap.
+    MemoryCap { limit: u64 },
+    /// The gate trapped (a panic, `unreachable`, a stack overflow, a bad
+    /// value returned to the host…). `guest_output` is what it printed.
+    Trap { message: String, guest_output: String },
+    /// The file is not a WebAssembly component (not wasm, or a core module).
+    NotAComponent { detail: String },
+    /// The component does not target the `gate` world: an import the host
+    /// does not offer, or an export missing or of the wrong type.
+    WrongWorld { detail: String },
+    /// The component file does not exist.
+    MissingFile { path: PathBuf },
+    /// The component file could not be read.
+    Io { path: PathBuf, message: String },
+    /// The file's sha256 differs from the pin in loop.toml.
+    HashMismatch { expected: String, actual: String },
+    /// The gate's `check-params` rejected the params.
+    ParamsRejected { message: String },
+    /// The gate's `evaluate` returned an error instead of a decision.
+    Refused { message: String },
+    /// The component is malformed and does not compile.
+    Compile { message: String },
+    /// No stock gate has this name.
+    UnknownStock { name: String },
+    /// The host could not be set up (engine, linker, ticker thread).
+    Host { message: String },
+}
+
+impl fmt::Display for GateErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateErrorKind::Timeout { limit } => {
+                write!(f, "timed out after {}", humantime::format_duration(*limit))
+            }
+            GateErrorKind::MemoryCap { limit } => {
+                write!(f, "exceeded its memory limit of {}", human_bytes(*limit))
+            }
+            GateErrorKind::Trap {
+                message,
+                guest_output,
+            } => {
+                write!(f, "trapped: {message}")?;
+                if !guest_output.is_empty() {
+                    write!(f, "; gate output: {}", tail(guest_output, 2048))?;
+                }
+                Ok(())
+            }
+            GateErrorKind::NotAComponent { detail } => {
+                write!(f, "not a WebAssembly component: {detail}")
+            }
+            GateErrorKind::WrongWorld { detail } => {
+                write!(f, "does not target the automaton:gate/gate world: {detail}")
+            }
+            GateErrorKind::MissingFile { path } => {
+                write!(f, "component file {} does not exist", path.display())
+            }
+            GateErrorKind::Io { path, message } => {
+                write!(f, "cannot read {}: {message}", path.display())
+            }
+            GateErrorKind::HashMismatch { expected, actual } => write!(
+                f,
+                "sha256 mismatch: loop.toml pins {expected}, the file has {actual}"
+            ),
+            GateErrorKind::ParamsRejected { message } => {
+                write!(f, "rejected its params: {message}")
+            }
+            GateErrorKind::Refused { message } => write!(f, "refused to decide: {message}"),
+            GateErrorKind::Compile { message } => write!(f, "does not compile: {message}"),
+            GateErrorKind::UnknownStock { name } => write!(
+                f,
+                "no stock gate is named {name:?} (`automaton gate list` shows them)"
+            ),
+            GateErrorKind::Host { message } => write!(f, "gate host failure: {message}"),
+        }
+    }
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+pub(crate) fn human_bytes(n: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if n >= MIB && n.is_multiple_of(MIB) {
+        format!("{} MiB", n / MIB)
+    } else if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// A gate error: the gate's label (`stock:NAME` or its path), its name and
+/// version when it described itself, and what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateError {
+    gate: String,
+    version: Option<String>,
+    kind: GateErrorKind,
+}
+
+impl GateError {
+    pub(crate) fn new(gate: impl Into<String>, kind: GateErrorKind) -> GateError {
+        GateError {
+            gate: gate.into(),
+            version: None,
+            kind,
+        }
+    }
+
+    pub(crate) fn with_version(mut self, version: Option<String>) -> GateError {
+        self.version = version;
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &GateErrorKind {
+        &self.kind
+    }
+
+    /// The gate's label: `stock:NAME` or the component's path.
+    pub fn gate(&self) -> &str {
+        &self.gate
+    }
+
+    /// `name version` from the gate's `describe`, when it gave one.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+}
+
+impl fmt::Display for GateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "gate {}", self.gate)?;
+        if let Some(v) = &self.version {
+            write!(f, " ({v})")?;
+        }
+        write!(f, " {}", self.kind)
+    }
+}
+
+impl std::error::Error for GateError {}
+
+/// What a gate error turns into under the gate's `on_error` policy: `halt`
+/// (the default: fail closed) and `skip` carry the error's text as the
+/// reason; `proceed` lets the tick go on.
+pub fn decide_on_error(policy: OnError, err: &GateError) -> Decision {
+    match policy {
+        OnError::Halt => Decision::Halt(err.to_string()),
+        OnError::Skip => Decision::Skip(err.to_string()),
+        OnError::Proceed => Decision::Proceed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_names_the_gate_version_and_limit() {
+        let e = GateError::new(
+            "gates/budget.wasm",
+            GateErrorKind::Timeout {
+                limit: Duration::from_millis(200),
+            },
+        )
+        .with_version(Some("budget 1.2.0".into()));
+        assert_eq!(
+            e.to_string(),
+            "gate gates/budget.wasm (budget 1.2.0) timed out after 200ms"
+        );
+        let m = GateError::new(
+            "stock:budget",
+            GateErrorKind::MemoryCap {
+                limit: 64 * 1024 * 1024,
+            },
+        );
+        assert_eq!(
+            m.to_string(),
+            "gate stock:budget exceeded its memory limit of 64 MiB"
+        );
+    }
+
+    #[test]
+    fn on_error_policies() {
+        let e = GateError::new("g.wasm", GateErrorKind::Refused { message: "no".into() });
+        assert_eq!(
+            decide_on_error(OnError::Halt, &e),
+            Decision::Halt("gate g.wasm refused to decide: no".into())
+        );
+        assert_eq!(
+            decide_on_error(OnError::Skip, &e),
+            Decision::Skip("gate g.wasm refused to decide: no".into())
+        );
+        assert_eq!(decide_on_error(OnError::Proceed, &e), Decision::Proceed);
+    }
+
+    #[test]
+    fn trap_output_is_shown_from_its_end() {
+        let long = format!("{}THE END", "x".repeat(5000));
+        let e = GateError::new(
+            "g",
+            GateErrorKind::Trap {
+                message: "unreachable".into(),
+                guest_output: long,
+            },
+        );
+        let s = e.to_string();
+        assert!(s.ends_with("THE END"));
+        assert!(s.len() < 2200);
+    }
+}

@@ -1,0 +1,425 @@
+//! The gate host: one wasmtime engine and linker per process, loading gates
+//! (read, verify, compile or load from cache, pre-instantiate, memoise) and
+//! calling them, each call in a fresh store and instance under a timeout and
+//! a memory cap. A call that fails leaves nothing behind: the next one works.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use serde::Serialize;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, Store, Trap, WasmBacktrace};
+
+use super::cache::{Cache, CacheStats, sha256_hex};
+use super::error::{GateError, GateErrorKind};
+use super::sandbox::bindings::{Gate as GateWorld, GatePre};
+use super::sandbox::{self, GateLog, HostState};
+use super::stock;
+use super::ticker::{EPOCH_TICK, Ticker};
+use super::types::{Context, Decision, GateSource, Limits};
+
+/// What a gate says about itself (`describe`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GateInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    /// A JSON Schema of the params object, as the gate gave it.
+    pub params_schema: String,
+}
+
+/// One evaluation's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    pub decision: Decision,
+    /// What the gate logged and printed, in that order.
+    pub logs: Vec<GateLog>,
+    /// Instantiation and call, as measured by the host.
+    pub elapsed: Duration,
+}
+
+/// The names a component imports and exports, for `gate inspect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GateInterface {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+/// A loaded gate, ready to be called. Cheap to clone.
+#[derive(Clone)]
+pub struct Gate {
+    meta: Arc<GateMeta>,
+    compiled: Arc<Compiled>,
+}
+
+struct GateMeta {
+    label: String,
+    sha256: String,
+    size: u64,
+    info: OnceLock<GateInfo>,
+}
+
+struct Compiled {
+    component: Component,
+    pre: GatePre<HostState>,
+}
+
+impl Gate {
+    /// `stock:NAME` or the component's path.
+    pub fn label(&self) -> &str {
+        &self.meta.label
+    }
+
+    /// The component's sha256, lower-case hex.
+    pub fn sha256(&self) -> &str {
+        &self.meta.sha256
+    }
+
+    /// The component's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.meta.size
+    }
+
+    /// What the gate said about itself, once `describe` has been called.
+    pub fn info(&self) -> Option<&GateInfo> {
+        self.meta.info.get()
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.info().map(|i| i.name.as_str())
+    }
+
+    pub fn version(&self) -> Option<&str> {
+        self.info().map(|i| i.version.as_str())
+    }
+
+    fn error(&self, kind: GateErrorKind) -> GateError {
+        let version = self.info().map(|i| format!("{} {}", i.name, i.version));
+        GateError::new(self.label(), kind).with_version(version)
+    }
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("label", &self.meta.label)
+            .field("sha256", &self.meta.sha256)
+            .field("size", &self.meta.size)
+            .field("info", &self.meta.info.get())
+            .finish()
+    }
+}
+
+/// The process's gate host: build one and share it.
+pub struct GateHost {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: Cache,
+    loaded: Mutex<HashMap<String, Arc<Compiled>>>,
+    ticker: Ticker,
+}
+
+/// The text of a wasmtime error: its causes, without the wasm backtrace
+/// wasmtime attaches as context.
+pub(crate) fn error_text(e: &wasmtime::Error) -> String {
+    // The backtrace is a context layer of the chain; leave it out.
+    let backtrace = e.downcast_ref::<WasmBacktrace>().map(|b| b.to_string());
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| c.to_string())
+        .filter(|c| Some(c) != backtrace.as_ref())
+        .collect();
+    if parts.is_empty() {
+        e.to_string()
+    } else {
+        parts.join(": ")
+    }
+}
+
+fn host_error(label: &str, message: impl Into<String>) -> GateError {
+    GateError::new(
+        label,
+        GateErrorKind::Host {
+            message: message.into(),
+        },
+    )
+}
+
+impl GateHost {
+    /// The engine (epoch interruption on), the linker (WASI with nothing
+    /// granted, plus `host.log`) and the epoch thread. `cache_dir` is the
+    /// root's `cache/`; `None` compiles every gate in memory.
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<GateHost, GateError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(|e| host_error("-", error_text(&e)))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("-", error_text(&e)))?;
+        GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| host_error("-", error_text(&e)))?;
+        let ticker = Ticker::start(engine.clone()).map_err(|e| host_error("-", e.to_string()))?;
+        Ok(GateHost {
+            cache: Cache::new(cache_dir, &engine),
+            engine,
+            linker,
+            loaded: Mutex::new(HashMap::new()),
+            ticker,
+        })
+    }
+
+    /// Where compiled gates are cached; `None` when they are not.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.cache.dir()
+    }
+
+    /// What the compiled-gate cache did so far in this process.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Loads a gate: reads the file (or the embedded stock gate), checks the
+    /// sha256 pin, then compiles it or loads it from the cache, and checks
+    /// it targets the `gate` world. Loaded components are memoised by
+    /// content, so loading one twice in a process costs a hash.
+    pub fn load(&self, source: &GateSource) -> Result<Gate, GateError> {
+        let label = source.to_string();
+        let bytes: std::borrow::Cow<'static, [u8]> = match source {
+            GateSource::Stock(name) => match stock::find(name) {
+                Some(g) => g.bytes.into(),
+                None => {
+                    return Err(GateError::new(
+                        &label,
+                        GateErrorKind::UnknownStock { name: name.clone() },
+                    ));
+                }
+            },
+            GateSource::File { path, .. } => match std::fs::read(path) {
+                Ok(b) => b.into(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(GateError::new(
+                        &label,
+                        GateErrorKind::MissingFile { path: path.clone() },
+                    ));
+                }
+                Err(e) => {
+                    return Err(GateError::new(
+                        &label,
+                        GateErrorKind::Io {
+                            path: path.clone(),
+                            message: e.to_string(),
+                        },
+                    ));
+                }
+            },
+        };
+        let sha256 = sha256_hex(&bytes);
+        if let GateSource::File {
+            sha256: Some(pin), ..
+        } = source
+            && !pin.trim().eq_ignore_ascii_case(&sha256)
+        {
+            return Err(GateError::new(
+                &label,
+                GateErrorKind::HashMismatch {
+                    expected: pin.trim().to_ascii_lowercase(),
+                    actual: sha256,
+                },
+            ));
+        }
+        let compiled = self.compiled(&label, &sha256, &bytes)?;
+        Ok(Gate {
+            meta: Arc::new(GateMeta {
+                label,
+                sha256,
+                size: bytes.len() as u64,
+                info: OnceLock::new(),
+            }),
+            compiled,
+        })
+    }
+
+    fn compiled(&self, label: &str, sha256: &str, bytes: &[u8]) -> Result<Arc<Compiled>, GateError> {
+        if let Some(c) = self.lock_loaded().get(sha256) {
+            return Ok(c.clone());
+        }
+        check_is_component(label, bytes)?;
+        let component = self.cache.load_or_compile(&self.engine, label, sha256, bytes)?;
+        let wrong_world = |e: wasmtime::Error| {
+            GateError::new(
+                label,
+                GateErrorKind::WrongWorld {
+                    detail: error_text(&e),
+                },
+            )
+        };
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong_world)?;
+        let pre = GatePre::new(instance_pre).map_err(wrong_world)?;
+        let compiled = Arc::new(Compiled { component, pre });
+        self.lock_loaded().insert(sha256.to_owned(), compiled.clone());
+        Ok(compiled)
+    }
+
+    fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The names the component imports and exports.
+    pub fn interface(&self, gate: &Gate) -> GateInterface {
+        let ty = gate.compiled.component.component_type();
+        GateInterface {
+            imports: ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect(),
+            exports: ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect(),
+        }
+    }
+
+    /// Asks the gate what it is; remembered on the gate, so later errors
+    /// name its version.
+    pub fn describe(&self, gate: &Gate) -> Result<GateInfo, GateError> {
+        if let Some(info) = gate.info() {
+            return Ok(info.clone());
+        }
+        let (info, _, _) = self.call(gate, &Limits::default(), Timestamp::now(), |store, g| {
+            g.call_describe(store)
+        })?;
+        let info = GateInfo {
+            name: info.name,
+            version: info.version,
+            description: info.description,
+            params_schema: info.params_schema,
+        };
+        let _ = gate.meta.info.set(info.clone());
+        Ok(info)
+    }
+
+    /// Asks the gate whether these params are acceptable.
+    pub fn check_params(&self, gate: &Gate, params: &serde_json::Value) -> Result<(), GateError> {
+        let json = params.to_string();
+        let (answer, _, _) = self.call(gate, &Limits::default(), Timestamp::now(), |store, g| {
+            g.call_check_params(store, &json)
+        })?;
+        answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
+    }
+
+    /// Evaluates the gate against a context, in a fresh instance, under the
+    /// limits.
+    pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
+        let wit_ctx = sandbox::to_wit(ctx);
+        let (answer, logs, elapsed) =
+            self.call(gate, limits, ctx.now, |store, g| g.call_evaluate(store, &wit_ctx))?;
+        match answer {
+            Ok(decision) => Ok(Evaluation {
+                decision: sandbox::from_wit(decision),
+                logs,
+                elapsed,
+            }),
+            Err(message) => {
+                for l in &logs {
+                    tracing::debug!(gate = gate.label(), level = l.level.as_str(), "{}", l.message);
+                }
+                Err(gate.error(GateErrorKind::Refused { message }))
+            }
+        }
+    }
+
+    /// One call in a fresh store: instantiate from the pre-instantiated
+    /// component, then `f`, with the deadline and the memory cap in force.
+    fn call<R>(
+        &self,
+        gate: &Gate,
+        limits: &Limits,
+        now: Timestamp,
+        f: impl FnOnce(&mut Store<HostState>, &GateWorld) -> wasmtime::Result<R>,
+    ) -> Result<(R, Vec<GateLog>, Duration), GateError> {
+        let mut store = Store::new(&self.engine, HostState::new(limits.memory, now));
+        store.limiter(|s| &mut s.budget);
+        let _running = self.ticker.running();
+        let started = Instant::now();
+        store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        let result = gate
+            .compiled
+            .pre
+            .instantiate(&mut store)
+            .and_then(|g| f(&mut store, &g));
+        let elapsed = started.elapsed();
+        match result {
+            Ok(r) => Ok((r, store.data_mut().take_logs(), elapsed)),
+            Err(e) => Err(gate.error(classify(&e, store.data(), limits))),
+        }
+    }
+}
+
+/// Epoch ticks for a timeout: rounded up, at least one.
+fn deadline_ticks(timeout: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_nanos();
+    (timeout.as_nanos().div_ceil(tick) as u64).max(1)
+}
+
+/// Which limit or fault ended a call, from the store's own record and the
+/// error's type; never from the error's text.
+fn classify(e: &wasmtime::Error, state: &HostState, limits: &Limits) -> GateErrorKind {
+    if state.budget.hit {
+        return GateErrorKind::MemoryCap { limit: limits.memory };
+    }
+    if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return GateErrorKind::Timeout {
+            limit: limits.timeout,
+        };
+    }
+    GateErrorKind::Trap {
+        message: error_text(e),
+        guest_output: state.guest_output(),
+    }
+}
+
+/// Refuses what is not a component before handing it to the compiler, so
+/// the error says what the file is.
+fn check_is_component(label: &str, bytes: &[u8]) -> Result<(), GateError> {
+    // The preamble: magic, then a u16 version and a u16 layer (0: a core
+    // module, 1: a component).
+    let detail = match bytes.get(..8) {
+        Some([0, b'a', b's', b'm', _, _, 1, 0]) => return Ok(()),
+        Some([0, b'a', b's', b'm', _, _, 0, 0]) => {
+            "it is a core WebAssembly module; build it as a component (wasm32-wasip2, or wrap it with `wasm-tools component new`)"
+        }
+        Some([0, b'a', b's', b'm', ..]) => "unknown WebAssembly layer",
+        _ => "the file does not start with the WebAssembly magic number",
+    };
+    Err(GateError::new(
+        label,
+        GateErrorKind::NotAComponent {
+            detail: detail.to_owned(),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_rounds_up() {
+        assert_eq!(deadline_ticks(Duration::ZERO), 1);
+        assert_eq!(deadline_ticks(EPOCH_TICK), 1);
+        assert_eq!(deadline_ticks(EPOCH_TICK + Duration::from_nanos(1)), 2);
+        assert_eq!(deadline_ticks(Duration::from_secs(1)), 500);
+    }
+
+    #[test]
+    fn non_components_are_named_for_what_they_are() {
+        let core = b"\0asm\x01\0\0\0";
+        for (bytes, is_err) in [
+            (&b"hello"[..], true),
+            (&core[..], true),
+            (&b"\0asm\x0d\0\x01\0"[..], false),
+        ] {
+            let r = check_is_component("x", bytes);
+            assert_eq!(r.is_err(), is_err, "{bytes:?}");
+            if let Err(e) = r {
+                assert!(matches!(e.kind(), GateErrorKind::NotAComponent { .. }));
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The epoch ticker: a thread that advances the engine's epoch while a gate
+//! call runs, which is what makes epoch deadlines (timeouts) fire. It parks
+//! when no call runs, so an idle process does not wake up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::Engine;
+
+/// How often the epoch advances while a call runs: the timeout's granularity.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// Advances the engine's epoch while at least one call runs, so timeouts
+/// fire; parks otherwise, so an idle process does not wake up.
+pub(crate) struct Ticker {
+    shared: Arc<TickerShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct TickerShared {
+    running: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl Ticker {
+    pub(crate) fn start(engine: Engine) -> std::io::Result<Ticker> {
+        let shared = Arc::new(TickerShared {
+            running: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("gate-epoch".into())
+            .spawn(move || {
+                while !s.stop.load(Ordering::Acquire) {
+                    if s.running.load(Ordering::Acquire) == 0 {
+                        std::thread::park();
+                        continue;
+                    }
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
+        Ok(Ticker {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Marks a call as running until the guard drops.
+    pub(crate) fn running(&self) -> RunningGuard<'_> {
+        self.shared.running.fetch_add(1, Ordering::AcqRel);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+        RunningGuard(self)
+    }
+}
+
+pub(crate) struct RunningGuard<'a>(&'a Ticker);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.shared.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! Test gates built from WAT: a well-behaved one and hostile ones (loops,
+//! memory bombs, traps, spew, sandbox probes), encoded as components for
+//! the `gate` world with the wat and wit-component crates.
+
+use std::path::Path;
+
+/// The context record's field offsets (canonical ABI, passed by pointer).
+pub const CTX_LOOP_NAME: u32 = 0;
+pub const CTX_TICK: u32 = 16;
+
+/// Where the return area lives in the test gates' memory.
+const RET: u32 = 512;
+
+/// A gate whose `evaluate` runs `body`, WAT instructions leaving the return
+/// pointer on the stack. Helpers available to `body`:
+/// `(call $decide (i32 decision) (i32 ptr) (i32 len))`, `(call $refuse (ptr) (len))`,
+/// and `$ctx` (the context pointer) as a local. Strings go in `data`
+/// as `(offset, text)`; offsets 1024..4096 are free for them.
+pub struct WatGate {
+    pub body: String,
+    pub data: Vec<(u32, String)>,
+    /// Extra imports and functions (WAT module fields).
+    pub extra: String,
+    /// Whether the module imports WASI preview1 (wrapped with the adapter).
+    pub wasi: bool,
+}
+
+impl WatGate {
+    pub fn new(body: &str) -> WatGate {
+        WatGate {
+            body: body.to_owned(),
+            data: Vec::new(),
+            extra: String::new(),
+            wasi: false,
+        }
+    }
+
+    pub fn data(mut self, offset: u32, text: &str) -> WatGate {
+        self.data.push((offset, text.to_owned()));
+        self
+    }
+
+    pub fn extra(mut self, wat: &str) -> WatGate {
+        self.extra.push_str(wat);
+        self
+    }
+
+    pub fn wasi(mut self) -> WatGate {
+        self.wasi = true;
+        self
+    }
+
+    fn module(&self) -> String {
+        let data: String = self
+            .data
+            .iter()
+            .map(|(off, text)| format!("(data (i32.const {off}) \"{}\")\n", escape(text)))
+            .collect();
+        let wasi_imports = if self.wasi {
+            r#"
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "environ_sizes_get" (func $environ_sizes_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $args_sizes_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_prestat_get" (func $fd_prestat_get (param i32 i32) (result i32)))
+"#
+        } else {
+            ""
+        };
+        format!(
+            r#"(module
+  (import "automaton:gate/host@0.1.0" "log" (func $log (param i32 i32 i32)))
+  {wasi_imports}
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 8192))
+  (data (i32.const 100) "test-gate")
+  (data (i32.const 120) "0.1.0")
+  (data (i32.const 130) "a gate for tests")
+  (data (i32.const 150) "{{\"type\":\"object\"}}")
+  (data (i32.const 180) "params must be a JSON object")
+  {data}
+  (func $realloc (export "cabi_realloc") (param $old i32) (param $old_size i32) (param $align i32) (param $new_size i32) (result i32)
+    (local $p i32)
+    (local.set $p (i32.and
+      (i32.add (global.get $heap) (i32.sub (local.get $align) (i32.const 1)))
+      (i32.sub (i32.const 0) (local.get $align))))
+    (global.set $heap (i32.add (local.get $p) (local.get $new_size)))
+    (block $ok
+      (loop $grow
+        (br_if $ok (i32.le_u (global.get $heap) (i32.mul (memory.size) (i32.const 65536))))
+        (if (i32.eq (memory.grow (i32.const 1)) (i32.const -1)) (then unreachable))
+        (br $grow)))
+    (if (local.get $old_size)
+      (then (memory.copy (local.get $p) (local.get $old) (local.get $old_size))))
+    (local.get $p))
+  (func (export "describe") (result i32)
+    (i32.store (i32.const {RET}) (i32.const 100))
+    (i32.store (i32.const {r4}) (i32.const 9))
+    (i32.store (i32.const {r8}) (i32.const 120))
+    (i32.store (i32.const {r12}) (i32.const 5))
+    (i32.store (i32.const {r16}) (i32.const 130))
+    (i32.store (i32.const {r20}) (i32.const 16))
+    (i32.store (i32.const {r24}) (i32.const 150))
+    (i32.store (i32.const {r28}) (i32.const 17))
+    (i32.const {RET}))
+  (func (export "check-params") (param $p i32) (param $len i32) (result i32)
+    (if (i32.and (i32.gt_u (local.get $len) (i32.const 0))
+                 (i32.eq (i32.load8_u (local.get $p)) (i32.const 123)))
+      (then (i32.store8 (i32.const {RET}) (i32.const 0)) (return (i32.const {RET}))))
+    (i32.store8 (i32.const {RET}) (i32.const 1))
+    (i32.store (i32.const {r4}) (i32.const 180))
+    (i32.store (i32.const {r8}) (i32.const 28))
+    (i32.const {RET}))
+  (func $decide (param $d i32) (param $p i32) (param $len i32) (result i32)
+    (i32.store8 (i32.const {RET}) (i32.const 0))
+    (i32.store8 (i32.const {r4}) (local.get $d))
+    (i32.store (i32.const {r8}) (local.get $p))
+    (i32.store (i32.const {r12}) (local.get $len))
+    (i32.const {RET}))
+  (func $refuse (param $p i32) (param $len i32) (result i32)
+    (i32.store8 (i32.const {RET}) (i32.const 1))
+    (i32.store (i32.const {r4}) (local.get $p))
+    (i32.store (i32.const {r8}) (local.get $len))
+    (i32.const {RET}))
+  {extra}
+  (func (export "evaluate") (param $ctx i32) (result i32)
+    {body})
+)"#,
+            r4 = RET + 4,
+            r8 = RET + 8,
+            r12 = RET + 12,
+            r16 = RET + 16,
+            r20 = RET + 20,
+            r24 = RET + 24,
+            r28 = RET + 28,
+            extra = self.extra,
+            body = self.body,
+        )
+    }
+
+    /// The component's bytes.
+    pub fn build(&self) -> Vec<u8> {
+        let mut resolve = wit_parser::Resolve::default();
+        let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit");
+        let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/ parses");
+        let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
+        encode(&self.module(), &resolve, world, self.wasi)
+    }
+}
+
+fn encode(wat: &str, resolve: &wit_parser::Resolve, world: wit_parser::WorldId, wasi: bool) -> Vec<u8> {
+    let mut module = wat::parse_str(wat).unwrap_or_else(|e| panic!("{e}\n{wat}"));
+    wit_component::embed_component_metadata(&mut module, resolve, world, wit_component::StringEncoding::UTF8)
+        .unwrap();
+    let mut enc = wit_component::ComponentEncoder::default()
+        .validate(true)
+        .module(&module)
+        .unwrap();
+    if wasi {
+        enc = enc
+            .adapter(
+                "wasi_snapshot_preview1",
+                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+            )
+            .unwrap();
+    }
+    enc.encode().unwrap()
+}
+
+fn escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => format!("\\{}", b as char),
+            0x20..=0x7e => (b as char).to_string(),
+            _ => format!("\\{b:02x}"),
+        })
+        .collect()
+}
+
+/// A component for another world: `export run: func() -> u32`, optionally
+/// importing an interface the host does not offer.
+pub fn other_world(with_import: bool) -> Vec<u8> {
+    let (wit, module_import) = if with_import {
+        (
+            "package test:other;\ninterface missing { poke: func(); }\nworld other { import missing; export run: func() -> u32; }",
+            r#"(import "test:other/missing" "poke" (func))"#,
+        )
+    } else {
+        (
+            "package test:other;\nworld other { export run: func() -> u32; }",
+            "",
+        )
+    };
+    let mut resolve = wit_parser::Resolve::default();
+    let pkg = resolve.push_str("other.wit", wit).unwrap();
+    let world = resolve.select_world(&[pkg], Some("other")).unwrap();
+    let wat = format!(
+        r#"(module {module_import} (memory (export "memory") 1) (func (export "run") (result i32) (i32.const 7)))"#
+    );
+    encode(&wat, &resolve, world, false)
+}
+
+// ---- the gates ----
+
+/// Proceeds, or completes from tick 3 on; skips when the loop is named
+/// "skip-me"; logs one line at info.
+pub fn good() -> Vec<u8> {
+    WatGate::new(&format!(
+        r#"(call $log (i32.const 2) (i32.const 1024) (i32.const 11))
+    (if (i64.ge_u (i64.load (i32.add (local.get $ctx) (i32.const {CTX_TICK}))) (i64.const 3))
+      (then (return (call $decide (i32.const 4) (i32.const 1040) (i32.const 9)))))
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))"#
+    ))
+    .data(1024, "hello, host")
+    .data(1040, "all done!")
+    .build()
+}
+
+/// Skips with the loop's name as the reason: the context reached the gate.
+pub fn echo_loop_name() -> Vec<u8> {
+    WatGate::new(&format!(
+        "(call $decide (i32.const 1)
+       (i32.load (i32.add (local.get $ctx) (i32.const {CTX_LOOP_NAME})))
+       (i32.load (i32.add (local.get $ctx) (i32.const {})))) ",
+        CTX_LOOP_NAME + 4
+    ))
+    .build()
+}
+
+pub fn infinite_loop() -> Vec<u8> {
+    WatGate::new("(loop $spin (br $spin)) (unreachable)").build()
+}
+
+pub fn memory_bomb() -> Vec<u8> {
+    WatGate::new("(loop $eat (drop (memory.grow (i32.const 16))) (br $eat)) (unreachable)").build()
+}
+
+pub fn deep_recursion() -> Vec<u8> {
+    WatGate::new("(call $down (i32.const 0))")
+        .extra("(func $down (param i32) (result i32) (call $down (i32.add (local.get 0) (i32.const 1))))")
+        .build()
+}
+
+/// Writes a panic message to stderr, then traps.
+pub fn panics() -> Vec<u8> {
+    WatGate::new(
+        "(i32.store (i32.const 600) (i32.const 1024))
+    (i32.store (i32.const 604) (i32.const 38))
+    (drop (call $fd_write (i32.const 2) (i32.const 600) (i32.const 1) (i32.const 608)))
+    (unreachable)",
+    )
+    .data(1024, "thread panicked at src/lib.rs: boom!!\n")
+    .wasi()
+    .build()
+}
+
+/// Writes `lines` lines of 64 bytes to stdout (`None`: forever), then
+/// proceeds.
+pub fn spew(lines: Option<u32>) -> Vec<u8> {
+    let cond = match lines {
+        Some(n) => format!("(br_if $more (i32.lt_u (local.get $i) (i32.const {n})))"),
+        None => "(br $more)".to_owned(),
+    };
+    WatGate::new(&format!(
+        "(local $i i32)
+    (i32.store (i32.const 600) (i32.const 1024))
+    (i32.store (i32.const 604) (i32.const 64))
+    (loop $more
+      (drop (call $fd_write (i32.const 1) (i32.const 600) (i32.const 1) (i32.const 608)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      {cond})
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))"
+    ))
+    .data(1024, &format!("{}\n", "y".repeat(63)))
+    .wasi()
+    .build()
+}
+
+/// Halts when it finds a preopened directory (it could read files), else
+/// proceeds.
+pub fn reads_files() -> Vec<u8> {
+    WatGate::new(
+        "(if (i32.eqz (call $fd_prestat_get (i32.const 3) (i32.const 640)))
+      (then (return (call $decide (i32.const 3) (i32.const 1024) (i32.const 18)))))
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))",
+    )
+    .data(1024, "found a preopen!!!")
+    .wasi()
+    .build()
+}
+
+/// Halts when it sees any environment variable or argument, else proceeds.
+pub fn reads_env() -> Vec<u8> {
+    WatGate::new(
+        "(drop (call $environ_sizes_get (i32.const 640) (i32.const 644)))
+    (drop (call $args_sizes_get (i32.const 648) (i32.const 652)))
+    (if (i32.or (i32.load (i32.const 640)) (i32.load (i32.const 648)))
+      (then (return (call $decide (i32.const 3) (i32.const 1024) (i32.const 12)))))
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))",
+    )
+    .data(1024, "sees env/arg")
+    .wasi()
+    .build()
+}
+
+/// Returns an error instead of a decision.
+pub fn refuses() -> Vec<u8> {
+    WatGate::new("(call $refuse (i32.const 1024) (i32.const 21))")
+        .data(1024, "cannot read the state")
+        .build()
+}

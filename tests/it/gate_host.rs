@@ -1,0 +1,510 @@
+//! The gate host, driven through the library and the real binary: good and
+//! hostile gates give their decision or their typed error naming the gate,
+//! the host keeps working after each failure, and the compiled-gate cache
+//! is used and repaired.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use automaton::gate::{
+    Context, Decision, GateErrorKind, GateHost, GateSource, Limits, LogSource, OUTPUT_LIMIT,
+};
+
+use crate::gate_fixtures as fx;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+}
+
+fn file(path: &Path) -> GateSource {
+    GateSource::File {
+        path: path.to_owned(),
+        sha256: None,
+    }
+}
+
+fn limits(timeout_ms: u64, memory: u64) -> Limits {
+    Limits {
+        timeout: Duration::from_millis(timeout_ms),
+        memory,
+    }
+}
+
+/// After any failure, a good gate still evaluates in the same host.
+fn assert_host_still_works(host: &GateHost, fx: &Fixture) {
+    let good = host
+        .load(&file(&fx.write("good-after.wasm", &fx::good())))
+        .unwrap();
+    let e = host
+        .evaluate(&good, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+}
+
+#[test]
+fn good_gate_describes_checks_and_decides() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host.load(&file(&fx.write("good.wasm", &fx::good()))).unwrap();
+    assert_eq!(gate.size(), fx::good().len() as u64);
+    assert_eq!(gate.sha256().len(), 64);
+    let info = host.describe(&gate).unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.version.as_str()),
+        ("test-gate", "0.1.0")
+    );
+    assert_eq!(gate.version(), Some("0.1.0"));
+    assert_eq!(info.params_schema, r#"{"type":"object"}"#);
+
+    host.check_params(&gate, &serde_json::json!({"every": 2}))
+        .unwrap();
+    let err = host.check_params(&gate, &serde_json::json!([1])).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        &GateErrorKind::ParamsRejected {
+            message: "params must be a JSON object".into()
+        }
+    );
+    assert!(err.to_string().contains("(test-gate 0.1.0)"), "{err}");
+
+    let mut ctx = Context::default();
+    let e = host.evaluate(&gate, &ctx, &Limits::default()).unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+    assert_eq!(e.logs.len(), 1);
+    assert_eq!(e.logs[0].message, "hello, host");
+    assert_eq!(e.logs[0].source, LogSource::Host);
+    ctx.tick = 3;
+    let e = host.evaluate(&gate, &ctx, &Limits::default()).unwrap();
+    assert_eq!(e.decision, Decision::Complete("all done!".into()));
+}
+
+#[test]
+fn context_reaches_the_gate() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("echo.wasm", &fx::echo_loop_name())))
+        .unwrap();
+    let ctx = Context {
+        loop_name: "nightly-fixes".into(),
+        ..Context::default()
+    };
+    let e = host.evaluate(&gate, &ctx, &Limits::default()).unwrap();
+    assert_eq!(e.decision, Decision::Skip("nightly-fixes".into()));
+}
+
+#[test]
+fn infinite_loop_times_out_naming_the_gate() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let path = fx.write("spin.wasm", &fx::infinite_loop());
+    let gate = host.load(&file(&path)).unwrap();
+    host.describe(&gate).unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &limits(50, 16 << 20))
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        &GateErrorKind::Timeout {
+            limit: Duration::from_millis(50)
+        }
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("spin.wasm") && msg.contains("test-gate 0.1.0"),
+        "{msg}"
+    );
+    assert!(msg.contains("timed out after 50ms"), "{msg}");
+    // The same gate again: a fresh instance, the same typed error.
+    let again = host
+        .evaluate(&gate, &Context::default(), &limits(20, 16 << 20))
+        .unwrap_err();
+    assert!(matches!(again.kind(), GateErrorKind::Timeout { .. }));
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn memory_bomb_hits_the_cap() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("bomb.wasm", &fx::memory_bomb())))
+        .unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &limits(5_000, 8 << 20))
+        .unwrap_err();
+    assert_eq!(err.kind(), &GateErrorKind::MemoryCap { limit: 8 << 20 });
+    assert!(err.to_string().contains("memory limit of 8 MiB"), "{err}");
+    assert!(err.to_string().contains("bomb.wasm"), "{err}");
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn deep_recursion_is_a_trap() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("recurse.wasm", &fx::deep_recursion())))
+        .unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &limits(5_000, 16 << 20))
+        .unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::Trap { .. }), "{err:?}");
+    assert!(err.to_string().contains("recurse.wasm"), "{err}");
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn panic_text_from_stderr_travels_with_the_trap() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host.load(&file(&fx.write("panic.wasm", &fx::panics()))).unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap_err();
+    match err.kind() {
+        GateErrorKind::Trap { guest_output, .. } => {
+            assert_eq!(guest_output, "thread panicked at src/lib.rs: boom!!")
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    assert!(err.to_string().contains("boom!!"), "{err}");
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn endless_stdout_is_bounded() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    // 20,000 lines of 64 bytes: 1.25 MiB, twenty times the limit.
+    let gate = host
+        .load(&file(&fx.write("spew.wasm", &fx::spew(Some(20_000)))))
+        .unwrap();
+    let e = host
+        .evaluate(&gate, &Context::default(), &limits(60_000, 16 << 20))
+        .unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+    let total: usize = e.logs.iter().map(|l| l.message.len() + 1).sum();
+    assert!(total <= OUTPUT_LIMIT + 200, "{total}");
+    let last = e.logs.last().unwrap();
+    assert_eq!(last.source, LogSource::Stdout);
+    assert!(
+        last.message
+            .contains(&format!("{} more bytes", 20_000 * 64 - OUTPUT_LIMIT)),
+        "{}",
+        last.message
+    );
+    // Forever: the timeout ends it, and the host goes on.
+    let forever = host
+        .load(&file(&fx.write("spew-forever.wasm", &fx::spew(None))))
+        .unwrap();
+    let err = host
+        .evaluate(&forever, &Context::default(), &limits(100, 16 << 20))
+        .unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::Timeout { .. }), "{err:?}");
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn sandbox_grants_no_files_env_or_args() {
+    let fx = Fixture::new();
+    // SAFETY-free way to make sure the host process has something to leak.
+    assert!(std::env::vars().count() > 0);
+    let host = GateHost::new(None).unwrap();
+    for (name, bytes) in [("files.wasm", fx::reads_files()), ("env.wasm", fx::reads_env())] {
+        let gate = host.load(&file(&fx.write(name, &bytes))).unwrap();
+        let e = host
+            .evaluate(&gate, &Context::default(), &Limits::default())
+            .unwrap();
+        assert_eq!(e.decision, Decision::Proceed, "{name}");
+    }
+}
+
+#[test]
+fn refusal_is_typed() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("refuse.wasm", &fx::refuses())))
+        .unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        &GateErrorKind::Refused {
+            message: "cannot read the state".into()
+        }
+    );
+}
+
+#[test]
+fn bad_components_are_refused_at_load() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let good = fx::good();
+
+    let text = fx.write("notes.wasm", b"this is not wasm");
+    let err = host.load(&file(&text)).unwrap_err();
+    assert!(
+        matches!(err.kind(), GateErrorKind::NotAComponent { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("notes.wasm"), "{err}");
+
+    let core = fx.write("core.wasm", &wat::parse_str("(module)").unwrap());
+    let err = host.load(&file(&core)).unwrap_err();
+    assert!(
+        matches!(err.kind(), GateErrorKind::NotAComponent { .. }),
+        "{err:?}"
+    );
+
+    let truncated = fx.write("truncated.wasm", &good[..good.len() / 2]);
+    let err = host.load(&file(&truncated)).unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::Compile { .. }), "{err:?}");
+
+    for (name, with_import) in [("other.wasm", false), ("other-import.wasm", true)] {
+        let p = fx.write(name, &fx::other_world(with_import));
+        let err = host.load(&file(&p)).unwrap_err();
+        assert!(
+            matches!(err.kind(), GateErrorKind::WrongWorld { .. }),
+            "{name}: {err:?}"
+        );
+        assert!(err.to_string().contains(name), "{err}");
+    }
+
+    let missing = fx.dir.path().join("nope.wasm");
+    let err = host.load(&file(&missing)).unwrap_err();
+    assert_eq!(err.kind(), &GateErrorKind::MissingFile { path: missing });
+
+    let err = host.load(&GateSource::Stock("no-such-gate".into())).unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::UnknownStock { .. }));
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn sha256_pin_is_enforced() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let bytes = fx::good();
+    let path = fx.write("pinned.wasm", &bytes);
+    let actual = automaton::gate::sha256_hex(&bytes);
+    let pinned = |pin: &str| GateSource::File {
+        path: path.clone(),
+        sha256: Some(pin.to_owned()),
+    };
+    host.load(&pinned(&actual.to_uppercase())).unwrap();
+    let wrong = "0".repeat(64);
+    let err = host.load(&pinned(&wrong)).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        &GateErrorKind::HashMismatch {
+            expected: wrong,
+            actual
+        }
+    );
+}
+
+#[test]
+fn cache_hit_on_second_load_and_corrupt_entries_are_recompiled() {
+    let fx = Fixture::new();
+    let path = fx.write("cached.wasm", &fx::good());
+    let first = GateHost::new(Some(fx.cache())).unwrap();
+    first.load(&file(&path)).unwrap();
+    assert_eq!(first.cache_stats().compiled, 1);
+    // Memoised within a process: no second compile, no cache read.
+    first.load(&file(&path)).unwrap();
+    assert_eq!(first.cache_stats().compiled, 1);
+    assert_eq!(first.cache_stats().hits, 0);
+
+    let second = GateHost::new(Some(fx.cache())).unwrap();
+    let gate = second.load(&file(&path)).unwrap();
+    assert_eq!(second.cache_stats().hits, 1);
+    assert_eq!(second.cache_stats().compiled, 0);
+    second
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+
+    let entries: Vec<PathBuf> = std::fs::read_dir(fx.cache().join("gates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    let good_entry = std::fs::read(entry).unwrap();
+    // Cached artefacts are mapped, not read: rewriting one in place under a
+    // live host would pull pages from under it. The cache itself only ever
+    // renames new files into place; here no host holds the entry.
+    drop(gate);
+    drop(second);
+
+    for corrupt in [
+        b"garbage".to_vec(),
+        good_entry[..good_entry.len() / 2].to_vec(),
+        Vec::new(),
+    ] {
+        std::fs::write(entry, &corrupt).unwrap();
+        let host = GateHost::new(Some(fx.cache())).unwrap();
+        let gate = host.load(&file(&path)).unwrap();
+        let s = host.cache_stats();
+        assert_eq!((s.rejected, s.compiled, s.hits), (1, 1, 0), "{s:?}");
+        host.evaluate(&gate, &Context::default(), &Limits::default())
+            .unwrap();
+        // Repaired: the next process hits.
+        let next = GateHost::new(Some(fx.cache())).unwrap();
+        next.load(&file(&path)).unwrap();
+        assert_eq!(next.cache_stats().hits, 1);
+    }
+}
+
+// ---- the binary ----
+
+fn automaton() -> Command {
+    let mut c = Command::cargo_bin("automaton").unwrap();
+    c.env_remove("AUTOMATON_ROOT").env_remove("RUST_LOG");
+    c
+}
+
+#[test]
+fn gate_test_prints_the_decision_and_logs() {
+    let fx = Fixture::new();
+    let path = fx.write("good.wasm", &fx::good());
+    let ctx = fx.write("ctx.json", br#"{"tick": 5, "loop_name": "x"}"#);
+    let out = automaton()
+        .args(["gate", "test"])
+        .arg(&path)
+        .arg("--context")
+        .arg(&ctx)
+        .arg("--json")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["decision"], "complete");
+    assert_eq!(v["reason"], "all done!");
+    assert_eq!(v["info"]["name"], "test-gate");
+    assert_eq!(v["logs"][0]["message"], "hello, host");
+    assert!(v["elapsed_us"].is_u64());
+
+    // Context from stdin, human output.
+    automaton()
+        .args(["gate", "test"])
+        .arg(&path)
+        .args(["--context", "-"])
+        .write_stdin(r#"{"tick": 0}"#)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("decision: proceed"))
+        .stdout(predicates::str::contains("hello, host"));
+}
+
+#[test]
+fn gate_test_reports_a_gate_error_once_with_exit_1() {
+    let fx = Fixture::new();
+    let path = fx.write("spin.wasm", &fx::infinite_loop());
+    let out = automaton()
+        .args(["gate", "test"])
+        .arg(&path)
+        .args(["--timeout", "50ms"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("spin.wasm"), "{stderr}");
+    assert!(stderr.contains("timed out after 50ms"), "{stderr}");
+    assert_eq!(stderr.matches("timed out").count(), 1, "{stderr}");
+    assert!(out.stdout.is_empty());
+
+    automaton()
+        .args(["gate", "test"])
+        .arg(fx.write("text.wasm", b"hello"))
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("not a WebAssembly component"));
+    automaton()
+        .args(["gate", "test"])
+        .arg(&path)
+        .args(["--params", "{not json"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn gate_inspect_shows_interface_and_hash() {
+    let fx = Fixture::new();
+    let bytes = fx::panics();
+    let path = fx.write("panic.wasm", &bytes);
+    let out = automaton()
+        .args(["gate", "inspect", "--json"])
+        .arg(&path)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["sha256"], automaton::gate::sha256_hex(&bytes));
+    assert_eq!(v["size"], bytes.len());
+    let exports: Vec<&str> = v["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(exports, ["describe", "check-params", "evaluate"]);
+    let imports = v["imports"].to_string();
+    assert!(imports.contains("automaton:gate/host@0.1.0"), "{imports}");
+    assert!(imports.contains("wasi:cli/stderr"), "{imports}");
+}
+
+#[test]
+fn gate_compile_warms_the_cache() {
+    let fx = Fixture::new();
+    let path = fx.write("warm.wasm", &fx::good());
+    let root = fx.dir.path();
+    automaton()
+        .arg("--root")
+        .arg(root)
+        .args(["gate", "compile"])
+        .arg(&path)
+        .assert()
+        .success()
+        .stdout(predicates::str::starts_with("compiled: "));
+    automaton()
+        .arg("--root")
+        .arg(root)
+        .args(["gate", "compile"])
+        .arg(&path)
+        .assert()
+        .success()
+        .stdout(predicates::str::starts_with("already cached: "));
+    automaton()
+        .args(["-v", "-v", "gate", "test"])
+        .arg(&path)
+        .env("AUTOMATON_ROOT", root)
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("gate cache hit"));
+}
