@@ -45,6 +45,9 @@ pub enum Error {
     #[error(transparent)]
     Gate(#[from] crate::gate::GateError),
 
+    #[error(transparent)]
+    Schedule(#[from] crate::schedule::ScheduleError),
+
     #[error("cannot write output")]
     Output(#[source] io::Error),
 
@@ -74,6 +77,8 @@ impl Error {
             Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
             Error::Gate(_) => 1,
+            // A cadence a backend cannot say, a scheduler command that failed.
+            Error::Schedule(_) => 1,
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
             Error::Output(_) => 1,
         }

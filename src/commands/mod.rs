@@ -2,11 +2,13 @@
 //! changes the loop, load, change the typed state, save, render.
 
 mod check_gate;
+mod daemon;
 mod history;
 mod init;
 mod new;
 mod ops;
 mod render;
+mod schedule;
 mod status;
 mod tick;
 
@@ -42,6 +44,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Rm(args) => ops::rm(&Root::open(root)?, &args, out),
         Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
+        Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
+        Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut Cli::command(), "automaton", out);
             Ok(0)

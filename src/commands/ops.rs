@@ -59,6 +59,8 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
             from,
         }])
     })?;
+    // Outside the lock: a schedule a halt or completion disabled runs again.
+    crate::schedule::loop_resumed(root, dir.name());
     let line = if from == Status::Active {
         format!("loop {} was already active", dir.name())
     } else {
