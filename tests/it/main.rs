@@ -3,8 +3,10 @@
 
 mod approvals;
 mod common;
+mod daemon;
 mod locking;
 mod loops;
+mod schedule;
 mod snapshots;
 mod tick;
 mod tick_gates;
