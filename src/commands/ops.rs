@@ -142,6 +142,7 @@ pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
         }
         store::remove_loop(&dir, held)
     })?;
+    crate::schedule::loop_removed(root, dir.name());
     if t.json.json {
         super::emit_json(
             out,

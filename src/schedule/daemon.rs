@@ -152,12 +152,15 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
             };
             match rx.recv_timeout(wait) {
                 Ok(Msg::Signal(sig)) if stop.is_none() => {
-                    tracing::info!(
-                        "{}: no more ticks are started; waiting up to {} for {} running",
-                        signal_hook::low_level::signal_name(sig).unwrap_or("signal"),
-                        humantime::format_duration(opts.grace),
-                        running.len()
-                    );
+                    let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
+                    match running.len() {
+                        0 => tracing::info!("{name}: stopping"),
+                        n => tracing::info!(
+                            "{name}: no more ticks are started; waiting up to {} for {n} running \
+                             (a second signal stops their steps now)",
+                            humantime::format_duration(opts.grace)
+                        ),
+                    }
                     stop = Some(Instant::now() + opts.grace);
                 }
                 Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
@@ -299,12 +302,10 @@ fn rescan(root: &Root, loops: &mut HashMap<String, Entry>, running: &HashMap<Str
                     .ok()
                     .and_then(|st| st.last_tick.map(|t| t.started_at)),
             };
-            let first = when.first(last, now)?;
-            tracing::info!(
-                "loop {name:?} scheduled ({}), next at {first}",
-                super::describe(s)
-            );
-            Some(jittered(first, s.jitter.map(|j| j.0)))
+            let first = jittered(when.first(last, now)?, s.jitter.map(|j| j.0));
+            let at = first.round(jiff::Unit::Second).unwrap_or(first);
+            tracing::info!("loop {name:?} scheduled ({}), next at {at}", super::describe(s));
+            Some(first)
         });
     }
 }

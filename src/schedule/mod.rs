@@ -285,6 +285,28 @@ pub fn loop_resumed(root: &Root, name: &LoopName) {
     switch(root, name, true);
 }
 
+/// Called after `rm`: a schedule left behind would fire ticks of a loop
+/// that no longer exists, so it is removed too. Best effort.
+pub fn loop_removed(root: &Root, name: &LoopName) {
+    let (r, actions) = match plan_remove(root, name.as_str()) {
+        Ok(plan) => plan,
+        Err(crate::Error::Schedule(ScheduleError::NotInstalled { .. })) => return,
+        Err(e) => {
+            tracing::warn!("loop {:?}: cannot read its schedule record: {e}", name.as_str());
+            return;
+        }
+    };
+    match perform_removal(root, &r, &actions) {
+        Ok(()) => tracing::info!("loop {:?}: removed its {} schedule", name.as_str(), r.backend),
+        Err(e) => tracing::warn!(
+            "loop {:?}: could not remove its {} schedule {}: {e}; `automaton schedule remove` retries",
+            name.as_str(),
+            r.backend,
+            r.name
+        ),
+    }
+}
+
 impl From<Unsupported> for crate::Error {
     fn from(e: Unsupported) -> crate::Error {
         crate::Error::Schedule(e.into())

@@ -467,3 +467,18 @@ fn a_failing_scheduler_command_never_fails_the_tick() {
         "still recorded as enabled, so resume or a later halt tries again"
     );
 }
+
+#[test]
+fn removing_a_loop_removes_its_schedule() {
+    let f = Fake::new();
+    looped(&f, "hello", "every = \"1m\"");
+    f.ok(&["schedule", "install", "hello", "--backend", "cron"]);
+    assert!(
+        std::fs::read_to_string(&f.crontab)
+            .unwrap()
+            .contains("'tick' 'hello'")
+    );
+    f.ok(&["rm", "hello", "--force"]);
+    assert_eq!(std::fs::read_to_string(&f.crontab).unwrap(), "");
+    assert!(f.ok(&["schedule", "show"]).contains("no OS schedules installed"));
+}
