@@ -266,3 +266,62 @@ fn a_halted_loop_stays_halted_and_the_daemon_keeps_going() {
         1
     );
 }
+
+#[test]
+fn a_changed_cadence_is_picked_up() {
+    let env = Env::new();
+    env.new_loop("slow", &scheduled("true", "1h"));
+    let d = Daemon::start(&env, &[]);
+    until("the first tick", || ticks(&env, "slow") >= 1);
+    std::fs::write(env.loop_dir("slow").join("loop.toml"), scheduled("true", "1s")).unwrap();
+    until("ticks on the new cadence", || ticks(&env, "slow") >= 3);
+    assert_eq!(d.terminate(), Some(0));
+}
+
+#[test]
+fn a_schedule_the_daemon_cannot_read_is_logged_and_the_rest_go_on() {
+    let env = Env::new();
+    env.new_loop("odd", "step = \"true\"\n[schedule]\ncron = \"0 0 31 2 *\"\n");
+    env.new_loop("broken", &scheduled("true", "1s"));
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("a clock tick", || ticks(&env, "clock") >= 1);
+    std::fs::write(
+        env.loop_dir("broken").join("loop.toml"),
+        "step = \"true\"\nbogus = 1\n",
+    )
+    .unwrap();
+    let clock_then = ticks(&env, "clock");
+    until("more clock ticks", || ticks(&env, "clock") >= clock_then + 2);
+    let log = d.log();
+    assert_eq!(d.terminate(), Some(0));
+    assert!(
+        log.contains("loop \"broken\" is not scheduled") && log.contains("bogus"),
+        "{log}"
+    );
+    assert_eq!(ticks(&env, "odd"), 0, "February 31st never comes");
+}
+
+#[test]
+fn max_concurrent_bounds_the_ticks_running_at_once() {
+    let env = Env::new();
+    let d = dir(&env);
+    // Each step holds a directory while it runs; a second step that finds
+    // it taken marks an overlap.
+    let step = format!(
+        "mkdir '{0}/one' 2>/dev/null || touch '{0}/overlap'; sleep 0.2; rmdir '{0}/one' 2>/dev/null; true",
+        d.display()
+    );
+    for name in ["a", "b", "c"] {
+        env.new_loop(name, &scheduled(&step, "1s"));
+    }
+    let daemon = Daemon::start(&env, &["--max-concurrent", "1"]);
+    until("each loop ticks twice", || {
+        ["a", "b", "c"].iter().all(|n| ticks(&env, n) >= 2)
+    });
+    assert_eq!(daemon.terminate(), Some(0));
+    assert!(
+        !d.join("overlap").exists(),
+        "two ticks ran at once under --max-concurrent 1"
+    );
+}

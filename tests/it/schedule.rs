@@ -94,6 +94,12 @@ impl Fake {
         ]);
         serde_json::from_str(&out).unwrap()
     }
+
+    /// `--dry-run --json` of an install to the default backend.
+    fn plan_default(&self, name: &str) -> serde_json::Value {
+        let out = self.ok(&["schedule", "install", name, "--dry-run", "--json"]);
+        serde_json::from_str(&out).unwrap()
+    }
 }
 
 fn script(path: &Path, text: &str) {
@@ -481,4 +487,31 @@ fn removing_a_loop_removes_its_schedule() {
     f.ok(&["rm", "hello", "--force"]);
     assert_eq!(std::fs::read_to_string(&f.crontab).unwrap(), "");
     assert!(f.ok(&["schedule", "show"]).contains("no OS schedules installed"));
+}
+
+#[test]
+fn the_default_backend_is_systemd_when_systemctl_user_answers_else_cron() {
+    let f = Fake::new();
+    looped(&f, "hello", "every = \"5m\"");
+    assert_eq!(f.plan_default("hello")["record"]["backend"], "systemd");
+    script(&f.bin.join("systemctl"), "#!/bin/sh\nexit 1\n");
+    assert_eq!(f.plan_default("hello")["record"]["backend"], "cron");
+}
+
+#[test]
+fn check_gate_apply_that_halts_disables_the_schedule() {
+    let f = Fake::new();
+    f.env.new_loop(
+        "fragile",
+        "step = \"true\"\n[schedule]\nevery = \"5m\"\n[[gate]]\npath = \"missing.wasm\"\n",
+    );
+    f.ok(&["schedule", "install", "fragile", "--backend", "cron"]);
+    let (code, _, err) = f.run(&["check-gate", "fragile", "--apply"]);
+    assert_eq!(code, Some(7), "{err}");
+    let tab = std::fs::read_to_string(&f.crontab).unwrap();
+    let job = tab.lines().last().unwrap();
+    assert!(job.starts_with("#*/5 * * * *"), "{tab}");
+    f.ok(&["resume", "fragile"]);
+    let tab = std::fs::read_to_string(&f.crontab).unwrap();
+    assert!(tab.lines().last().unwrap().starts_with("*/5 * * * *"), "{tab}");
 }
