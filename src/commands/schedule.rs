@@ -163,6 +163,9 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
         }
         return Ok(0);
     }
+    if let (Some(_), [r]) = (&args.name, records.as_slice()) {
+        return detail(r, out);
+    }
     if records.is_empty() {
         super::emit(out, "no OS schedules installed\n")?;
         return Ok(0);
@@ -178,6 +181,32 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
             r.loop_name, r.backend, state, r.name, r.cadence
         );
     }
+    super::emit(out, &text)?;
+    Ok(0)
+}
+
+/// `show NAME`: one installed schedule in full.
+fn detail(r: &Record, out: &mut dyn Write) -> Result<u8> {
+    let mut text = format!(
+        "loop       {}\nbackend    {}\nname       {}\nstate      {}\ncadence    {}\nruns       {}\n",
+        r.loop_name,
+        r.backend,
+        r.name,
+        if r.enabled {
+            "enabled"
+        } else {
+            "disabled (the loop halted or completed; `resume` enables it)"
+        },
+        r.cadence,
+        r.command.join(" "),
+    );
+    for f in &r.files {
+        text += &format!("file       {}\n", f.display());
+    }
+    text += &format!(
+        "installed  {}\n",
+        r.installed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    );
     super::emit(out, &text)?;
     Ok(0)
 }

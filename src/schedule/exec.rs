@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 /// One thing installing, removing, disabling or enabling a schedule does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Write a file (mode 0644: schedulers read it), making its directory.
+    /// Write a file (mode 0600: the user's own scheduler reads it), making
+    /// its directory (0700) if need be.
     Write { path: PathBuf, text: String },
     /// Delete a file; one already gone is fine.
     Delete(PathBuf),
@@ -114,13 +115,13 @@ pub fn perform(actions: &[Action]) -> Result<()> {
 
 fn write(path: &std::path::Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(Error::io("creating directory", dir))?;
+        crate::store::create_dirs(dir)?;
     }
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o644)
+        .mode(0o600)
         .open(path)
         .map_err(Error::io("creating", path))?;
     f.write_all(text.as_bytes()).map_err(Error::io("writing", path))

@@ -178,8 +178,8 @@ pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result
         enabled: true,
         installed_at: Timestamp::now(),
     };
-    if schedule.jitter.is_some() && matches!(backend, Backend::Cron) {
-        tracing::warn!("loop {name:?}: cron has no jitter; the schedule fires on the minute");
+    if schedule.jitter.is_some() && matches!(backend, Backend::Cron | Backend::Launchd) {
+        tracing::warn!("loop {name:?}: {backend} has no jitter; `jitter` is not applied");
     }
     actions.extend(install);
     Ok((record, actions))
