@@ -114,6 +114,11 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                     next_scan = Instant::now() + opts.rescan;
                 }
                 let now = Timestamp::now();
+                for e in loops.values_mut() {
+                    if let (Some(due), Some((s, when))) = (e.due, &e.schedule) {
+                        e.due = Some(when.clamp(due, now, s.jitter.map(|j| j.0)));
+                    }
+                }
                 while running.len() < max {
                     let Some(name) = next_due(&loops, &running, now) else {
                         break;

@@ -62,6 +62,21 @@ impl When {
     }
 }
 
+impl When {
+    /// `due` brought back within reach when the wall clock stepped back: an
+    /// `every` loop is never due further off than its cadence plus its
+    /// jitter. (A cron occurrence is where it is.)
+    pub fn clamp(&self, due: Timestamp, now: Timestamp, jitter: Option<Duration>) -> Timestamp {
+        match self {
+            When::Every(d) => {
+                let reach = add(now, *d + jitter.unwrap_or_default());
+                if due > reach { add(now, *d) } else { due }
+            }
+            When::Cron(_) => due,
+        }
+    }
+}
+
 fn add(t: Timestamp, d: Duration) -> Timestamp {
     SignedDuration::try_from(d)
         .ok()
@@ -123,6 +138,16 @@ mod tests {
         assert_eq!(w.first(Some(ts("2025-12-01T00:00:00Z")), now), Some(now));
         let next = w.after(now, now).unwrap();
         assert!(next > now && next.duration_since(now) <= SignedDuration::from_mins(15));
+    }
+
+    #[test]
+    fn a_clock_stepped_back_does_not_postpone_an_every_loop() {
+        let w = When::Every(Duration::from_secs(60));
+        let now = ts("2026-01-01T12:00:00Z");
+        let far = ts("2026-01-01T13:00:30Z");
+        assert_eq!(w.clamp(far, now, None), ts("2026-01-01T12:01:00Z"));
+        let near = ts("2026-01-01T12:01:20Z");
+        assert_eq!(w.clamp(near, now, Some(Duration::from_secs(30))), near);
     }
 
     #[test]
