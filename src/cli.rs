@@ -9,6 +9,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use crate::config::Dur;
 use crate::gate::Phase;
 use crate::lock::Wait;
+use crate::schedule::Backend;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -65,8 +66,68 @@ pub enum Command {
     /// Test, inspect, compile, list and replay gates
     #[command(subcommand)]
     Gate(GateCommand),
+    /// Install, remove or show a loop's OS schedule (systemd, launchd, cron, schtasks)
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+    /// Run the embedded scheduler in the foreground: ticks every scheduled loop
+    Daemon(DaemonArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Have the OS scheduler run `automaton tick` on the loop's cadence
+    Install(ScheduleInstallArgs),
+    /// Remove the loop's installed OS schedule
+    Remove(ScheduleRemoveArgs),
+    /// Show what is installed
+    Show(ScheduleShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleInstallArgs {
+    pub name: String,
+    /// The OS scheduler [default: launchd on macOS, schtasks on Windows, else
+    /// systemd when `systemctl --user` works, else cron]
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Print the files and commands, touching nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleRemoveArgs {
+    pub name: String,
+    /// Remove from this backend even when nothing was recorded as installed
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Print the commands, touching nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleShowArgs {
+    /// One loop; every installed schedule when absent
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Ticks running at once, at most
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent: u16,
+    /// After SIGTERM or SIGINT: how long running ticks may finish before their steps are stopped
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub grace: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -61,6 +61,8 @@ pub enum Error {
 
     #[error("no root to cache compiled gates in: give --root or set AUTOMATON_ROOT")]
     NoCache,
+    #[error(transparent)]
+    Schedule(#[from] crate::schedule::ScheduleError),
 
     #[error("cannot write output")]
     Output(#[from] io::Error),
@@ -93,6 +95,8 @@ impl Error {
             Error::Gate(_) | Error::Read { .. } => 1,
             Error::ContextJson { .. } => 2,
             Error::NoCache => 3,
+            // A cadence a backend cannot say, a scheduler command that failed.
+            Error::Schedule(_) => 1,
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
             Error::Output(_) => 1,
         }

@@ -12,7 +12,9 @@ use automaton::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose, cli.quiet);
+    // The daemon logs one line a tick: info is its default level.
+    let chatty = matches!(cli.command, automaton::cli::Command::Daemon(_));
+    init_logging(cli.verbose, cli.quiet, chatty);
     let mut stdout = io::stdout().lock();
     match automaton::commands::run(cli, &mut stdout) {
         Ok(code) => ExitCode::from(code),
@@ -33,9 +35,10 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr: warnings and errors by default, more with -v, only
-/// errors with -q; RUST_LOG overrides. Plain messages unless -v.
-fn init_logging(verbose: u8, quiet: bool) {
-    let level = match (quiet, verbose) {
+/// errors with -q; RUST_LOG overrides. Plain messages unless -v. A
+/// `chatty` command starts one level up.
+fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
+    let level = match (quiet, verbose + u8::from(chatty)) {
         (true, _) => "error",
         (false, 0) => "warn",
         (false, 1) => "info",

@@ -149,6 +149,12 @@ pub fn parse_state(text: &[u8], path: &Path) -> Result<State> {
     serde_json::from_slice(text).map_err(|e| corrupt(e.to_string()))
 }
 
+/// Replaces `path` (in `dir`) with `bytes` atomically and durably, as the
+/// state is written; for the root's other small files (schedule records).
+pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic(dir, path, bytes)
+}
+
 /// Replaces `path` with `bytes` so that a reader sees the old file or the
 /// new one, never a torn one, and the new one survives a crash.
 fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {

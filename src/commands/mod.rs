@@ -2,6 +2,7 @@
 //! changes the loop, load, change the typed state, save, render.
 
 mod check_gate;
+mod daemon;
 pub mod gate;
 mod history;
 mod init;
@@ -9,6 +10,7 @@ mod new;
 mod ops;
 mod render;
 mod replay;
+mod schedule;
 mod status;
 mod tick;
 
@@ -46,6 +48,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
         Command::Gate(cmd) => gate_command(root, cmd, out),
+        Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
+        Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut Cli::command(), "automaton", out);
             Ok(0)

@@ -59,6 +59,8 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
             from,
         }])
     })?;
+    // Outside the lock: a schedule a halt or completion disabled runs again.
+    crate::schedule::loop_resumed(root, dir.name());
     let line = if from == Status::Active {
         format!("loop {} was already active", dir.name())
     } else {
@@ -140,6 +142,7 @@ pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
         }
         store::remove_loop(&dir, held)
     })?;
+    crate::schedule::loop_removed(root, dir.name());
     if t.json.json {
         super::emit_json(
             out,

@@ -14,6 +14,7 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
         &args.name,
         &Options {
             timeout: args.timeout,
+            ..Options::default()
         },
     )?;
     if args.json.json {

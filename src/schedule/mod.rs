@@ -1,15 +1,314 @@
-//! Scheduling: what fires a loop's ticks. The OS backends and the embedded
-//! daemon build on this module.
+//! Scheduling (SPEC §10): what fires a loop's ticks. `schedule install`
+//! hands the loop's cadence to an OS scheduler (one file a backend), records
+//! what it installed (`record`), and the halt and resume hooks switch that
+//! schedule off and on. `daemon` is the embedded scheduler.
 
+pub mod cadence;
+mod crontab;
+pub mod daemon;
+mod due;
+mod exec;
+mod launchd;
+pub mod record;
+mod schtasks;
+mod systemd;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Cadence, Schedule};
+use crate::error::Result;
 use crate::root::{LoopName, Root};
+use crate::store::LoopDir;
 
-/// Called once, outside the loop's lock, after a tick halted or completed
-/// the loop: an OS schedule that keeps firing a stopped loop only makes
-/// `inactive` ticks. No backend is installed by this build, so there is
-/// nothing to disable yet.
+pub use cadence::Unsupported;
+pub use exec::Action;
+pub use record::Record;
+
+/// The OS schedulers a loop's schedule can be installed into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// A systemd user timer and service (`~/.config/systemd/user/`).
+    Systemd,
+    /// A launchd agent (`~/Library/LaunchAgents/`).
+    Launchd,
+    /// A line in the user's crontab.
+    Cron,
+    /// A Windows Task Scheduler task.
+    Schtasks,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Systemd => "systemd",
+            Backend::Launchd => "launchd",
+            Backend::Cron => "cron",
+            Backend::Schtasks => "schtasks",
+        }
+    }
+
+    /// This platform's scheduler: launchd on macOS, Task Scheduler on
+    /// Windows; elsewhere systemd when `systemctl --user` answers, else cron.
+    pub fn default_here() -> Backend {
+        if cfg!(target_os = "macos") {
+            Backend::Launchd
+        } else if cfg!(windows) {
+            Backend::Schtasks
+        } else if exec::succeeds(&["systemctl", "--user", "show-environment"]) {
+            Backend::Systemd
+        } else {
+            Backend::Cron
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why scheduling could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("loop {name:?} has no [schedule] in its loop.toml: add `every = \"15m\"` or `cron = \"…\"`")]
+    NoSchedule { name: String },
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    #[error("loop {name:?} has no installed schedule")]
+    NotInstalled { name: String },
+    #[error("`{command}` failed ({status}){}", if stderr.is_empty() { String::new() } else { format!(": {stderr}") })]
+    Command {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("cannot run `{command}`")]
+    Spawn {
+        command: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot find the home directory: HOME is not set")]
+    NoHome,
+    #[error("cannot find the path of this executable")]
+    NoExecutable(#[source] io::Error),
+    #[error("cannot listen for signals")]
+    Signals(#[source] io::Error),
+}
+
+/// What a backend needs to know to install a loop's schedule.
+#[derive(Debug, Clone)]
+pub struct Job<'a> {
+    pub loop_name: &'a str,
+    pub root: &'a Path,
+    /// `<loop>-<hash of the root>`: unique per root and loop.
+    pub name: String,
+    /// `<abs exe> --root <abs root> tick <loop>`.
+    pub command: Vec<String>,
+    pub schedule: &'a Schedule,
+    pub home: PathBuf,
+}
+
+/// `cadence` as loop.toml writes it: `every = "5m"` or `cron = "…"`.
+pub fn describe(s: &Schedule) -> String {
+    let mut text = match &s.cadence {
+        Cadence::Every(d) => format!("every = \"{d}\""),
+        Cadence::Cron(c) => format!("cron = \"{c}\""),
+    };
+    if let Some(j) = s.jitter {
+        text += &format!(", jitter = \"{j}\"");
+    }
+    text
+}
+
+fn home() -> Result<PathBuf, ScheduleError> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or(ScheduleError::NoHome)
+}
+
+/// What `install` would do: the record it would leave, and its actions (an
+/// installed schedule of the loop is removed first).
+pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result<(Record, Vec<Action>)> {
+    let dir = LoopDir::open(root, name)?;
+    let config = dir.config()?;
+    let schedule = config
+        .schedule
+        .ok_or_else(|| ScheduleError::NoSchedule { name: name.into() })?;
+    let exe = std::env::current_exe().map_err(ScheduleError::NoExecutable)?;
+    let backend = backend.unwrap_or_else(Backend::default_here);
+    let job = Job {
+        loop_name: dir.name().as_str(),
+        root: root.path(),
+        name: format!("{}-{}", dir.name(), record::root_hash(root.path())),
+        command: vec![
+            exe.display().to_string(),
+            "--root".into(),
+            root.path().display().to_string(),
+            "tick".into(),
+            dir.name().to_string(),
+        ],
+        schedule: &schedule,
+        home: home()?,
+    };
+    let mut actions = match record::read(root, name)? {
+        Some(old) => removal(&old),
+        None => Vec::new(),
+    };
+    let (unit, install) = match backend {
+        Backend::Systemd => systemd::install(&job)?,
+        Backend::Launchd => launchd::install(&job)?,
+        Backend::Cron => crontab::install(&job)?,
+        Backend::Schtasks => schtasks::install(&job)?,
+    };
+    let record = Record {
+        loop_name: dir.name().to_string(),
+        backend,
+        name: unit,
+        cadence: describe(&schedule),
+        command: job.command.clone(),
+        files: install.iter().filter_map(Action::written).collect(),
+        enabled: true,
+        installed_at: Timestamp::now(),
+    };
+    if schedule.jitter.is_some() && matches!(backend, Backend::Cron | Backend::Launchd) {
+        tracing::warn!("loop {name:?}: {backend} has no jitter; `jitter` is not applied");
+    }
+    actions.extend(install);
+    Ok((record, actions))
+}
+
+/// Installs loop `name`'s schedule and records it.
+pub fn install(root: &Root, name: &str, backend: Option<Backend>) -> Result<Record> {
+    let (record, actions) = plan_install(root, name, backend)?;
+    exec::perform(&actions)?;
+    record::write(root, &record)?;
+    Ok(record)
+}
+
+/// The actions that remove the schedule `r` describes.
+pub fn removal(r: &Record) -> Vec<Action> {
+    match r.backend {
+        Backend::Systemd => systemd::remove(r),
+        Backend::Launchd => launchd::remove(r),
+        Backend::Cron => crontab::remove(r),
+        Backend::Schtasks => schtasks::remove(r),
+    }
+}
+
+/// What `remove` would do.
+pub fn plan_remove(root: &Root, name: &str) -> Result<(Record, Vec<Action>)> {
+    LoopName::new(name)?;
+    let r = record::read(root, name)?.ok_or_else(|| ScheduleError::NotInstalled { name: name.into() })?;
+    let actions = removal(&r);
+    Ok((r, actions))
+}
+
+/// Removes loop `name`'s installed schedule and its record.
+pub fn remove(root: &Root, name: &str) -> Result<Record> {
+    let (r, actions) = plan_remove(root, name)?;
+    perform_removal(root, &r, &actions)?;
+    Ok(r)
+}
+
+/// Does a removal planned for `r`, then forgets its record.
+pub fn perform_removal(root: &Root, r: &Record, actions: &[Action]) -> Result<()> {
+    exec::perform(actions)?;
+    record::delete(root, &r.loop_name)
+}
+
+/// Turns an installed schedule off or on, and records that. Best effort:
+/// a failure is logged, never returned.
+fn switch(root: &Root, name: &LoopName, on: bool) {
+    let r = match record::read(root, name.as_str()) {
+        Ok(Some(r)) => r,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!("loop {:?}: cannot read its schedule record: {e}", name.as_str());
+            return;
+        }
+    };
+    if r.enabled == on {
+        return;
+    }
+    let actions = match (r.backend, on) {
+        (Backend::Systemd, false) => systemd::disable(&r),
+        (Backend::Systemd, true) => systemd::enable(&r),
+        (Backend::Launchd, false) => launchd::disable(&r),
+        (Backend::Launchd, true) => launchd::enable(&r),
+        (Backend::Cron, false) => crontab::disable(&r),
+        (Backend::Cron, true) => crontab::enable(&r),
+        (Backend::Schtasks, false) => schtasks::disable(&r),
+        (Backend::Schtasks, true) => schtasks::enable(&r),
+    };
+    let verb = if on { "enable" } else { "disable" };
+    if let Err(e) = exec::perform(&actions) {
+        tracing::warn!(
+            "loop {:?}: could not {verb} its {} schedule: {e}",
+            name.as_str(),
+            r.backend
+        );
+        return;
+    }
+    let updated = Record { enabled: on, ..r };
+    match record::write(root, &updated) {
+        Ok(()) => tracing::info!(
+            "loop {:?}: {verb}d its {} schedule",
+            name.as_str(),
+            updated.backend
+        ),
+        Err(e) => tracing::warn!(
+            "loop {:?}: {verb}d its schedule but could not record it: {e}",
+            name.as_str()
+        ),
+    }
+}
+
+/// Called once, outside the loop's lock, after a tick (or `check-gate
+/// --apply`) halted or completed the loop: an OS schedule that kept firing
+/// a stopped loop would only make `inactive` ticks, so it is disabled.
+/// Best effort; never fails the tick.
 pub fn loop_stopped(root: &Root, name: &LoopName) {
-    tracing::debug!(
-        "loop {name:?} stopped; no OS schedule to disable under {}",
-        root.path().display()
-    );
+    switch(root, name, false);
+}
+
+/// Called by `resume`, outside the lock: enables a schedule that a halt or
+/// completion disabled. Best effort.
+pub fn loop_resumed(root: &Root, name: &LoopName) {
+    switch(root, name, true);
+}
+
+/// Called after `rm`: a schedule left behind would fire ticks of a loop
+/// that no longer exists, so it is removed too. Best effort.
+pub fn loop_removed(root: &Root, name: &LoopName) {
+    let (r, actions) = match plan_remove(root, name.as_str()) {
+        Ok(plan) => plan,
+        Err(crate::Error::Schedule(ScheduleError::NotInstalled { .. })) => return,
+        Err(e) => {
+            tracing::warn!("loop {:?}: cannot read its schedule record: {e}", name.as_str());
+            return;
+        }
+    };
+    match perform_removal(root, &r, &actions) {
+        Ok(()) => tracing::info!("loop {:?}: removed its {} schedule", name.as_str(), r.backend),
+        Err(e) => tracing::warn!(
+            "loop {:?}: could not remove its {} schedule {}: {e}; `automaton schedule remove` retries",
+            name.as_str(),
+            r.backend,
+            r.name
+        ),
+    }
+}
+
+impl From<Unsupported> for crate::Error {
+    fn from(e: Unsupported) -> crate::Error {
+        crate::Error::Schedule(e.into())
+    }
 }

@@ -24,12 +24,21 @@ use crate::store::LoopDir;
 use crate::{metrics, schedule, who, worktree};
 
 pub use gates::Verdict;
+pub use process::Cancel;
 
-/// How a tick was asked to run.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
+/// How a tick was asked to run. The command line sets `timeout`; the
+/// daemon sets the rest.
+#[derive(Clone, Copy, Default)]
+pub struct Options<'a> {
     /// With `overlap = "wait"`: how long to wait for the lock (else forever).
     pub timeout: Option<Duration>,
+    /// Answer `busy` at once when the lock is held, whatever `overlap` says.
+    pub never_wait: bool,
+    /// A gate host shared with other ticks; else one is built for this tick
+    /// (only when the loop has gates).
+    pub host: Option<&'a GateHost>,
+    /// Lets another thread stop this tick's step or verifier.
+    pub cancel: Option<&'a Cancel>,
 }
 
 /// What a tick did; `--json` prints it.
@@ -62,31 +71,38 @@ impl TickReport {
 }
 
 /// Runs one tick of loop `name`.
-pub fn run(root: &Root, name: &str, opts: &Options) -> Result<TickReport> {
+pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
     let dir = LoopDir::open(root, name)?;
     // Read before locking, so a loop that cannot tick fails fast (and a bad
     // state file is reported, not waited for); it is read again under the lock.
     let peek = dir.read_state()?;
     let config = dir.config()?;
-    let wait = match config.overlap {
-        Overlap::Skip => Wait::No,
-        Overlap::Wait => opts.timeout.map_or(Wait::Forever, Wait::For),
+    let skip = config.overlap == Overlap::Skip || opts.never_wait;
+    let wait = match skip {
+        true => Wait::No,
+        false => opts.timeout.map_or(Wait::Forever, Wait::For),
     };
     // The engine is built before the lock is taken, and only for loops with gates.
-    let host = match config.gates.is_empty() {
-        true => None,
-        false => Some(GateHost::new(Some(root.cache_dir()))?),
+    let own;
+    let host = match (config.gates.is_empty(), opts.host) {
+        (true, _) => None,
+        (false, Some(shared)) => Some(shared),
+        (false, None) => {
+            own = GateHost::new(Some(root.cache_dir()))?;
+            Some(&own)
+        }
     };
     let tick = Tick {
         root,
         dir: &dir,
         config: &config,
-        host: host.as_ref(),
+        host,
+        cancel: opts.cancel,
         events: Vec::new(),
         verdicts: Vec::new(),
     };
     let report = match lock::with_lock(&dir, Holder::me("tick"), wait, |held| tick.run(held)) {
-        Err(Error::LockNotObtained { holder, .. }) if config.overlap == Overlap::Skip => TickReport {
+        Err(Error::LockNotObtained { holder, .. }) if skip => TickReport {
             loop_name: name.to_owned(),
             tick: peek.tick + 1,
             outcome: Outcome::Busy,
@@ -113,6 +129,7 @@ struct Tick<'a> {
     dir: &'a LoopDir,
     config: &'a LoopConfig,
     host: Option<&'a GateHost>,
+    cancel: Option<&'a Cancel>,
     events: Vec<EventKind>,
     verdicts: Vec<Verdict>,
 }
@@ -184,7 +201,7 @@ impl Tick<'_> {
             worktree: worktree.as_deref(),
             run_dir: &run_dir,
         };
-        let ran = process::run_step_and_verifier(self.config, &cwd, &env);
+        let ran = process::run_step_and_verifier(self.config, &cwd, &env, self.cancel);
         let worktree_changed = match (&worktree, before_snapshot) {
             (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
             _ => None,

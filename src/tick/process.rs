@@ -3,11 +3,12 @@
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::{CommandLine, LoopConfig};
 use crate::state::ProcessOutcome;
-use crate::step::{self, StepSpec};
+use crate::step::{self, Canceller, StepSpec};
 
 /// The file in `runs/<tick>/` that `AUTOMATON_METRICS` names.
 pub const METRICS_FILE: &str = "metrics";
@@ -58,8 +59,44 @@ impl Ran {
     }
 }
 
+/// Stops a tick's step (and keeps its verifier from starting) from another
+/// thread: the daemon uses it when its grace period ends. Cancelling before
+/// the step starts stops it as soon as it does.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<Mutex<CancelState>>);
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: bool,
+    current: Option<Canceller>,
+}
+
+impl Cancel {
+    /// Stops the running process, if any (SIGTERM to its group, a grace
+    /// period, SIGKILL), and any later one.
+    pub fn cancel(&self) {
+        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        s.cancelled = true;
+        if let Some(c) = &s.current {
+            c.cancel();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).cancelled
+    }
+
+    fn arm(&self, c: Canceller) {
+        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if s.cancelled {
+            c.cancel();
+        }
+        s.current = Some(c);
+    }
+}
+
 /// Runs the step, then (if it succeeded) the verifier.
-pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>) -> Ran {
+pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, cancel: Option<&Cancel>) -> Ran {
     if let Err(e) = crate::store::create_dirs(env.run_dir) {
         return Ran {
             failure: Some(e.to_string()),
@@ -69,7 +106,16 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>) -> 
     let vars = env.vars();
     let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
     let limit = config.runs.output_limit.as_u64();
-    let step = match run_one("step", &config.step, cwd, &vars, timeout, env.run_dir, limit) {
+    let step = match run_one(
+        "step",
+        &config.step,
+        cwd,
+        &vars,
+        timeout,
+        env.run_dir,
+        limit,
+        cancel,
+    ) {
         Ok(o) => o,
         Err(failure) => {
             return Ran {
@@ -91,8 +137,24 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>) -> 
             ..Ran::default()
         };
     };
+    if cancel.is_some_and(Cancel::is_cancelled) {
+        return Ran {
+            failure: Some("cancelled before the verifier ran".into()),
+            step: Some(step),
+            verifier: None,
+        };
+    }
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
-    match run_one("verifier", &v.command, cwd, &vars, timeout, env.run_dir, limit) {
+    match run_one(
+        "verifier",
+        &v.command,
+        cwd,
+        &vars,
+        timeout,
+        env.run_dir,
+        limit,
+        cancel,
+    ) {
         Ok(o) => Ran {
             failure: (!o.success()).then(|| describe_failure("verifier", &o, timeout)),
             step: Some(step),
@@ -106,6 +168,7 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>) -> 
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_one(
     what: &str,
     command: &CommandLine,
@@ -114,6 +177,7 @@ fn run_one(
     timeout: Duration,
     run_dir: &Path,
     limit: u64,
+    cancel: Option<&Cancel>,
 ) -> Result<ProcessOutcome, String> {
     let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
     let (program, args) = argv.split_first().expect("commands are never empty");
@@ -128,7 +192,12 @@ fn run_one(
         stderr: &run_dir.join(format!("{what}.err")),
         output_limit: limit,
     };
-    step::run(&spec).map_err(|e| format!("{what}: {e}"))
+    step::run_with(&spec, |started| {
+        if let Some(c) = cancel {
+            c.arm(started.canceller());
+        }
+    })
+    .map_err(|e| format!("{what}: {e}"))
 }
 
 fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String {

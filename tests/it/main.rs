@@ -3,10 +3,12 @@
 
 mod approvals;
 mod common;
+mod daemon;
 mod gate_fixtures;
 mod gate_host;
 mod locking;
 mod loops;
+mod schedule;
 mod snapshots;
 mod stock_gates;
 mod tick;

@@ -1,0 +1,212 @@
+//! `schedule install|remove|show`: hand a loop's cadence to an OS scheduler,
+//! take it back, and say what is installed. `--dry-run` prints the files and
+//! commands without touching anything.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::cli::{ScheduleCommand, ScheduleInstallArgs, ScheduleRemoveArgs, ScheduleShowArgs};
+use crate::error::Result;
+use crate::root::{LoopName, Root};
+use crate::schedule::{self, Action, Record, record};
+use crate::store::LoopDir;
+
+pub fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<u8> {
+    match cmd {
+        ScheduleCommand::Install(args) => install(root, args, out),
+        ScheduleCommand::Remove(args) => remove(root, args, out),
+        ScheduleCommand::Show(args) => show(root, args, out),
+    }
+}
+
+/// What `--dry-run --json` prints.
+#[derive(Serialize)]
+struct Plan<'a> {
+    record: &'a Record,
+    files: Vec<File<'a>>,
+    deletes: Vec<&'a std::path::Path>,
+    commands: Vec<Vec<String>>,
+    crontab: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct File<'a> {
+    path: &'a std::path::Path,
+    text: &'a str,
+}
+
+fn plan<'a>(record: &'a Record, actions: &'a [Action]) -> Plan<'a> {
+    let mut p = Plan {
+        record,
+        files: Vec::new(),
+        deletes: Vec::new(),
+        commands: Vec::new(),
+        crontab: Vec::new(),
+    };
+    for a in actions {
+        match a {
+            Action::Write { path, text } => p.files.push(File { path, text }),
+            Action::Delete(path) => p.deletes.push(path),
+            Action::Run(argv) | Action::RunLenient(argv) => p.commands.push(argv.clone()),
+            Action::Crontab(_) => p.crontab.push(a.to_string().trim_end().to_owned()),
+        }
+    }
+    p
+}
+
+fn dry_run(record: &Record, actions: &[Action], verb: &str, json: bool, out: &mut dyn Write) -> Result<u8> {
+    if json {
+        super::emit_json(out, &plan(record, actions))?;
+        return Ok(0);
+    }
+    let mut text = format!(
+        "would {verb} the {} schedule {} of loop {} ({}):\n",
+        record.backend, record.name, record.loop_name, record.cadence
+    );
+    for a in actions {
+        text += &a.to_string();
+    }
+    super::emit(out, &text)?;
+    Ok(0)
+}
+
+fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Result<u8> {
+    if args.dry_run {
+        let (record, actions) = schedule::plan_install(root, &args.name, args.backend)?;
+        return dry_run(&record, &actions, "install", args.json.json, out);
+    }
+    let r = schedule::install(root, &args.name, args.backend)?;
+    if args.json.json {
+        super::emit_json(out, &r)?;
+    } else {
+        super::emit(
+            out,
+            &format!(
+                "installed the {} schedule {} of loop {} ({})\n",
+                r.backend, r.name, r.loop_name, r.cadence
+            ),
+        )?;
+    }
+    Ok(0)
+}
+
+fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result<u8> {
+    let recorded = record::read(root, LoopName::new(&args.name)?.as_str())?;
+    let (r, actions) = match (recorded, args.backend) {
+        (Some(r), Some(b)) if r.backend != b => {
+            return Err(crate::Error::Refused {
+                name: args.name.clone(),
+                message: format!("its schedule was installed with {}, not {b}", r.backend),
+            });
+        }
+        // Nothing recorded, but the operator names the backend: remove what
+        // an install there would have made.
+        (None, Some(b)) => {
+            let (r, _) = schedule::plan_install(root, &args.name, Some(b))?;
+            let actions = schedule::removal(&r);
+            (r, actions)
+        }
+        _ => schedule::plan_remove(root, &args.name)?,
+    };
+    if args.dry_run {
+        return dry_run(&r, &actions, "remove", args.json.json, out);
+    }
+    schedule::perform_removal(root, &r, &actions)?;
+    if args.json.json {
+        super::emit_json(
+            out,
+            &serde_json::json!({ "loop": r.loop_name, "removed": true, "backend": r.backend, "name": r.name }),
+        )?;
+    } else {
+        super::emit(
+            out,
+            &format!(
+                "removed the {} schedule {} of loop {}\n",
+                r.backend, r.name, r.loop_name
+            ),
+        )?;
+    }
+    Ok(0)
+}
+
+fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8> {
+    let records = match &args.name {
+        Some(name) => {
+            let dir = LoopDir::open(root, name)?;
+            match record::read(root, dir.name().as_str())? {
+                Some(r) => vec![r],
+                None => {
+                    let cadence = dir.config()?.schedule.map(|s| schedule::describe(&s));
+                    if args.json.json {
+                        super::emit_json(
+                            out,
+                            &serde_json::json!({ "loop": name, "installed": null, "cadence": cadence }),
+                        )?;
+                    } else {
+                        let how = match cadence {
+                            Some(c) => format!("`automaton daemon` would tick it ({c})"),
+                            None => "it has no [schedule]".to_owned(),
+                        };
+                        super::emit(out, &format!("loop {name}: no OS schedule installed; {how}\n"))?;
+                    }
+                    return Ok(0);
+                }
+            }
+        }
+        None => record::all(root)?,
+    };
+    if args.json.json {
+        match &args.name {
+            Some(_) => super::emit_json(out, &records[0])?,
+            None => super::emit_json(out, &records)?,
+        }
+        return Ok(0);
+    }
+    if let (Some(_), [r]) = (&args.name, records.as_slice()) {
+        return detail(r, out);
+    }
+    if records.is_empty() {
+        super::emit(out, "no OS schedules installed\n")?;
+        return Ok(0);
+    }
+    let mut text = format!(
+        "{:<20} {:<9} {:<9} {:<40} {}\n",
+        "LOOP", "BACKEND", "STATE", "NAME", "CADENCE"
+    );
+    for r in &records {
+        let state = if r.enabled { "enabled" } else { "disabled" };
+        text += &format!(
+            "{:<20} {:<9} {:<9} {:<40} {}\n",
+            r.loop_name, r.backend, state, r.name, r.cadence
+        );
+    }
+    super::emit(out, &text)?;
+    Ok(0)
+}
+
+/// `show NAME`: one installed schedule in full.
+fn detail(r: &Record, out: &mut dyn Write) -> Result<u8> {
+    let mut text = format!(
+        "loop       {}\nbackend    {}\nname       {}\nstate      {}\ncadence    {}\nruns       {}\n",
+        r.loop_name,
+        r.backend,
+        r.name,
+        if r.enabled {
+            "enabled"
+        } else {
+            "disabled (the loop halted or completed; `resume` enables it)"
+        },
+        r.cadence,
+        r.command.join(" "),
+    );
+    for f in &r.files {
+        text += &format!("file       {}\n", f.display());
+    }
+    text += &format!(
+        "installed  {}\n",
+        r.installed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    );
+    super::emit(out, &text)?;
+    Ok(0)
+}

@@ -1,0 +1,327 @@
+//! `automaton daemon`: it ticks scheduled loops in-process, catches up at
+//! most once, picks up new loops, leaves paused and busy loops alone, and
+//! on SIGTERM lets running ticks finish (or, after the grace, stops their
+//! steps) and exits 0. Every test sequences on what the processes did and
+//! asserts on the final state and history.
+
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::common::{Env, gated_step, gone, wait_for};
+
+/// A running daemon, its stderr kept in a file.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(env: &Env, args: &[&str]) -> Daemon {
+        let log = env
+            .root
+            .with_file_name(format!("daemon-{}.log", fastrand::u32(..)));
+        let child = env
+            .cmd()
+            .arg("daemon")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    fn terminate(mut self) -> Option<i32> {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
+        let status = self.child.wait().unwrap();
+        eprintln!("daemon log:\n{}", self.log());
+        status.code()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `cond` holds; fails the test if it never does.
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ticks(env: &Env, name: &str) -> u64 {
+    env.state(name)["tick"].as_u64().unwrap()
+}
+
+fn tick_events(env: &Env, name: &str) -> usize {
+    env.history_kinds(name).iter().filter(|k| *k == "tick").count()
+}
+
+fn scheduled(step: &str, every: &str) -> String {
+    format!("step = {step:?}\n[schedule]\nevery = {every:?}\n")
+}
+
+/// A loop that ticks every second: the daemon's clock in tests.
+fn clock(env: &Env) {
+    env.new_loop("clock", &scheduled("true", "1s"));
+}
+
+fn dir(env: &Env) -> PathBuf {
+    env.root.parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn ticks_a_loop_on_its_cadence_and_exits_0_on_sigterm() {
+    let env = Env::new();
+    env.new_loop("every-second", &scheduled("true", "1s"));
+    let d = Daemon::start(&env, &[]);
+    until("two ticks", || ticks(&env, "every-second") >= 2);
+    assert!(d.log().contains("every-second tick 1: ran"), "{}", d.log());
+    assert_eq!(d.terminate(), Some(0));
+    let s = env.state("every-second");
+    assert!(s["in_flight"].is_null());
+    assert_eq!(s["last_tick"]["outcome"], "ran");
+}
+
+#[test]
+fn sigterm_lets_a_running_tick_finish() {
+    let env = Env::new();
+    let d = dir(&env);
+    env.new_loop(
+        "blocked",
+        &format!("{}[schedule]\nevery = \"1h\"\n", gated_step(&d)),
+    );
+    let daemon = Daemon::start(&env, &[]);
+    wait_for(&d.join("started"));
+    kill(Pid::from_raw(daemon.child.id() as i32), Signal::SIGTERM).unwrap();
+    until("the daemon heard the signal", || {
+        daemon.log().contains("no more ticks")
+    });
+    std::fs::write(d.join("go"), "").unwrap();
+    let mut daemon = daemon;
+    let status = daemon.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    let s = env.state("blocked");
+    assert_eq!(s["tick"], 1);
+    assert!(s["in_flight"].is_null());
+    assert_eq!(s["last_tick"]["outcome"], "ran");
+}
+
+#[test]
+fn after_the_grace_a_step_that_never_ends_is_killed() {
+    let env = Env::new();
+    let d = dir(&env);
+    let step = format!(
+        "echo $$ > '{0}/pid'; touch '{0}/started'; while true; do sleep 0.05; done",
+        d.display()
+    );
+    env.new_loop("forever", &scheduled(&step, "1h"));
+    let daemon = Daemon::start(&env, &["--grace", "200ms"]);
+    wait_for(&d.join("started"));
+    let pid: i32 = std::fs::read_to_string(d.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(daemon.terminate(), Some(0));
+    assert!(gone(pid), "the step outlived the daemon");
+    let s = env.state("forever");
+    assert_eq!(s["tick"], 1);
+    assert!(s["in_flight"].is_null(), "{s}");
+    assert_eq!(s["last_tick"]["outcome"], "failed");
+    assert!(s["last_tick"]["step"]["signal"].is_number(), "{s}");
+}
+
+/// Sets the loop's last tick to long ago, as after a long downtime.
+fn age_last_tick(env: &Env, name: &str) {
+    let path = env.loop_dir(name).join(".state.loop");
+    let mut s: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    s["last_tick"]["started_at"] = "2020-01-01T00:00:00Z".into();
+    s["last_tick"]["ended_at"] = "2020-01-01T00:00:01Z".into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&s).unwrap()).unwrap();
+}
+
+#[test]
+fn after_downtime_a_loop_gets_exactly_one_catch_up_tick() {
+    let env = Env::new();
+    env.new_loop("hourly", &scheduled("true", "1h"));
+    env.ok(&["tick", "hourly"]);
+    age_last_tick(&env, "hourly");
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("the catch-up tick and a few clock ticks", || {
+        ticks(&env, "hourly") >= 2 && ticks(&env, "clock") >= 4
+    });
+    assert_eq!(d.terminate(), Some(0));
+    assert_eq!(ticks(&env, "hourly"), 2, "one catch-up tick, not a burst");
+    assert_eq!(tick_events(&env, "hourly"), 2);
+}
+
+#[test]
+fn a_loop_not_yet_due_is_left_alone() {
+    let env = Env::new();
+    env.new_loop("hourly", &scheduled("true", "1h"));
+    env.ok(&["tick", "hourly"]);
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("a few clock ticks", || ticks(&env, "clock") >= 3);
+    assert_eq!(d.terminate(), Some(0));
+    assert_eq!(ticks(&env, "hourly"), 1, "its hour has not passed");
+}
+
+#[test]
+fn a_loop_added_while_the_daemon_runs_is_ticked() {
+    let env = Env::new();
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("the clock ticks", || ticks(&env, "clock") >= 1);
+    env.new_loop("late", &scheduled("true", "1h"));
+    until("the new loop ticks", || ticks(&env, "late") >= 1);
+    assert_eq!(d.terminate(), Some(0));
+    assert_eq!(ticks(&env, "late"), 1);
+}
+
+#[test]
+fn a_paused_loop_is_not_ticked() {
+    let env = Env::new();
+    env.new_loop("resting", &scheduled("true", "1s"));
+    env.ok(&["pause", "resting"]);
+    let version = env.state("resting")["version"].clone();
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("a few clock ticks", || ticks(&env, "clock") >= 3);
+    assert_eq!(d.terminate(), Some(0));
+    let s = env.state("resting");
+    assert_eq!((s["tick"].as_u64(), &s["version"]), (Some(0), &version));
+    assert_eq!(tick_events(&env, "resting"), 0);
+}
+
+#[test]
+fn a_loop_busy_in_another_process_is_skipped_not_waited_for() {
+    let env = Env::new();
+    let d = dir(&env);
+    // Even a loop that asks ticks to wait for its lock is skipped: the
+    // daemon never blocks a worker on a lock.
+    env.new_loop(
+        "shared",
+        &format!(
+            "{}overlap = \"wait\"\n[schedule]\nevery = \"1s\"\n",
+            gated_step(&d)
+        ),
+    );
+    let mut outside = env
+        .cmd()
+        .args(["tick", "shared"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&d.join("started"));
+    clock(&env);
+    let daemon = Daemon::start(&env, &["--max-concurrent", "1"]);
+    until("the clock ticks past the busy loop", || ticks(&env, "clock") >= 3);
+    assert!(daemon.log().contains("shared tick 1: busy"), "{}", daemon.log());
+    std::fs::write(d.join("go"), "").unwrap();
+    assert!(outside.wait().unwrap().success());
+    until("the daemon ticks it once it is free", || {
+        ticks(&env, "shared") >= 2
+    });
+    assert_eq!(daemon.terminate(), Some(0));
+    assert!(env.state("shared")["in_flight"].is_null());
+}
+
+#[test]
+fn a_halted_loop_stays_halted_and_the_daemon_keeps_going() {
+    let env = Env::new();
+    // A gate that cannot load halts the loop (fail closed).
+    env.new_loop(
+        "broken",
+        "step = \"true\"\n[schedule]\nevery = \"1s\"\n[[gate]]\npath = \"missing.wasm\"\n",
+    );
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("the loop halts and the clock goes on", || {
+        env.state("broken")["status"] == "halted" && ticks(&env, "clock") >= 3
+    });
+    assert_eq!(d.terminate(), Some(0));
+    assert_eq!(
+        env.history_kinds("broken")
+            .iter()
+            .filter(|k| *k == "tick")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_changed_cadence_is_picked_up() {
+    let env = Env::new();
+    env.new_loop("slow", &scheduled("true", "1h"));
+    let d = Daemon::start(&env, &[]);
+    until("the first tick", || ticks(&env, "slow") >= 1);
+    std::fs::write(env.loop_dir("slow").join("loop.toml"), scheduled("true", "1s")).unwrap();
+    until("ticks on the new cadence", || ticks(&env, "slow") >= 3);
+    assert_eq!(d.terminate(), Some(0));
+}
+
+#[test]
+fn a_schedule_the_daemon_cannot_read_is_logged_and_the_rest_go_on() {
+    let env = Env::new();
+    env.new_loop("odd", "step = \"true\"\n[schedule]\ncron = \"0 0 31 2 *\"\n");
+    env.new_loop("broken", &scheduled("true", "1s"));
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("a clock tick", || ticks(&env, "clock") >= 1);
+    std::fs::write(
+        env.loop_dir("broken").join("loop.toml"),
+        "step = \"true\"\nbogus = 1\n",
+    )
+    .unwrap();
+    let clock_then = ticks(&env, "clock");
+    until("more clock ticks", || ticks(&env, "clock") >= clock_then + 2);
+    let log = d.log();
+    assert_eq!(d.terminate(), Some(0));
+    assert!(
+        log.contains("loop \"broken\" is not scheduled") && log.contains("bogus"),
+        "{log}"
+    );
+    assert_eq!(ticks(&env, "odd"), 0, "February 31st never comes");
+}
+
+#[test]
+fn max_concurrent_bounds_the_ticks_running_at_once() {
+    let env = Env::new();
+    let d = dir(&env);
+    // Each step holds a directory while it runs; a second step that finds
+    // it taken marks an overlap.
+    let step = format!(
+        "mkdir '{0}/one' 2>/dev/null || touch '{0}/overlap'; sleep 0.2; rmdir '{0}/one' 2>/dev/null; true",
+        d.display()
+    );
+    for name in ["a", "b", "c"] {
+        env.new_loop(name, &scheduled(&step, "1s"));
+    }
+    let daemon = Daemon::start(&env, &["--max-concurrent", "1"]);
+    until("each loop ticks twice", || {
+        ["a", "b", "c"].iter().all(|n| ticks(&env, n) >= 2)
+    });
+    assert_eq!(daemon.terminate(), Some(0));
+    assert!(
+        !d.join("overlap").exists(),
+        "two ticks ran at once under --max-concurrent 1"
+    );
+}
