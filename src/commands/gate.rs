@@ -199,7 +199,9 @@ pub fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io:
         writeln!(out, "  {e}")?;
     }
     writeln!(out, "params schema:")?;
-    writeln!(out, "  {}", r.info.params_schema)?;
+    for line in r.info.params_schema.lines() {
+        writeln!(out, "  {line}")?;
+    }
     Ok(())
 }
 

@@ -432,6 +432,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn host_and_gates_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<GateHost>();
+        shared::<Gate>();
+    }
+
+    #[test]
     fn deadline_rounds_up() {
         assert_eq!(deadline_ticks(Duration::ZERO), 1);
         assert_eq!(deadline_ticks(EPOCH_TICK), 1);

@@ -193,7 +193,15 @@ fn panic_text_from_stderr_travels_with_the_trap() {
         }
         other => panic!("expected a trap, got {other:?}"),
     }
-    assert!(err.to_string().contains("boom!!"), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("gate ") && msg.contains("panic.wasm trapped: "),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with("; gate output: thread panicked at src/lib.rs: boom!!"),
+        "{msg}"
+    );
     assert_host_still_works(&host, &fx);
 }
 
