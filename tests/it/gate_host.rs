@@ -260,6 +260,21 @@ fn sandbox_grants_no_files_env_or_args() {
 }
 
 #[test]
+fn wall_clock_is_frozen_at_the_context_now() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("clock.wasm", &fx::reads_clock())))
+        .unwrap();
+    let ctx = Context {
+        now: "2020-02-29T12:34:56.789Z".parse().unwrap(),
+        ..Context::default()
+    };
+    let e = host.evaluate(&gate, &ctx, &Limits::default()).unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+}
+
+#[test]
 fn refusal_is_typed() {
     let fx = Fixture::new();
     let host = GateHost::new(None).unwrap();
