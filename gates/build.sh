@@ -24,7 +24,10 @@ case "${1:-}" in
     *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
-if ! rustup target list --installed | grep -qx "$TARGET"; then
+# The toolchain comes from ../rust-toolchain.toml through rustup; without
+# rustup the installed toolchain must already have the target.
+if command -v rustup >/dev/null 2>&1 &&
+    ! rustup target list --installed | grep -qx "$TARGET"; then
     rustup target add "$TARGET"
 fi
 

@@ -112,7 +112,7 @@ impl Gate for Backoff {
         if ctx.now_ms < until {
             let noun = if failures == 1 { "failure" } else { "failures" };
             return Ok(Decision::Skip(format!(
-                "backing off after {failures} {noun} in a row: next try in {} (wait {})",
+                "backing off after {failures} {noun} in a row: {} left of a {} wait",
                 format_duration(
                     Duration::from_millis(until - ctx.now_ms) + Duration::from_millis(999)
                 ),
@@ -177,13 +177,13 @@ mod tests {
         assert_eq!(
             decide(P, 3, ENDED + 90_000),
             Decision::Skip(String::from(
-                "backing off after 3 failures in a row: next try in 2m 30s (wait 4m)"
+                "backing off after 3 failures in a row: 2m 30s left of a 4m wait"
             ))
         );
         assert_eq!(
             decide(P, 1, ENDED + 59_500),
             Decision::Skip(String::from(
-                "backing off after 1 failure in a row: next try in 1s (wait 1m)"
+                "backing off after 1 failure in a row: 1s left of a 1m wait"
             ))
         );
     }

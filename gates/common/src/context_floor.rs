@@ -137,7 +137,7 @@ mod tests {
         assert_eq!(
             decide(r#"{"min": 0.1}"#, r#"{"context_left": "low"}"#).0,
             Err(String::from(
-                r#"metric context_left is not a number: "low""#
+                "metric context_left is not a number but a string"
             ))
         );
     }

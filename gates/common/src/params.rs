@@ -3,7 +3,10 @@
 //! the `metrics`/`totals` JSON objects.
 
 use serde::Deserialize;
-use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use serde::de::{
+    DeserializeOwned, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
+use std::fmt;
 use std::time::Duration;
 
 /// Parses a params object. The message names the param at fault
@@ -60,21 +63,96 @@ pub fn format_duration(d: Duration) -> String {
 
 /// Reads metric `name` from a JSON object of numbers (`metrics` or `totals`).
 /// `Ok(None)` when the object does not have it; an error when the text is not
-/// a JSON object or the value is not a number.
+/// a JSON object or the value is not a number. Only the one value is kept (no
+/// JSON tree is built), which keeps the components small.
 pub fn metric(json: &str, what: &str, name: &str) -> Result<Option<f64>, String> {
-    let object: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(json).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_str(json);
+    let found = de
+        .deserialize_map(FindMetric { name })
+        .and_then(|found| de.end().map(|()| found))
+        .map_err(|e| {
             format!(
                 "{what} are not a JSON object: {}",
                 strip_position(e.to_string())
             )
         })?;
-    match object.get(name) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(value) => value
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| format!("{what} {name} is not a number: {value}")),
+    match found {
+        None | Some(MetricValue::Null) => Ok(None),
+        Some(MetricValue::Number(n)) => Ok(Some(n)),
+        Some(MetricValue::Other(kind)) => Err(format!("{what} {name} is not a number but {kind}")),
+    }
+}
+
+struct FindMetric<'a> {
+    name: &'a str,
+}
+
+impl<'de> Visitor<'de> for FindMetric<'_> {
+    type Value = Option<MetricValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object of numbers")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.name {
+                found = Some(map.next_value::<MetricValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// One metric's value: a number, null, or something else (named for the error).
+enum MetricValue {
+    Number(f64),
+    Null,
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for MetricValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(MetricValueVisitor)
+    }
+}
+
+struct MetricValueVisitor;
+
+impl<'de> Visitor<'de> for MetricValueVisitor {
+    type Value = MetricValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<MetricValue, E> {
+        Ok(MetricValue::Number(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<MetricValue, E> {
+        Ok(MetricValue::Number(v as f64))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<MetricValue, E> {
+        Ok(MetricValue::Number(v as f64))
+    }
+    fn visit_unit<E>(self) -> Result<MetricValue, E> {
+        Ok(MetricValue::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<MetricValue, E> {
+        Ok(MetricValue::Other("a boolean"))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<MetricValue, E> {
+        Ok(MetricValue::Other("a string"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetricValue, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(MetricValue::Other("a list"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetricValue, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(MetricValue::Other("an object"))
     }
 }
 
@@ -134,10 +212,20 @@ mod tests {
         assert_eq!(metric(r#"{"a": 1.5}"#, "metrics", "a"), Ok(Some(1.5)));
         assert_eq!(metric(r#"{"a": 2}"#, "metrics", "a"), Ok(Some(2.0)));
         assert_eq!(metric(r#"{"a": 1}"#, "metrics", "b"), Ok(None));
+        assert_eq!(metric(r#"{"a": null}"#, "metrics", "a"), Ok(None));
+        assert_eq!(
+            metric(r#"{"a": -3, "b": [1, {"c": 2}]}"#, "metrics", "a"),
+            Ok(Some(-3.0))
+        );
         assert_eq!(
             metric(r#"{"a": "x"}"#, "totals", "a"),
-            Err(String::from(r#"totals a is not a number: "x""#))
+            Err(String::from("totals a is not a number but a string"))
         );
+        assert_eq!(
+            metric(r#"{"a": {"b": 1}, "c": 2}"#, "totals", "a"),
+            Err(String::from("totals a is not a number but an object"))
+        );
+        assert!(metric(r#"{"a": 1} x"#, "metrics", "a").is_err());
         assert!(
             metric("[]", "metrics", "a")
                 .unwrap_err()
