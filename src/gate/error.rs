@@ -41,7 +41,8 @@ pub enum GateErrorKind {
     Compile { message: String },
     /// No stock gate has this name.
     UnknownStock { name: String },
-    /// The host could not be set up (engine, linker, ticker thread).
+    /// The host could not be set up (engine, linker, epoch thread); the
+    /// error's gate label is then `host`.
     Host { message: String },
 }
 
@@ -89,7 +90,7 @@ impl fmt::Display for GateErrorKind {
                 f,
                 "no stock gate is named {name:?} (`automaton gate list` shows them)"
             ),
-            GateErrorKind::Host { message } => write!(f, "gate host failure: {message}"),
+            GateErrorKind::Host { message } => write!(f, "cannot start: {message}"),
         }
     }
 }

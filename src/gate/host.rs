@@ -155,13 +155,14 @@ impl GateHost {
     pub fn new(cache_dir: Option<PathBuf>) -> Result<GateHost, GateError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(|e| host_error("-", error_text(&e)))?;
+        let engine = Engine::new(&config).map_err(|e| host_error("host", error_text(&e)))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| host_error("-", error_text(&e)))?;
+            .map_err(|e| host_error("host", error_text(&e)))?;
         GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| host_error("-", error_text(&e)))?;
-        let ticker = Ticker::start(engine.clone()).map_err(|e| host_error("-", e.to_string()))?;
+            .map_err(|e| host_error("host", error_text(&e)))?;
+        let ticker =
+            Ticker::start(engine.clone()).map_err(|e| host_error("host", e.to_string()))?;
         Ok(GateHost {
             cache: Cache::new(cache_dir, &engine),
             engine,
