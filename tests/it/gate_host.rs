@@ -416,6 +416,19 @@ fn cache_hit_on_second_load_and_corrupt_entries_are_recompiled() {
     }
 }
 
+#[test]
+fn unwritable_cache_is_not_fatal() {
+    let fx = Fixture::new();
+    let not_a_dir = fx.write("cache-is-a-file", b"");
+    let host = GateHost::new(Some(not_a_dir)).unwrap();
+    let gate = host
+        .load(&file(&fx.write("good.wasm", &fx::good())))
+        .unwrap();
+    assert_eq!(host.cache_stats().compiled, 1);
+    host.evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+}
+
 // ---- the binary ----
 
 fn automaton() -> Command {
@@ -457,6 +470,24 @@ fn gate_test_prints_the_decision_and_logs() {
         .success()
         .stdout(predicates::str::contains("decision: proceed"))
         .stdout(predicates::str::contains("hello, host"));
+}
+
+#[test]
+fn gate_test_human_output() {
+    let fx = Fixture::new();
+    fx.write("good.wasm", &fx::good());
+    let out = automaton()
+        .current_dir(fx.dir.path())
+        .args(["gate", "test", "good.wasm", "--context", "-"])
+        .write_stdin(r#"{"tick": 9, "loop_name": "nightly"}"#)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    insta::with_settings!({filters => vec![(r"(?m)^time: .*$", "time:     [elapsed]")]}, {
+        insta::assert_snapshot!(String::from_utf8(out).unwrap());
+    });
 }
 
 #[test]
