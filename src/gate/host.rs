@@ -341,17 +341,9 @@ impl GateHost {
                 logs,
                 elapsed,
             }),
-            Err(message) => {
-                for l in &logs {
-                    tracing::debug!(
-                        gate = gate.label(),
-                        level = l.level.as_str(),
-                        "{}",
-                        l.message
-                    );
-                }
-                Err(gate.error(GateErrorKind::Refused { message }))
-            }
+            Err(message) => Err(gate
+                .error(GateErrorKind::Refused { message })
+                .with_logs(logs)),
         }
     }
 
@@ -377,7 +369,10 @@ impl GateHost {
         let elapsed = started.elapsed();
         match result {
             Ok(r) => Ok((r, store.data_mut().take_logs(), elapsed)),
-            Err(e) => Err(gate.error(classify(&e, store.data(), limits))),
+            Err(e) => {
+                let kind = classify(&e, store.data(), limits);
+                Err(gate.error(kind).with_logs(store.data_mut().take_logs()))
+            }
         }
     }
 }

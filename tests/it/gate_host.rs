@@ -290,6 +290,7 @@ fn refusal_is_typed() {
             message: "cannot read the state".into()
         }
     );
+    assert!(err.logs().is_empty());
 }
 
 #[test]
