@@ -72,12 +72,9 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::WrongWorld { detail } => {
                 write!(f, "does not target the automaton:gate/gate world: {detail}")
             }
-            GateErrorKind::MissingFile { path } => {
-                write!(f, "component file {} does not exist", path.display())
-            }
-            GateErrorKind::Io { path, message } => {
-                write!(f, "cannot read {}: {message}", path.display())
-            }
+            // The path is the gate's label, already in front of these.
+            GateErrorKind::MissingFile { .. } => f.write_str("was not found (no such file)"),
+            GateErrorKind::Io { message, .. } => write!(f, "cannot be read: {message}"),
             GateErrorKind::HashMismatch { expected, actual } => write!(
                 f,
                 "sha256 mismatch: loop.toml pins {expected}, the file has {actual}"
