@@ -12,7 +12,7 @@ pub const CTX_TICK: u32 = 16;
 const RET: u32 = 512;
 
 /// A gate whose `evaluate` runs `body`, WAT instructions leaving the return
-/// pointer on the stack. Helpers available to `body`:
+/// pointer on the stack. Functions available to `body`:
 /// `(call $decide (i32 decision) (i32 ptr) (i32 len))`, `(call $refuse (ptr) (len))`,
 /// and `$ctx` (the context pointer) as a local. Strings go in `data`
 /// as `(offset, text)`; offsets 1024..4096 are free for them.
