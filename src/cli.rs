@@ -1,83 +1,243 @@
-//! The command line, declared with clap: no logic beyond parsing values.
+//! The command line, declared with clap; no logic lives here.
+//! `commands::run` turns it into work.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::gate::Phase;
+use crate::config::Dur;
+use crate::lock::Wait;
 
 #[derive(Debug, Parser)]
-#[command(name = "automaton", version, about)]
+#[command(
+    name = "automaton",
+    version,
+    about = "Runs recurring jobs (loops) fired by schedulers, guarded by sandboxed WebAssembly gates",
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
-    /// The root holding loops/ and cache/.
-    #[arg(long, global = true, env = "AUTOMATON_ROOT")]
+    /// The root holding loops/ and cache/ [default: $AUTOMATON_ROOT, the
+    /// nearest .automaton/ here or above, else ~/.local/share/automaton]
+    #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// More log output on stderr (-v, -vv).
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides
+    #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+
+    /// Only errors on stderr
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Test, inspect and precompile gates.
+    /// Create a root (./.automaton unless --root or $AUTOMATON_ROOT says otherwise)
+    Init,
+    /// Create a loop
+    New(NewArgs),
+    /// List the loops
+    List(JsonArg),
+    /// Show one loop in detail, or all of them
+    Status(StatusArgs),
+    /// Show a loop's events
+    History(HistoryArgs),
+    /// Pause a loop: ticks do nothing until it is resumed
+    Pause(PauseArgs),
+    /// Make a paused, halted or completed loop active again
+    Resume(LoopArgs),
+    /// Approve the loop's next awaited tick
+    Approve(ApproveArgs),
+    /// Reject: halt the loop, recording who and why
+    Reject(RejectArgs),
+    /// Delete a loop and its history
+    Rm(RmArgs),
+    /// Test, inspect and precompile gates
     #[command(subcommand)]
     Gate(GateCommand),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum GateCommand {
-    /// Evaluate a gate alone against a JSON context.
+    /// Evaluate a gate alone against a JSON context
     Test {
-        /// A component file, or stock:NAME.
+        /// A component file, or stock:NAME
         target: String,
         /// A JSON context file, or - for standard input; missing fields
-        /// take defaults.
-        #[arg(long)]
+        /// take defaults
+        #[arg(long, value_name = "FILE")]
         context: Option<String>,
-        /// The gate's params, as a JSON object (overrides the context's).
-        #[arg(long, value_parser = parse_json)]
+        /// The gate's params, as a JSON object (overrides the context's)
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
         params: Option<serde_json::Value>,
-        /// The phase to evaluate in (overrides the context's).
+        /// The phase to evaluate in (overrides the context's)
         #[arg(long, value_parser = parse_phase)]
-        phase: Option<Phase>,
-        /// The evaluation's timeout.
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+        phase: Option<crate::gate::Phase>,
+        /// The evaluation's timeout
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1s")]
         timeout: Duration,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
-    /// Show what a gate says about itself, its imports and exports.
+    /// Show what a gate says about itself, its imports and exports
     Inspect {
-        /// A component file, or stock:NAME.
+        /// A component file, or stock:NAME
         target: String,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
-    /// Compile components into the root's cache.
+    /// Compile components into the root's cache
     Compile {
-        #[arg(required = true)]
+        #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
-    /// List the stock gates.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    /// List the stock gates
+    List(JsonArg),
 }
 
 fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
 }
 
-fn parse_phase(s: &str) -> Result<Phase, String> {
+fn parse_phase(s: &str) -> Result<crate::gate::Phase, String> {
     match s {
-        "before-step" => Ok(Phase::BeforeStep),
-        "after-step" => Ok(Phase::AfterStep),
+        "before-step" => Ok(crate::gate::Phase::BeforeStep),
+        "after-step" => Ok(crate::gate::Phase::AfterStep),
         _ => Err("expected before-step or after-step".to_owned()),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The loop's name: a-z, 0-9, '.', '_' and '-', up to 64 characters
+    pub name: String,
+    /// Use this loop.toml
+    #[arg(long, value_name = "FILE", conflicts_with = "step")]
+    pub from: Option<PathBuf>,
+    /// The step command, run by `sh -c` (the default loop.toml runs `true`)
+    #[arg(long, value_name = "CMD")]
+    pub step: Option<String>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One loop; all of them when absent
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    pub name: String,
+    /// Only the last N events
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+/// How long to wait for the loop's lock.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct WaitArgs {
+    /// Give up waiting for the loop's lock after DUR (exit 4)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub timeout: Option<Duration>,
+    /// Give up at once if the loop's lock is held (exit 4)
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+impl WaitArgs {
+    pub fn wait(&self) -> Wait {
+        match (self.no_wait, self.timeout) {
+            (true, _) => Wait::No,
+            (false, Some(d)) => Wait::For(d),
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    Dur::parse(s).map(|d| d.0)
+}
+
+#[derive(Debug, Args)]
+pub struct LoopArgs {
+    pub name: String,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// Why, for the record
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// A note kept with the approval
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RejectArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// Why, for the record
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// Remove it even while it is active or awaiting approval
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
     }
 }

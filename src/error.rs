@@ -1,39 +1,96 @@
-//! The crate's error type: each variant carries its context, and
-//! `exit_code` maps it onto the exit codes of SPEC §9.
+//! The crate's error type. Every variant carries what an operator needs to
+//! act on it (the loop, file, line, holder) and maps to one exit code (SPEC §9).
 
+use std::io;
 use std::path::PathBuf;
 
+use crate::config::ConfigError;
 use crate::gate::GateError;
+use crate::lock::Holder;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("invalid loop name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+
+    #[error("no automaton root at {}: run `automaton init` there, or pass --root", path.display())]
+    NoRoot { path: PathBuf },
+
+    #[error("no loop named {name:?} in {}", root.display())]
+    NoSuchLoop { name: String, root: PathBuf },
+
+    #[error("loop {name:?} already exists in {}", root.display())]
+    LoopExists { name: String, root: PathBuf },
+
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
+    #[error("state file {} is unreadable: {reason}; it was left untouched", path.display())]
+    CorruptState { path: PathBuf, reason: String },
+
+    #[error("state file {} has schema {found}, but this automaton reads schema {expected}; it was left untouched", path.display())]
+    UnknownSchema {
+        path: PathBuf,
+        found: u64,
+        expected: u32,
+    },
+
+    #[error("loop {name:?} is busy: {}", describe_holder(holder.as_ref()))]
+    LockNotObtained { name: String, holder: Option<Holder> },
+
+    #[error("loop {name:?}: {message}")]
+    Refused { name: String, message: String },
+
     #[error(transparent)]
     Gate(#[from] GateError),
-    #[error("cannot read {}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+
     #[error("invalid context JSON in {name}")]
     ContextJson {
         name: String,
         #[source]
         source: serde_json::Error,
     },
-    #[error("no root to cache compiled gates in: give --root or set AUTOMATON_ROOT")]
-    NoCache,
-    #[error("cannot write the output")]
-    Output(#[from] std::io::Error),
+
+    #[error("cannot write output")]
+    Output(#[source] io::Error),
+
+    #[error("{action} {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn describe_holder(holder: Option<&Holder>) -> String {
+    match holder {
+        Some(h) => format!("held by {}", h.describe()),
+        None => "its lock is held by another process".to_owned(),
+    }
 }
 
 impl Error {
-    /// The process exit code for this error.
+    /// The process exit code for this error (SPEC §9).
     pub fn exit_code(&self) -> i32 {
         match self {
+            Error::InvalidName { .. } => 2,
+            Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
+            Error::LockNotObtained { .. } => 4,
+            Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
+            Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
+            Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
-            Error::NoCache => 3,
-            _ => 1,
+            Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
+            Error::Output(_) => 1,
         }
+    }
+
+    /// Wraps an io error with what was being done and to which path.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { action, path, source }
     }
 }

@@ -1,11 +1,23 @@
 //! automaton runs recurring jobs ("loops") fired by schedulers, guarded by
 //! policy plugins ("gates") that are WebAssembly components evaluated
 //! in-process and sandboxed.
+//!
+//! The layout on disk, the state, the config and the lock discipline are
+//! described in the README and `docs/`; each module here owns one of them.
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod error;
 pub mod gate;
+pub mod history;
+pub mod lock;
+pub mod metrics;
+pub mod root;
 pub mod state;
+pub mod step;
+pub mod store;
+pub mod who;
+pub mod worktree;
 
-pub use error::Error;
+pub use error::{Error, Result};

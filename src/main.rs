@@ -1,90 +1,58 @@
-//! The `automaton` binary: parse arguments, set up logging, run the command,
-//! report an error once and exit with its code.
+//! The `automaton` binary: parse the command line, set up logging, run the
+//! command, and report an error once, with its causes, as an exit code.
 
-use std::io::Write;
+use std::error::Error as _;
+use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::EnvFilter;
 
-use automaton::Error;
-use automaton::cli::{Cli, Command, GateCommand};
-use automaton::commands::gate as gate_cmd;
-use automaton::gate::{GateHost, Limits};
+use automaton::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let mut msg = format!("error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
-                source = s.source();
+    init_logging(cli.verbose, cli.quiet);
+    let mut stdout = io::stdout().lock();
+    match automaton::commands::run(cli, &mut stdout) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            let code = err.exit_code();
+            if code != 0 {
+                let mut text = format!("error: {err}");
+                let mut source = err.source();
+                while let Some(cause) = source {
+                    text += &format!(": {cause}");
+                    source = cause.source();
+                }
+                eprintln!("{text}");
             }
-            eprintln!("{msg}");
-            ExitCode::from(e.exit_code() as u8)
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
     }
 }
 
-fn init_tracing(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
+/// Logs go to stderr: warnings and errors by default, more with -v, only
+/// errors with -q; RUST_LOG overrides. Plain messages unless -v.
+fn init_logging(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("automaton={level},warn")));
+    let color = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::env::var_os("NO_COLOR").is_none())
-        .without_time()
-        .init();
-}
-
-fn run(cli: Cli) -> Result<(), Error> {
-    let mut out = std::io::stdout().lock();
-    match cli.command {
-        Command::Gate(cmd) => {
-            let host = GateHost::new(gate_cmd::cache_dir(cli.root.as_deref()))?;
-            match cmd {
-                GateCommand::Test {
-                    target,
-                    context,
-                    params,
-                    phase,
-                    timeout,
-                    json,
-                } => {
-                    let ctx = context
-                        .map(|c| gate_cmd::ContextInput::parse(&c).read())
-                        .transpose()?;
-                    let limits = Limits {
-                        timeout,
-                        ..Limits::default()
-                    };
-                    let target = gate_cmd::parse_target(&target);
-                    let r = gate_cmd::test(&host, &target, ctx, params, phase, &limits)?;
-                    gate_cmd::render_test(&r, json, &mut out)?;
-                }
-                GateCommand::Inspect { target, json } => {
-                    let r = gate_cmd::inspect(&host, &gate_cmd::parse_target(&target))?;
-                    gate_cmd::render_inspect(&r, json, &mut out)?;
-                }
-                GateCommand::Compile { files, json } => {
-                    let r = gate_cmd::compile(&host, &files)?;
-                    gate_cmd::render_compile(&r, json, &mut out)?;
-                }
-                GateCommand::List { json } => {
-                    let r = gate_cmd::list(&host)?;
-                    gate_cmd::render_list(&r, json, &mut out)?;
-                }
-            }
-        }
+        .with_writer(io::stderr)
+        .with_ansi(color)
+        .without_time();
+    if verbose == 0 {
+        builder.with_target(false).with_level(false).init();
+    } else {
+        builder.with_target(true).init();
     }
-    out.flush()?;
-    Ok(())
 }

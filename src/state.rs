@@ -205,3 +205,220 @@ impl State {
         self.status_reason = reason;
     }
 }
+
+/// An operator's request the loop's state does not allow, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl State {
+    /// `pause`: active, awaiting or already paused loops pause.
+    pub fn pause(&mut self, reason: Option<String>) -> Result<(), Refusal> {
+        match self.status {
+            Status::Halted | Status::Completed => Err(Refusal(format!(
+                "it is {}; `resume` it to make it active again",
+                self.status
+            ))),
+            _ => {
+                self.set_status(Status::Paused, reason);
+                Ok(())
+            }
+        }
+    }
+
+    /// `resume`: any loop becomes active, and its failure count starts over
+    /// (so a failure gate does not halt it again at once). Returns the status
+    /// it left.
+    pub fn resume(&mut self) -> Status {
+        let from = self.status;
+        self.set_status(Status::Active, None);
+        self.consecutive_failures = 0;
+        from
+    }
+
+    /// `reject`: halts the loop and drops its pending approvals.
+    pub fn reject(&mut self, by: &str, reason: Option<&str>) {
+        let why = match reason {
+            Some(r) => format!("rejected by {by}: {r}"),
+            None => format!("rejected by {by}"),
+        };
+        self.set_status(Status::Halted, Some(why));
+        self.pending_approvals.clear();
+    }
+
+    /// `approve`: records an approval by `by`, if the rules allow it. The id
+    /// is unique within the loop (it names the state version that added it).
+    pub fn approve(
+        &mut self,
+        by: &str,
+        note: Option<String>,
+        now: Timestamp,
+        approvers: Option<&[String]>,
+    ) -> Result<Approval, Refusal> {
+        if let Some(allowed) = approvers
+            && !allowed.iter().any(|a| a == by)
+        {
+            let list = if allowed.is_empty() {
+                "none".to_owned()
+            } else {
+                allowed.join(", ")
+            };
+            return Err(Refusal(format!(
+                "{by} is not an approver of this loop (approvers: {list})"
+            )));
+        }
+        if matches!(self.status, Status::Halted | Status::Completed) {
+            return Err(Refusal(format!(
+                "it is {}; an approval would never be used (`resume` it first)",
+                self.status
+            )));
+        }
+        let approval = Approval {
+            id: format!("ap-{}", self.version + 1),
+            by: by.to_owned(),
+            at: now,
+            note,
+        };
+        self.pending_approvals.push(approval.clone());
+        Ok(approval)
+    }
+
+    /// Drops approvals older than `expires`; returns them, for the record.
+    pub fn drop_expired(&mut self, now: Timestamp, expires: Option<std::time::Duration>) -> Vec<Approval> {
+        let Some(expires) = expires else {
+            return Vec::new();
+        };
+        let (stale, fresh) = std::mem::take(&mut self.pending_approvals)
+            .into_iter()
+            .partition(|a| now.duration_since(a.at).unsigned_abs() > expires);
+        self.pending_approvals = fresh;
+        stale
+    }
+
+    /// Uses the approvals that release one await: the oldest approval of each
+    /// of the first `required` distinct approvers. None (and nothing used)
+    /// when there are not enough distinct approvers yet.
+    pub fn consume_approvals(&mut self, required: u32) -> Option<Vec<Approval>> {
+        let required = required.max(1) as usize;
+        let mut chosen: Vec<usize> = Vec::new();
+        for (i, a) in self.pending_approvals.iter().enumerate() {
+            if chosen.len() == required {
+                break;
+            }
+            if !chosen.iter().any(|&c| self.pending_approvals[c].by == a.by) {
+                chosen.push(i);
+            }
+        }
+        if chosen.len() < required {
+            return None;
+        }
+        let mut used = Vec::with_capacity(required);
+        for i in chosen.into_iter().rev() {
+            used.push(self.pending_approvals.remove(i));
+        }
+        used.reverse();
+        Some(used)
+    }
+
+    /// Distinct approvers among the pending approvals.
+    pub fn distinct_approvers(&self) -> usize {
+        let mut by: Vec<&str> = self.pending_approvals.iter().map(|a| a.by.as_str()).collect();
+        by.sort_unstable();
+        by.dedup();
+        by.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn state() -> State {
+        State::new(Timestamp::UNIX_EPOCH)
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn pause_and_resume() {
+        let mut s = state();
+        s.consecutive_failures = 3;
+        s.pause(Some("lunch".into())).unwrap();
+        assert_eq!(
+            (s.status, s.status_reason.as_deref()),
+            (Status::Paused, Some("lunch"))
+        );
+        assert_eq!(s.resume(), Status::Paused);
+        assert_eq!((s.status, s.status_reason.as_deref()), (Status::Active, None));
+        assert_eq!(s.consecutive_failures, 0);
+    }
+
+    #[test]
+    fn halted_loops_are_not_paused_or_approved() {
+        let mut s = state();
+        s.reject("ann", Some("wrong approach"));
+        assert_eq!(s.status, Status::Halted);
+        assert_eq!(
+            s.status_reason.as_deref(),
+            Some("rejected by ann: wrong approach")
+        );
+        assert!(s.pause(None).is_err());
+        assert!(s.approve("bob", None, at(1), None).is_err());
+        assert_eq!(s.resume(), Status::Halted);
+    }
+
+    #[test]
+    fn allowlist_refuses_others() {
+        let mut s = state();
+        let allowed = ["ann".to_owned()];
+        let err = s.approve("mallory", None, at(1), Some(&allowed)).unwrap_err();
+        assert!(err.0.contains("mallory is not an approver"), "{}", err.0);
+        assert!(s.pending_approvals.is_empty());
+        s.approve("ann", Some("ok".into()), at(1), Some(&allowed))
+            .unwrap();
+        assert_eq!(s.pending_approvals.len(), 1);
+    }
+
+    #[test]
+    fn approval_ids_follow_the_version() {
+        let mut s = state();
+        s.version = 41;
+        assert_eq!(s.approve("a", None, at(1), None).unwrap().id, "ap-42");
+    }
+
+    #[test]
+    fn expiry_drops_only_stale_approvals() {
+        let mut s = state();
+        s.approve("old", None, at(0), None).unwrap();
+        s.approve("new", None, at(90), None).unwrap();
+        let stale = s.drop_expired(at(100), Some(Duration::from_secs(60)));
+        assert_eq!(stale.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(), ["old"]);
+        assert_eq!(s.pending_approvals.len(), 1);
+        assert!(s.drop_expired(at(10_000), None).is_empty());
+    }
+
+    #[test]
+    fn consuming_needs_distinct_approvers() {
+        let mut s = state();
+        s.approve("ann", None, at(1), None).unwrap();
+        s.approve("ann", None, at(2), None).unwrap();
+        assert_eq!(
+            s.consume_approvals(2),
+            None,
+            "one person twice is not two approvers"
+        );
+        assert_eq!(s.pending_approvals.len(), 2, "nothing used when not enough");
+        s.approve("bob", None, at(3), None).unwrap();
+        let used = s.consume_approvals(2).unwrap();
+        assert_eq!(
+            used.iter().map(|a| (a.by.as_str(), a.at)).collect::<Vec<_>>(),
+            [("ann", at(1)), ("bob", at(3))]
+        );
+        assert_eq!(s.pending_approvals.len(), 1);
+        assert_eq!(s.pending_approvals[0].at, at(2));
+        assert_eq!(s.consume_approvals(1).unwrap().len(), 1);
+        assert_eq!(s.consume_approvals(1), None);
+    }
+}

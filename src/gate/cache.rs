@@ -221,10 +221,7 @@ mod tests {
         let mut other = wasmtime::Config::new();
         other.epoch_interruption(true);
         let c2 = Cache::new(None, &Engine::new(&other).unwrap());
-        assert_ne!(
-            c.engine_key, c2.engine_key,
-            "engine settings change the key"
-        );
+        assert_ne!(c.engine_key, c2.engine_key, "engine settings change the key");
         assert!(c2.entry("abc").is_none());
     }
 }

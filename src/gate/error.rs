@@ -19,10 +19,7 @@ pub enum GateErrorKind {
     MemoryCap { limit: u64 },
     /// The gate trapped (a panic, `unreachable`, a stack overflow, a bad
     /// value returned to the host…). `guest_output` is what it printed.
-    Trap {
-        message: String,
-        guest_output: String,
-    },
+    Trap { message: String, guest_output: String },
     /// The file is not a WebAssembly component (not wasm, or a core module).
     NotAComponent { detail: String },
     /// The component does not target the `gate` world: an import the host
@@ -224,12 +221,7 @@ mod tests {
 
     #[test]
     fn on_error_policies() {
-        let e = GateError::new(
-            "g.wasm",
-            GateErrorKind::Refused {
-                message: "no".into(),
-            },
-        );
+        let e = GateError::new("g.wasm", GateErrorKind::Refused { message: "no".into() });
         assert_eq!(
             decide_on_error(OnError::Halt, &e),
             Decision::Halt("gate g.wasm refused to decide: no".into())

@@ -157,12 +157,10 @@ impl GateHost {
         config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(|e| host_error("host", error_text(&e)))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| host_error("host", error_text(&e)))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("host", error_text(&e)))?;
         GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| host_error("host", error_text(&e)))?;
-        let ticker =
-            Ticker::start(engine.clone()).map_err(|e| host_error("host", e.to_string()))?;
+        let ticker = Ticker::start(engine.clone()).map_err(|e| host_error("host", e.to_string()))?;
         Ok(GateHost {
             cache: Cache::new(cache_dir, &engine),
             engine,
@@ -243,19 +241,12 @@ impl GateHost {
         })
     }
 
-    fn compiled(
-        &self,
-        label: &str,
-        sha256: &str,
-        bytes: &[u8],
-    ) -> Result<Arc<Compiled>, GateError> {
+    fn compiled(&self, label: &str, sha256: &str, bytes: &[u8]) -> Result<Arc<Compiled>, GateError> {
         if let Some(c) = self.lock_loaded().get(sha256) {
             return Ok(c.clone());
         }
         check_is_component(label, bytes)?;
-        let component = self
-            .cache
-            .load_or_compile(&self.engine, label, sha256, bytes)?;
+        let component = self.cache.load_or_compile(&self.engine, label, sha256, bytes)?;
         let wrong_world = |e: wasmtime::Error| {
             GateError::new(
                 label,
@@ -264,14 +255,10 @@ impl GateHost {
                 },
             )
         };
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(wrong_world)?;
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong_world)?;
         let pre = GatePre::new(instance_pre).map_err(wrong_world)?;
         let compiled = Arc::new(Compiled { component, pre });
-        self.lock_loaded()
-            .insert(sha256.to_owned(), compiled.clone());
+        self.lock_loaded().insert(sha256.to_owned(), compiled.clone());
         Ok(compiled)
     }
 
@@ -283,14 +270,8 @@ impl GateHost {
     pub fn interface(&self, gate: &Gate) -> GateInterface {
         let ty = gate.compiled.component.component_type();
         GateInterface {
-            imports: ty
-                .imports(&self.engine)
-                .map(|(n, _)| n.to_owned())
-                .collect(),
-            exports: ty
-                .exports(&self.engine)
-                .map(|(n, _)| n.to_owned())
-                .collect(),
+            imports: ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect(),
+            exports: ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect(),
         }
     }
 
@@ -316,34 +297,25 @@ impl GateHost {
     /// Asks the gate whether these params are acceptable.
     pub fn check_params(&self, gate: &Gate, params: &serde_json::Value) -> Result<(), GateError> {
         let json = params.to_string();
-        let (answer, _, _) =
-            self.call(gate, &Limits::default(), Timestamp::now(), |store, g| {
-                g.call_check_params(store, &json)
-            })?;
+        let (answer, _, _) = self.call(gate, &Limits::default(), Timestamp::now(), |store, g| {
+            g.call_check_params(store, &json)
+        })?;
         answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
     }
 
     /// Evaluates the gate against a context, in a fresh instance, under the
     /// limits.
-    pub fn evaluate(
-        &self,
-        gate: &Gate,
-        ctx: &Context,
-        limits: &Limits,
-    ) -> Result<Evaluation, GateError> {
+    pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
         let wit_ctx = sandbox::to_wit(ctx);
-        let (answer, logs, elapsed) = self.call(gate, limits, ctx.now, |store, g| {
-            g.call_evaluate(store, &wit_ctx)
-        })?;
+        let (answer, logs, elapsed) =
+            self.call(gate, limits, ctx.now, |store, g| g.call_evaluate(store, &wit_ctx))?;
         match answer {
             Ok(decision) => Ok(Evaluation {
                 decision: sandbox::from_wit(decision),
                 logs,
                 elapsed,
             }),
-            Err(message) => Err(gate
-                .error(GateErrorKind::Refused { message })
-                .with_logs(logs)),
+            Err(message) => Err(gate.error(GateErrorKind::Refused { message }).with_logs(logs)),
         }
     }
 
@@ -387,9 +359,7 @@ fn deadline_ticks(timeout: Duration) -> u64 {
 /// error's type; never from the error's text.
 fn classify(e: &wasmtime::Error, state: &HostState, limits: &Limits) -> GateErrorKind {
     if state.budget.hit {
-        return GateErrorKind::MemoryCap {
-            limit: limits.memory,
-        };
+        return GateErrorKind::MemoryCap { limit: limits.memory };
     }
     if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
         return GateErrorKind::Timeout {

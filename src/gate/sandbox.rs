@@ -158,16 +158,10 @@ impl tokio::io::AsyncWrite for Captured {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(
-        self: Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
     }
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
     }
 }
@@ -425,9 +419,7 @@ mod tests {
         let text = c.text();
         assert!(text.len() < OUTPUT_LIMIT + 200, "{}", text.len());
         let marker = format!("{} more bytes", 200_000 - OUTPUT_LIMIT);
-        assert!(text.ends_with(&format!(
-            "[output truncated: {marker} past the 64 KiB limit]"
-        )));
+        assert!(text.ends_with(&format!("[output truncated: {marker} past the 64 KiB limit]")));
     }
 
     #[test]

@@ -72,10 +72,7 @@ impl Decision {
     pub fn reason(&self) -> &str {
         match self {
             Decision::Proceed => "",
-            Decision::Skip(r)
-            | Decision::AwaitApproval(r)
-            | Decision::Halt(r)
-            | Decision::Complete(r) => r,
+            Decision::Skip(r) | Decision::AwaitApproval(r) | Decision::Halt(r) | Decision::Complete(r) => r,
         }
     }
 
@@ -123,10 +120,7 @@ pub enum GateSource {
     Stock(String),
     /// A component file; relative paths are resolved against the loop dir
     /// before they get here. `sha256` (lower-case hex) pins its content.
-    File {
-        path: PathBuf,
-        sha256: Option<String>,
-    },
+    File { path: PathBuf, sha256: Option<String> },
 }
 
 impl fmt::Display for GateSource {
@@ -256,10 +250,7 @@ mod tests {
 
     #[test]
     fn first_of_equals_gives_the_reason() {
-        let ds = [
-            Decision::Skip("first".into()),
-            Decision::Skip("second".into()),
-        ];
+        let ds = [Decision::Skip("first".into()), Decision::Skip("second".into())];
         assert_eq!(Decision::combine(&ds), Decision::Skip("first".into()));
     }
 

@@ -148,20 +148,10 @@ impl WatGate {
     }
 }
 
-fn encode(
-    wat: &str,
-    resolve: &wit_parser::Resolve,
-    world: wit_parser::WorldId,
-    wasi: bool,
-) -> Vec<u8> {
+fn encode(wat: &str, resolve: &wit_parser::Resolve, world: wit_parser::WorldId, wasi: bool) -> Vec<u8> {
     let mut module = wat::parse_str(wat).unwrap_or_else(|e| panic!("{e}\n{wat}"));
-    wit_component::embed_component_metadata(
-        &mut module,
-        resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .unwrap();
+    wit_component::embed_component_metadata(&mut module, resolve, world, wit_component::StringEncoding::UTF8)
+        .unwrap();
     let mut enc = wit_component::ComponentEncoder::default()
         .validate(true)
         .module(&module)

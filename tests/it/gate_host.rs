@@ -64,9 +64,7 @@ fn assert_host_still_works(host: &GateHost, fx: &Fixture) {
 fn good_gate_describes_checks_and_decides() {
     let fx = Fixture::new();
     let host = GateHost::new(None).unwrap();
-    let gate = host
-        .load(&file(&fx.write("good.wasm", &fx::good())))
-        .unwrap();
+    let gate = host.load(&file(&fx.write("good.wasm", &fx::good()))).unwrap();
     assert_eq!(gate.size(), fx::good().len() as u64);
     assert_eq!(gate.sha256().len(), 64);
     let info = host.describe(&gate).unwrap();
@@ -79,9 +77,7 @@ fn good_gate_describes_checks_and_decides() {
 
     host.check_params(&gate, &serde_json::json!({"every": 2}))
         .unwrap();
-    let err = host
-        .check_params(&gate, &serde_json::json!([1]))
-        .unwrap_err();
+    let err = host.check_params(&gate, &serde_json::json!([1])).unwrap_err();
     assert_eq!(
         err.kind(),
         &GateErrorKind::ParamsRejected {
@@ -181,9 +177,7 @@ fn deep_recursion_is_a_trap() {
 fn panic_text_from_stderr_travels_with_the_trap() {
     let fx = Fixture::new();
     let host = GateHost::new(None).unwrap();
-    let gate = host
-        .load(&file(&fx.write("panic.wasm", &fx::panics())))
-        .unwrap();
+    let gate = host.load(&file(&fx.write("panic.wasm", &fx::panics()))).unwrap();
     let err = host
         .evaluate(&gate, &Context::default(), &Limits::default())
         .unwrap_err();
@@ -234,10 +228,7 @@ fn endless_stdout_is_bounded() {
     let err = host
         .evaluate(&forever, &Context::default(), &limits(100, 16 << 20))
         .unwrap_err();
-    assert!(
-        matches!(err.kind(), GateErrorKind::Timeout { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err.kind(), GateErrorKind::Timeout { .. }), "{err:?}");
     assert_host_still_works(&host, &fx);
 }
 
@@ -247,10 +238,7 @@ fn sandbox_grants_no_files_env_or_args() {
     // SAFETY-free way to make sure the host process has something to leak.
     assert!(std::env::vars().count() > 0);
     let host = GateHost::new(None).unwrap();
-    for (name, bytes) in [
-        ("files.wasm", fx::reads_files()),
-        ("env.wasm", fx::reads_env()),
-    ] {
+    for (name, bytes) in [("files.wasm", fx::reads_files()), ("env.wasm", fx::reads_env())] {
         let gate = host.load(&file(&fx.write(name, &bytes))).unwrap();
         let e = host
             .evaluate(&gate, &Context::default(), &Limits::default())
@@ -316,10 +304,7 @@ fn bad_components_are_refused_at_load() {
 
     let truncated = fx.write("truncated.wasm", &good[..good.len() / 2]);
     let err = host.load(&file(&truncated)).unwrap_err();
-    assert!(
-        matches!(err.kind(), GateErrorKind::Compile { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err.kind(), GateErrorKind::Compile { .. }), "{err:?}");
 
     for (name, with_import) in [("other.wasm", false), ("other-import.wasm", true)] {
         let p = fx.write(name, &fx::other_world(with_import));
@@ -335,9 +320,7 @@ fn bad_components_are_refused_at_load() {
     let err = host.load(&file(&missing)).unwrap_err();
     assert_eq!(err.kind(), &GateErrorKind::MissingFile { path: missing });
 
-    let err = host
-        .load(&GateSource::Stock("no-such-gate".into()))
-        .unwrap_err();
+    let err = host.load(&GateSource::Stock("no-such-gate".into())).unwrap_err();
     assert!(matches!(err.kind(), GateErrorKind::UnknownStock { .. }));
     assert_host_still_works(&host, &fx);
 }
@@ -422,9 +405,7 @@ fn unwritable_cache_is_not_fatal() {
     let fx = Fixture::new();
     let not_a_dir = fx.write("cache-is-a-file", b"");
     let host = GateHost::new(Some(not_a_dir)).unwrap();
-    let gate = host
-        .load(&file(&fx.write("good.wasm", &fx::good())))
-        .unwrap();
+    let gate = host.load(&file(&fx.write("good.wasm", &fx::good()))).unwrap();
     assert_eq!(host.cache_stats().compiled, 1);
     host.evaluate(&gate, &Context::default(), &Limits::default())
         .unwrap();
@@ -556,6 +537,15 @@ fn gate_compile_warms_the_cache() {
     let fx = Fixture::new();
     let path = fx.write("warm.wasm", &fx::good());
     let root = fx.dir.path();
+    // gate compile without an initialised root has nowhere to cache.
+    automaton()
+        .arg("--root")
+        .arg(root)
+        .args(["gate", "compile"])
+        .arg(&path)
+        .assert()
+        .code(3);
+    std::fs::create_dir(root.join("loops")).unwrap();
     automaton()
         .arg("--root")
         .arg(root)

@@ -1,0 +1,51 @@
+//! `history`: a loop's events, oldest first.
+
+use std::io::Write;
+
+use super::render::local;
+use crate::cli::HistoryArgs;
+use crate::error::Result;
+use crate::history;
+use crate::root::Root;
+use crate::store::LoopDir;
+
+pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
+    let dir = LoopDir::open(root, &args.name)?;
+    let (events, bad) = history::read(&dir)?;
+    for b in &bad {
+        tracing::warn!(
+            "{}:{}: passed over an unreadable line: {}",
+            dir.history_path().display(),
+            b.line,
+            b.reason
+        );
+    }
+    let skip = args.limit.map_or(0, |n| events.len().saturating_sub(n));
+    let events = &events[skip..];
+    if args.json.json {
+        super::emit_json(out, &events)?;
+        return Ok(0);
+    }
+    let mut text = String::new();
+    for e in events {
+        let mut fields = match serde_json::to_value(&e.kind) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        let kind = fields
+            .remove("kind")
+            .and_then(|k| k.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let details: Vec<String> = fields
+            .into_iter()
+            .filter_map(|(k, v)| match v {
+                serde_json::Value::String(s) => Some(format!("{k}={s:?}")),
+                serde_json::Value::Null | serde_json::Value::Object(_) | serde_json::Value::Array(_) => None,
+                other => Some(format!("{k}={other}")),
+            })
+            .collect();
+        text += &format!("{}  {kind:<18} {}\n", local(e.at), details.join(" "));
+    }
+    super::emit(out, &text)?;
+    Ok(0)
+}

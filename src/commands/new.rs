@@ -1,0 +1,79 @@
+//! `new`: create a loop from a loop.toml, or from a step command.
+
+use std::io::Write;
+
+use jiff::Timestamp;
+
+use crate::cli::NewArgs;
+use crate::config::{ConfigError, LoopConfig};
+use crate::error::Result;
+use crate::history::{Event, EventKind};
+use crate::root::{LoopName, Root};
+use crate::state::State;
+use crate::{store, who};
+
+pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
+    let name = LoopName::new(&args.name)?;
+    let text = match &args.from {
+        Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?,
+        None => template(args.step.as_deref().unwrap_or("true")),
+    };
+    // Refuse a bad config before anything is made; errors name the file the
+    // operator wrote.
+    let shown = args.from.clone().unwrap_or_else(|| "loop.toml".into());
+    LoopConfig::parse(&text, &shown)?;
+
+    let now = Timestamp::now();
+    let mut state = State::new(now);
+    state.version = 1;
+    let created = Event {
+        at: now,
+        kind: EventKind::Created { by: who::user() },
+    };
+    let dir = store::create_loop(root, &name, &text, &state, &created.to_line())?;
+    if args.json.json {
+        super::emit_json(out, &super::status::view(&dir, &state))?;
+    } else {
+        super::emit(out, &format!("created loop {name} in {}\n", dir.path().display()))?;
+    }
+    Ok(0)
+}
+
+/// The loop.toml `new` writes when not given one.
+fn template(step: &str) -> String {
+    let step = toml::Value::String(step.to_owned());
+    format!(
+        r#"# The loop's step: an argv array, or a string run by `sh -c`.
+step = {step}
+# timeout = "30m"          # the step's whole process group is killed after it
+# overlap = "skip"         # a tick that finds the loop busy: "skip" or "wait"
+
+# [verifier]               # runs after a successful step
+# command = "cargo test --quiet"
+
+# [schedule]               # for `automaton schedule install` and `automaton daemon`
+# every = "15m"
+
+# [[gate]]                 # policy gates, evaluated before (or after) the step
+# stock = "approve-every"
+# params = {{ every = 5 }}
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn template_is_valid_for_awkward_steps() {
+        for step in ["true", "echo \"quoted\" 'and' \\back", "line\nbreak"] {
+            let c = LoopConfig::parse(&template(step), Path::new("t")).unwrap();
+            assert_eq!(c.step.argv()[2], step);
+        }
+    }
+}

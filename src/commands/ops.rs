@@ -1,0 +1,152 @@
+//! The operator's verbs that change a loop: `pause`, `resume`, `approve`,
+//! `reject` and `rm`. Each takes the loop's lock in the ordinary way.
+
+use std::io::Write;
+
+use jiff::Timestamp;
+
+use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
+use crate::error::{Error, Result};
+use crate::history::EventKind;
+use crate::lock::{self, Holder};
+use crate::root::Root;
+use crate::state::{Refusal, State, Status};
+use crate::store::{self, LoopDir};
+use crate::who;
+
+fn refused(dir: &LoopDir) -> impl FnOnce(Refusal) -> Error + '_ {
+    move |r| Error::Refused {
+        name: dir.name().to_string(),
+        message: r.0,
+    }
+}
+
+fn report(dir: &LoopDir, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<u8> {
+    if json {
+        super::emit_json(out, &super::status::view(dir, state))?;
+    } else {
+        super::emit(out, &format!("{line}\n"))?;
+    }
+    Ok(0)
+}
+
+pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
+    let t = &args.target;
+    let dir = LoopDir::open(root, &t.name)?;
+    let state = super::update_loop(&dir, "pause", t.wait.wait(), |s| {
+        s.pause(args.reason.clone()).map_err(refused(&dir))?;
+        Ok(vec![EventKind::Paused {
+            by: who::user(),
+            reason: args.reason.clone(),
+        }])
+    })?;
+    report(
+        &dir,
+        &state,
+        t.json.json,
+        format!("paused loop {}", dir.name()),
+        out,
+    )
+}
+
+pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
+    let dir = LoopDir::open(root, &t.name)?;
+    let mut from = Status::Active;
+    let state = super::update_loop(&dir, "resume", t.wait.wait(), |s| {
+        from = s.resume();
+        Ok(vec![EventKind::Resumed {
+            by: who::user(),
+            from,
+        }])
+    })?;
+    let line = if from == Status::Active {
+        format!("loop {} was already active", dir.name())
+    } else {
+        format!("resumed loop {} (was {from})", dir.name())
+    };
+    report(&dir, &state, t.json.json, line, out)
+}
+
+pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u8> {
+    let t = &args.target;
+    let dir = LoopDir::open(root, &t.name)?;
+    let by = who::user();
+    let mut id = String::new();
+    let mut required = 1;
+    let state = super::update_loop(&dir, "approve", t.wait.wait(), |s| {
+        let rules = dir.config()?.approval;
+        required = rules.required;
+        let now = Timestamp::now();
+        let mut events: Vec<EventKind> = s
+            .drop_expired(now, rules.expires.map(|d| d.0))
+            .into_iter()
+            .map(|a| EventKind::ApprovalExpired {
+                id: a.id,
+                by: a.by,
+                approved_at: a.at,
+            })
+            .collect();
+        let approval = s
+            .approve(&by, args.note.clone(), now, rules.approvers.as_deref())
+            .map_err(refused(&dir))?;
+        id = approval.id.clone();
+        events.push(EventKind::Approved {
+            by: by.clone(),
+            id: approval.id,
+            note: approval.note,
+        });
+        Ok(events)
+    })?;
+    let mut line = format!("approved loop {} as {by} ({id})", dir.name());
+    if required > 1 {
+        line += &format!("; {} of {required} approvers so far", state.distinct_approvers());
+    }
+    report(&dir, &state, t.json.json, line, out)
+}
+
+pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8> {
+    let t = &args.target;
+    let dir = LoopDir::open(root, &t.name)?;
+    let by = who::user();
+    let state = super::update_loop(&dir, "reject", t.wait.wait(), |s| {
+        s.reject(&by, args.reason.as_deref());
+        Ok(vec![EventKind::Rejected {
+            by: by.clone(),
+            reason: args.reason.clone(),
+        }])
+    })?;
+    report(
+        &dir,
+        &state,
+        t.json.json,
+        format!("rejected loop {}: it is halted", dir.name()),
+        out,
+    )
+}
+
+pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
+    let t = &args.target;
+    let dir = LoopDir::open(root, &t.name)?;
+    lock::with_lock(&dir, Holder::me("rm"), t.wait.wait(), |held| {
+        let state = dir.read_state()?;
+        if !args.force && state.status.is_runnable() {
+            return Err(Error::Refused {
+                name: dir.name().to_string(),
+                message: format!(
+                    "it is {}; pause it first, or pass --force to remove it anyway",
+                    state.status
+                ),
+            });
+        }
+        store::remove_loop(&dir, held)
+    })?;
+    if t.json.json {
+        super::emit_json(
+            out,
+            &serde_json::json!({ "name": dir.name().as_str(), "removed": true }),
+        )?;
+    } else {
+        super::emit(out, &format!("removed loop {}\n", dir.name()))?;
+    }
+    Ok(0)
+}

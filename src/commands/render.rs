@@ -1,0 +1,93 @@
+//! Small pieces of human-facing output shared by the commands.
+
+use std::time::Duration;
+
+use jiff::{Timestamp, tz::TimeZone};
+
+/// `3m ago`, `just now`, `in 2h`, to the coarsest unit.
+pub fn ago(then: Timestamp) -> String {
+    let secs = Timestamp::now().duration_since(then).as_secs();
+    let (n, future) = (secs.unsigned_abs(), secs < 0);
+    if n < 5 {
+        return "just now".into();
+    }
+    let text = coarse(Duration::from_secs(n));
+    if future {
+        format!("in {text}")
+    } else {
+        format!("{text} ago")
+    }
+}
+
+/// One or two units: `45s`, `3m12s`, `2h5m`, `3d4h`.
+pub fn coarse(d: Duration) -> String {
+    let s = d.as_secs();
+    let (d_, h, m, s_) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d_, h, m) {
+        (0, 0, 0) => format!("{s_}s"),
+        (0, 0, _) if s_ == 0 => format!("{m}m"),
+        (0, 0, _) => format!("{m}m{s_}s"),
+        (0, _, 0) => format!("{h}h"),
+        (0, _, _) => format!("{h}h{m}m"),
+        (_, 0, _) => format!("{d_}d"),
+        _ => format!("{d_}d{h}h"),
+    }
+}
+
+/// A timestamp in the local time zone, to the second.
+pub fn local(t: Timestamp) -> String {
+    t.to_zoned_datetime(TimeZone::system())
+        .strftime("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line += cell;
+            } else {
+                line += &format!("{cell:<w$}  ", w = widths[c]);
+            }
+        }
+        out += line.trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coarse_durations() {
+        assert_eq!(coarse(Duration::from_secs(45)), "45s");
+        assert_eq!(coarse(Duration::from_secs(192)), "3m12s");
+        assert_eq!(coarse(Duration::from_secs(180)), "3m");
+        assert_eq!(coarse(Duration::from_secs(7500)), "2h5m");
+        assert_eq!(coarse(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(&[
+            vec!["A".into(), "BB".into(), "C".into()],
+            vec!["aaa".into(), "b".into(), "".into()],
+        ]);
+        assert_eq!(t, "A    BB  C\naaa  b\n");
+    }
+}

@@ -1,0 +1,546 @@
+//! `loop.toml`: the whole schema of SPEC §5 as typed structs. Unknown keys and
+//! bad values are errors that name the file, line and column.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::gate::{GateSource, Limits, OnError, Phase};
+
+/// A loop's configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopConfig {
+    /// Shown by `list` and `status`.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The step: an argv array, or a string run by `sh -c`.
+    pub step: CommandLine,
+    /// Where the step runs, relative to the loop dir; ignored with a worktree.
+    #[serde(default = "default_workdir")]
+    pub workdir: PathBuf,
+    /// The step's timeout; the whole process group is killed.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    /// What a tick does when it finds the lock held.
+    #[serde(default)]
+    pub overlap: Overlap,
+    #[serde(default)]
+    pub verifier: Option<Verifier>,
+    #[serde(default)]
+    pub worktree: Option<WorktreeConfig>,
+    #[serde(default)]
+    pub schedule: Option<Schedule>,
+    #[serde(default, rename = "gate")]
+    pub gates: Vec<GateConfig>,
+    #[serde(default)]
+    pub approval: ApprovalRules,
+    #[serde(default)]
+    pub runs: Runs,
+}
+
+fn default_workdir() -> PathBuf {
+    PathBuf::from(".")
+}
+
+/// A command: `["prog", "arg"]`, or `"a shell line"` run by `sh -c`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandLine {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+impl CommandLine {
+    /// The program and its arguments, as they will be executed.
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            CommandLine::Argv(v) => v.clone(),
+            CommandLine::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
+        }
+    }
+}
+
+impl fmt::Display for CommandLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommandLine::Shell(s) => f.write_str(s),
+            CommandLine::Argv(v) => f.write_str(&v.join(" ")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CommandLine {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(
+            untagged,
+            expecting = "a command: an array of strings, or a string run by sh -c"
+        )]
+        enum Raw {
+            Shell(String),
+            Argv(Vec<String>),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Shell(s) if s.trim().is_empty() => Err(serde::de::Error::custom("the command is empty")),
+            Raw::Argv(v) if v.first().is_none_or(|p| p.is_empty()) => {
+                Err(serde::de::Error::custom("the command is empty"))
+            }
+            Raw::Shell(s) => Ok(CommandLine::Shell(s)),
+            Raw::Argv(v) => Ok(CommandLine::Argv(v)),
+        }
+    }
+}
+
+/// A duration written as a human string: `"30m"`, `"1h 30m"`, `"200ms"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    pub fn parse(s: &str) -> Result<Dur, String> {
+        humantime::parse_duration(s).map(Dur).map_err(|e| {
+            format!("invalid duration {s:?} ({e}); write it like \"30s\", \"15m\" or \"1h 30m\"")
+        })
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Dur::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a tick does when the loop's lock is held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overlap {
+    /// Answer `busy` at once.
+    #[default]
+    Skip,
+    /// Wait for the lock (bounded by `--timeout`).
+    Wait,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verifier {
+    pub command: CommandLine,
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeConfig {
+    pub repo: PathBuf,
+    pub branch: String,
+    /// Where the worktree goes; default `<loop dir>/worktree`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+}
+
+/// The loop's cadence, for `schedule install` and `daemon`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawSchedule")]
+pub struct Schedule {
+    pub cadence: Cadence,
+    pub jitter: Option<Dur>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cadence {
+    Every(Dur),
+    Cron(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSchedule {
+    every: Option<Dur>,
+    cron: Option<String>,
+    jitter: Option<Dur>,
+}
+
+impl TryFrom<RawSchedule> for Schedule {
+    type Error = String;
+    fn try_from(r: RawSchedule) -> Result<Self, String> {
+        let cadence = match (r.every, r.cron) {
+            (Some(_), Some(_)) => return Err("give either `every` or `cron`, not both".into()),
+            (None, None) => return Err("give `every = \"15m\"` or `cron = \"*/15 * * * *\"`".into()),
+            (Some(e), None) if e.0 < Duration::from_secs(1) => {
+                return Err("`every` must be at least 1s".into());
+            }
+            (Some(e), None) => Cadence::Every(e),
+            (None, Some(c)) => {
+                if c.split_whitespace().count() != 5 {
+                    return Err(format!(
+                        "`cron = {c:?}` needs five fields: minute hour day month weekday"
+                    ));
+                }
+                Cadence::Cron(c)
+            }
+        };
+        Ok(Schedule {
+            cadence,
+            jitter: r.jitter,
+        })
+    }
+}
+
+/// One `[[gate]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "RawGate")]
+pub struct GateConfig {
+    pub source: GateSource,
+    pub phases: Vec<Phase>,
+    pub params: serde_json::Value,
+    pub on_error: OnError,
+    pub limits: Limits,
+}
+
+impl GateConfig {
+    /// The gate's source with a relative path resolved against `loop_dir`.
+    pub fn resolved_source(&self, loop_dir: &Path) -> GateSource {
+        match &self.source {
+            GateSource::File { path, sha256 } => GateSource::File {
+                path: loop_dir.join(path),
+                sha256: sha256.clone(),
+            },
+            stock => stock.clone(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGate {
+    stock: Option<String>,
+    path: Option<PathBuf>,
+    sha256: Option<String>,
+    #[serde(default)]
+    phase: Option<Vec<Phase>>,
+    #[serde(default)]
+    params: Option<serde_json::Value>,
+    #[serde(default)]
+    on_error: OnError,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    timeout: Option<Dur>,
+    memory: Option<bytesize::ByteSize>,
+}
+
+impl TryFrom<RawGate> for GateConfig {
+    type Error = String;
+    fn try_from(r: RawGate) -> Result<Self, String> {
+        let source = match (r.stock, r.path, r.sha256) {
+            (Some(_), Some(_), _) => return Err("a gate has either `stock` or `path`, not both".into()),
+            (None, None, _) => return Err("a gate needs `stock = \"NAME\"` or `path = \"FILE.wasm\"`".into()),
+            (Some(_), None, Some(_)) => {
+                return Err("`sha256` pins a `path` gate; stock gates ship inside the binary".into());
+            }
+            (Some(name), None, None) => GateSource::Stock(name),
+            (None, Some(path), sha256) => {
+                if let Some(h) = &sha256
+                    && (h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
+                {
+                    return Err(format!("`sha256 = {h:?}` is not 64 hex digits"));
+                }
+                GateSource::File {
+                    path,
+                    sha256: sha256.map(|h| h.to_ascii_lowercase()),
+                }
+            }
+        };
+        let mut phases = r.phase.unwrap_or_else(|| vec![Phase::BeforeStep]);
+        if phases.is_empty() {
+            return Err("`phase` lists no phase: use [\"before-step\"], [\"after-step\"] or both".into());
+        }
+        phases.sort();
+        phases.dedup();
+        let params = r.params.unwrap_or_else(|| serde_json::json!({}));
+        if !params.is_object() {
+            return Err("`params` must be a table, e.g. params = { every = 5 }".into());
+        }
+        let defaults = Limits::default();
+        let limits = Limits {
+            timeout: r.limits.timeout.map_or(defaults.timeout, |d| d.0),
+            memory: r.limits.memory.map_or(defaults.memory, |m| m.as_u64()),
+        };
+        if limits.timeout.is_zero() || limits.memory == 0 {
+            return Err("gate limits must be greater than zero".into());
+        }
+        Ok(GateConfig {
+            source,
+            phases,
+            params,
+            on_error: r.on_error,
+            limits,
+        })
+    }
+}
+
+/// `[approval]`: who may approve, how many, and for how long an approval holds.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRules {
+    /// Only these users may approve; everyone when absent.
+    #[serde(default)]
+    pub approvers: Option<Vec<String>>,
+    /// Distinct approvers needed to release one await.
+    #[serde(default = "one")]
+    pub required: u32,
+    /// Approvals older than this are dropped.
+    #[serde(default)]
+    pub expires: Option<Dur>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for ApprovalRules {
+    fn default() -> Self {
+        ApprovalRules {
+            approvers: None,
+            required: 1,
+            expires: None,
+        }
+    }
+}
+
+/// `[runs]`: what is kept of each tick's step and verifier output.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runs {
+    /// How many `runs/<tick>/` directories are kept.
+    #[serde(default = "default_keep")]
+    pub keep: usize,
+    /// The most kept of each output stream of one process.
+    #[serde(default = "default_output_limit")]
+    pub output_limit: bytesize::ByteSize,
+}
+
+fn default_keep() -> usize {
+    50
+}
+
+fn default_output_limit() -> bytesize::ByteSize {
+    bytesize::ByteSize::mib(1)
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Runs {
+            keep: default_keep(),
+            output_limit: default_output_limit(),
+        }
+    }
+}
+
+/// A loop.toml that could not be read or is not valid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {}:{line}:{column}: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+impl LoopConfig {
+    /// Reads and validates a loop.toml file.
+    pub fn load(path: &Path) -> Result<LoopConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        LoopConfig::parse(&text, path)
+    }
+
+    /// Parses loop.toml text; `path` is used in error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<LoopConfig, ConfigError> {
+        let config: LoopConfig = toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
+            ConfigError::Invalid {
+                path: path.to_owned(),
+                line,
+                column,
+                message: e.message().trim_end().to_owned(),
+            }
+        })?;
+        Ok(config)
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<LoopConfig, ConfigError> {
+        LoopConfig::parse(text, Path::new("loop.toml"))
+    }
+
+    fn err(text: &str) -> (usize, usize, String) {
+        match parse(text).unwrap_err() {
+            ConfigError::Invalid {
+                line,
+                column,
+                message,
+                ..
+            } => (line, column, message),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let c = parse(
+            r#"
+step = ["./agent.sh", "--task", "fix-flaky-tests"]
+workdir = "."
+timeout = "30m"
+overlap = "wait"
+
+[verifier]
+command = "cargo test --quiet"
+timeout = "10m"
+
+[worktree]
+repo = "/path/to/repo"
+branch = "loop/fix"
+
+[schedule]
+every = "15m"
+jitter = "30s"
+
+[approval]
+approvers = ["alice", "bob"]
+required = 2
+expires = "24h"
+
+[[gate]]
+stock = "approve-every"
+params = { every = 5 }
+
+[[gate]]
+path = "gates/budget.wasm"
+sha256 = "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
+phase = ["after-step"]
+params = { metric = "cost_usd", max = 20.0 }
+on_error = "skip"
+limits = { timeout = "200ms", memory = "64MiB" }
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.step.argv()[0], "./agent.sh");
+        assert_eq!(c.timeout, Some(Dur(Duration::from_secs(1800))));
+        assert_eq!(c.overlap, Overlap::Wait);
+        assert_eq!(
+            c.verifier.unwrap().command.argv(),
+            ["sh", "-c", "cargo test --quiet"]
+        );
+        assert_eq!(
+            c.schedule.unwrap().cadence,
+            Cadence::Every(Dur(Duration::from_secs(900)))
+        );
+        assert_eq!(c.approval.required, 2);
+        assert_eq!(c.gates.len(), 2);
+        assert_eq!(c.gates[0].source, GateSource::Stock("approve-every".into()));
+        assert_eq!(c.gates[0].phases, [Phase::BeforeStep]);
+        assert_eq!(c.gates[0].on_error, OnError::Halt);
+        let g = &c.gates[1];
+        assert_eq!(g.phases, [Phase::AfterStep]);
+        assert_eq!(g.on_error, OnError::Skip);
+        assert_eq!(g.limits.timeout, Duration::from_millis(200));
+        assert_eq!(g.limits.memory, 64 * 1024 * 1024);
+        assert_eq!(g.params["max"], 20.0);
+        match &g.source {
+            GateSource::File { sha256, .. } => assert!(sha256.as_ref().unwrap().starts_with("abcdef")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_config_takes_defaults() {
+        let c = parse("step = \"true\"\n").unwrap();
+        assert_eq!(c.overlap, Overlap::Skip);
+        assert_eq!(c.runs.keep, 50);
+        assert!(c.gates.is_empty());
+        assert_eq!(c.approval.required, 1);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let (line, col, msg) = err("step = \"true\"\n\nstpe = 1\n");
+        assert_eq!((line, col), (3, 1));
+        assert!(msg.contains("unknown field `stpe`"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_key_in_gate_is_reported_at_its_line() {
+        let (line, _, msg) = err("step = \"true\"\n[[gate]]\nstock = \"budget\"\nparamz = {}\n");
+        assert!(msg.contains("paramz"), "{msg}");
+        assert_eq!(line, 4);
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        assert!(
+            err("step = \"true\"\ntimeout = \"soon\"\n")
+                .2
+                .contains("invalid duration")
+        );
+        assert!(err("step = []\n").2.contains("empty"));
+        assert!(err("step = \"true\"\noverlap = \"queue\"\n").2.contains("queue"));
+        assert!(
+            err("step = \"true\"\n[[gate]]\nphase = [\"before-step\"]\n")
+                .2
+                .contains("needs `stock")
+        );
+        assert!(
+            err("step = \"true\"\n[[gate]]\nstock = \"a\"\npath = \"b\"\n")
+                .2
+                .contains("not both")
+        );
+        assert!(
+            err("step = \"true\"\n[schedule]\ncron = \"* *\"\n")
+                .2
+                .contains("five fields")
+        );
+        assert!(
+            err("step = \"true\"\n[[gate]]\npath = \"g.wasm\"\nsha256 = \"xyz\"\n")
+                .2
+                .contains("64 hex")
+        );
+        assert!(err("").2.contains("step"));
+    }
+}

@@ -1,0 +1,35 @@
+//! Who is acting, for the record: the user named in history and approvals,
+//! and the host named in lock records.
+
+use std::sync::OnceLock;
+
+/// The acting user: `$AUTOMATON_USER` when set (a bot acting for a person, or
+/// a shared service account), else the OS user. This names the actor in the
+/// record and is what `[approval] approvers` checks; it is not an
+/// authentication boundary — anyone who may write the loop's files may
+/// change its state.
+pub fn user() -> String {
+    if let Some(u) = std::env::var("AUTOMATON_USER")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    {
+        return u.trim().to_owned();
+    }
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => std::env::var("USER").unwrap_or_else(|_| format!("uid{uid}")),
+    }
+}
+
+/// This machine's host name.
+pub fn host() -> String {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".to_owned())
+    })
+    .clone()
+}

@@ -1,0 +1,219 @@
+//! Tests for worktrees, against real git repositories in temporary
+//! directories (configured locally, independent of the user's git config).
+
+use std::path::Path;
+use std::process::Command;
+
+use super::*;
+
+/// Runs git for the test's own setup, ignoring global and system config.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A temporary directory holding `repo/`, a repository with one commit on `main`.
+fn repo() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["symbolic-ref", "HEAD", "refs/heads/main"]);
+    for (k, v) in [
+        ("user.name", "Test"),
+        ("user.email", "test@example.com"),
+        ("commit.gpgsign", "false"),
+    ] {
+        git(&repo, &["config", k, v]);
+    }
+    commit(&repo, "a.txt", "one\n");
+    (dir, repo)
+}
+
+fn commit(dir: &Path, file: &str, content: &str) {
+    std::fs::write(dir.join(file), content).unwrap();
+    git(dir, &["add", file]);
+    git(dir, &["commit", "-q", "-m", file]);
+}
+
+#[test]
+fn creates_the_branch_and_worktree_then_reuses_them() {
+    let (dir, repo) = repo();
+    let wt = dir.path().join("wts/loop");
+    assert_eq!(ensure(&repo, "loop/x", &wt).unwrap(), Ensured::Created);
+    assert_eq!(git(&wt, &["symbolic-ref", "--short", "HEAD"]), "loop/x");
+    assert_eq!(
+        git(&wt, &["rev-parse", "HEAD"]),
+        git(&repo, &["rev-parse", "main"])
+    );
+    assert_eq!(ensure(&repo, "loop/x", &wt).unwrap(), Ensured::Existed);
+    assert_eq!(
+        ensure(&repo, "loop/x", &wt.join("../loop")).unwrap(),
+        Ensured::Existed
+    );
+}
+
+#[test]
+fn an_existing_branch_is_checked_out_not_recreated() {
+    let (dir, repo) = repo();
+    git(&repo, &["branch", "loop/x"]);
+    let at_branch = git(&repo, &["rev-parse", "loop/x"]);
+    commit(&repo, "b.txt", "two\n");
+    let wt = dir.path().join("wt");
+    assert_eq!(ensure(&repo, "loop/x", &wt).unwrap(), Ensured::Created);
+    assert_eq!(git(&wt, &["rev-parse", "HEAD"]), at_branch);
+}
+
+#[test]
+fn a_worktree_deleted_by_hand_is_added_again() {
+    let (dir, repo) = repo();
+    let wt = dir.path().join("wt");
+    ensure(&repo, "loop/x", &wt).unwrap();
+    std::fs::remove_dir_all(&wt).unwrap();
+    assert_eq!(ensure(&repo, "loop/x", &wt).unwrap(), Ensured::Created);
+    assert_eq!(git(&wt, &["symbolic-ref", "--short", "HEAD"]), "loop/x");
+}
+
+#[test]
+fn a_directory_that_is_not_a_repository_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    for repo in [dir.path().to_owned(), dir.path().join("missing")] {
+        let err = ensure(&repo, "loop/x", &dir.path().join("wt")).unwrap_err();
+        assert!(
+            matches!(&err, WorktreeError::NotARepo { repo: r, .. } if *r == repo),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(&repo.display().to_string()), "{err}");
+    }
+}
+
+#[test]
+fn a_branch_checked_out_elsewhere_is_refused() {
+    let (dir, repo) = repo();
+    let err = ensure(&repo, "main", &dir.path().join("wt")).unwrap_err();
+    match err {
+        WorktreeError::CheckedOutElsewhere { branch, at } => {
+            assert_eq!(branch, "main");
+            assert!(same_path(&at, &repo), "{}", at.display());
+        }
+        other => panic!("{other:?}"),
+    }
+    let wt = dir.path().join("wt");
+    ensure(&repo, "loop/a", &wt).unwrap();
+    let err = ensure(&repo, "loop/b", &wt).unwrap_err();
+    assert!(
+        matches!(&err, WorktreeError::OtherBranch { found, .. } if found.contains("loop/a")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn bad_branch_names_are_refused() {
+    let (dir, repo) = repo();
+    for branch in ["-f", "a..b", "x y", ""] {
+        let err = ensure(&repo, branch, &dir.path().join("wt")).unwrap_err();
+        assert!(
+            matches!(&err, WorktreeError::BadBranch { branch: b } if b == branch),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn missing_git_is_a_typed_error() {
+    let (dir, repo) = repo();
+    let git = Git {
+        program: "automaton-no-such-git".into(),
+    };
+    let err = ensure_with(&git, &repo, "loop/x", &dir.path().join("wt")).unwrap_err();
+    assert!(
+        matches!(&err, WorktreeError::GitNotFound { program } if program == "automaton-no-such-git"),
+        "{err:?}"
+    );
+    assert!(matches!(
+        snapshot_with(&git, &repo),
+        Err(WorktreeError::GitNotFound { .. })
+    ));
+}
+
+#[test]
+fn snapshots_differ_exactly_when_the_worktree_changed() {
+    let (_dir, repo) = repo();
+    let clean = snapshot(&repo).unwrap();
+    assert_eq!(clean, snapshot(&repo).unwrap());
+    assert!(clean.head.is_some() && clean.status.is_empty() && clean.contents.is_empty());
+
+    std::fs::write(repo.join("a.txt"), "two\n").unwrap();
+    let edited = snapshot(&repo).unwrap();
+    assert_ne!(edited, clean);
+    assert_eq!(edited, snapshot(&repo).unwrap());
+
+    // Same status line (" M a.txt"), different content.
+    std::fs::write(repo.join("a.txt"), "three\n").unwrap();
+    let edited_again = snapshot(&repo).unwrap();
+    assert_eq!(edited_again.status, edited.status);
+    assert_ne!(edited_again, edited);
+
+    std::fs::create_dir(repo.join("new")).unwrap();
+    std::fs::write(repo.join("new/file"), "x").unwrap();
+    let untracked = snapshot(&repo).unwrap();
+    assert_ne!(untracked, edited_again);
+
+    std::fs::remove_file(repo.join("a.txt")).unwrap();
+    let deleted = snapshot(&repo).unwrap();
+    assert_ne!(deleted, untracked);
+
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "more"]);
+    let committed = snapshot(&repo).unwrap();
+    assert_ne!(committed.head, clean.head);
+    assert!(committed.status.is_empty());
+}
+
+#[test]
+fn an_unborn_branch_has_no_head() {
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "-q"]);
+    let snap = snapshot(dir.path()).unwrap();
+    assert_eq!(snap.head, None);
+    std::fs::write(dir.path().join("f"), "x").unwrap();
+    assert_ne!(snapshot(dir.path()).unwrap(), snap);
+}
+
+#[test]
+fn snapshot_outside_a_repository_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = snapshot(dir.path()).unwrap_err();
+    assert!(
+        matches!(&err, WorktreeError::Git { dir: d, .. } if d == dir.path()),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_non_empty_directory_in_the_way_is_gits_error_with_its_message() {
+    let (dir, repo) = repo();
+    let wt = dir.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    std::fs::write(wt.join("keep"), "mine").unwrap();
+    match ensure(&repo, "loop/x", &wt).unwrap_err() {
+        WorktreeError::Git { args, stderr, .. } => {
+            assert!(args.starts_with("worktree add"), "{args}");
+            assert!(!stderr.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(wt.join("keep")).unwrap(), "mine");
+}

@@ -1,0 +1,255 @@
+//! Creating, reading and removing loops: `init`, `new`, `status`, `list`,
+//! `rm`, and what bad input does to them.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use crate::common::{Env, tree};
+
+#[test]
+fn new_builds_a_loop_without_a_lock_file() {
+    let env = Env::new();
+    env.ok(&["new", "demo", "--step", "echo hi"]);
+    let dir = env.loop_dir("demo");
+    assert!(dir.join("loop.toml").is_file());
+    assert!(dir.join("history.jsonl").is_file());
+    assert!(
+        !dir.join(".state.lock").exists(),
+        "new must not create the lock file"
+    );
+    let s = env.state("demo");
+    assert_eq!((s["schema"].as_u64(), s["version"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(s["status"], "active");
+    assert_eq!(env.history_kinds("demo"), ["created"]);
+    let mode = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join(".state.loop")), 0o600);
+    assert_eq!(mode(&dir.join("loop.toml")), 0o600);
+    // Nothing temporary is left beside it.
+    assert_eq!(
+        tree(&env.root.join("loops"))
+            .iter()
+            .filter(|p| !p.starts_with("demo"))
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn new_refuses_an_existing_loop_and_keeps_it() {
+    let env = Env::new();
+    env.ok(&["new", "demo", "--step", "first"]);
+    let before = fs::read(env.loop_dir("demo").join("loop.toml")).unwrap();
+    let err = env.fails(1, &["new", "demo", "--step", "second"]);
+    assert!(err.contains("loop \"demo\" already exists"), "{err}");
+    assert_eq!(fs::read(env.loop_dir("demo").join("loop.toml")).unwrap(), before);
+}
+
+#[test]
+fn refused_names_create_nothing_anywhere() {
+    let env = Env::new();
+    let outside = env.root.parent().unwrap().to_path_buf();
+    let before = tree(&outside);
+    for bad in ["../x", "A", "a/b", "", ".x", "x/../../y"] {
+        for args in [
+            vec!["new", bad],
+            vec!["pause", bad],
+            vec!["approve", bad],
+            vec!["status", bad],
+        ] {
+            let err = env.fails(2, &args);
+            assert!(err.contains("invalid loop name"), "{args:?}: {err}");
+        }
+    }
+    assert_eq!(tree(&outside), before);
+}
+
+#[test]
+fn unknown_loops_exit_3_and_create_no_lock_file() {
+    let env = Env::new();
+    let before = tree(&env.root);
+    for cmd in ["status", "pause", "resume", "approve", "reject", "rm", "history"] {
+        let err = env.fails(3, &[cmd, "ghost"]);
+        assert!(err.contains("no loop named \"ghost\""), "{cmd}: {err}");
+    }
+    assert_eq!(tree(&env.root), before);
+}
+
+#[test]
+fn a_root_that_was_never_initialised_is_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["--root", dir.path().join("nowhere").to_str().unwrap(), "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("automaton init"));
+}
+
+#[test]
+fn unknown_config_key_is_named_with_its_line() {
+    let env = Env::new();
+    let file = env.root.join("bad.toml");
+    fs::write(
+        &file,
+        "step = \"true\"\n\n[verifier]\ncommand = \"true\"\ntimeuot = \"1m\"\n",
+    )
+    .unwrap();
+    let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
+    assert!(err.contains("bad.toml:5:1"), "{err}");
+    assert!(err.contains("unknown field `timeuot`"), "{err}");
+    assert!(!env.loop_dir("bad").exists());
+}
+
+#[test]
+fn a_bad_loop_toml_edited_later_is_exit_5_for_approve() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    fs::write(
+        env.loop_dir("demo").join("loop.toml"),
+        "step = \"true\"\nstep2 = 1\n",
+    )
+    .unwrap();
+    let before = fs::read(env.loop_dir("demo").join(".state.loop")).unwrap();
+    let err = env.fails(5, &["approve", "demo"]);
+    assert!(err.contains("loop.toml:2:1") && err.contains("step2"), "{err}");
+    assert_eq!(
+        fs::read(env.loop_dir("demo").join(".state.loop")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn corrupt_state_is_exit_5_and_never_overwritten() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let path = env.loop_dir("demo").join(".state.loop");
+    let good = fs::read(&path).unwrap();
+    let truncated = good[..good.len() / 2].to_vec();
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("garbage", b"not json at all".to_vec()),
+        ("truncated", truncated),
+        ("empty", Vec::new()),
+        (
+            "unknown schema",
+            String::from_utf8(good.clone())
+                .unwrap()
+                .replace("\"schema\": 1", "\"schema\": 99")
+                .into_bytes(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        fs::write(&path, &bytes).unwrap();
+        for args in [
+            &["status", "demo"][..],
+            &["status"],
+            &["pause", "demo"],
+            &["approve", "demo"],
+            &["resume", "demo"],
+        ] {
+            let err = env.fails(5, args);
+            assert!(err.contains(".state.loop"), "{what} {args:?}: {err}");
+            assert!(err.contains("left untouched"), "{what} {args:?}: {err}");
+            assert_eq!(
+                fs::read(&path).unwrap(),
+                bytes,
+                "{what}: {args:?} changed the file"
+            );
+        }
+        if what == "unknown schema" {
+            assert!(env.fails(5, &["status", "demo"]).contains("schema 99"));
+        }
+    }
+}
+
+#[test]
+fn status_lists_every_readable_loop_even_when_one_is_corrupt() {
+    let env = Env::new();
+    env.new_loop("good", "step = \"true\"\n")
+        .new_loop("bad", "step = \"true\"\n");
+    fs::write(env.loop_dir("bad").join(".state.loop"), "{").unwrap();
+    let out = env.cmd().args(["status", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["name"], "bad");
+    assert!(v[0]["error"].as_str().unwrap().contains("not valid JSON"));
+    assert_eq!(v[1]["name"], "good");
+    assert_eq!(v[1]["status"], "active");
+}
+
+#[test]
+fn status_json_has_the_documented_fields() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    env.ok(&["approve", "demo", "--note", "go"]);
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", "demo", "--json"])).unwrap();
+    for key in [
+        "name",
+        "status",
+        "status_reason",
+        "tick",
+        "version",
+        "pending_approvals",
+        "consecutive_failures",
+        "updated_at",
+        "lock",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    let a = &v["pending_approvals"][0];
+    assert_eq!((a["id"].as_str(), a["note"].as_str()), (Some("ap-2"), Some("go")));
+    assert!(a["by"].is_string() && a["at"].is_string());
+    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    assert_eq!(list[0]["name"], "demo");
+}
+
+#[test]
+fn rm_refuses_an_active_loop_unless_forced() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let err = env.fails(1, &["rm", "demo"]);
+    assert!(err.contains("pause it first"), "{err}");
+    assert!(env.loop_dir("demo").exists());
+    env.ok(&["pause", "demo"]);
+    env.ok(&["rm", "demo"]);
+    assert!(!env.loop_dir("demo").exists());
+    env.new_loop("other", "step = \"true\"\n");
+    env.ok(&["rm", "other", "--force"]);
+    assert_eq!(tree(&env.root.join("loops")), Vec::<String>::new());
+}
+
+#[test]
+fn history_limit_and_json() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    env.ok(&["pause", "demo", "--reason", "night"]);
+    env.ok(&["resume", "demo"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&env.ok(&["history", "demo", "--limit", "2", "--json"])).unwrap();
+    let kinds: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["paused", "resumed"]);
+    assert!(v[0]["at"].is_string());
+    assert_eq!(v[0]["reason"], "night");
+    assert_eq!(v[1]["from"], "paused");
+    // A torn last line (a crash mid-append) is passed over with a warning.
+    let path = env.loop_dir("demo").join("history.jsonl");
+    let mut text = fs::read_to_string(&path).unwrap();
+    text.push_str("{\"at\": \"2026");
+    fs::write(&path, text).unwrap();
+    let out = env.run(&["history", "demo"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("history.jsonl:4"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+}
+
+#[test]
+fn completions_are_printed() {
+    let env = Env::new();
+    assert!(env.ok(&["completions", "bash"]).contains("automaton"));
+    env.fails(2, &["completions", "tcsh-ish"]);
+}

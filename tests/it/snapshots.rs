@@ -1,0 +1,84 @@
+//! Human-facing output, pinned: the status views and the main error messages.
+
+use std::fs;
+
+use crate::common::Env;
+
+fn settings(env: &Env) -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    s.add_filter(&regex_escape(env.root.to_str().unwrap()), "[ROOT]");
+    s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "[TIME]");
+    s.add_filter(r"pid \d+", "pid [PID]");
+    s.add_filter(r"running \d+[a-z]+", "running [DUR]");
+    s.set_prepend_module_to_snapshot(false);
+    s
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                format!("\\{c}")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn status_views() {
+    let env = Env::new();
+    env.new_loop("fix-flaky-tests", "step = \"true\"\n")
+        .new_loop("nightly", "step = \"true\"\n");
+    let approve = |who: &str, note: &str| {
+        let out = env
+            .cmd()
+            .args(["approve", "fix-flaky-tests", "--note", note])
+            .env("AUTOMATON_USER", who)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    };
+    approve("ann", "looks good");
+    approve("bob", "go ahead");
+    env.ok(&["pause", "nightly", "--reason", "release freeze"]);
+    settings(&env).bind(|| {
+        insta::assert_snapshot!("status_all", env.ok(&["status"]));
+        insta::assert_snapshot!("status_one", env.ok(&["status", "fix-flaky-tests"]));
+        insta::assert_snapshot!("status_paused", env.ok(&["status", "nightly"]));
+    });
+}
+
+#[test]
+fn error_messages() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n[approval]\napprovers = [\"ann\"]\n");
+    let mut errors = String::new();
+    let mut record = |code: i32, args: &[&str]| {
+        errors += &format!(
+            "$ automaton {}  # exit {code}\n{}\n",
+            args.join(" "),
+            env.fails(code, args)
+        );
+    };
+    record(3, &["status", "ghost"]);
+    record(2, &["pause", "Demo"]);
+    record(1, &["new", "demo"]);
+    record(1, &["approve", "demo"]);
+    record(1, &["rm", "demo"]);
+    let bad = env.root.join("bad.toml");
+    fs::write(&bad, "step = \"true\"\novrlap = \"wait\"\n").unwrap();
+    record(5, &["new", "x", "--from", bad.to_str().unwrap()]);
+    fs::write(&bad, "step = \"true\"\ntimeout = \"soon\"\n").unwrap();
+    record(5, &["new", "x", "--from", bad.to_str().unwrap()]);
+    fs::write(env.loop_dir("demo").join(".state.loop"), "{\"schema\": 7}").unwrap();
+    record(5, &["status", "demo"]);
+    fs::write(
+        env.loop_dir("demo").join(".state.loop"),
+        "{\"schema\": 1, \"version\": ",
+    )
+    .unwrap();
+    record(5, &["pause", "demo"]);
+    settings(&env).bind(|| insta::assert_snapshot!("errors", errors));
+}
