@@ -7,7 +7,6 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::config::Dur;
-use crate::gate::Phase;
 use crate::lock::Wait;
 use crate::schedule::Backend;
 
@@ -264,70 +263,71 @@ pub enum GateCommand {
     Test {
         /// A component file, or stock:NAME
         target: String,
-        /// A JSON context file, or - for standard input; missing fields take defaults
-        #[arg(long)]
+        /// A JSON context file, or - for standard input; missing fields
+        /// take defaults
+        #[arg(long, value_name = "FILE")]
         context: Option<String>,
         /// The gate's params, as a JSON object (overrides the context's)
-        #[arg(long, value_parser = parse_json)]
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
         params: Option<serde_json::Value>,
         /// The phase to evaluate in (overrides the context's)
         #[arg(long, value_parser = parse_phase)]
-        phase: Option<Phase>,
+        phase: Option<crate::gate::Phase>,
         /// The evaluation's timeout
-        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1s")]
         timeout: Duration,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// Show what a gate says about itself, its imports and exports
     Inspect {
         /// A component file, or stock:NAME
         target: String,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// Compile components into the root's cache
     Compile {
-        #[arg(required = true)]
+        #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// List the stock gates
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    List(JsonArg),
     /// Evaluate a loop's recorded gate contexts again with another gate, and
     /// show where its decisions would differ
-    Replay {
-        /// The loop whose history to replay
-        name: String,
-        /// The gate to replay with: a component file, or stock:NAME
-        #[arg(long)]
-        gate: String,
-        /// Params to evaluate with instead of the recorded ones (a JSON object)
-        #[arg(long, value_parser = parse_json)]
-        params: Option<serde_json::Value>,
-        /// Only the last N recorded evaluations
-        #[arg(long, value_name = "N")]
-        last: Option<usize>,
-        /// Only evaluations of this gate as recorded (e.g. stock:budget)
-        #[arg(long, value_name = "GATE")]
-        of: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The loop whose history to replay
+    pub name: String,
+    /// The gate to replay with: a component file, or stock:NAME
+    #[arg(long, value_name = "FILE|stock:NAME")]
+    pub gate: String,
+    /// Params to evaluate with instead of the recorded ones (a JSON object)
+    #[arg(long, value_name = "JSON", value_parser = parse_json)]
+    pub params: Option<serde_json::Value>,
+    /// Only the last N recorded evaluations
+    #[arg(long, value_name = "N")]
+    pub last: Option<usize>,
+    /// Only evaluations of this gate as recorded (e.g. stock:budget)
+    #[arg(long, value_name = "GATE")]
+    pub of: Option<String>,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
 }
 
-fn parse_phase(s: &str) -> Result<Phase, String> {
+fn parse_phase(s: &str) -> Result<crate::gate::Phase, String> {
     match s {
-        "before-step" => Ok(Phase::BeforeStep),
-        "after-step" => Ok(Phase::AfterStep),
+        "before-step" => Ok(crate::gate::Phase::BeforeStep),
+        "after-step" => Ok(crate::gate::Phase::AfterStep),
         _ => Err("expected before-step or after-step".to_owned()),
     }
 }

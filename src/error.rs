@@ -45,13 +45,6 @@ pub enum Error {
     #[error(transparent)]
     Gate(#[from] crate::gate::GateError),
 
-    #[error("cannot read {}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-
     #[error("invalid context JSON in {name}")]
     ContextJson {
         name: String,
@@ -59,8 +52,6 @@ pub enum Error {
         source: serde_json::Error,
     },
 
-    #[error("no root to cache compiled gates in: give --root or set AUTOMATON_ROOT")]
-    NoCache,
     #[error(transparent)]
     Schedule(#[from] crate::schedule::ScheduleError),
 
@@ -92,9 +83,8 @@ impl Error {
             Error::LockNotObtained { .. } => 4,
             Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
-            Error::Gate(_) | Error::Read { .. } => 1,
+            Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
-            Error::NoCache => 3,
             // A cadence a backend cannot say, a scheduler command that failed.
             Error::Schedule(_) => 1,
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,

@@ -8,8 +8,55 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::Error;
-use crate::gate::{self, Context, GateHost, GateInfo, GateLog, GateSource, LogSource, Phase, stock_gates};
+use crate::cli::GateCommand;
+use crate::error::{Error, Result};
+use crate::gate::{
+    self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
+};
+use crate::root::Root;
+
+/// Runs a `gate` subcommand. Compiled gates are cached in the root's
+/// `cache/` when there is an initialised root; `gate compile` needs one.
+pub fn run(cmd: GateCommand, root: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
+    let cache = || Root::open(root).ok().map(|r| r.cache_dir());
+    match cmd {
+        GateCommand::Test {
+            target,
+            context,
+            params,
+            phase,
+            timeout,
+            json,
+        } => {
+            let ctx = context.map(|c| ContextInput::parse(&c).read()).transpose()?;
+            let limits = Limits {
+                timeout,
+                ..Limits::default()
+            };
+            let host = GateHost::new(cache())?;
+            let r = test(&host, &parse_target(&target), ctx, params, phase, &limits)?;
+            render_test(&r, json.json, out).map_err(Error::Output)?;
+        }
+        GateCommand::Inspect { target, json } => {
+            let host = GateHost::new(cache())?;
+            let r = inspect(&host, &parse_target(&target))?;
+            render_inspect(&r, json.json, out).map_err(Error::Output)?;
+        }
+        GateCommand::Compile { files, json } => {
+            let root = Root::open(root)?;
+            let host = GateHost::new(Some(root.cache_dir()))?;
+            let r = compile(&host, &files)?;
+            render_compile(&r, json.json, out).map_err(Error::Output)?;
+        }
+        GateCommand::List(json) => {
+            let host = GateHost::new(cache())?;
+            let r = list(&host)?;
+            render_list(&r, json.json, out).map_err(Error::Output)?;
+        }
+        GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
+    }
+    Ok(0)
+}
 
 /// `stock:NAME` names a stock gate; anything else is a component file.
 pub fn parse_target(target: &str) -> GateSource {
@@ -39,22 +86,17 @@ impl ContextInput {
     }
 
     /// Reads the context; missing fields take their defaults.
-    pub fn read(&self) -> Result<Context, Error> {
+    pub fn read(&self) -> Result<Context> {
         let (name, text) = match self {
             ContextInput::Stdin => {
                 let mut s = String::new();
-                io::Read::read_to_string(&mut io::stdin(), &mut s).map_err(|source| Error::Read {
-                    path: PathBuf::from("-"),
-                    source,
-                })?;
+                io::Read::read_to_string(&mut io::stdin(), &mut s)
+                    .map_err(Error::io("reading the context from", "-"))?;
                 ("standard input".to_owned(), s)
             }
             ContextInput::File(p) => (
                 p.display().to_string(),
-                std::fs::read_to_string(p).map_err(|source| Error::Read {
-                    path: p.clone(),
-                    source,
-                })?,
+                std::fs::read_to_string(p).map_err(Error::io("reading the context", p))?,
             ),
         };
         serde_json::from_str(&text).map_err(|source| Error::ContextJson { name, source })
@@ -89,7 +131,7 @@ pub fn test(
     params: Option<serde_json::Value>,
     phase: Option<Phase>,
     limits: &gate::Limits,
-) -> Result<TestReport, Error> {
+) -> Result<TestReport> {
     let gate = host.load(target)?;
     let info = host.describe(&gate)?;
     let mut ctx = context.unwrap_or_default();
@@ -158,7 +200,7 @@ pub struct InspectReport {
     pub exports: Vec<String>,
 }
 
-pub fn inspect(host: &GateHost, target: &GateSource) -> Result<InspectReport, Error> {
+pub fn inspect(host: &GateHost, target: &GateSource) -> Result<InspectReport> {
     let gate = host.load(target)?;
     let info = host.describe(&gate)?;
     let iface = host.interface(&gate);
@@ -191,7 +233,9 @@ pub fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io:
         writeln!(out, "  {e}")?;
     }
     writeln!(out, "params schema:")?;
-    writeln!(out, "  {}", r.info.params_schema)?;
+    for line in r.info.params_schema.lines() {
+        writeln!(out, "  {line}")?;
+    }
     Ok(())
 }
 
@@ -205,10 +249,7 @@ pub struct Compiled {
 }
 
 /// Compiles components into the cache, so the next tick loads them fast.
-pub fn compile(host: &GateHost, files: &[PathBuf]) -> Result<Vec<Compiled>, Error> {
-    if host.cache_dir().is_none() {
-        return Err(Error::NoCache);
-    }
+pub fn compile(host: &GateHost, files: &[PathBuf]) -> Result<Vec<Compiled>> {
     let mut done = Vec::new();
     for f in files {
         let before = host.cache_stats();
@@ -247,7 +288,7 @@ pub struct StockRow {
 }
 
 /// The stock gates, described by themselves.
-pub fn list(host: &GateHost) -> Result<Vec<StockRow>, Error> {
+pub fn list(host: &GateHost) -> Result<Vec<StockRow>> {
     let mut rows = Vec::new();
     for s in stock_gates() {
         let gate = host.load(&GateSource::Stock(s.name.to_owned()))?;
@@ -278,11 +319,6 @@ pub fn render_list(rows: &[StockRow], json: bool, out: &mut dyn Write) -> io::Re
 fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut dyn Write) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)
-}
-
-/// The cache directory of a root, for the gate host.
-pub fn cache_dir(root: Option<&Path>) -> Option<PathBuf> {
-    root.map(|r| r.join("cache"))
 }
 
 #[cfg(test)]

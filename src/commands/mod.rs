@@ -18,9 +18,8 @@ use std::io::Write;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command, GateCommand};
+use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
-use crate::gate::{GateHost, Limits};
 use crate::history::{Event, EventKind};
 use crate::lock::{self, Holder, Wait};
 use crate::root::Root;
@@ -47,7 +46,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Rm(args) => ops::rm(&Root::open(root)?, &args, out),
         Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
-        Command::Gate(cmd) => gate_command(root, cmd, out),
+        Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
         Command::Completions(args) => {
@@ -55,69 +54,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
             Ok(0)
         }
     }
-}
-
-fn gate_command(root: Option<&std::path::Path>, cmd: GateCommand, out: &mut dyn Write) -> Result<u8> {
-    if let GateCommand::Replay {
-        name,
-        gate: target,
-        params,
-        last,
-        of,
-        json,
-    } = &cmd
-    {
-        let req = replay::ReplayRequest {
-            name,
-            gate: gate::parse_target(target),
-            last: *last,
-            of: of.as_deref(),
-            params: params.clone(),
-            json: *json,
-        };
-        return replay::run(&Root::open(root)?, &req, out);
-    }
-    // Gates are compiled into the root's cache when there is a root; a gate
-    // author without one still gets an answer, compiled afresh.
-    // A root named by --root or $AUTOMATON_ROOT is used even before `init`.
-    let (located, origin) = Root::locate(root)?;
-    let named = matches!(origin, crate::root::Origin::Flag | crate::root::Origin::Env);
-    let cache = (named || located.loops_dir().is_dir()).then(|| located.cache_dir());
-    let host = GateHost::new(cache)?;
-    match cmd {
-        GateCommand::Test {
-            target,
-            context,
-            params,
-            phase,
-            timeout,
-            json,
-        } => {
-            let ctx = context
-                .map(|c| gate::ContextInput::parse(&c).read())
-                .transpose()?;
-            let limits = Limits {
-                timeout,
-                ..Limits::default()
-            };
-            let r = gate::test(&host, &gate::parse_target(&target), ctx, params, phase, &limits)?;
-            gate::render_test(&r, json, out)?;
-        }
-        GateCommand::Inspect { target, json } => {
-            let r = gate::inspect(&host, &gate::parse_target(&target))?;
-            gate::render_inspect(&r, json, out)?;
-        }
-        GateCommand::Compile { files, json } => {
-            let r = gate::compile(&host, &files)?;
-            gate::render_compile(&r, json, out)?;
-        }
-        GateCommand::List { json } => {
-            let r = gate::list(&host)?;
-            gate::render_list(&r, json, out)?;
-        }
-        GateCommand::Replay { .. } => unreachable!("handled above"),
-    }
-    Ok(0)
 }
 
 /// The one shape of every operator change: take the loop's lock, re-read

@@ -7,24 +7,12 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::render::table;
+use crate::cli::ReplayArgs;
 use crate::error::Result;
-use crate::gate::{self, Decision, GateHost, GateSource, Limits, Phase};
+use crate::gate::{self, Decision, GateHost, Limits, Phase};
 use crate::history::{self, EventKind};
 use crate::root::Root;
 use crate::store::LoopDir;
-
-/// What `gate replay` was asked.
-pub struct ReplayRequest<'a> {
-    pub name: &'a str,
-    pub gate: GateSource,
-    /// Only the last N recorded evaluations.
-    pub last: Option<usize>,
-    /// Only evaluations of this gate, as recorded (`stock:budget`, a path).
-    pub of: Option<&'a str>,
-    /// Params to evaluate with instead of the recorded ones.
-    pub params: Option<serde_json::Value>,
-    pub json: bool,
-}
 
 #[derive(Serialize)]
 struct Row {
@@ -38,8 +26,9 @@ struct Row {
     differs: bool,
 }
 
-pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, req.name)?;
+pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<u8> {
+    let dir = LoopDir::open(root, &req.name)?;
+    let source = super::gate::parse_target(&req.gate);
     let (events, _) = history::read(&dir)?;
     let mut recorded: Vec<_> = events
         .into_iter()
@@ -51,13 +40,13 @@ pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<
             } => Some((tick, verdict, context)),
             _ => None,
         })
-        .filter(|(_, v, _)| req.of.is_none_or(|of| v.gate == of))
+        .filter(|(_, v, _)| req.of.as_ref().is_none_or(|of| &v.gate == of))
         .collect();
     if let Some(n) = req.last {
         recorded.drain(..recorded.len().saturating_sub(n));
     }
     let host = GateHost::new(Some(root.cache_dir()))?;
-    let gate = host.load(&req.gate)?;
+    let gate = host.load(&source)?;
     let mut rows = Vec::with_capacity(recorded.len());
     for (tick, verdict, mut context) in recorded {
         if let Some(p) = &req.params {
@@ -77,7 +66,7 @@ pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<
             error,
         });
     }
-    if req.json {
+    if req.json.json {
         super::emit_json(out, &rows)?;
         return Ok(0);
     }
@@ -109,7 +98,7 @@ pub fn run(root: &Root, req: &ReplayRequest<'_>, out: &mut dyn Write) -> Result<
     text += &format!(
         "{differ} of {} decisions would differ with {}\n",
         rows.len(),
-        req.gate
+        source
     );
     super::emit(out, &text)?;
     Ok(0)

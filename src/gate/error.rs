@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::sandbox::GateLog;
 use super::types::{Decision, OnError};
 
 /// Why a gate could not be loaded, described or evaluated.
@@ -38,7 +39,8 @@ pub enum GateErrorKind {
     Compile { message: String },
     /// No stock gate has this name.
     UnknownStock { name: String },
-    /// The host could not be set up (engine, linker, ticker thread).
+    /// The host could not be set up (engine, linker, epoch thread); the
+    /// error's gate label is then `host`.
     Host { message: String },
 }
 
@@ -67,12 +69,9 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::WrongWorld { detail } => {
                 write!(f, "does not target the automaton:gate/gate world: {detail}")
             }
-            GateErrorKind::MissingFile { path } => {
-                write!(f, "component file {} does not exist", path.display())
-            }
-            GateErrorKind::Io { path, message } => {
-                write!(f, "cannot read {}: {message}", path.display())
-            }
+            // The path is the gate's label, already in front of these.
+            GateErrorKind::MissingFile { .. } => f.write_str("was not found (no such file)"),
+            GateErrorKind::Io { message, .. } => write!(f, "cannot be read: {message}"),
             GateErrorKind::HashMismatch { expected, actual } => write!(
                 f,
                 "sha256 mismatch: loop.toml pins {expected}, the file has {actual}"
@@ -86,7 +85,7 @@ impl fmt::Display for GateErrorKind {
                 f,
                 "no stock gate is named {name:?} (`automaton gate list` shows them)"
             ),
-            GateErrorKind::Host { message } => write!(f, "gate host failure: {message}"),
+            GateErrorKind::Host { message } => write!(f, "cannot start: {message}"),
         }
     }
 }
@@ -116,49 +115,65 @@ pub(crate) fn human_bytes(n: u64) -> String {
 /// A gate error: the gate's label (`stock:NAME` or its path), its name and
 /// version when it described itself, and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GateError {
+pub struct GateError(Box<Inner>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inner {
     gate: String,
     version: Option<String>,
     kind: GateErrorKind,
+    logs: Vec<GateLog>,
 }
 
 impl GateError {
     pub(crate) fn new(gate: impl Into<String>, kind: GateErrorKind) -> GateError {
-        GateError {
+        GateError(Box::new(Inner {
             gate: gate.into(),
             version: None,
             kind,
-        }
+            logs: Vec::new(),
+        }))
+    }
+
+    pub(crate) fn with_logs(mut self, logs: Vec<GateLog>) -> GateError {
+        self.0.logs = logs;
+        self
     }
 
     pub(crate) fn with_version(mut self, version: Option<String>) -> GateError {
-        self.version = version;
+        self.0.version = version;
         self
     }
 
     /// What went wrong.
     pub fn kind(&self) -> &GateErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// The gate's label: `stock:NAME` or the component's path.
     pub fn gate(&self) -> &str {
-        &self.gate
+        &self.0.gate
+    }
+
+    /// What the gate logged and printed before the call failed (empty for
+    /// errors before any call), for the loop's history.
+    pub fn logs(&self) -> &[GateLog] {
+        &self.0.logs
     }
 
     /// `name version` from the gate's `describe`, when it gave one.
     pub fn version(&self) -> Option<&str> {
-        self.version.as_deref()
+        self.0.version.as_deref()
     }
 }
 
 impl fmt::Display for GateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "gate {}", self.gate)?;
-        if let Some(v) = &self.version {
+        write!(f, "gate {}", self.0.gate)?;
+        if let Some(v) = &self.0.version {
             write!(f, " ({v})")?;
         }
-        write!(f, " {}", self.kind)
+        write!(f, " {}", self.0.kind)
     }
 }
 

@@ -155,12 +155,12 @@ impl GateHost {
     pub fn new(cache_dir: Option<PathBuf>) -> Result<GateHost, GateError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(|e| host_error("-", error_text(&e)))?;
+        let engine = Engine::new(&config).map_err(|e| host_error("host", error_text(&e)))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("-", error_text(&e)))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("host", error_text(&e)))?;
         GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| host_error("-", error_text(&e)))?;
-        let ticker = Ticker::start(engine.clone()).map_err(|e| host_error("-", e.to_string()))?;
+            .map_err(|e| host_error("host", error_text(&e)))?;
+        let ticker = Ticker::start(engine.clone()).map_err(|e| host_error("host", e.to_string()))?;
         Ok(GateHost {
             cache: Cache::new(cache_dir, &engine),
             engine,
@@ -315,12 +315,7 @@ impl GateHost {
                 logs,
                 elapsed,
             }),
-            Err(message) => {
-                for l in &logs {
-                    tracing::debug!(gate = gate.label(), level = l.level.as_str(), "{}", l.message);
-                }
-                Err(gate.error(GateErrorKind::Refused { message }))
-            }
+            Err(message) => Err(gate.error(GateErrorKind::Refused { message }).with_logs(logs)),
         }
     }
 
@@ -346,7 +341,10 @@ impl GateHost {
         let elapsed = started.elapsed();
         match result {
             Ok(r) => Ok((r, store.data_mut().take_logs(), elapsed)),
-            Err(e) => Err(gate.error(classify(&e, store.data(), limits))),
+            Err(e) => {
+                let kind = classify(&e, store.data(), limits);
+                Err(gate.error(kind).with_logs(store.data_mut().take_logs()))
+            }
         }
     }
 }
@@ -398,6 +396,13 @@ fn check_is_component(label: &str, bytes: &[u8]) -> Result<(), GateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_and_gates_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<GateHost>();
+        shared::<Gate>();
+    }
 
     #[test]
     fn deadline_rounds_up() {

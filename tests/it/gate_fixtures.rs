@@ -12,7 +12,7 @@ pub const CTX_TICK: u32 = 16;
 const RET: u32 = 512;
 
 /// A gate whose `evaluate` runs `body`, WAT instructions leaving the return
-/// pointer on the stack. Helpers available to `body`:
+/// pointer on the stack. Functions available to `body`:
 /// `(call $decide (i32 decision) (i32 ptr) (i32 len))`, `(call $refuse (ptr) (len))`,
 /// and `$ctx` (the context pointer) as a local. Strings go in `data`
 /// as `(offset, text)`; offsets 1024..4096 are free for them.
@@ -62,6 +62,7 @@ impl WatGate {
   (import "wasi_snapshot_preview1" "environ_sizes_get" (func $environ_sizes_get (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "args_sizes_get" (func $args_sizes_get (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "fd_prestat_get" (func $fd_prestat_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock_time_get (param i32 i64 i32) (result i32)))
 "#
         } else {
             ""
@@ -298,6 +299,21 @@ pub fn reads_env() -> Vec<u8> {
     (call $decide (i32.const 0) (i32.const 0) (i32.const 0))",
     )
     .data(1024, "sees env/arg")
+    .wasi()
+    .build()
+}
+
+/// Proceeds when the WASI wall clock reads exactly the context's `now-ms`,
+/// else halts.
+pub fn reads_clock() -> Vec<u8> {
+    WatGate::new(
+        "(drop (call $clock_time_get (i32.const 0) (i64.const 1) (i32.const 656)))
+    (if (i64.eq (i64.load (i32.const 656))
+                (i64.mul (i64.load (i32.add (local.get $ctx) (i32.const 24))) (i64.const 1000000)))
+      (then (return (call $decide (i32.const 0) (i32.const 0) (i32.const 0)))))
+    (call $decide (i32.const 3) (i32.const 1024) (i32.const 13))",
+    )
+    .data(1024, "clock differs")
     .wasi()
     .build()
 }

@@ -187,7 +187,15 @@ fn panic_text_from_stderr_travels_with_the_trap() {
         }
         other => panic!("expected a trap, got {other:?}"),
     }
-    assert!(err.to_string().contains("boom!!"), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("gate ") && msg.contains("panic.wasm trapped: "),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with("; gate output: thread panicked at src/lib.rs: boom!!"),
+        "{msg}"
+    );
     assert_host_still_works(&host, &fx);
 }
 
@@ -240,6 +248,21 @@ fn sandbox_grants_no_files_env_or_args() {
 }
 
 #[test]
+fn wall_clock_is_frozen_at_the_context_now() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("clock.wasm", &fx::reads_clock())))
+        .unwrap();
+    let ctx = Context {
+        now: "2020-02-29T12:34:56.789Z".parse().unwrap(),
+        ..Context::default()
+    };
+    let e = host.evaluate(&gate, &ctx, &Limits::default()).unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+}
+
+#[test]
 fn refusal_is_typed() {
     let fx = Fixture::new();
     let host = GateHost::new(None).unwrap();
@@ -255,6 +278,7 @@ fn refusal_is_typed() {
             message: "cannot read the state".into()
         }
     );
+    assert!(err.logs().is_empty());
 }
 
 #[test]
@@ -376,6 +400,17 @@ fn cache_hit_on_second_load_and_corrupt_entries_are_recompiled() {
     }
 }
 
+#[test]
+fn unwritable_cache_is_not_fatal() {
+    let fx = Fixture::new();
+    let not_a_dir = fx.write("cache-is-a-file", b"");
+    let host = GateHost::new(Some(not_a_dir)).unwrap();
+    let gate = host.load(&file(&fx.write("good.wasm", &fx::good()))).unwrap();
+    assert_eq!(host.cache_stats().compiled, 1);
+    host.evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+}
+
 // ---- the binary ----
 
 fn automaton() -> Command {
@@ -417,6 +452,24 @@ fn gate_test_prints_the_decision_and_logs() {
         .success()
         .stdout(predicates::str::contains("decision: proceed"))
         .stdout(predicates::str::contains("hello, host"));
+}
+
+#[test]
+fn gate_test_human_output() {
+    let fx = Fixture::new();
+    fx.write("good.wasm", &fx::good());
+    let out = automaton()
+        .current_dir(fx.dir.path())
+        .args(["gate", "test", "good.wasm", "--context", "-"])
+        .write_stdin(r#"{"tick": 9, "loop_name": "nightly"}"#)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    insta::with_settings!({filters => vec![(r"(?m)^time: .*$", "time:     [elapsed]")]}, {
+        insta::assert_snapshot!(String::from_utf8(out).unwrap());
+    });
 }
 
 #[test]
@@ -484,6 +537,15 @@ fn gate_compile_warms_the_cache() {
     let fx = Fixture::new();
     let path = fx.write("warm.wasm", &fx::good());
     let root = fx.dir.path();
+    // gate compile without an initialised root has nowhere to cache.
+    automaton()
+        .arg("--root")
+        .arg(root)
+        .args(["gate", "compile"])
+        .arg(&path)
+        .assert()
+        .code(3);
+    std::fs::create_dir(root.join("loops")).unwrap();
     automaton()
         .arg("--root")
         .arg(root)

@@ -305,10 +305,22 @@ fn gate_list_shows_every_stock_gate() {
         .map(|r| r["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, NAMES);
-    Command::cargo_bin("automaton")
+    let table = Command::cargo_bin("automaton")
         .unwrap()
         .args(["gate", "list"])
         .assert()
         .success()
-        .stdout(predicates::str::contains("no-progress"));
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME ") && lines[0].contains("VERSION"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 1 + NAMES.len(), "{table}");
+    for (line, name) in lines[1..].iter().zip(NAMES) {
+        assert!(line.starts_with(&format!("{name} ")), "{table}");
+    }
 }
