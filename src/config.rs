@@ -359,6 +359,14 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    #[error("invalid config {}: [[gate]] {index} ({gate}): {message}", path.display())]
+    Gate {
+        path: PathBuf,
+        /// 1 for the first `[[gate]]`.
+        index: usize,
+        gate: String,
+        message: String,
+    },
     #[error("invalid config {}:{line}:{column}: {message}", path.display())]
     Invalid {
         path: PathBuf,

@@ -1,12 +1,14 @@
 //! `new`: create a loop from a loop.toml, or from a step command.
 
 use std::io::Write;
+use std::path::Path;
 
 use jiff::Timestamp;
 
 use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
 use crate::error::Result;
+use crate::gate::{GateHost, GateSource};
 use crate::history::{Event, EventKind};
 use crate::root::{LoopName, Root};
 use crate::state::State;
@@ -24,7 +26,8 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     // Refuse a bad config before anything is made; errors name the file the
     // operator wrote.
     let shown = args.from.clone().unwrap_or_else(|| "loop.toml".into());
-    LoopConfig::parse(&text, &shown)?;
+    let config = LoopConfig::parse(&text, &shown)?;
+    check_gates(root, &name, &config, &shown)?;
 
     let now = Timestamp::now();
     let mut state = State::new(now);
@@ -40,6 +43,39 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
         super::emit(out, &format!("created loop {name} in {}\n", dir.path().display()))?;
     }
     Ok(0)
+}
+
+/// Asks each gate whether it accepts its params, before any tick runs. A gate
+/// file that is not there yet (it may be copied in after `new`) is left for
+/// the first tick to judge.
+fn check_gates(root: &Root, name: &LoopName, config: &LoopConfig, shown: &Path) -> Result<()> {
+    if config.gates.is_empty() {
+        return Ok(());
+    }
+    let host = GateHost::new(Some(root.cache_dir()))?;
+    let loop_dir = root.loops_dir().join(name.as_str());
+    for (i, g) in config.gates.iter().enumerate() {
+        let source = g.resolved_source(&loop_dir);
+        if let GateSource::File { path, .. } = &source
+            && !path.exists()
+        {
+            tracing::warn!(
+                "gate {} is not there yet; its params are checked at the first tick",
+                path.display()
+            );
+            continue;
+        }
+        let invalid = |message: String| ConfigError::Gate {
+            path: shown.to_owned(),
+            index: i + 1,
+            gate: g.source.to_string(),
+            message,
+        };
+        let gate = host.load(&source).map_err(|e| invalid(e.to_string()))?;
+        host.check_params(&gate, &g.params)
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The loop.toml `new` writes when not given one.

@@ -149,27 +149,25 @@ fn bad_metrics_are_a_warning_not_a_failure() {
     );
 }
 
-fn broken_gate_loop(env: &Env, on_error: &str) {
+/// A loop whose gate file is replaced by a broken one after the loop was
+/// made (`new` would refuse it outright).
+fn broken_gate_loop(env: &Env, on_error: Option<&str>) {
     let gate = env.root.join("broken.wasm");
-    fs::write(&gate, b"\0asm this is not a component").unwrap();
     env.new_loop(
         "demo",
         &format!(
-            "step = \"touch ran\"\n[[gate]]\npath = \"{}\"\non_error = \"{on_error}\"\n",
-            gate.display()
+            "step = \"touch ran\"\n[[gate]]\npath = \"{}\"\n{}",
+            gate.display(),
+            on_error.map_or(String::new(), |p| format!("on_error = \"{p}\"\n"))
         ),
     );
+    fs::write(&gate, b"\0asm this is not a component").unwrap();
 }
 
 #[test]
 fn a_broken_gate_halts_the_loop_by_default() {
     let env = Env::new();
-    let gate = env.root.join("broken.wasm");
-    fs::write(&gate, b"\0asm this is not a component").unwrap();
-    env.new_loop(
-        "demo",
-        &format!("step = \"touch ran\"\n[[gate]]\npath = \"{}\"\n", gate.display()),
-    );
+    broken_gate_loop(&env, None);
     let (code, v) = tick(&env, "demo");
     assert_eq!((code, v["outcome"].as_str()), (7, Some("halted")), "{v}");
     assert!(
@@ -197,7 +195,7 @@ fn a_broken_gate_halts_the_loop_by_default() {
 #[test]
 fn a_broken_gate_with_on_error_skip_skips() {
     let env = Env::new();
-    broken_gate_loop(&env, "skip");
+    broken_gate_loop(&env, Some("skip"));
     let (code, v) = tick(&env, "demo");
     assert_eq!((code, v["outcome"].as_str()), (0, Some("skipped")), "{v}");
     assert!(!env.loop_dir("demo").join("ran").exists());
@@ -207,7 +205,7 @@ fn a_broken_gate_with_on_error_skip_skips() {
 #[test]
 fn a_broken_gate_with_on_error_proceed_proceeds() {
     let env = Env::new();
-    broken_gate_loop(&env, "proceed");
+    broken_gate_loop(&env, Some("proceed"));
     let (code, v) = tick(&env, "demo");
     assert_eq!((code, v["outcome"].as_str()), (0, Some("ran")), "{v}");
     assert!(env.loop_dir("demo").join("ran").exists());
@@ -284,4 +282,23 @@ fn replaying_a_stricter_gate_shows_where_decisions_differ() {
         "{\"max\": 2}",
     ]);
     assert!(human.contains("2 of 4 decisions would differ"), "{human}");
+}
+
+#[test]
+fn new_refuses_gate_params_the_gate_rejects() {
+    let env = Env::new();
+    let file = env.root.join("bad.toml");
+    fs::write(
+        &file,
+        "step = \"true\"\n[[gate]]\nstock = \"max-failures\"\nparams = { max = 3 }\n\
+         [[gate]]\nstock = \"approve-every\"\nparams = { every = 0 }\n",
+    )
+    .unwrap();
+    let err = env.fails(5, &["new", "demo", "--from", file.to_str().unwrap()]);
+    assert!(err.contains("[[gate]] 2 (stock:approve-every)"), "{err}");
+    assert!(err.contains("every"), "{err}");
+    fs::write(&file, "step = \"true\"\n[[gate]]\nstock = \"no-such-gate\"\n").unwrap();
+    let err = env.fails(5, &["new", "demo", "--from", file.to_str().unwrap()]);
+    assert!(err.contains("no-such-gate"), "{err}");
+    assert!(!env.loop_dir("demo").exists(), "nothing was made");
 }
