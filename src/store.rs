@@ -110,10 +110,15 @@ impl LoopDir {
     }
 
     /// Writes `state` durably as the next version. Only a lock holder may.
-    pub fn write_state(&self, _held: &Held<'_>, state: &mut State) -> Result<()> {
+    pub fn write_state(&self, held: &Held<'_>, state: &mut State) -> Result<()> {
+        self.write_state_as(held, state, Durability::Full)
+    }
+
+    /// Writes `state` as the next version with the given durability.
+    pub fn write_state_as(&self, _held: &Held<'_>, state: &mut State, durability: Durability) -> Result<()> {
         state.version += 1;
         state.updated_at = Timestamp::now();
-        write_atomic(&self.dir, &self.state_path(), &state_bytes(state))
+        write_atomic(&self.dir, &self.state_path(), &state_bytes(state), durability)
     }
 }
 
@@ -152,12 +157,23 @@ pub fn parse_state(text: &[u8], path: &Path) -> Result<State> {
 /// Replaces `path` (in `dir`) with `bytes` atomically and durably, as the
 /// state is written; for the root's other small files (schedule records).
 pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    write_atomic(dir, path, bytes)
+    write_atomic(dir, path, bytes, Durability::Full)
+}
+
+/// How much of a state write must survive a power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The new file's data and its name: after a crash the new state is there.
+    Full,
+    /// The new file's data only: after a power loss the new state or the old
+    /// one is there, never a torn or empty file. For the tick's `in_flight`
+    /// marker, whose loss only forgets that a tick was running.
+    Data,
 }
 
 /// Replaces `path` with `bytes` so that a reader sees the old file or the
 /// new one, never a torn one, and the new one survives a crash.
-fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_atomic(dir: &Path, path: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".tmp-")
         .tempfile_in(dir)
@@ -167,7 +183,10 @@ fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(Error::io("writing", tmp.path().to_owned()))?;
     tmp.persist(path)
         .map_err(|e| Error::io("replacing", path)(e.error))?;
-    sync_dir(dir)
+    match durability {
+        Durability::Full => sync_dir(dir),
+        Durability::Data => Ok(()),
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

@@ -68,11 +68,13 @@ impl Drop for RunningGuard<'_> {
 }
 
 impl Drop for Ticker {
+    /// Tells the thread to stop and lets it go: it ends at its next wake-up
+    /// (at most one tick away). Joining it would make every process that ran
+    /// a gate wait out that sleep before it can exit.
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
-            let _ = t.join();
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::history::{self, Event, EventKind};
 use crate::lock::{self, Held, Holder, Wait};
 use crate::root::Root;
 use crate::state::{InFlight, LastTick, Outcome, ProcessOutcome, State, Status, Worktree};
-use crate::store::LoopDir;
+use crate::store::{Durability, LoopDir};
 use crate::{metrics, schedule, who, worktree};
 
 pub use gates::Verdict;
@@ -186,7 +186,7 @@ impl Tick<'_> {
             host: who::host(),
             started_at,
         });
-        self.dir.write_state(held, &mut state)?;
+        self.dir.write_state_as(held, &mut state, Durability::Data)?;
 
         let run_dir = self.dir.runs_dir().join(number.to_string());
         let cwd = match &worktree {

@@ -103,19 +103,15 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
             ..Ran::default()
         };
     }
-    let vars = env.vars();
-    let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
-    let limit = config.runs.output_limit.as_u64();
-    let step = match run_one(
-        "step",
-        &config.step,
+    let runner = Runner {
         cwd,
-        &vars,
-        timeout,
-        env.run_dir,
-        limit,
+        vars: env.vars(),
+        run_dir: env.run_dir,
+        limit: config.runs.output_limit.as_u64(),
         cancel,
-    ) {
+    };
+    let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
+    let step = match runner.run("step", &config.step, timeout) {
         Ok(o) => o,
         Err(failure) => {
             return Ran {
@@ -145,16 +141,7 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
         };
     }
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
-    match run_one(
-        "verifier",
-        &v.command,
-        cwd,
-        &vars,
-        timeout,
-        env.run_dir,
-        limit,
-        cancel,
-    ) {
+    match runner.run("verifier", &v.command, timeout) {
         Ok(o) => Ran {
             failure: (!o.success()).then(|| describe_failure("verifier", &o, timeout)),
             step: Some(step),
@@ -168,36 +155,39 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_one(
-    what: &str,
-    command: &CommandLine,
-    cwd: &Path,
-    vars: &[(OsString, OsString)],
-    timeout: Duration,
-    run_dir: &Path,
+/// What the step and the verifier of one tick share.
+struct Runner<'a> {
+    cwd: &'a Path,
+    vars: Vec<(OsString, OsString)>,
+    run_dir: &'a Path,
     limit: u64,
-    cancel: Option<&Cancel>,
-) -> Result<ProcessOutcome, String> {
-    let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
-    let (program, args) = argv.split_first().expect("commands are never empty");
-    let spec = StepSpec {
-        program,
-        args,
-        cwd,
-        env: vars,
-        timeout: Some(timeout),
-        kill_grace: KILL_GRACE,
-        stdout: &run_dir.join(format!("{what}.out")),
-        stderr: &run_dir.join(format!("{what}.err")),
-        output_limit: limit,
-    };
-    step::run_with(&spec, |started| {
-        if let Some(c) = cancel {
-            c.arm(started.canceller());
-        }
-    })
-    .map_err(|e| format!("{what}: {e}"))
+    cancel: Option<&'a Cancel>,
+}
+
+impl Runner<'_> {
+    /// Runs `command` as `what` (`step`, `verifier`), its output in
+    /// `runs/<tick>/<what>.out` and `.err`.
+    fn run(&self, what: &str, command: &CommandLine, timeout: Duration) -> Result<ProcessOutcome, String> {
+        let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
+        let (program, args) = argv.split_first().expect("commands are never empty");
+        let spec = StepSpec {
+            program,
+            args,
+            cwd: self.cwd,
+            env: &self.vars,
+            timeout: Some(timeout),
+            kill_grace: KILL_GRACE,
+            stdout: &self.run_dir.join(format!("{what}.out")),
+            stderr: &self.run_dir.join(format!("{what}.err")),
+            output_limit: self.limit,
+        };
+        step::run_with(&spec, |started| {
+            if let Some(c) = self.cancel {
+                c.arm(started.canceller());
+            }
+        })
+        .map_err(|e| format!("{what}: {e}"))
+    }
 }
 
 fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String {
