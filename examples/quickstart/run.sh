@@ -13,6 +13,8 @@ root=${1:-$(mktemp -d)/root}
 [ -d "$root/loops/hello" ] || "$bin" --root "$root" new hello --from "$here/hello.toml"
 echo "root: $root"
 echo "running the daemon; Ctrl-C stops it"
+echo "after 3 ticks the loop awaits approval; from another terminal:"
+echo "  $bin --root $root approve hello --note 'carry on'"
 # The shell outlives Ctrl-C (the daemon handles it) to show what happened.
 trap : INT
 "$bin" --root "$root" daemon || true
