@@ -39,6 +39,8 @@ pub struct LoopConfig {
     pub approval: ApprovalRules,
     #[serde(default)]
     pub runs: Runs,
+    #[serde(default)]
+    pub history: HistoryLimits,
 }
 
 fn default_workdir() -> PathBuf {
@@ -346,6 +348,35 @@ impl Default for Runs {
         Runs {
             keep: default_keep(),
             output_limit: default_output_limit(),
+        }
+    }
+}
+
+/// `[history]`: how much of `history.jsonl` is kept. When a tick finds it
+/// past `max_size`, it becomes `history.jsonl.1` (older ones shift up) and a
+/// new one starts; `keep` rotated files are kept, older ones are deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryLimits {
+    #[serde(default = "default_history_max")]
+    pub max_size: bytesize::ByteSize,
+    #[serde(default = "default_history_keep")]
+    pub keep: usize,
+}
+
+fn default_history_max() -> bytesize::ByteSize {
+    bytesize::ByteSize::mib(8)
+}
+
+fn default_history_keep() -> usize {
+    3
+}
+
+impl Default for HistoryLimits {
+    fn default() -> Self {
+        HistoryLimits {
+            max_size: default_history_max(),
+            keep: default_history_keep(),
         }
     }
 }

@@ -8,6 +8,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use std::path::{Path, PathBuf};
+
+use crate::config::HistoryLimits;
 use crate::error::{Error, Result};
 use crate::gate::Context;
 use crate::lock::Held;
@@ -158,38 +161,88 @@ pub fn append(dir: &LoopDir, _held: &Held<'_>, events: &[Event]) -> Result<()> {
         .map_err(Error::io("appending to", &path))
 }
 
+/// Starts a new history file when the current one has passed `limits`:
+/// `history.jsonl` becomes `history.jsonl.1`, older rotated files shift up,
+/// and those past `limits.keep` are deleted. Only a lock holder may.
+/// Returns whether it rotated.
+pub fn rotate_if_needed(dir: &LoopDir, _held: &Held<'_>, limits: &HistoryLimits) -> Result<bool> {
+    let path = dir.history_path();
+    let size = match fs::metadata(&path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io("reading", &path)(e)),
+    };
+    if size < limits.max_size.as_u64() {
+        return Ok(false);
+    }
+    let oldest = dir.rotated_history_path(limits.keep.max(1));
+    match fs::remove_file(&oldest) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("removing", &oldest)(e)),
+    }
+    for n in (1..limits.keep.max(1)).rev() {
+        let from = dir.rotated_history_path(n);
+        if from.exists() {
+            let to = dir.rotated_history_path(n + 1);
+            fs::rename(&from, &to).map_err(Error::io("renaming", &from))?;
+        }
+    }
+    let to = dir.rotated_history_path(1);
+    fs::rename(&path, &to).map_err(Error::io("renaming", &path))?;
+    if limits.keep == 0 {
+        fs::remove_file(&to).map_err(Error::io("removing", &to))?;
+    }
+    Ok(true)
+}
+
 /// A history line that could not be read, kept so readers can say so.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadLine {
+    pub path: PathBuf,
     pub line: usize,
     pub reason: String,
 }
 
-/// Reads the whole history. Lines that do not parse (a torn last line after
-/// a crash, an event kind from a newer version) are returned apart.
+/// Reads the whole history, rotated files first, oldest event first. Lines
+/// that do not parse (a torn last line after a crash, an event kind from a
+/// newer version) are returned apart.
 pub fn read(dir: &LoopDir) -> Result<(Vec<Event>, Vec<BadLine>)> {
-    let path = dir.history_path();
-    let file = match fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
-        Err(e) => return Err(Error::io("reading", &path)(e)),
-    };
+    let mut files: Vec<PathBuf> = (1..)
+        .map(|n| dir.rotated_history_path(n))
+        .take_while(|p| p.exists())
+        .collect();
+    files.reverse();
+    files.push(dir.history_path());
     let mut events = Vec::new();
     let mut bad = Vec::new();
+    for path in files {
+        read_file(&path, &mut events, &mut bad)?;
+    }
+    Ok((events, bad))
+}
+
+fn read_file(path: &Path, events: &mut Vec<Event>, bad: &mut Vec<BadLine>) -> Result<()> {
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("reading", path)(e)),
+    };
     for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(Error::io("reading", &path))?;
+        let line = line.map_err(Error::io("reading", path))?;
         if line.trim().is_empty() {
             continue;
         }
         match serde_json::from_str::<Event>(&line) {
             Ok(e) => events.push(e),
             Err(e) => bad.push(BadLine {
+                path: path.to_owned(),
                 line: i + 1,
                 reason: e.to_string(),
             }),
         }
     }
-    Ok((events, bad))
+    Ok(())
 }
 
 #[cfg(test)]

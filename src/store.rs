@@ -78,6 +78,11 @@ impl LoopDir {
         self.dir.join(HISTORY)
     }
 
+    /// The `n`th rotated history file (1 is the most recent).
+    pub fn rotated_history_path(&self, n: usize) -> PathBuf {
+        self.dir.join(format!("{HISTORY}.{n}"))
+    }
+
     pub fn runs_dir(&self) -> PathBuf {
         self.dir.join(RUNS)
     }

@@ -68,6 +68,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
             });
             let at = state.updated_at;
             let events: Vec<Event> = events.into_iter().map(|kind| Event { at, kind }).collect();
+            history::rotate_if_needed(&dir, held, &config.history)?;
             history::append(&dir, held, &events)?;
         }
         Ok::<_, crate::Error>(Report {

@@ -15,7 +15,7 @@ pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
     for b in &bad {
         tracing::warn!(
             "{}:{}: passed over an unreadable line: {}",
-            dir.history_path().display(),
+            b.path.display(),
             b.line,
             b.reason
         );

@@ -511,6 +511,9 @@ impl Tick<'_> {
         }
         let at = Timestamp::now();
         let events: Vec<Event> = self.events.drain(..).map(|kind| Event { at, kind }).collect();
+        if history::rotate_if_needed(self.dir, held, &self.config.history)? {
+            tracing::info!("loop {:?}: history rotated", self.dir.name().as_str());
+        }
         history::append(self.dir, held, &events)
     }
 }

@@ -302,3 +302,41 @@ fn new_refuses_gate_params_the_gate_rejects() {
     assert!(err.contains("no-such-gate"), "{err}");
     assert!(!env.loop_dir("demo").exists(), "nothing was made");
 }
+
+#[test]
+fn history_is_rotated_and_read_across_its_files() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[history]\nmax_size = \"4KiB\"\nkeep = 2\n\
+         [[gate]]\nstock = \"max-failures\"\nparams = { max = 3 }\n",
+    );
+    for _ in 0..30 {
+        assert_eq!(outcome(&env, "demo"), "ran");
+    }
+    let dir = env.loop_dir("demo");
+    assert!(dir.join("history.jsonl.1").exists() && dir.join("history.jsonl.2").exists());
+    assert!(
+        !dir.join("history.jsonl.3").exists(),
+        "only `keep` rotated files are kept"
+    );
+    for f in ["history.jsonl", "history.jsonl.1", "history.jsonl.2"] {
+        let size = fs::metadata(dir.join(f)).unwrap().len();
+        assert!(size < 4096 + 4096, "{f} is {size} bytes");
+    }
+    // Readers see the kept events in order, oldest dropped, newest last.
+    let out: Vec<serde_json::Value> = serde_json::from_str(&env.ok(&["history", "demo", "--json"])).unwrap();
+    let ticks: Vec<u64> = out
+        .iter()
+        .filter(|e| e["kind"] == "tick")
+        .map(|e| e["tick"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ticks.last(), Some(&30));
+    assert!(
+        ticks.windows(2).all(|w| w[1] == w[0] + 1),
+        "in order, none missing in between: {ticks:?}"
+    );
+    assert!(ticks[0] > 1, "the oldest events were dropped: {ticks:?}");
+    assert!(out.iter().all(|e| e["kind"] != "created"));
+    assert_eq!(env.state("demo")["tick"], 30, "rotation does not touch the state");
+}
