@@ -82,21 +82,12 @@ pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
         true => Wait::No,
         false => opts.timeout.map_or(Wait::Forever, Wait::For),
     };
-    // The engine is built before the lock is taken, and only for loops with gates.
-    let own;
-    let host = match (config.gates.is_empty(), opts.host) {
-        (true, _) => None,
-        (false, Some(shared)) => Some(shared),
-        (false, None) => {
-            own = GateHost::new(Some(root.cache_dir()))?;
-            Some(&own)
-        }
-    };
     let tick = Tick {
         root,
         dir: &dir,
         config: &config,
-        host,
+        shared_host: opts.host,
+        own_host: None,
         cancel: opts.cancel,
         events: Vec::new(),
         verdicts: Vec::new(),
@@ -128,7 +119,11 @@ struct Tick<'a> {
     root: &'a Root,
     dir: &'a LoopDir,
     config: &'a LoopConfig,
-    host: Option<&'a GateHost>,
+    /// The daemon's host, shared by its ticks.
+    shared_host: Option<&'a GateHost>,
+    /// Built on the first phase that evaluates a gate, so ticks that end
+    /// before any gate runs (inactive, a crash recorded) never build one.
+    own_host: Option<GateHost>,
     cancel: Option<&'a Cancel>,
     events: Vec<EventKind>,
     verdicts: Vec<Verdict>,
@@ -162,7 +157,7 @@ impl Tick<'_> {
             Ok(w) => w,
             Err(reason) => return self.fail_before_step(held, state, number, reason, recovered),
         };
-        let before = self.gates(&state, Phase::BeforeStep);
+        let before = self.gates(&state, Phase::BeforeStep)?;
         let was = (
             state.status,
             state.status_reason.clone(),
@@ -216,7 +211,7 @@ impl Tick<'_> {
             &run_dir,
         );
 
-        let after = self.gates(&state, Phase::AfterStep);
+        let after = self.gates(&state, Phase::AfterStep)?;
         let mut outcome = if ran.failed() {
             Outcome::Failed
         } else {
@@ -325,18 +320,27 @@ impl Tick<'_> {
     }
 
     /// Evaluates one phase's gates and keeps their verdicts and contexts.
-    fn gates(&mut self, state: &State, phase: Phase) -> gates::PhaseResult {
-        let Some(host) = self.host else {
-            return gates::PhaseResult::empty();
+    fn gates(&mut self, state: &State, phase: Phase) -> Result<gates::PhaseResult> {
+        if !self.config.gates.iter().any(|g| g.phases.contains(&phase)) {
+            return Ok(gates::PhaseResult::empty());
+        }
+        if self.shared_host.is_none() && self.own_host.is_none() {
+            self.own_host = Some(GateHost::new(Some(self.root.cache_dir()))?);
+        }
+        let result = {
+            let host = self
+                .shared_host
+                .or(self.own_host.as_ref())
+                .expect("a host was made above");
+            gates::evaluate_phase(
+                host,
+                self.dir.name().as_str(),
+                self.dir.path(),
+                self.config,
+                state,
+                phase,
+            )
         };
-        let result = gates::evaluate_phase(
-            host,
-            self.dir.name().as_str(),
-            self.dir.path(),
-            self.config,
-            state,
-            phase,
-        );
         for (v, ctx) in result.verdicts.iter().zip(&result.contexts) {
             self.events.push(EventKind::Gate {
                 tick: state.tick + u64::from(phase == Phase::BeforeStep),
@@ -345,7 +349,7 @@ impl Tick<'_> {
             });
         }
         self.verdicts.extend(result.verdicts.iter().cloned());
-        result
+        Ok(result)
     }
 
     /// Step 6: what the combined before-step decision does to the loop.
