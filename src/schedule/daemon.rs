@@ -153,7 +153,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
             let wait = match stop {
                 Some(deadline) if !cancelled => deadline.saturating_duration_since(Instant::now()),
                 Some(_) => MAX_SLEEP,
-                None => sleep_until(&loops, &running, next_scan),
+                None => sleep_until(&loops, &running, next_scan, running.len() >= max),
             };
             match rx.recv_timeout(wait) {
                 Ok(Msg::Signal(sig)) if stop.is_none() => {
@@ -228,13 +228,20 @@ fn next_due(
 }
 
 /// How long to sleep: until the next due firing or scan, at most a second.
+/// With every worker busy (`full`), a due firing cannot start before a
+/// running tick ends, which wakes the dispatcher; sleeping until an overdue
+/// firing would be no sleep at all, and the dispatcher would spin.
 fn sleep_until(
     loops: &HashMap<String, Entry>,
     running: &HashMap<String, Cancel>,
     next_scan: Instant,
+    full: bool,
 ) -> Duration {
     let now = Timestamp::now();
     let mut wait = next_scan.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
+    if full {
+        return wait;
+    }
     for (name, e) in loops {
         if let Some(due) = e.due
             && !running.contains_key(name)

@@ -325,3 +325,41 @@ fn max_concurrent_bounds_the_ticks_running_at_once() {
         "two ticks ran at once under --max-concurrent 1"
     );
 }
+
+/// CPU time (user + system) the process has used so far, from
+/// `/proc/PID/stat`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    // After the command name: state is field 3, utime 14 and stime 15.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn the_dispatcher_idles_while_every_worker_is_busy_and_more_loops_are_due() {
+    let env = Env::new();
+    let d = dir(&env);
+    // Two loops due every second, one worker: while the first tick's step
+    // blocks, the second loop is overdue and cannot start.
+    for name in ["a", "b"] {
+        env.new_loop(name, &format!("{}[schedule]\nevery = \"1s\"\n", gated_step(&d)));
+    }
+    let daemon = Daemon::start(&env, &["--max-concurrent", "1"]);
+    wait_for(&d.join("started"));
+    let pid = daemon.child.id();
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_ticks(pid) - before;
+    std::fs::write(d.join("go"), "").unwrap();
+    until("both loops ticked", || {
+        ticks(&env, "a") >= 1 && ticks(&env, "b") >= 1
+    });
+    assert_eq!(daemon.terminate(), Some(0));
+    // /proc counts in USER_HZ, which Linux fixes at 100 a second. A spinning
+    // dispatcher uses most of the 3 s (up to 300 ticks); an idle one almost
+    // nothing. 30 ticks is generous for a busy machine and far below a spin.
+    assert!(
+        used < 30,
+        "the daemon used {used} hundredths of a second of CPU in 3 s while waiting for a worker"
+    );
+}
