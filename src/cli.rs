@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap_complete::engine::ArgValueCandidates;
 
 use crate::config::Dur;
 use crate::lock::Wait;
@@ -16,7 +17,8 @@ use crate::schedule::Backend;
     version,
     about = "Runs recurring jobs (loops) fired by schedulers, guarded by sandboxed WebAssembly gates",
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_help = EXAMPLES
 )]
 pub struct Cli {
     /// The root holding loops/ and cache/ [default: $AUTOMATON_ROOT, the
@@ -36,18 +38,44 @@ pub struct Cli {
     pub command: Command,
 }
 
+const EXAMPLES: &str = "\
+Examples:
+  automaton init                          make ./.automaton
+  automaton new nightly --step 'make test'
+  automaton list --status failing         what needs a look (active, paused, invalid, ...)
+  automaton status nightly                schedule, next run, last outcome, lock holder
+  automaton logs nightly --stderr         the last tick's step errors (stderr)
+  automaton edit nightly                  change loop.toml, checked before it is saved
+  automaton approve nightly --note 'ok'   release a loop awaiting approval
+  automaton daemon                        tick every scheduled loop, in the foreground
+
+Completions: `source <(automaton completions bash)` in ~/.bashrc
+(zsh, fish, elvish, powershell alike; see `automaton completions --help`).
+Manual: `automaton man > ~/.local/share/man/man1/automaton.1`.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a root (./.automaton unless --root or $AUTOMATON_ROOT says otherwise)
     Init,
     /// Create a loop
     New(NewArgs),
-    /// List the loops
-    List(JsonArg),
+    /// List the loops: status, schedule, next run, last outcome
+    List(ListArgs),
     /// Show one loop in detail, or all of them
     Status(StatusArgs),
     /// Show a loop's events
     History(HistoryArgs),
+    /// Print a tick's step (or verifier) output
+    #[command(
+        after_help = "Examples:\n  automaton logs nightly             the last tick's step stdout\n  \
+automaton logs nightly 12 --stderr  tick 12's step stderr\n  \
+automaton logs nightly --follow     the running tick's output, until it ends"
+    )]
+    Logs(LogsArgs),
+    /// Check a loop's config (or a loop.toml file) as a tick would load it
+    Validate(ValidateArgs),
+    /// Edit a loop's loop.toml in $VISUAL/$EDITOR; saved only if it is valid
+    Edit(EditArgs),
     /// Pause a loop: ticks do nothing until it is resumed
     Pause(PauseArgs),
     /// Make a paused, halted or completed loop active again
@@ -70,8 +98,19 @@ pub enum Command {
     Schedule(ScheduleCommand),
     /// Run the embedded scheduler in the foreground: ticks every scheduled loop
     Daemon(DaemonArgs),
-    /// Print a shell completion script
+    /// Print a shell completion script (it completes loop names too)
+    #[command(after_help = "Install:\n  \
+bash        echo 'source <(automaton completions bash)' >> ~/.bashrc\n  \
+zsh         echo 'source <(automaton completions zsh)' >> ~/.zshrc\n  \
+fish        automaton completions fish > ~/.config/fish/completions/automaton.fish\n  \
+elvish      echo 'eval (automaton completions elvish | slurp)' >> ~/.config/elvish/rc.elv\n  \
+powershell  automaton completions powershell | Out-String | Invoke-Expression\n\n\
+The script asks `automaton` itself for completions, so it must be on PATH; loop\n\
+names come from $AUTOMATON_ROOT (or --root on the line being completed).")]
     Completions(CompletionsArgs),
+    /// Print the man page (roff), generated from these definitions
+    #[command(after_help = "Install: automaton man > ~/.local/share/man/man1/automaton.1")]
+    Man,
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,6 +125,7 @@ pub enum ScheduleCommand {
 
 #[derive(Debug, Args)]
 pub struct ScheduleInstallArgs {
+    #[arg(add = loop_names())]
     pub name: String,
     /// The OS scheduler [default: launchd on macOS, schtasks on Windows, else
     /// systemd when `systemctl --user` works, else cron]
@@ -100,6 +140,7 @@ pub struct ScheduleInstallArgs {
 
 #[derive(Debug, Args)]
 pub struct ScheduleRemoveArgs {
+    #[arg(add = loop_names())]
     pub name: String,
     /// Remove from this backend even when nothing was recorded as installed
     #[arg(long, value_enum)]
@@ -114,6 +155,7 @@ pub struct ScheduleRemoveArgs {
 #[derive(Debug, Args)]
 pub struct ScheduleShowArgs {
     /// One loop; every installed schedule when absent
+    #[arg(add = loop_names())]
     pub name: Option<String>,
     #[command(flatten)]
     pub json: JsonArg,
@@ -150,9 +192,71 @@ pub struct NewArgs {
     pub json: JsonArg,
 }
 
+/// Completes a loop name from the root's loops.
+fn loop_names() -> ArgValueCandidates {
+    ArgValueCandidates::new(crate::commands::complete_loop_names)
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only loops in this status (repeat or comma-separate for several)
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "STATUS")]
+    pub status: Vec<StatusFilter>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+/// What `list --status` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusFilter {
+    Active,
+    Paused,
+    #[value(alias = "awaiting-approval", alias = "awaiting")]
+    AwaitingApproval,
+    Halted,
+    Completed,
+    /// The config no longer loads
+    Invalid,
+    /// The last tick failed
+    Failing,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    #[arg(add = loop_names())]
+    pub name: String,
+    /// The tick whose output to print [default: the running tick, else the last]
+    pub tick: Option<u64>,
+    /// Standard error instead of standard output
+    #[arg(long)]
+    pub stderr: bool,
+    /// The verifier's output instead of the step's
+    #[arg(long)]
+    pub verifier: bool,
+    /// Keep printing as the tick writes, until it ends
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// A loop's name, or a loop.toml file [default: every loop]
+    #[arg(add = loop_names(), value_name = "NAME|FILE")]
+    pub target: Option<String>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct EditArgs {
+    #[arg(add = loop_names())]
+    pub name: String,
+}
+
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// One loop; all of them when absent
+    #[arg(add = loop_names())]
     pub name: Option<String>,
     #[command(flatten)]
     pub json: JsonArg,
@@ -160,6 +264,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
+    #[arg(add = loop_names())]
     pub name: String,
     /// Only the last N events
     #[arg(long, short = 'n', value_name = "N")]
@@ -195,6 +300,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[derive(Debug, Args)]
 pub struct LoopArgs {
+    #[arg(add = loop_names())]
     pub name: String,
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -233,13 +339,15 @@ pub struct RejectArgs {
 pub struct RmArgs {
     #[command(flatten)]
     pub target: LoopArgs,
-    /// Remove it even while it is active or awaiting approval
+    /// Remove it whatever its state: active, awaiting approval, or a state
+    /// file that no longer reads
     #[arg(long)]
     pub force: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct TickArgs {
+    #[arg(add = loop_names())]
     pub name: String,
     /// With `overlap = "wait"`: give up waiting for the loop's lock after DUR (exit 4)
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -303,6 +411,7 @@ pub enum GateCommand {
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// The loop whose history to replay
+    #[arg(add = loop_names())]
     pub name: String,
     /// The gate to replay with: a component file, or stock:NAME
     #[arg(long, value_name = "FILE|stock:NAME")]

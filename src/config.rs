@@ -398,6 +398,8 @@ pub enum ConfigError {
         gate: String,
         message: String,
     },
+    #[error("invalid config {}: [schedule] {message}", path.display())]
+    Schedule { path: PathBuf, message: String },
     #[error("invalid config {}:{line}:{column}: {message}", path.display())]
     Invalid {
         path: PathBuf,

@@ -26,10 +26,21 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
 
-    #[error("state file {} is unreadable: {reason}; it was left untouched", path.display())]
+    #[error("{error}; {} was left unchanged, and the edit is kept in {}", config.display(), kept.display())]
+    EditRejected {
+        /// Why the edited copy was refused (it names the copy, line and column).
+        error: Box<Error>,
+        config: PathBuf,
+        kept: PathBuf,
+    },
+
+    #[error("{action}: {message}")]
+    Editor { action: String, message: String },
+
+    #[error("state file {} is unreadable: {reason}; it was left untouched (restore it, or remove the loop with `automaton rm --force`)", path.display())]
     CorruptState { path: PathBuf, reason: String },
 
-    #[error("state file {} has schema {found}, but this automaton reads schema {expected}; it was left untouched", path.display())]
+    #[error("state file {} has schema {found}, but this automaton reads schema {expected}; it was left untouched (a newer automaton reads it; `automaton rm --force` removes the loop)", path.display())]
     UnknownSchema {
         path: PathBuf,
         found: u64,
@@ -41,6 +52,16 @@ pub enum Error {
 
     #[error("loop {name:?}: {message}")]
     Refused { name: String, message: String },
+
+    #[error("loop {name:?} has no {what} for tick {tick} ({} is not there)", path.display())]
+    NoOutput {
+        name: String,
+        tick: u64,
+        /// `step output`, `verifier output`, `output`.
+        what: &'static str,
+        /// The file or directory looked for.
+        path: PathBuf,
+    },
 
     #[error(transparent)]
     Gate(#[from] crate::gate::GateError),
@@ -54,6 +75,15 @@ pub enum Error {
 
     #[error(transparent)]
     Schedule(#[from] crate::schedule::ScheduleError),
+
+    #[error(
+        "{error}; to remove what the install left, run `automaton schedule remove {name} --backend {backend}`"
+    )]
+    InstallFailed {
+        name: String,
+        backend: crate::schedule::Backend,
+        error: Box<Error>,
+    },
 
     #[error("cannot write output")]
     Output(#[from] io::Error),
@@ -82,11 +112,15 @@ impl Error {
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
             Error::LockNotObtained { .. } => 4,
             Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
+            Error::EditRejected { .. } => 5,
+            Error::Editor { .. } => 1,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
+            Error::NoOutput { .. } => 1,
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
             // A cadence a backend cannot say, a scheduler command that failed.
             Error::Schedule(_) => 1,
+            Error::InstallFailed { error, .. } => error.exit_code(),
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
             Error::Output(_) => 1,
         }

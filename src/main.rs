@@ -11,6 +11,11 @@ use tracing_subscriber::EnvFilter;
 use automaton::cli::Cli;
 
 fn main() -> ExitCode {
+    // A shell asking for completions (see `automaton completions`) gets them
+    // here, and nothing else runs.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .var(automaton::commands::COMPLETE_VAR)
+        .complete();
     let cli = Cli::parse();
     // The daemon logs one line a tick: info is its default level.
     let chatty = matches!(cli.command, automaton::cli::Command::Daemon(_));
@@ -36,7 +41,8 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr: warnings and errors by default, more with -v, only
 /// errors with -q; RUST_LOG overrides. Plain messages unless -v. A
-/// `chatty` command starts one level up.
+/// `chatty` command (the daemon) starts one level up, and its lines, like
+/// every line under -v, carry the local time with its offset.
 fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
     let level = match (quiet, verbose + u8::from(chatty)) {
         (true, _) => "error",
@@ -52,10 +58,25 @@ fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
         .with_env_filter(filter)
         .with_writer(io::stderr)
         .with_ansi(color)
-        .without_time();
-    if verbose == 0 {
-        builder.with_target(false).with_level(false).init();
-    } else {
-        builder.with_target(true).init();
+        .with_timer(LocalTime);
+    match (verbose, chatty) {
+        (0, false) => builder.without_time().with_target(false).with_level(false).init(),
+        (0, true) => builder.with_target(false).with_level(false).init(),
+        _ => builder.with_target(true).init(),
+    }
+}
+
+/// `2026-11-30T19:07:19.123+01:00`: local time, with its offset.
+struct LocalTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for LocalTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(
+            w,
+            "{}",
+            jiff::Timestamp::now()
+                .to_zoned_datetime(jiff::tz::TimeZone::system())
+                .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        )
     }
 }

@@ -3,20 +3,24 @@
 
 mod check_gate;
 mod daemon;
+mod edit;
 pub mod gate;
 mod history;
 mod init;
+mod logs;
 mod new;
 mod ops;
 mod render;
 mod replay;
 mod schedule;
+mod shell;
 mod status;
 mod tick;
+mod validate;
+
+pub use shell::{COMPLETE_VAR, complete_loop_names};
 
 use std::io::Write;
-
-use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
@@ -33,12 +37,15 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
     match cli.command {
         Command::Init => init::run(root, out),
         Command::New(args) => new::run(&Root::open(root)?, &args, out),
-        Command::List(args) => status::all(&Root::open(root)?, args.json, out),
+        Command::List(args) => status::all(&Root::open(root)?, &args.status, args.json.json, out),
         Command::Status(args) => match &args.name {
             Some(name) => status::one(&Root::open(root)?, name, args.json.json, out),
-            None => status::all(&Root::open(root)?, args.json.json, out),
+            None => status::all(&Root::open(root)?, &[], args.json.json, out),
         },
         Command::History(args) => history::run(&Root::open(root)?, &args, out),
+        Command::Logs(args) => logs::run(&Root::open(root)?, &args, out),
+        Command::Validate(args) => validate::run(root, &args, out),
+        Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),
         Command::Pause(args) => ops::pause(&Root::open(root)?, &args, out),
         Command::Resume(args) => ops::resume(&Root::open(root)?, &args, out),
         Command::Approve(args) => ops::approve(&Root::open(root)?, &args, out),
@@ -49,10 +56,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
-        Command::Completions(args) => {
-            clap_complete::generate(args.shell, &mut Cli::command(), "automaton", out);
-            Ok(0)
-        }
+        Command::Completions(args) => shell::completions(args.shell, out),
+        Command::Man => shell::man(out),
     }
 }
 

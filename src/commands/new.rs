@@ -27,7 +27,13 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     // operator wrote.
     let shown = args.from.clone().unwrap_or_else(|| "loop.toml".into());
     let config = LoopConfig::parse(&text, &shown)?;
-    check_gates(root, &name, &config, &shown)?;
+    check_gates(
+        root,
+        &root.loops_dir().join(name.as_str()),
+        &config,
+        &shown,
+        MissingGate::Later,
+    )?;
 
     let now = Timestamp::now();
     let mut state = State::new(now);
@@ -45,35 +51,55 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     Ok(0)
 }
 
-/// Asks each gate whether it accepts its params, before any tick runs. A gate
-/// file that is not there yet (it may be copied in after `new`) is left for
-/// the first tick to judge.
-fn check_gates(root: &Root, name: &LoopName, config: &LoopConfig, shown: &Path) -> Result<()> {
+/// What to make of a gate file that is not there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingGate {
+    /// It may be copied in after `new`: the first tick judges it.
+    Later,
+    /// The loop's next tick would fail on it: an error now.
+    Error,
+}
+
+/// Asks each gate whether it accepts its params, before any tick runs; gate
+/// paths are relative to `loop_dir`, errors name `shown`, the file as the
+/// operator wrote it.
+pub(crate) fn check_gates(
+    root: &Root,
+    loop_dir: &Path,
+    config: &LoopConfig,
+    shown: &Path,
+    missing: MissingGate,
+) -> Result<()> {
     if config.gates.is_empty() {
         return Ok(());
     }
-    let host = GateHost::new(Some(root.cache_dir()))?;
-    let loop_dir = root.loops_dir().join(name.as_str());
+    let cache = root.cache_dir();
+    let host = GateHost::new(cache.is_dir().then_some(cache))?;
     for (i, g) in config.gates.iter().enumerate() {
-        let source = g.resolved_source(&loop_dir);
-        if let GateSource::File { path, .. } = &source
-            && !path.exists()
-        {
-            tracing::warn!(
-                "gate {} is not there yet; its params are checked at the first tick",
-                path.display()
-            );
-            continue;
-        }
         let invalid = |message: String| ConfigError::Gate {
             path: shown.to_owned(),
             index: i + 1,
             gate: g.source.to_string(),
             message,
         };
-        let gate = host.load(&source).map_err(|e| invalid(e.to_string()))?;
-        host.check_params(&gate, &g.params)
-            .map_err(|e| invalid(e.to_string()))?;
+        let source = g.resolved_source(loop_dir);
+        if let GateSource::File { path, .. } = &source
+            && !path.exists()
+        {
+            if missing == MissingGate::Error {
+                return Err(invalid(format!("{} does not exist", path.display())).into());
+            }
+            tracing::warn!(
+                "gate {} is not there yet ({}); its params are checked at the first tick",
+                g.source,
+                path.display()
+            );
+            continue;
+        }
+        // The message already names the gate; say only what is wrong.
+        let what = |e: crate::gate::GateError| invalid(e.kind().to_string());
+        let gate = host.load(&source).map_err(what)?;
+        host.check_params(&gate, &g.params).map_err(what)?;
     }
     Ok(())
 }

@@ -130,7 +130,15 @@ pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
     let dir = LoopDir::open(root, &t.name)?;
     lock::with_lock(&dir, Holder::me("rm"), t.wait.wait(), |held| {
-        let state = dir.read_state()?;
+        // --force removes a loop whatever its state, even one that no
+        // longer reads.
+        let state = match dir.read_state() {
+            Err(e) if args.force => {
+                tracing::warn!("removing loop {} anyway: {e}", dir.name());
+                return store::remove_loop(&dir, held);
+            }
+            r => r?,
+        };
         if !args.force && state.status.is_runnable() {
             return Err(Error::Refused {
                 name: dir.name().to_string(),

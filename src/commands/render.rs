@@ -34,11 +34,21 @@ pub fn coarse(d: Duration) -> String {
     }
 }
 
-/// A timestamp in the local time zone, to the second.
+/// A timestamp in the local time zone, to the second, with its offset:
+/// `2026-11-30 19:07:19 +01:00`.
 pub fn local(t: Timestamp) -> String {
     t.to_zoned_datetime(TimeZone::system())
-        .strftime("%Y-%m-%d %H:%M:%S")
+        .strftime("%Y-%m-%d %H:%M:%S %:z")
         .to_string()
+}
+
+/// Time left until `t`: `in 4m12s`, or `now` when it has come.
+pub fn left(t: Timestamp) -> String {
+    let secs = t.duration_since(Timestamp::now()).as_secs();
+    if secs <= 0 {
+        return "now".into();
+    }
+    format!("in {}", coarse(Duration::from_secs(secs.unsigned_abs())))
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.

@@ -76,7 +76,20 @@ fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Resu
         let (record, actions) = schedule::plan_install(root, &args.name, args.backend)?;
         return dry_run(&record, &actions, "install", args.json.json, out);
     }
-    let r = schedule::install(root, &args.name, args.backend)?;
+    let backend = args.backend.unwrap_or_else(schedule::Backend::default_here);
+    let r = schedule::install(root, &args.name, Some(backend)).map_err(|e| match e {
+        // A scheduler command or a write failed part-way: something may be
+        // left behind with no record of it. (Refusals come before any write.)
+        crate::Error::Schedule(
+            schedule::ScheduleError::Command { .. } | schedule::ScheduleError::Spawn { .. },
+        )
+        | crate::Error::Io { .. } => crate::Error::InstallFailed {
+            name: args.name.clone(),
+            backend,
+            error: Box::new(e),
+        },
+        e => e,
+    })?;
     if args.json.json {
         super::emit_json(out, &r)?;
     } else {

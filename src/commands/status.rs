@@ -1,33 +1,123 @@
 //! `status` and `list`: read without the lock (every write is an atomic
-//! replace, so a reader never sees a torn state).
+//! replace, so a reader never sees a torn state). Each loop is shown with
+//! its config as a tick would load it: a config that no longer loads makes
+//! the loop `invalid`, with the error, wherever it is listed.
 
 use std::io::Write;
+use std::path::PathBuf;
 
+use jiff::Timestamp;
 use serde::Serialize;
 
-use super::render::{ago, local, table};
+use super::render::{ago, left, local, table};
+use crate::cli::StatusFilter;
+use crate::config::{Cadence, ConfigError, Schedule};
 use crate::error::{Error, Result};
 use crate::lock::{self, Holder};
 use crate::root::Root;
-use crate::state::State;
+use crate::schedule::When;
+use crate::state::{Outcome, State};
 use crate::store::{self, LoopDir};
 
-/// A loop as `status --json` shows it: its state, its name and who holds
-/// its lock right now.
+/// A loop as `status --json` and `list --json` show it: its name, what its
+/// config says, its state, when it is next due and who holds its lock.
 #[derive(Serialize)]
 pub struct LoopView<'a> {
     pub name: &'a str,
+    pub description: Option<String>,
+    /// `null` when loop.toml loads; else why it does not.
+    pub config_error: Option<String>,
     #[serde(flatten)]
     pub state: &'a State,
+    /// `every 15m`, `cron */15 * * * *`, with its jitter; `null` without one.
+    pub schedule: Option<String>,
+    /// When the daemon would fire it next, from its last tick; `null` when
+    /// it has no schedule, is not active or its config is invalid.
+    pub next_due: Option<Timestamp>,
+    /// Where the last tick's step and verifier output is.
+    pub last_run_dir: Option<PathBuf>,
     pub lock: Option<Holder>,
 }
 
-pub fn view<'a>(dir: &'a LoopDir, state: &'a State) -> LoopView<'a> {
-    LoopView {
-        name: dir.name().as_str(),
-        state,
-        lock: lock::read_holder(dir),
+impl LoopView<'_> {
+    /// The status an operator sees: the stored one, or `invalid`.
+    pub fn shown_status(&self) -> String {
+        match &self.config_error {
+            Some(_) => "invalid".into(),
+            None => self.state.status.to_string(),
+        }
     }
+
+    fn matches(&self, filter: StatusFilter) -> bool {
+        use crate::state::Status;
+        if self.config_error.is_some() {
+            return filter == StatusFilter::Invalid;
+        }
+        match filter {
+            StatusFilter::Active => self.state.status == Status::Active,
+            StatusFilter::Paused => self.state.status == Status::Paused,
+            StatusFilter::AwaitingApproval => self.state.status == Status::AwaitingApproval,
+            StatusFilter::Halted => self.state.status == Status::Halted,
+            StatusFilter::Completed => self.state.status == Status::Completed,
+            StatusFilter::Invalid => false,
+            StatusFilter::Failing => self.state.consecutive_failures > 0,
+        }
+    }
+}
+
+pub fn view<'a>(dir: &'a LoopDir, state: &'a State) -> LoopView<'a> {
+    let (config, config_error) = match dir.config() {
+        Ok(c) => (Some(c), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let mut v = LoopView {
+        name: dir.name().as_str(),
+        description: config.as_ref().and_then(|c| c.description.clone()),
+        config_error,
+        state,
+        schedule: config
+            .as_ref()
+            .and_then(|c| c.schedule.as_ref())
+            .map(describe_schedule),
+        next_due: None,
+        last_run_dir: state
+            .last_tick
+            .as_ref()
+            .map(|t| dir.runs_dir().join(t.number.to_string()))
+            .filter(|p| p.is_dir()),
+        lock: lock::read_holder(dir),
+    };
+    if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
+        match next_due(schedule, state, Timestamp::now()) {
+            Ok(due) => v.next_due = due,
+            Err(message) => {
+                let path = dir.config_path();
+                v.config_error = Some(ConfigError::Schedule { path, message }.to_string());
+            }
+        }
+    }
+    v
+}
+
+fn describe_schedule(s: &Schedule) -> String {
+    let mut text = match &s.cadence {
+        Cadence::Every(d) => format!("every {d}"),
+        Cadence::Cron(expr) => format!("cron {expr}"),
+    };
+    if let Some(j) = s.jitter {
+        text += &format!(" (jitter {j})");
+    }
+    text
+}
+
+/// When the daemon, starting now, would fire a loop: from the start of its
+/// last tick, or now if that is overdue (the same `When` the daemon uses).
+fn next_due(schedule: &Schedule, state: &State, now: Timestamp) -> Result<Option<Timestamp>, String> {
+    let when = When::of(schedule)?;
+    if !state.status.is_runnable() {
+        return Ok(None);
+    }
+    Ok(when.first(state.last_tick.as_ref().map(|t| t.started_at), now))
 }
 
 pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u8> {
@@ -42,43 +132,53 @@ pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u
     Ok(0)
 }
 
-pub fn all(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
+/// A loop in a listing: its view, or why its state could not be read.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Listed<'a> {
+    Loop(LoopView<'a>),
+    Unreadable { name: &'a str, error: String },
+}
+
+pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<u8> {
     let dirs = store::list_loops(root)?;
-    let mut loaded = Vec::with_capacity(dirs.len());
+    let mut states = Vec::with_capacity(dirs.len());
     let mut first_error: Option<Error> = None;
     for dir in &dirs {
         match dir.read_state() {
-            Ok(state) => loaded.push((dir, Ok(state))),
+            Ok(state) => states.push(Ok(state)),
             Err(e) => {
-                loaded.push((dir, Err(e.to_string())));
+                states.push(Err(e.to_string()));
                 first_error.get_or_insert(e);
             }
         }
     }
+    let listed: Vec<Listed<'_>> = dirs
+        .iter()
+        .zip(&states)
+        .map(|(dir, s)| match s {
+            Ok(state) => Listed::Loop(view(dir, state)),
+            Err(e) => Listed::Unreadable {
+                name: dir.name().as_str(),
+                error: e.clone(),
+            },
+        })
+        .filter(|l| {
+            filter.is_empty()
+                || match l {
+                    Listed::Loop(v) => filter.iter().any(|f| v.matches(*f)),
+                    Listed::Unreadable { .. } => filter.contains(&StatusFilter::Invalid),
+                }
+        })
+        .collect();
     if json {
-        let views: Vec<serde_json::Value> = loaded
-            .iter()
-            .map(|(dir, s)| match s {
-                Ok(state) => serde_json::to_value(view(dir, state)).expect("views serialise"),
-                Err(e) => serde_json::json!({ "name": dir.name().as_str(), "error": e }),
-            })
-            .collect();
-        super::emit_json(out, &views)?;
-    } else if loaded.is_empty() {
+        super::emit_json(out, &listed)?;
+    } else if dirs.is_empty() {
         super::emit(out, &format!("no loops in {}\n", root.path().display()))?;
+    } else if listed.is_empty() {
+        super::emit(out, "no loops in that status\n")?;
     } else {
-        let mut rows = vec![
-            ["LOOP", "STATUS", "TICK", "LAST TICK", "APPROVALS", "LOCK"]
-                .map(String::from)
-                .to_vec(),
-        ];
-        for (dir, s) in &loaded {
-            rows.push(match s {
-                Ok(state) => summary_row(dir, state),
-                Err(_) => vec![dir.name().to_string(), "unreadable".into()],
-            });
-        }
-        super::emit(out, &table(&rows))?;
+        super::emit(out, &summary(&listed))?;
     }
     // Every readable loop was shown; an unreadable one is the exit status.
     match first_error {
@@ -87,19 +187,63 @@ pub fn all(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
     }
 }
 
-fn summary_row(dir: &LoopDir, s: &State) -> Vec<String> {
+/// The table, then one line a loop that cannot be used, saying why.
+fn summary(listed: &[Listed<'_>]) -> String {
+    let mut rows = vec![
+        [
+            "LOOP",
+            "STATUS",
+            "TICK",
+            "SCHEDULE",
+            "NEXT",
+            "LAST",
+            "APPROVALS",
+            "LOCK",
+            "DESCRIPTION",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    let mut problems = String::new();
+    for l in listed {
+        match l {
+            Listed::Loop(v) => {
+                rows.push(summary_row(v));
+                if let Some(e) = &v.config_error {
+                    problems += &format!("{}: {e}\n", v.name);
+                }
+            }
+            Listed::Unreadable { name, error } => {
+                rows.push(vec![(*name).to_owned(), "unreadable".into()]);
+                problems += &format!("{name}: {error}\n");
+            }
+        }
+    }
+    let mut text = table(&rows);
+    if !problems.is_empty() {
+        text.push('\n');
+        text += &problems;
+    }
+    text
+}
+
+fn summary_row(v: &LoopView<'_>) -> Vec<String> {
+    let s = v.state;
+    let dash = || "-".to_owned();
     let last = match &s.last_tick {
         Some(t) => format!("{} {}", t.outcome, ago(t.ended_at)),
         None => "never".into(),
     };
-    let lock = lock::read_holder(dir).map_or_else(String::new, |h| h.describe());
     vec![
-        dir.name().to_string(),
-        s.status.to_string(),
+        v.name.to_owned(),
+        v.shown_status(),
         s.tick.to_string(),
+        v.schedule.clone().unwrap_or_else(dash),
+        v.next_due.map_or_else(dash, left),
         last,
         s.pending_approvals.len().to_string(),
-        lock,
+        v.lock.as_ref().map_or_else(dash, Holder::describe),
+        v.description.clone().unwrap_or_default(),
     ]
 }
 
@@ -108,33 +252,33 @@ fn detail(v: &LoopView<'_>) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut row = |k: &str, val: String| rows.push(vec![k.to_owned(), val]);
     row("loop", v.name.to_owned());
+    if let Some(d) = &v.description {
+        row("description", d.clone());
+    }
+    let status = match (&v.config_error, &s.status_reason) {
+        (Some(_), _) => format!("invalid (stored status {})", s.status),
+        (None, Some(r)) => format!("{} ({r})", s.status),
+        (None, None) => s.status.to_string(),
+    };
+    row("status", status);
     row(
-        "status",
-        match &s.status_reason {
-            Some(r) => format!("{} ({r})", s.status),
-            None => s.status.to_string(),
+        "config",
+        match &v.config_error {
+            Some(e) => e.clone(),
+            None => "valid".into(),
         },
     );
+    row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
+    if let Some(due) = v.next_due {
+        row("next due", format!("{} ({})", local(due), left(due)));
+    }
     row("ticks", format!("{} (state version {})", s.tick, s.version));
     match &s.last_tick {
         Some(t) => {
-            let mut text = format!("#{} {} {}", t.number, t.outcome, ago(t.ended_at));
-            if let Some(step) = &t.step {
-                match step.exit_code {
-                    Some(c) => text += &format!(", step exit {c}"),
-                    None if step.timed_out => text += ", step timed out",
-                    None => text += ", step killed",
-                }
-                text += &format!(" in {}ms", step.duration_ms);
+            row("last tick", describe_last(t));
+            if v.last_run_dir.is_some() {
+                row("output", format!("automaton logs {} {}", v.name, t.number));
             }
-            if let Some(v) = &t.verifier {
-                text += if v.success() {
-                    ", verifier passed"
-                } else {
-                    ", verifier failed"
-                };
-            }
-            row("last tick", text);
         }
         None => row("last tick", "never".into()),
     }
@@ -181,4 +325,28 @@ fn detail(v: &LoopView<'_>) -> String {
         format!("{} ({})", local(s.updated_at), ago(s.updated_at)),
     );
     table(&rows)
+}
+
+/// `#3 failed 2m ago, step exit 3 in 18ms`.
+fn describe_last(t: &crate::state::LastTick) -> String {
+    let mut text = format!("#{} {} {}", t.number, t.outcome, ago(t.ended_at));
+    if let Some(step) = &t.step {
+        match step.exit_code {
+            Some(c) => text += &format!(", step exit {c}"),
+            None if step.timed_out => text += ", step timed out",
+            None => text += ", step killed",
+        }
+        text += &format!(" in {}ms", step.duration_ms);
+    }
+    if let Some(v) = &t.verifier {
+        text += if v.success() {
+            ", verifier passed"
+        } else {
+            ", verifier failed"
+        };
+    }
+    if t.outcome == Outcome::Failed && t.step.is_none() {
+        text += ", step did not start";
+    }
+    text
 }

@@ -42,8 +42,15 @@ fn human(r: &TickReport) -> String {
         }
         line += ")";
     }
+    // A reason that a gate line below gives is not repeated here.
+    let shown_below = |reason: &str| {
+        r.decisions
+            .iter()
+            .any(|v| v.error.as_deref() == Some(reason) || v.decision.reason() == reason)
+    };
     if let Some(reason) = &r.reason
         && r.outcome != Outcome::Ran
+        && !shown_below(reason)
     {
         line += &format!(": {reason}");
     }
@@ -51,14 +58,26 @@ fn human(r: &TickReport) -> String {
         line += &format!(" [tick {t} had crashed; recorded]");
     }
     line.push('\n');
+    if r.outcome == Outcome::Failed && r.step.is_some() {
+        let stream = if r.step.as_ref().is_some_and(|s| !s.success()) || r.verifier.is_none() {
+            ""
+        } else {
+            " --verifier"
+        };
+        line += &format!(
+            "  output: automaton logs {} {}{stream} (--stderr for its errors)\n",
+            r.loop_name, r.tick
+        );
+    }
     for v in r
         .decisions
         .iter()
         .filter(|v| v.decision.strength() > 0 || v.error.is_some())
     {
-        line += &format!("  {} {}: {}", v.phase, v.gate, v.decision);
-        if let Some(e) = &v.error {
-            line += &format!(" (gate error: {e})");
+        // On a gate error the decision's reason is the error: say it once.
+        match &v.error {
+            Some(e) => line += &format!("  {} {}: {} on error: {e}", v.phase, v.gate, v.decision.name()),
+            None => line += &format!("  {} {}: {}", v.phase, v.gate, v.decision),
         }
         line.push('\n');
     }

@@ -64,7 +64,7 @@ impl fmt::Display for GateErrorKind {
                 Ok(())
             }
             GateErrorKind::NotAComponent { detail } => {
-                write!(f, "not a WebAssembly component: {detail}")
+                write!(f, "is not a WebAssembly component: {detail}")
             }
             GateErrorKind::WrongWorld { detail } => {
                 write!(f, "does not target the automaton:gate/gate world: {detail}")
@@ -81,10 +81,10 @@ impl fmt::Display for GateErrorKind {
             }
             GateErrorKind::Refused { message } => write!(f, "refused to decide: {message}"),
             GateErrorKind::Compile { message } => write!(f, "does not compile: {message}"),
-            GateErrorKind::UnknownStock { name } => write!(
-                f,
-                "no stock gate is named {name:?} (`automaton gate list` shows them)"
-            ),
+            // The label (`stock:NAME`) is already in front of this.
+            GateErrorKind::UnknownStock { .. } => {
+                f.write_str("does not exist (`automaton gate list` shows the stock gates)")
+            }
             GateErrorKind::Host { message } => write!(f, "cannot start: {message}"),
         }
     }
@@ -137,6 +137,13 @@ impl GateError {
 
     pub(crate) fn with_logs(mut self, logs: Vec<GateLog>) -> GateError {
         self.0.logs = logs;
+        self
+    }
+
+    /// The same error under another label: the gate as loop.toml writes it
+    /// (`gates/budget.wasm`) rather than the path it resolved to.
+    pub fn labelled(mut self, gate: impl Into<String>) -> GateError {
+        self.0.gate = gate.into();
         self
     }
 

@@ -27,8 +27,17 @@ pub struct GateInfo {
     pub name: String,
     pub version: String,
     pub description: String,
-    /// A JSON Schema of the params object, as the gate gave it.
+    /// A JSON Schema of the params object, as the gate gave it (shown as
+    /// JSON in JSON output; as a string only if the gate's is not JSON).
+    #[serde(serialize_with = "as_json")]
     pub params_schema: String,
+}
+
+fn as_json<S: serde::Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => serde::Serialize::serialize(&v, s),
+        Err(_) => s.serialize_str(text),
+    }
 }
 
 /// One evaluation's result.

@@ -7,6 +7,7 @@ pub mod cadence;
 mod crontab;
 pub mod daemon;
 mod due;
+pub use due::When;
 mod exec;
 mod launchd;
 pub mod record;
@@ -80,7 +81,9 @@ pub enum ScheduleError {
     NoSchedule { name: String },
     #[error(transparent)]
     Unsupported(#[from] Unsupported),
-    #[error("loop {name:?} has no installed schedule")]
+    #[error(
+        "loop {name:?} has no installed schedule on record; if an install failed half-way, `automaton schedule remove {name} --backend B` removes what it left"
+    )]
     NotInstalled { name: String },
     #[error("`{command}` failed ({status}){}", if stderr.is_empty() { String::new() } else { format!(": {stderr}") })]
     Command {

@@ -88,9 +88,11 @@ pub fn evaluate_phase(
         let source = g.resolved_source(loop_dir);
         let label = g.source.to_string();
         let started = std::time::Instant::now();
+        // Errors name the gate as loop.toml writes it, not its resolved path.
         let result = host
             .load(&source)
-            .and_then(|gate| host.evaluate(&gate, &ctx, &g.limits));
+            .and_then(|gate| host.evaluate(&gate, &ctx, &g.limits))
+            .map_err(|e| e.labelled(label.clone()));
         let (decision, error) = match result {
             Ok(eval) => {
                 for log in &eval.logs {
@@ -99,7 +101,8 @@ pub fn evaluate_phase(
                 (eval.decision, None)
             }
             Err(err) => {
-                tracing::warn!("loop {name:?}: {err}");
+                // The tick reports it (and records it); the daemon logs it.
+                tracing::info!("loop {name:?}: {err}");
                 (gate::decide_on_error(g.on_error, &err), Some(err.to_string()))
             }
         };

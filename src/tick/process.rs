@@ -19,6 +19,12 @@ pub const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Between SIGTERM and SIGKILL when a timeout ends a process group.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
+/// The file in `runs/<tick>/` that holds `what`'s (`step`, `verifier`)
+/// standard output, or its standard error.
+pub fn output_file(run_dir: &Path, what: &str, stderr: bool) -> std::path::PathBuf {
+    run_dir.join(format!("{what}.{}", if stderr { "err" } else { "out" }))
+}
+
 /// What the step's environment says about the tick.
 pub struct Env<'a> {
     pub loop_name: &'a str,
@@ -177,8 +183,8 @@ impl Runner<'_> {
             env: &self.vars,
             timeout: Some(timeout),
             kill_grace: KILL_GRACE,
-            stdout: &self.run_dir.join(format!("{what}.out")),
-            stderr: &self.run_dir.join(format!("{what}.err")),
+            stdout: &output_file(self.run_dir, what, false),
+            stderr: &output_file(self.run_dir, what, true),
             output_limit: self.limit,
         };
         step::run_with(&spec, |started| {

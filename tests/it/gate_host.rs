@@ -495,7 +495,7 @@ fn gate_test_reports_a_gate_error_once_with_exit_1() {
         .arg(fx.write("text.wasm", b"hello"))
         .assert()
         .code(1)
-        .stderr(predicates::str::contains("not a WebAssembly component"));
+        .stderr(predicates::str::contains("is not a WebAssembly component"));
     automaton()
         .args(["gate", "test"])
         .arg(&path)

@@ -8,6 +8,7 @@ mod gate_fixtures;
 mod gate_host;
 mod locking;
 mod loops;
+mod operator;
 mod schedule;
 mod snapshots;
 mod stock_gates;

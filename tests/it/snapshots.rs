@@ -7,7 +7,10 @@ use crate::common::Env;
 fn settings(env: &Env) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.add_filter(&regex_escape(env.root.to_str().unwrap()), "[ROOT]");
-    s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "[TIME]");
+    s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d", "[TIME]");
+    s.add_filter(r"in \d+(ms|[smhd]\w*)", "in [DUR]");
+    s.add_filter(r"\d+[smhd]\w* ago|just now", "[AGO]");
+    s.add_filter(r"\.loop\.toml\.edit-\w+\.toml", ".loop.toml.edit-[ID].toml");
     s.add_filter(r"pid \d+", "pid [PID]");
     s.add_filter(r"running \d+[a-z]+", "running [DUR]");
     s.set_prepend_module_to_snapshot(false);
@@ -80,5 +83,50 @@ fn error_messages() {
     )
     .unwrap();
     record(5, &["pause", "demo"]);
+    env.new_loop("ran", "step = \"true\"\n");
+    record(1, &["logs", "ran"]);
+    env.ok(&["tick", "ran"]);
+    record(1, &["logs", "ran", "--verifier"]);
+    record(1, &["logs", "ran", "7"]);
+    fs::write(&bad, "step = \"true\"\n[schedule]\ncron = \"0 0 32 * *\"\n").unwrap();
+    record(5, &["validate", bad.to_str().unwrap()]);
+    record(1, &["schedule", "remove", "ran"]);
+    let edit = env
+        .cmd()
+        .args(["edit", "ran"])
+        .env("EDITOR", "sh -c 'echo \"stpe = 1\" > \"$1\"' sh")
+        .env_remove("VISUAL")
+        .output()
+        .unwrap();
+    assert_eq!(edit.status.code(), Some(5));
+    errors += &format!(
+        "$ EDITOR=... automaton edit ran  # exit 5\n{}\n",
+        String::from_utf8_lossy(&edit.stderr)
+    );
     settings(&env).bind(|| insta::assert_snapshot!("errors", errors));
+}
+
+#[test]
+fn a_failed_tick_and_its_output() {
+    let env = Env::new();
+    env.new_loop(
+        "flaky",
+        "description = \"fails on purpose\"\nstep = \"echo building; echo 'no space left' >&2; exit 3\"\n\
+         [schedule]\nevery = \"10m\"\njitter = \"30s\"\n",
+    )
+    .new_loop("broken", "step = \"true\"\n")
+    .new_loop("idle", "description = \"never ticked\"\nstep = \"true\"\n");
+    let tick = env.run(&["tick", "flaky"]);
+    assert_eq!(tick.status.code(), Some(6));
+    let config = env.loop_dir("broken").join("loop.toml");
+    let text = fs::read_to_string(&config).unwrap();
+    fs::write(&config, format!("{text}ovrlap = \"wait\"\n")).unwrap();
+    settings(&env).bind(|| {
+        insta::assert_snapshot!("tick_failed", String::from_utf8_lossy(&tick.stdout));
+        insta::assert_snapshot!("status_failed", env.ok(&["status", "flaky"]));
+        insta::assert_snapshot!("status_invalid", env.ok(&["status", "broken"]));
+        insta::assert_snapshot!("list", env.ok(&["list"]));
+        insta::assert_snapshot!("logs", env.ok(&["logs", "flaky"]));
+        insta::assert_snapshot!("logs_stderr", env.ok(&["logs", "flaky", "1", "--stderr"]));
+    });
 }

@@ -1,0 +1,90 @@
+//! `logs`: a tick's step or verifier output from `runs/<tick>/`, as the
+//! tick wrote it; `--follow` keeps printing while that tick runs.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::cli::LogsArgs;
+use crate::error::{Error, Result};
+use crate::root::Root;
+use crate::store::LoopDir;
+use crate::tick::output_file;
+
+/// How often `--follow` looks for more output.
+const POLL: Duration = Duration::from_millis(100);
+
+pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
+    let dir = LoopDir::open(root, &args.name)?;
+    let state = dir.read_state()?;
+    let running = state.in_flight.as_ref().map(|f| f.tick);
+    let Some(tick) = args
+        .tick
+        .or(running)
+        .or(state.last_tick.as_ref().map(|t| t.number))
+    else {
+        return Err(Error::Refused {
+            name: dir.name().to_string(),
+            message: "no tick has run its step yet, so there is no output".into(),
+        });
+    };
+    let what = if args.verifier { "verifier" } else { "step" };
+    let run_dir = dir.runs_dir().join(tick.to_string());
+    let file = output_file(&run_dir, what, args.stderr);
+    let in_flight = || {
+        dir.read_state()
+            .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == tick))
+    };
+    if args.follow {
+        // The tick may not have made its file yet.
+        while !file.exists() && in_flight() {
+            std::thread::sleep(POLL);
+        }
+    }
+    if !file.exists() {
+        let missing = if run_dir.is_dir() { &file } else { &run_dir };
+        return Err(Error::NoOutput {
+            name: dir.name().to_string(),
+            tick,
+            what: if args.verifier {
+                "verifier output"
+            } else {
+                "step output"
+            },
+            path: missing.clone(),
+        });
+    }
+    let mut offset = copy_from(&file, 0, out)?;
+    if args.follow {
+        loop {
+            let running = in_flight();
+            offset = copy_from(&file, offset, out)?;
+            if !running {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+    Ok(0)
+}
+
+/// Copies what `path` holds past `offset` to `out`; returns the new offset.
+fn copy_from(path: &Path, offset: u64, out: &mut dyn Write) -> Result<u64> {
+    let mut f = File::open(path).map_err(Error::io("opening", path))?;
+    io::Seek::seek(&mut f, io::SeekFrom::Start(offset)).map_err(Error::io("reading", path))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at = offset;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("reading", path)(e)),
+        };
+        out.write_all(&buf[..n]).map_err(Error::Output)?;
+        at += n as u64;
+    }
+    out.flush().map_err(Error::Output)?;
+    Ok(at)
+}
