@@ -84,6 +84,8 @@ automaton logs nightly --follow     the running tick's output, until it ends"
     Approve(ApproveArgs),
     /// Reject: halt the loop, recording who and why
     Reject(RejectArgs),
+    /// Stop the tick in flight: TERM to its step's process group, then KILL
+    Cancel(CancelArgs),
     /// Delete a loop and its history
     Rm(RmArgs),
     /// Run one tick: the gates, the step, the verifier (what a scheduler runs)
@@ -333,6 +335,20 @@ pub struct RejectArgs {
     /// Why, for the record
     #[arg(long)]
     pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    #[arg(add = loop_names())]
+    pub name: String,
+    /// How long the step has after SIGTERM before SIGKILL
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub grace: Duration,
+    /// Give up waiting for the tick to end (and free the lock) after DUR (exit 4)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1m")]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]

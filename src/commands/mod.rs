@@ -1,6 +1,7 @@
 //! One file per verb. Each is short: resolve the loop, take the lock if it
 //! changes the loop, load, change the typed state, save, render.
 
+mod cancel;
 mod check_gate;
 mod daemon;
 mod edit;
@@ -50,6 +51,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Resume(args) => ops::resume(&Root::open(root)?, &args, out),
         Command::Approve(args) => ops::approve(&Root::open(root)?, &args, out),
         Command::Reject(args) => ops::reject(&Root::open(root)?, &args, out),
+        Command::Cancel(args) => cancel::run(&Root::open(root)?, &args, out),
         Command::Rm(args) => ops::rm(&Root::open(root)?, &args, out),
         Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),

@@ -24,7 +24,7 @@ use crate::store::{Durability, LoopDir};
 use crate::{metrics, schedule, who, worktree};
 
 pub use gates::Verdict;
-pub use process::{Cancel, output_file};
+pub use process::{Cancel, cancel_file, output_file, pgid_file};
 
 /// How a tick was asked to run. The command line sets `timeout`; the
 /// daemon sets the rest.

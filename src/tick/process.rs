@@ -25,6 +25,30 @@ pub fn output_file(run_dir: &Path, what: &str, stderr: bool) -> std::path::PathB
     run_dir.join(format!("{what}.{}", if stderr { "err" } else { "out" }))
 }
 
+/// The file in `runs/<tick>/` holding the process group id of `what`
+/// while it runs, so `automaton cancel` can signal it from outside.
+pub fn pgid_file(run_dir: &Path, what: &str) -> std::path::PathBuf {
+    run_dir.join(format!("{what}.pgid"))
+}
+
+/// The file in `runs/<tick>/` that `automaton cancel` writes (who asked,
+/// as one line) before it signals the step: the tick then records itself as
+/// cancelled by them, and runs no verifier.
+pub fn cancel_file(run_dir: &Path) -> std::path::PathBuf {
+    run_dir.join("cancel")
+}
+
+/// Who cancelled the tick whose run directory this is, if anyone did.
+fn cancelled_by(run_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(cancel_file(run_dir)).ok()?;
+    let by = text.lines().next().unwrap_or("").trim();
+    Some(if by.is_empty() {
+        "an operator".to_owned()
+    } else {
+        by.to_owned()
+    })
+}
+
 /// What the step's environment says about the tick.
 pub struct Env<'a> {
     pub loop_name: &'a str,
@@ -126,6 +150,16 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
             };
         }
     };
+    if let Some(by) = cancelled_by(env.run_dir) {
+        return Ran {
+            failure: Some(format!(
+                "cancelled by {by} ({})",
+                describe_failure("step", &step, timeout)
+            )),
+            step: Some(step),
+            verifier: None,
+        };
+    }
     if !step.success() {
         return Ran {
             failure: Some(describe_failure("step", &step, timeout)),
@@ -149,7 +183,13 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
     match runner.run("verifier", &v.command, timeout) {
         Ok(o) => Ran {
-            failure: (!o.success()).then(|| describe_failure("verifier", &o, timeout)),
+            failure: match cancelled_by(env.run_dir) {
+                Some(by) => Some(format!(
+                    "cancelled by {by} ({})",
+                    describe_failure("verifier", &o, timeout)
+                )),
+                None => (!o.success()).then(|| describe_failure("verifier", &o, timeout)),
+            },
             step: Some(step),
             verifier: Some(o),
         },
@@ -187,13 +227,32 @@ impl Runner<'_> {
             stderr: &output_file(self.run_dir, what, true),
             output_limit: self.limit,
         };
-        step::run_with(&spec, |started| {
+        let pgid = pgid_file(self.run_dir, what);
+        let result = step::run_with(&spec, |started| {
             if let Some(c) = self.cancel {
                 c.arm(started.canceller());
             }
+            if let Err(e) = write_private(&pgid, started.pgid.to_string().as_bytes()) {
+                tracing::debug!("cannot write {}: {e}", pgid.display());
+            }
         })
-        .map_err(|e| format!("{what}: {e}"))
+        .map_err(|e| format!("{what}: {e}"));
+        let _ = std::fs::remove_file(&pgid);
+        result
     }
+}
+
+/// Writes a small file readable by its owner only.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(bytes)
 }
 
 fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String {
@@ -202,7 +261,10 @@ fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String
     }
     match (o.exit_code, o.signal) {
         (Some(code), _) => format!("{what} exited with {code}"),
-        (None, Some(sig)) => format!("{what} was killed by signal {sig}"),
+        (None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
+            Ok(name) => format!("{what} was killed by {name}"),
+            Err(_) => format!("{what} was killed by signal {sig}"),
+        },
         (None, None) => format!("{what} failed"),
     }
 }

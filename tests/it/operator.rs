@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use clap::CommandFactory;
 
-use crate::common::{Env, wait_for};
+use crate::common::{Env, gone, wait_for};
 
 #[test]
 fn logs_prints_a_ticks_step_and_verifier_output() {
@@ -350,4 +350,60 @@ fn the_readme_command_table_lists_every_subcommand_and_flag() {
         }
     }
     assert!(missing.is_empty(), "README's command table lacks: {missing:#?}");
+}
+
+#[test]
+fn cancel_ends_a_tick_whose_step_ignores_term() {
+    let env = Env::new();
+    let dir = env.root.join("signals");
+    fs::create_dir_all(&dir).unwrap();
+    let step = format!(
+        "step = \"trap '' TERM; echo $$ > '{0}/pid'; touch '{0}/started'; while :; do sleep 0.05; done\"\n",
+        dir.display()
+    );
+    env.new_loop("demo", &step);
+    let mut tick = env
+        .cmd()
+        .args(["tick", "demo"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&dir.join("started"));
+    let step_pid: i32 = fs::read_to_string(dir.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let out = env
+        .cmd()
+        .args(["cancel", "demo", "--grace", "1s"])
+        .env("AUTOMATON_USER", "ann")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("SIGTERM, then SIGKILL"), "{said}");
+    assert_eq!(tick.wait().unwrap().code(), Some(6));
+    assert!(gone(step_pid), "the step outlived its cancel");
+    // Recorded as cancelled, by whom; the lock is free and nothing is in flight.
+    let last = env.history("demo").pop().unwrap();
+    assert_eq!(last["outcome"], "failed");
+    assert!(
+        last["reason"].as_str().unwrap().starts_with("cancelled by ann"),
+        "{last}"
+    );
+    assert!(env.state("demo")["in_flight"].is_null());
+    env.ok(&["pause", "demo", "--no-wait"]);
+}
+
+#[test]
+fn cancel_without_a_tick_in_flight_does_nothing() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let before = env.history("demo");
+    let version = env.state("demo")["version"].clone();
+    let said = env.ok(&["cancel", "demo"]);
+    assert!(said.contains("nothing to cancel"), "{said}");
+    assert_eq!(env.history("demo"), before);
+    assert_eq!(env.state("demo")["version"], version);
 }

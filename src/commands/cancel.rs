@@ -1,0 +1,144 @@
+//! `cancel`: end the tick in flight, as `systemctl stop` ends a unit. The
+//! tick's runner holds the lock, so this works from outside it: it leaves a
+//! note of who asked in the tick's run directory, sends SIGTERM to the
+//! step's process group (whose id the runner wrote there), SIGKILL after a
+//! grace period, and waits for the runner to record the tick (as cancelled
+//! by whom) and free the lock, which it then takes briefly to be sure.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use crate::cli::CancelArgs;
+use crate::error::{Error, Result};
+use crate::lock::{self, Holder, Wait};
+use crate::root::Root;
+use crate::store::LoopDir;
+use crate::tick::{cancel_file, pgid_file};
+use crate::who;
+
+/// How often to look for the step's process group to appear.
+const POLL: Duration = Duration::from_millis(50);
+
+#[derive(Serialize)]
+struct Cancelled {
+    #[serde(rename = "loop")]
+    name: String,
+    /// The tick that was in flight; none when there was none.
+    tick: Option<u64>,
+    /// The signals sent to its step's process group, in order.
+    signals: Vec<&'static str>,
+    by: String,
+}
+
+pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
+    let dir = LoopDir::open(root, &args.name)?;
+    let state = dir.read_state()?;
+    let by = who::user();
+    let mut report = Cancelled {
+        name: dir.name().to_string(),
+        tick: None,
+        signals: Vec::new(),
+        by: by.clone(),
+    };
+    let Some(flight) = state.in_flight else {
+        return finish(&report, args.json.json, out);
+    };
+    report.tick = Some(flight.tick);
+    let run_dir = dir.runs_dir().join(flight.tick.to_string());
+    crate::store::create_dirs(&run_dir)?;
+    std::fs::write(cancel_file(&run_dir), format!("{by}\n"))
+        .map_err(Error::io("writing", cancel_file(&run_dir)))?;
+
+    let runner = flight.pid;
+    let lock_free =
+        |wait: Wait| match lock::with_lock(&dir, Holder::me("cancel"), wait, |_| Ok::<_, Error>(())) {
+            Ok(()) => Ok(true),
+            Err(Error::LockNotObtained { .. }) => Ok(false),
+            Err(e) => Err(e),
+        };
+    if let Some(group) = step_group(&run_dir, runner, &lock_free)? {
+        signal(group, Signal::SIGTERM, runner);
+        report.signals.push("SIGTERM");
+        if !lock_free(Wait::For(args.grace))?
+            && let Some(group) = live_group(&run_dir, runner)
+        {
+            signal(group, Signal::SIGKILL, runner);
+            report.signals.push("SIGKILL");
+        }
+    }
+    if !lock_free(Wait::For(args.timeout))? {
+        return Err(Error::LockNotObtained {
+            name: dir.name().to_string(),
+            holder: lock::read_holder(&dir),
+        });
+    }
+    finish(&report, args.json.json, out)
+}
+
+fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
+    if json {
+        super::emit_json(out, r)?;
+        return Ok(0);
+    }
+    let line = match (r.tick, r.signals.last()) {
+        (None, _) => format!("loop {} has no tick in flight; nothing to cancel", r.name),
+        (Some(t), Some(_)) => format!(
+            "cancelled tick {t} of loop {} ({}); it is recorded as cancelled by {}",
+            r.name,
+            r.signals.join(", then "),
+            r.by
+        ),
+        (Some(t), None) => format!(
+            "tick {t} of loop {} had no step running; it ended and the lock is free",
+            r.name
+        ),
+    };
+    super::emit(out, &format!("{line}\n"))?;
+    Ok(0)
+}
+
+/// The process group of the tick's step (or verifier) once it runs; none
+/// if the tick ends (the lock comes free) before one starts.
+fn step_group(run_dir: &Path, runner: u32, lock_free: &dyn Fn(Wait) -> Result<bool>) -> Result<Option<Pid>> {
+    loop {
+        if let Some(g) = live_group(run_dir, runner) {
+            return Ok(Some(g));
+        }
+        if lock_free(Wait::For(POLL))? {
+            return Ok(None);
+        }
+    }
+}
+
+/// The group named in the run directory, if its leader (the runner's guard
+/// process) is still the runner's child: a stale id is never signalled.
+fn live_group(run_dir: &Path, runner: u32) -> Option<Pid> {
+    ["verifier", "step"].into_iter().find_map(|what| {
+        let text = std::fs::read_to_string(pgid_file(run_dir, what)).ok()?;
+        let pgid: i32 = text.trim().parse().ok()?;
+        let ours = match Path::new("/proc/self").exists() {
+            true => parent_of(pgid) == Some(runner),
+            // No /proc to ask: the runner removes the file when the step ends.
+            false => true,
+        };
+        (pgid > 1 && ours).then(|| Pid::from_raw(pgid))
+    })
+}
+
+/// A process's parent, from /proc; none where there is no /proc.
+fn parent_of(pid: i32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn signal(group: Pid, sig: Signal, runner: u32) {
+    if let Err(e) = killpg(group, sig) {
+        tracing::debug!("cannot send {sig} to process group {group} of pid {runner}: {e}");
+    }
+}
