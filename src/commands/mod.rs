@@ -20,11 +20,11 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
-use crate::history::{Event, EventKind};
-use crate::lock::{self, Holder, Wait};
+use crate::history::EventKind;
+use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::state::State;
-use crate::store::LoopDir;
+use crate::store::{Durability, LoopStore};
 
 /// Runs the parsed command line, writing its output to `out`; returns the
 /// exit code of a command that succeeded.
@@ -56,24 +56,23 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
     }
 }
 
-/// The one shape of every operator change: take the loop's lock, re-read
-/// the state under it, let `change` edit it (returning the events to
-/// record), write it as the next version, append the events.
+/// The one shape of every operator change: take the loop's lock, load the
+/// state under it (recovering what a dead holder left), let `change` edit
+/// it and say what happened, and commit both as the next version. A change
+/// that returns no events changed nothing, and nothing is committed.
 pub(crate) fn update_loop(
-    dir: &LoopDir,
+    store: &dyn LoopStore,
     command: &str,
     wait: Wait,
     change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
 ) -> Result<State> {
-    lock::with_lock(dir, Holder::me(command), wait, |held| {
-        let mut state = dir.read_state()?;
-        let events = change(&mut state)?;
-        dir.write_state(held, &mut state)?;
-        let at = state.updated_at;
-        let events: Vec<Event> = events.into_iter().map(|kind| Event { at, kind }).collect();
-        crate::history::append(dir, held, &events)?;
-        Ok(state)
-    })
+    let mut session = store.lock(Holder::me(command), wait)?;
+    let mut state = session.load()?.state;
+    let events = change(&mut state)?;
+    if !events.is_empty() {
+        session.commit(&mut state, events, Durability::Full)?;
+    }
+    Ok(state)
 }
 
 /// Writes to stdout, turning a failure into an error main can report (a

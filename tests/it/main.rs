@@ -11,5 +11,6 @@ mod loops;
 mod schedule;
 mod snapshots;
 mod stock_gates;
+mod store;
 mod tick;
 mod tick_gates;
