@@ -208,9 +208,17 @@ fn write_holder(file: &File, holder: &Holder) {
 /// when the lock is free, or its last holder died without a word. A lock
 /// file that is not a regular file names no holder (and is never blocked on).
 pub fn read_holder(path: &Path) -> Option<Holder> {
+    recorded_holder(path).and_then(|(holder, alive)| alive.then_some(holder))
+}
+
+/// The holder record in the lock file, alive or not, and whether its
+/// process still runs: a dead one left it when it died (harmless: the OS
+/// released its lock).
+pub fn recorded_holder(path: &Path) -> Option<(Holder, bool)> {
     let text = crate::store::read_regular(path, HOLDER_MAX).ok()??;
     let holder: Holder = serde_json::from_slice(text.trim_ascii()).ok()?;
-    holder.is_alive().then_some(holder)
+    let alive = holder.is_alive();
+    Some((holder, alive))
 }
 
 /// A holder record is one short line; anything longer is not one.

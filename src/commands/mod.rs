@@ -3,6 +3,7 @@
 
 mod check_gate;
 mod daemon;
+mod doctor;
 pub mod gate;
 mod history;
 mod init;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
+        Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut Cli::command(), "automaton", out);
             Ok(0)

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use serde::Deserialize;
 
-use super::{Durability, Loaded, LoopStore, Session, fsx, journal};
+use super::{Durability, Finding, Level, Loaded, LoopStore, Session, fsx, journal};
 use crate::config::{ConfigError, HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
 use crate::history::{Event, EventKind, History};
@@ -49,6 +49,11 @@ impl LoopDir {
     pub fn new(root: &Root, name: LoopName) -> LoopDir {
         let dir = root.loops_dir().join(name.as_str());
         LoopDir { name, dir }
+    }
+
+    /// The directory of `name` when it is a valid loop name.
+    pub fn new_checked(root: &Root, name: &str) -> Option<LoopDir> {
+        LoopName::new(name).ok().map(|n| LoopDir::new(root, n))
     }
 
     /// The loop `name`, which must exist (have a state file).
@@ -194,6 +199,84 @@ impl LoopStore for LoopDir {
         lock::read_holder(&self.lock_path())
     }
 
+    fn check(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let state = match self.read_state() {
+            Ok(s) => {
+                out.push(Finding::ok(
+                    "state",
+                    format!("version {}, {}", s.version, s.status),
+                ));
+                Some(s)
+            }
+            Err(e) => {
+                out.push(Finding::new(
+                    "state",
+                    Level::Error,
+                    e.to_string(),
+                    "restore .state.loop from a backup, or remove the loop with `automaton rm --force`",
+                ));
+                None
+            }
+        };
+        let holder = lock::recorded_holder(&self.lock_path());
+        match &holder {
+            Some((h, true)) => out.push(Finding::ok("lock", format!("held by {}", h.describe()))),
+            Some((h, false)) => out.push(Finding::new(
+                "lock",
+                Level::Note,
+                format!(
+                    "the lock file names pid {} on {}, which is gone; the lock is free",
+                    h.pid, h.host
+                ),
+                "nothing: the next holder writes its own record",
+            )),
+            None => out.push(Finding::ok("lock", "free")),
+        }
+        if let Some(s) = &state {
+            if let Some(f) = &s.in_flight {
+                let running = matches!(&holder, Some((h, true)) if h.command == "tick");
+                out.push(if running {
+                    Finding::ok("in-flight", format!("tick {} is running", f.tick))
+                } else {
+                    Finding::new(
+                        "in-flight",
+                        Level::Warning,
+                        format!(
+                            "tick {} (pid {} on {}) died mid-way and is not recorded yet",
+                            f.tick, f.pid, f.host
+                        ),
+                        "the next command on the loop records it as crashed; `--fix` does it now",
+                    )
+                    .fixable()
+                });
+            }
+            out.extend(self.check_history(s.version));
+        }
+        match self.stray_files() {
+            Ok(strays) if !strays.is_empty() => out.push(
+                Finding::new(
+                    "temp-files",
+                    Level::Warning,
+                    match strays.len() {
+                        1 => "a temporary file left by a writer that died".to_owned(),
+                        n => format!("{n} temporary files left by writers that died"),
+                    },
+                    "the next command on the loop removes them; `--fix` does it now",
+                )
+                .fixable(),
+            ),
+            Ok(_) => {}
+            Err(e) => out.push(Finding::new(
+                "temp-files",
+                Level::Error,
+                e.to_string(),
+                "check the directory's permissions",
+            )),
+        }
+        out
+    }
+
     fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>> {
         let held = lock::acquire(&self.lock_path(), self.name.as_str(), holder, wait)?;
         Ok(Box::new(FileSession {
@@ -202,6 +285,49 @@ impl LoopStore for LoopDir {
             version: None,
             limits: None,
         }))
+    }
+}
+
+impl LoopDir {
+    /// The history's findings: an unfinished commit at its end, lines that
+    /// cannot be read.
+    fn check_history(&self, version: u64) -> Vec<Finding> {
+        let mut out = Vec::new();
+        match journal::uncommitted(&self.history_path(), version) {
+            Ok(0) => {}
+            Ok(n) => out.push(
+                Finding::new(
+                    "history",
+                    Level::Warning,
+                    format!("{n} bytes at the end of {HISTORY} are an unfinished commit (a writer died mid-commit); readers pass over them"),
+                    "the next command on the loop cuts them; `--fix` does it now",
+                )
+                .fixable(),
+            ),
+            Err(e) => out.push(Finding::new("history", Level::Error, e.to_string(), "move the file aside")),
+        }
+        match journal::read_committed(&self.history_files(), version) {
+            Ok(h) if h.bad.is_empty() => {
+                out.push(Finding::ok("history", format!("{} events", h.events.len())));
+            }
+            Ok(h) => {
+                for b in h.bad.iter().take(5) {
+                    out.push(Finding::new(
+                        "history",
+                        Level::Warning,
+                        format!("{}:{} cannot be read: {}", b.path.display(), b.line, b.reason),
+                        "readers pass over it; if it matters, mend or remove the line by hand",
+                    ));
+                }
+            }
+            Err(e) => out.push(Finding::new(
+                "history",
+                Level::Error,
+                e.to_string(),
+                "move the file aside",
+            )),
+        }
+        out
     }
 }
 

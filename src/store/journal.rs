@@ -56,6 +56,16 @@ pub fn repair(path: &Path, version: u64) -> Result<u64> {
     Ok(len - keep)
 }
 
+/// How many bytes at the end of the file are not committed (a torn line,
+/// lines of a version the state never reached); read-only.
+pub fn uncommitted(path: &Path, version: u64) -> Result<u64> {
+    let Some((file, len)) = fsx::open_read(path)? else {
+        return Ok(0);
+    };
+    let keep = committed_end(&file, len, version).map_err(Error::io("reading", path))?;
+    Ok(len - keep)
+}
+
 /// The end of the last committed line, found by walking back from the end
 /// over complete lines. A line that is not JSON stops the walk: it is no
 /// torn write (those never end in a newline) and is left for `doctor`.

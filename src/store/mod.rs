@@ -21,6 +21,8 @@ mod journal;
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::config::LoopConfig;
 use crate::error::Result;
 use crate::history::{Event, EventKind, History};
@@ -57,6 +59,72 @@ pub trait LoopStore: Send + Sync {
 
     /// Takes the loop's lock as `wait` allows, for one command.
     fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>>;
+
+    /// What is wrong with the loop's record, looked at without the lock
+    /// and without changing anything (for `doctor`). What a session's
+    /// `load` repairs is marked `fixable`.
+    fn check(&self) -> Vec<Finding>;
+}
+
+/// Something `doctor` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// What was checked: `state`, `history`, `lock`, `config`, ...
+    pub check: &'static str,
+    pub level: Level,
+    pub message: String,
+    /// What to do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Whether `doctor --fix` repairs it.
+    pub fixable: bool,
+}
+
+impl Finding {
+    pub fn ok(check: &'static str, message: impl Into<String>) -> Finding {
+        Finding {
+            check,
+            level: Level::Ok,
+            message: message.into(),
+            action: None,
+            fixable: false,
+        }
+    }
+
+    pub fn new(
+        check: &'static str,
+        level: Level,
+        message: impl Into<String>,
+        action: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            check,
+            level,
+            message: message.into(),
+            action: Some(action.into()),
+            fixable: false,
+        }
+    }
+
+    /// Marks it as one `doctor --fix` repairs.
+    pub fn fixable(mut self) -> Finding {
+        self.fixable = true;
+        self
+    }
+}
+
+/// How much a finding matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Fine.
+    Ok,
+    /// Worth knowing; nothing to do.
+    Note,
+    /// Harmless to the record but worth a repair.
+    Warning,
+    /// The loop cannot be used until it is mended.
+    Error,
 }
 
 /// A held lock on one loop: the only way to change it. Dropping the
