@@ -229,3 +229,34 @@ fn a_step_whose_result_cannot_be_recorded_exits_8_and_the_next_command_records_a
     assert_eq!(s["tick"], 1);
     assert_eq!(kinds(&env, "demo"), ["crashed", "paused"]);
 }
+
+#[test]
+fn a_fifo_in_one_loop_does_not_stall_the_daemons_other_loops() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let env = Env::new();
+    env.new_loop("good", "step = \"true\"\n[schedule]\nevery = \"1s\"\n");
+    env.new_loop("bad", "step = \"true\"\n[schedule]\nevery = \"1s\"\n");
+    let bad = env.loop_dir("bad");
+    for file in ["loop.toml", ".state.loop"] {
+        fs::remove_file(bad.join(file)).unwrap();
+        nix::unistd::mkfifo(&bad.join(file), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    }
+    let mut daemon = env
+        .cmd()
+        .arg("daemon")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while env.state("good")["tick"].as_u64().unwrap() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the good loop never ticked twice"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0), "the daemon heard SIGTERM");
+}
