@@ -71,7 +71,9 @@ impl Holder {
         if self.host != who::host() {
             return true;
         }
-        let Ok(pid) = i32::try_from(self.pid) else {
+        // Pid 0 (or one past i32) names no process: kill(0, ...) would ask
+        // about our own process group instead.
+        let Ok(pid @ 1..) = i32::try_from(self.pid) else {
             return false;
         };
         match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
