@@ -113,6 +113,8 @@ names come from $AUTOMATON_ROOT (or --root on the line being completed).")]
     /// Print the man page (roff), generated from these definitions
     #[command(after_help = "Install: automaton man > ~/.local/share/man/man1/automaton.1")]
     Man,
+    /// Check a root or a loop for damage and stale leftovers; `--fix` repairs what is safe
+    Doctor(DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -359,6 +361,19 @@ pub struct RmArgs {
     /// file that no longer reads
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The loop to check (default: every loop, and the root)
+    #[arg(add = loop_names())]
+    pub name: Option<String>,
+    /// Repair what is safe: an unfinished commit, stray temporary files, a
+    /// dead tick not yet recorded, a cache others can write
+    #[arg(long)]
+    pub fix: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]

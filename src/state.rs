@@ -12,6 +12,9 @@ use crate::gate::Decision;
 /// The `schema` number this build reads and writes.
 pub const SCHEMA: u32 = 1;
 
+/// The most approvals a loop keeps waiting, so its state stays small.
+pub const MAX_PENDING_APPROVALS: usize = 1000;
+
 /// Where a loop stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -272,6 +275,11 @@ impl State {
                 self.status
             )));
         }
+        if self.pending_approvals.len() >= MAX_PENDING_APPROVALS {
+            return Err(Refusal(format!(
+                "it already has {MAX_PENDING_APPROVALS} pending approvals; ticks use them, or `reject` drops them"
+            )));
+        }
         let approval = Approval {
             id: format!("ap-{}", self.version + 1),
             by: by.to_owned(),
@@ -379,6 +387,16 @@ mod tests {
         s.approve("ann", Some("ok".into()), at(1), Some(&allowed))
             .unwrap();
         assert_eq!(s.pending_approvals.len(), 1);
+    }
+
+    #[test]
+    fn pending_approvals_are_bounded() {
+        let mut s = state();
+        for _ in 0..MAX_PENDING_APPROVALS {
+            s.approve("ann", None, at(1), None).unwrap();
+        }
+        let err = s.approve("ann", None, at(1), None).unwrap_err();
+        assert!(err.0.contains("1000 pending approvals"), "{}", err.0);
     }
 
     #[test]

@@ -15,9 +15,9 @@ use serde::Serialize;
 
 use crate::cli::CancelArgs;
 use crate::error::{Error, Result};
-use crate::lock::{self, Holder, Wait};
+use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::store::LoopDir;
+use crate::store::{LoopDir, LoopStore};
 use crate::tick::{cancel_file, pgid_file};
 use crate::who;
 
@@ -55,12 +55,11 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
         .map_err(Error::io("writing", cancel_file(&run_dir)))?;
 
     let runner = flight.pid;
-    let lock_free =
-        |wait: Wait| match lock::with_lock(&dir, Holder::me("cancel"), wait, |_| Ok::<_, Error>(())) {
-            Ok(()) => Ok(true),
-            Err(Error::LockNotObtained { .. }) => Ok(false),
-            Err(e) => Err(e),
-        };
+    let lock_free = |wait: Wait| match dir.lock(Holder::me("cancel"), wait) {
+        Ok(_session) => Ok(true),
+        Err(Error::LockNotObtained { .. }) => Ok(false),
+        Err(e) => Err(e),
+    };
     if let Some(group) = step_group(&run_dir, runner, &lock_free)? {
         signal(group, Signal::SIGTERM, runner);
         report.signals.push("SIGTERM");
@@ -74,7 +73,7 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
     if !lock_free(Wait::For(args.timeout))? {
         return Err(Error::LockNotObtained {
             name: dir.name().to_string(),
-            holder: lock::read_holder(&dir),
+            holder: LoopStore::holder(&dir),
         });
     }
     finish(&report, args.json.json, out)

@@ -13,11 +13,11 @@ use super::render::{ago, left, local, table};
 use crate::cli::StatusFilter;
 use crate::config::{Cadence, ConfigError, Schedule};
 use crate::error::{Error, Result};
-use crate::lock::{self, Holder};
+use crate::lock::Holder;
 use crate::root::Root;
 use crate::schedule::When;
 use crate::state::{Outcome, State};
-use crate::store::{self, LoopDir};
+use crate::store::{self, LoopDir, LoopStore};
 
 /// A loop as `status --json` and `list --json` show it: its name, what its
 /// config says, its state, when it is next due and who holds its lock.
@@ -85,7 +85,7 @@ pub fn view<'a>(dir: &'a LoopDir, state: &'a State) -> LoopView<'a> {
             .as_ref()
             .map(|t| dir.runs_dir().join(t.number.to_string()))
             .filter(|p| p.is_dir()),
-        lock: lock::read_holder(dir),
+        lock: LoopStore::holder(dir),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
         match next_due(schedule, state, Timestamp::now()) {

@@ -4,6 +4,7 @@
 mod approvals;
 mod common;
 mod daemon;
+mod doctor;
 mod gate_fixtures;
 mod gate_host;
 mod locking;
@@ -12,5 +13,6 @@ mod operator;
 mod schedule;
 mod snapshots;
 mod stock_gates;
+mod store;
 mod tick;
 mod tick_gates;
