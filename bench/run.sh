@@ -78,7 +78,7 @@ worker() { # 2000/64 operations each, round robin over the mix
   for j in $(seq 0 31); do
     [ $(( w * 32 + j )) -ge 2000 ] && break
     case $(( (w + j) % 5 )) in
-      0) "$bin" --root "$root" approve stress --note "w$w-$j" ;;
+      0) "$bin" --root "$root" approve stress --ahead --note "w$w-$j" ;;
       1) "$bin" --root "$root" pause stress ;;
       2) "$bin" --root "$root" resume stress ;;
       3) "$bin" --root "$root" check-gate stress --apply ;;

@@ -328,6 +328,10 @@ pub struct ApproveArgs {
     /// A note kept with the approval
     #[arg(long)]
     pub note: Option<String>,
+    /// Approve a loop that is not awaiting approval: the approval waits for
+    /// its next await
+    #[arg(long)]
+    pub ahead: bool,
 }
 
 #[derive(Debug, Args)]

@@ -41,6 +41,20 @@ pub struct LoopConfig {
     pub runs: Runs,
     #[serde(default)]
     pub history: HistoryLimits,
+    #[serde(default)]
+    pub notify: Option<Notify>,
+}
+
+/// `[notify]`: a command run when a tick leaves the loop awaiting approval
+/// (when the wait starts, not at every firing), halted or completed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Notify {
+    /// An argv array, or a string run by `sh -c`.
+    pub command: CommandLine,
+    /// How long it may run before it is killed (default 1m).
+    #[serde(default)]
+    pub timeout: Option<Dur>,
 }
 
 fn default_workdir() -> PathBuf {

@@ -14,6 +14,7 @@ pub mod gate;
 pub mod history;
 pub mod lock;
 pub mod metrics;
+pub mod notify;
 pub mod root;
 pub mod schedule;
 pub mod state;

@@ -34,26 +34,36 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
     let dir = LoopDir::open(root, &t.name)?;
     let reason = bounds::opt_text(args.reason.clone());
+    let mut already = false;
     let state = super::update_loop(&dir, "pause", t.wait.wait(), |s| {
+        // Paused already: nothing changes, nothing is recorded.
+        if s.status == Status::Paused {
+            already = true;
+            return Ok(Vec::new());
+        }
         s.pause(reason.clone()).map_err(refused(&dir))?;
         Ok(vec![EventKind::Paused {
             by: who::user(),
             reason,
         }])
     })?;
-    report(
-        &dir,
-        &state,
-        t.json.json,
-        format!("paused loop {}", dir.name()),
-        out,
-    )
+    let line = match (already, &state.status_reason) {
+        (true, Some(r)) => format!("loop {} is already paused ({r}); nothing changed", dir.name()),
+        (true, None) => format!("loop {} is already paused; nothing changed", dir.name()),
+        (false, _) => format!("paused loop {}", dir.name()),
+    };
+    report(&dir, &state, t.json.json, line, out)
 }
 
 pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
     let dir = LoopDir::open(root, &t.name)?;
     let mut from = Status::Active;
     let state = super::update_loop(&dir, "resume", t.wait.wait(), |s| {
+        // Active already: nothing changes (not even the failure count) and
+        // nothing is recorded.
+        if s.status == Status::Active {
+            return Ok(Vec::new());
+        }
         from = s.resume();
         Ok(vec![EventKind::Resumed {
             by: who::user(),
@@ -63,7 +73,7 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
     // Outside the lock: a schedule a halt or completion disabled runs again.
     crate::schedule::loop_resumed(root, dir.name());
     let line = if from == Status::Active {
-        format!("loop {} was already active", dir.name())
+        format!("loop {} is already active; nothing changed", dir.name())
     } else {
         format!("resumed loop {} (was {from})", dir.name())
     };
@@ -89,6 +99,16 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
                 approved_at: a.at,
             })
             .collect();
+        // An approval for a loop that is not waiting would be used silently
+        // by a later await: only on purpose. (Halted and completed loops are
+        // refused by `approve` itself.)
+        let may_approve = rules.approvers.as_deref().is_none_or(|a| a.contains(&by));
+        if may_approve && matches!(s.status, Status::Active | Status::Paused) && !args.ahead {
+            return Err(refused(&dir)(Refusal(format!(
+                "it is {}, not awaiting approval; pass --ahead to approve its next await in advance",
+                s.status
+            ))));
+        }
         let approval = s
             .approve(
                 &by,

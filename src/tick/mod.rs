@@ -122,6 +122,12 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<
     if matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
         schedule::loop_stopped(root, store.name());
     }
+    // Outside the lock, so the command may itself run `automaton`.
+    let started_waiting =
+        report.outcome == Outcome::AwaitingApproval && peek.status != Status::AwaitingApproval;
+    if started_waiting || matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
+        crate::notify::run(&config, root, store.base_dir(), &report);
+    }
     Ok(report)
 }
 
@@ -499,7 +505,13 @@ impl Tick<'_> {
         reason: String,
         recovered: Option<u64>,
     ) -> Result<TickReport> {
-        if outcome != Outcome::Inactive {
+        // Still awaiting approval as at the last firing: the firing that
+        // started the wait recorded it, and this one records nothing.
+        let repeat_await = outcome == Outcome::AwaitingApproval && !changed;
+        if repeat_await {
+            self.events.retain(|e| !matches!(e, EventKind::Gate { .. }));
+        }
+        if outcome != Outcome::Inactive && !repeat_await {
             self.events.push(EventKind::Tick {
                 tick: number,
                 outcome,

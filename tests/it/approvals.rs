@@ -14,7 +14,7 @@ fn allowlist_refuses_anyone_else_and_changes_nothing() {
     let before = fs::read(env.loop_dir("demo").join(".state.loop")).unwrap();
     let out = env
         .cmd()
-        .args(["approve", "demo"])
+        .args(["approve", "demo", "--ahead"])
         .env("AUTOMATON_USER", "mallory")
         .output()
         .unwrap();
@@ -30,7 +30,7 @@ fn allowlist_refuses_anyone_else_and_changes_nothing() {
     );
     let ok = env
         .cmd()
-        .args(["approve", "demo"])
+        .args(["approve", "demo", "--ahead"])
         .env("AUTOMATON_USER", "bob")
         .output()
         .unwrap();
@@ -45,7 +45,7 @@ fn required_counts_distinct_approvers() {
     let approve = |who: &str| {
         let out = env
             .cmd()
-            .args(["approve", "demo"])
+            .args(["approve", "demo", "--ahead"])
             .env("AUTOMATON_USER", who)
             .output()
             .unwrap();
@@ -64,13 +64,13 @@ fn required_counts_distinct_approvers() {
 fn stale_approvals_are_dropped_and_logged() {
     let env = Env::new();
     env.new_loop("demo", "step = \"true\"\n[approval]\nexpires = \"1h\"\n");
-    env.ok(&["approve", "demo", "--note", "old"]);
+    env.ok(&["approve", "demo", "--ahead", "--note", "old"]);
     // Age the approval by rewriting its time, as if it were given yesterday.
     let path = env.loop_dir("demo").join(".state.loop");
     let mut s = env.state("demo");
     s["pending_approvals"][0]["at"] = "2020-01-01T00:00:00Z".into();
     fs::write(&path, serde_json::to_vec(&s).unwrap()).unwrap();
-    env.ok(&["approve", "demo", "--note", "fresh"]);
+    env.ok(&["approve", "demo", "--ahead", "--note", "fresh"]);
     let s = env.state("demo");
     let notes: Vec<&str> = s["pending_approvals"]
         .as_array()
@@ -89,7 +89,7 @@ fn stale_approvals_are_dropped_and_logged() {
 fn reject_halts_and_drops_approvals() {
     let env = Env::new();
     env.new_loop("demo", "step = \"true\"\n");
-    env.ok(&["approve", "demo"]);
+    env.ok(&["approve", "demo", "--ahead"]);
     let out = env
         .cmd()
         .args(["reject", "demo", "--reason", "wrong approach"])
@@ -110,4 +110,114 @@ fn reject_halts_and_drops_approvals() {
         (last["kind"].as_str(), last["from"].as_str()),
         (Some("resumed"), Some("halted"))
     );
+}
+
+#[test]
+fn approving_a_loop_that_is_not_waiting_needs_ahead() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let before = env.history("demo");
+    let err = env.fails(1, &["approve", "demo"]);
+    assert!(
+        err.contains("not awaiting approval") && err.contains("--ahead"),
+        "{err}"
+    );
+    assert_eq!(env.history("demo"), before, "a refused approval records nothing");
+    assert!(
+        env.state("demo")["pending_approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    env.ok(&["approve", "demo", "--ahead"]);
+    assert_eq!(
+        env.state("demo")["pending_approvals"].as_array().unwrap().len(),
+        1
+    );
+}
+
+#[test]
+fn repeat_pause_and_resume_change_and_record_nothing() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"exit 1\"\n");
+    assert_eq!(env.run(&["tick", "demo"]).status.code(), Some(6));
+    // Resume of an active loop: the failure count is kept, nothing recorded.
+    let (state, history) = (env.state("demo"), env.history("demo"));
+    assert!(
+        env.ok(&["resume", "demo"])
+            .contains("already active; nothing changed")
+    );
+    assert_eq!((env.state("demo"), env.history("demo")), (state, history));
+    // Pause of a paused loop: the first reason is kept, nothing recorded.
+    env.ok(&["pause", "demo", "--reason", "release freeze"]);
+    let (state, history) = (env.state("demo"), env.history("demo"));
+    let said = env.ok(&["pause", "demo", "--reason", "other"]);
+    assert!(
+        said.contains("already paused (release freeze); nothing changed"),
+        "{said}"
+    );
+    assert_eq!((env.state("demo"), env.history("demo")), (state, history));
+}
+
+#[test]
+fn awaiting_is_recorded_once_not_at_every_firing() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    let tick = |env: &Env| {
+        let v: serde_json::Value = serde_json::from_str(&env.ok(&["tick", "demo", "--json"])).unwrap();
+        v["outcome"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(tick(&env), "ran", "the first tick needs no approval");
+    assert_eq!(tick(&env), "awaiting-approval");
+    let (state, history) = (env.state("demo"), env.history("demo"));
+    for _ in 0..3 {
+        assert_eq!(tick(&env), "awaiting-approval");
+    }
+    assert_eq!(env.history("demo"), history, "a repeat firing records nothing");
+    assert_eq!(env.state("demo"), state);
+    env.ok(&["approve", "demo"]);
+    assert_eq!(tick(&env), "ran");
+}
+
+#[test]
+fn notify_runs_outside_the_lock_when_a_loop_starts_waiting() {
+    let env = Env::new();
+    let out = env.root.join("notified");
+    // From inside the notify command, an operator command that must take
+    // the lock at once: it would fail (exit 4) if the tick still held it.
+    let toml = format!(
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n\
+         [notify]\ncommand = \"echo \\\"$AUTOMATON_LOOP $AUTOMATON_STATUS $AUTOMATON_TICK\\\" >> '{0}'; \
+         '{1}' --root \\\"$AUTOMATON_ROOT\\\" pause \\\"$AUTOMATON_LOOP\\\" --no-wait --reason notified >> '{0}' 2>&1; echo rc=$? >> '{0}'\"\n",
+        out.display(),
+        crate::common::BIN,
+    );
+    env.new_loop("demo", &toml);
+    env.ok(&["tick", "demo"]);
+    assert!(!out.exists(), "a tick that ran does not notify");
+    env.ok(&["tick", "demo"]);
+    let said = std::fs::read_to_string(&out).unwrap();
+    assert!(said.starts_with("demo awaiting_approval 2\n"), "{said}");
+    assert!(
+        said.contains("paused loop demo") && said.contains("rc=0"),
+        "{said}"
+    );
+    assert_eq!(env.state("demo")["status"], "paused");
+    // Once per wait: a firing while still waiting does not notify again.
+    let log = env.root.join("waits");
+    env.new_loop(
+        "quiet",
+        &format!(
+            "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n\
+             [notify]\ncommand = [\"sh\", \"-c\", \"echo $AUTOMATON_STATUS >> '{}'\"]\n",
+            log.display()
+        ),
+    );
+    for _ in 0..3 {
+        env.ok(&["tick", "quiet"]);
+    }
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "awaiting_approval\n");
 }

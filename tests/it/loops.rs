@@ -181,7 +181,7 @@ fn status_lists_every_readable_loop_even_when_one_is_corrupt() {
 fn status_json_has_the_documented_fields() {
     let env = Env::new();
     env.new_loop("demo", "step = \"true\"\n");
-    env.ok(&["approve", "demo", "--note", "go"]);
+    env.ok(&["approve", "demo", "--ahead", "--note", "go"]);
     let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", "demo", "--json"])).unwrap();
     for key in [
         "name",

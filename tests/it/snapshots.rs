@@ -37,7 +37,7 @@ fn status_views() {
     let approve = |who: &str, note: &str| {
         let out = env
             .cmd()
-            .args(["approve", "fix-flaky-tests", "--note", note])
+            .args(["approve", "fix-flaky-tests", "--ahead", "--note", note])
             .env("AUTOMATON_USER", who)
             .output()
             .unwrap();

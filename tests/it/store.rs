@@ -81,7 +81,7 @@ fn events_of_an_unfinished_commit_are_never_read_and_are_cut_by_the_next_holder(
         ["created"],
         "readers see only what the state committed"
     );
-    env.ok(&["approve", "demo"]);
+    env.ok(&["approve", "demo", "--ahead"]);
     let history = env.history("demo");
     assert_eq!(
         history

@@ -80,7 +80,7 @@ fn race_approve_from_another_process_against_a_tick_is_used_once() {
     wait_for(&sync.path().join("started"));
     let mut approve = env
         .cmd()
-        .args(["approve", "demo", "--note", "for tick 2"])
+        .args(["approve", "demo", "--ahead", "--note", "for tick 2"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

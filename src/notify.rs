@@ -1,0 +1,83 @@
+//! `[notify] command`: tells people that a loop needs them or has stopped.
+//! A tick runs it after it has freed the loop's lock (so the command may run
+//! `automaton` on the loop itself), when the loop starts awaiting approval,
+//! halts or completes. It gets the loop, status and reason in its
+//! environment, stdin from /dev/null and stderr for its output; it is bounded
+//! by a timeout, and its failure is logged, never the tick's.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::LoopConfig;
+use crate::root::Root;
+use crate::state::Outcome;
+use crate::tick::TickReport;
+
+/// A notify command's timeout when loop.toml sets none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(20);
+
+/// Runs the loop's notify command for `report`, if it has one and the
+/// outcome is one it is for; `base` is the loop's directory (its cwd).
+pub fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
+    let Some(notify) = &config.notify else { return };
+    let status = match report.outcome {
+        Outcome::AwaitingApproval => "awaiting_approval",
+        Outcome::Halted => "halted",
+        Outcome::Completed => "completed",
+        _ => return,
+    };
+    let argv = notify.command.argv();
+    let (program, args) = argv.split_first().expect("commands are never empty");
+    let name = report.loop_name.as_str();
+    // Its output goes to stderr: a tick's stdout is its report.
+    let stdout = match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Stdio::from(fd),
+        Err(_) => Stdio::null(),
+    };
+    let mut child = match Command::new(program)
+        .args(args)
+        .current_dir(base)
+        .env("AUTOMATON_LOOP", name)
+        .env("AUTOMATON_STATUS", status)
+        .env("AUTOMATON_REASON", report.reason.as_deref().unwrap_or(""))
+        .env("AUTOMATON_TICK", report.tick.to_string())
+        .env("AUTOMATON_ROOT", root.path())
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("loop {name:?}: cannot run its notify command {program:?}: {e}");
+            return;
+        }
+    };
+    let limit = notify.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) if s.success() => return,
+            Ok(Some(s)) => {
+                tracing::warn!("loop {name:?}: its notify command failed ({s})");
+                return;
+            }
+            Ok(None) if started.elapsed() >= limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                tracing::warn!(
+                    "loop {name:?}: its notify command was killed after {}",
+                    humantime::format_duration(limit)
+                );
+                return;
+            }
+            Ok(None) => std::thread::sleep(POLL),
+            Err(e) => {
+                tracing::warn!("loop {name:?}: cannot wait for its notify command: {e}");
+                return;
+            }
+        }
+    }
+}
