@@ -77,6 +77,20 @@ impl ProcessOutcome {
     }
 }
 
+/// How a process ended, in the words every view uses: `exited 0 in 12ms`,
+/// `killed by signal 9 after 3s`, `timed out after 30m`.
+impl std::fmt::Display for ProcessOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let took = humantime::format_duration(std::time::Duration::from_millis(self.duration_ms));
+        match (self.timed_out, self.exit_code, self.signal) {
+            (true, ..) => write!(f, "timed out after {took}"),
+            (false, Some(code), _) => write!(f, "exited {code} in {took}"),
+            (false, None, Some(sig)) => write!(f, "killed by signal {sig} after {took}"),
+            (false, None, None) => write!(f, "ended without a status after {took}"),
+        }
+    }
+}
+
 /// How a tick ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
