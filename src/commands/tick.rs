@@ -29,10 +29,7 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
 fn human(r: &TickReport) -> String {
     let mut line = format!("{} tick {}: {}", r.loop_name, r.tick, r.outcome);
     if let Some(step) = &r.step {
-        match step.exit_code {
-            Some(code) => line += &format!(" (step exit {code} in {}ms", step.duration_ms),
-            None => line += &format!(" (step killed after {}ms", step.duration_ms),
-        }
+        line += &format!(" (step {step}");
         if let Some(v) = &r.verifier {
             line += if v.success() {
                 ", verifier passed"
@@ -42,11 +39,13 @@ fn human(r: &TickReport) -> String {
         }
         line += ")";
     }
-    // A reason that a gate line below gives is not repeated here.
+    // A reason said already (how the step ended) or by a gate line below
+    // is not repeated here.
     let shown_below = |reason: &str| {
-        r.decisions
-            .iter()
-            .any(|v| v.error.as_deref() == Some(reason) || v.decision.reason() == reason)
+        r.step.as_ref().is_some_and(|s| reason == format!("step {s}"))
+            || r.decisions
+                .iter()
+                .any(|v| v.error.as_deref() == Some(reason) || v.decision.reason() == reason)
     };
     if let Some(reason) = &r.reason
         && r.outcome != Outcome::Ran

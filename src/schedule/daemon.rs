@@ -327,10 +327,7 @@ fn log_tick(name: &str, result: &Result<TickReport>) {
         Ok(r) => {
             let mut line = format!("{name} tick {}: {}", r.tick, r.outcome);
             if let Some(step) = &r.step {
-                match step.exit_code {
-                    Some(code) => line += &format!(" (step exit {code} in {}ms)", step.duration_ms),
-                    None => line += &format!(" (step killed after {}ms)", step.duration_ms),
-                }
+                line += &format!(" (step {step})");
             }
             if let Some(reason) = &r.reason {
                 line += &format!(": {reason}");

@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use serde::Deserialize;
 
-use super::{Durability, Finding, Level, Loaded, LoopStore, Session, fsx, journal};
+use super::{Durability, Finding, Level, Loaded, LoopStore, Session, journal};
 use crate::config::{ConfigError, HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
+use crate::fsx;
 use crate::history::{Event, EventKind, History};
 use crate::lock::{self, Held, Holder, Wait};
 use crate::root::{LoopName, Root};

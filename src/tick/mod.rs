@@ -21,7 +21,7 @@ use crate::gate::{Decision, GateHost, Phase};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{InFlight, LastTick, Outcome, ProcessOutcome, State, Status, Worktree};
+use crate::state::{InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopDir, LoopStore, Session};
 use crate::{metrics, schedule, who, worktree};
 
@@ -64,11 +64,7 @@ pub struct TickReport {
 impl TickReport {
     /// The exit code of SPEC §7's outcomes.
     pub fn exit_code(&self) -> u8 {
-        match self.outcome {
-            Outcome::Failed => 6,
-            Outcome::Halted => 7,
-            _ => 0,
-        }
+        self.outcome.exit_code()
     }
 }
 
@@ -124,7 +120,7 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<
     }
     // Outside the lock, so the command may itself run `automaton`.
     let started_waiting =
-        report.outcome == Outcome::AwaitingApproval && peek.status != Status::AwaitingApproval;
+        report.outcome == Outcome::AwaitingApproval && peek.status != crate::state::Status::AwaitingApproval;
     if started_waiting || matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
         crate::notify::run(&config, root, store.base_dir(), &report);
     }
@@ -242,17 +238,8 @@ impl Tick<'_> {
             Outcome::Ran
         };
         let mut reason = ran.failure.clone();
-        match &after.combined {
-            Decision::Halt(r) => {
-                state.set_status(Status::Halted, Some(r.clone()));
-                (outcome, reason) = (Outcome::Halted, Some(r.clone()));
-            }
-            Decision::Complete(r) => {
-                state.set_status(Status::Completed, Some(r.clone()));
-                (outcome, reason) = (Outcome::Completed, Some(r.clone()));
-            }
-            Decision::AwaitApproval(r) => state.set_status(Status::AwaitingApproval, Some(r.clone())),
-            Decision::Skip(_) | Decision::Proceed => {}
+        if let Some(stopped) = state.apply(&after.combined, Moment::AfterStep) {
+            (outcome, reason) = (stopped, Some(after.combined.reason().to_owned()));
         }
         if let Some(last) = &mut state.last_tick {
             last.outcome = outcome;
@@ -359,55 +346,42 @@ impl Tick<'_> {
         Ok(result)
     }
 
-    /// Step 6: what the combined before-step decision does to the loop.
+    /// Step 6: what the combined before-step decision does to the loop. An
+    /// await that enough pending approvals release uses them and proceeds.
     fn apply_before(&mut self, state: &mut State, number: u64, before: &gates::PhaseResult) -> Go {
-        match &before.combined {
-            Decision::Halt(r) => {
-                state.set_status(Status::Halted, Some(r.clone()));
-                Go::Stop(Outcome::Halted, r.clone())
-            }
-            Decision::Complete(r) => {
-                state.set_status(Status::Completed, Some(r.clone()));
-                Go::Stop(Outcome::Completed, r.clone())
-            }
-            Decision::AwaitApproval(r) => {
-                let rules = &self.config.approval;
-                for a in state.drop_expired(Timestamp::now(), rules.expires.map(|d| d.0)) {
-                    self.events.push(EventKind::ApprovalExpired {
-                        id: a.id,
-                        by: a.by,
-                        approved_at: a.at,
-                    });
-                }
-                match state.consume_approvals(rules.required) {
-                    Some(used) => {
-                        state.set_status(Status::Active, None);
-                        self.events.push(EventKind::ApprovalsUsed {
-                            tick: number,
-                            ids: used.iter().map(|a| a.id.clone()).collect(),
-                            by: used.into_iter().map(|a| a.by).collect(),
-                        });
-                        Go::Run
-                    }
-                    None => {
-                        state.set_status(Status::AwaitingApproval, Some(r.clone()));
-                        Go::Stop(Outcome::AwaitingApproval, r.clone())
-                    }
-                }
-            }
-            Decision::Skip(r) => {
-                if state.status == Status::AwaitingApproval {
-                    state.set_status(Status::Active, None);
-                }
-                Go::Stop(Outcome::Skipped, r.clone())
-            }
-            Decision::Proceed => {
-                if state.status == Status::AwaitingApproval {
-                    state.set_status(Status::Active, None);
-                }
-                Go::Run
-            }
+        let released =
+            matches!(before.combined, Decision::AwaitApproval(_)) && self.use_approvals(state, number);
+        let decision = if released {
+            &Decision::Proceed
+        } else {
+            &before.combined
+        };
+        match state.apply(decision, Moment::BeforeStep) {
+            Some(outcome) => Go::Stop(outcome, decision.reason().to_owned()),
+            None => Go::Run,
         }
+    }
+
+    /// Drops expired approvals and uses those that release one await, if
+    /// there are enough; records both.
+    fn use_approvals(&mut self, state: &mut State, number: u64) -> bool {
+        let rules = &self.config.approval;
+        for a in state.drop_expired(Timestamp::now(), rules.expires.map(|d| d.0)) {
+            self.events.push(EventKind::ApprovalExpired {
+                id: a.id,
+                by: a.by,
+                approved_at: a.at,
+            });
+        }
+        let Some(used) = state.consume_approvals(rules.required) else {
+            return false;
+        };
+        self.events.push(EventKind::ApprovalsUsed {
+            tick: number,
+            ids: used.iter().map(|a| a.id.clone()).collect(),
+            by: used.into_iter().map(|a| a.by).collect(),
+        });
+        true
     }
 
     /// Step 10's bookkeeping of what ran: the tick count, the last tick,
