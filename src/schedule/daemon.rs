@@ -171,6 +171,9 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                 Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
                 Ok(Msg::Done { name, result }) => {
                     running.remove(&name);
+                    if result.as_ref().is_ok_and(TickReport::stopped) {
+                        super::loop_stopped(root, &name);
+                    }
                     log_tick(&name, &result);
                     if let Some(entry) = loops.get_mut(&name) {
                         reschedule(entry, Timestamp::now());

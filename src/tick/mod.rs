@@ -23,7 +23,7 @@ use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::state::{InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopDir, LoopStore, Session};
-use crate::{metrics, schedule, who, worktree};
+use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
 pub use process::Cancel;
@@ -62,6 +62,12 @@ pub struct TickReport {
 }
 
 impl TickReport {
+    /// Whether this tick stopped the loop (halted or completed it): its
+    /// caller then disables the loop's OS schedule, outside the lock.
+    pub fn stopped(&self) -> bool {
+        matches!(self.outcome, Outcome::Halted | Outcome::Completed)
+    }
+
     /// The exit code of SPEC §7's outcomes.
     pub fn exit_code(&self) -> u8 {
         self.outcome.exit_code()
@@ -115,9 +121,6 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<
         },
         other => other?,
     };
-    if matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
-        schedule::loop_stopped(root, store.name());
-    }
     Ok(report)
 }
 
