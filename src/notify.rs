@@ -1,7 +1,8 @@
 //! `[notify] command`: tells people that a loop needs them or has stopped.
-//! A tick runs it after it has freed the loop's lock (so the command may run
-//! `automaton` on the loop itself), when the loop starts awaiting approval,
-//! halts or completes. It gets the loop, status and reason in its
+//! Whoever ran a tick (the `tick` command, the daemon's worker) runs it once
+//! the tick has freed the loop's lock (so the command may run `automaton` on
+//! the loop itself), when the loop started awaiting approval, halted or
+//! completed. It gets the loop, status and reason in its
 //! environment, stdin from /dev/null and stderr for its output; it is bounded
 //! by a timeout, and its failure is logged, never the tick's.
 
@@ -13,15 +14,32 @@ use std::time::{Duration, Instant};
 use crate::config::LoopConfig;
 use crate::root::Root;
 use crate::state::Outcome;
+use crate::store::{LoopDir, LoopStore};
 use crate::tick::TickReport;
 
 /// A notify command's timeout when loop.toml sets none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(20);
 
-/// Runs the loop's notify command for `report`, if it has one and the
-/// outcome is one it is for; `base` is the loop's directory (its cwd).
-pub fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
+/// Runs the notify command of the loop `report` is about, if the tick is
+/// one it is for and the loop has one. Never fails: a problem is logged.
+pub fn after_tick(root: &Root, report: &TickReport) {
+    if !report.notifies() {
+        return;
+    }
+    let config = match LoopDir::open(root, &report.loop_name).and_then(|d| Ok((d.config()?, d))) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("loop {:?}: cannot read its notify command: {e}", report.loop_name);
+            return;
+        }
+    };
+    run(&config.0, root, config.1.base_dir(), report);
+}
+
+/// Runs `config`'s notify command for `report`, in `base` (the loop's
+/// directory), if it has one.
+fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
     let Some(notify) = &config.notify else { return };
     let status = match report.outcome {
         Outcome::AwaitingApproval => "awaiting_approval",

@@ -144,6 +144,11 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                             ..tick::Options::default()
                         };
                         let result = tick::run(root, &name, &opts);
+                        // In the worker, outside the lock, before the
+                        // firing counts as done.
+                        if let Ok(report) = &result {
+                            crate::notify::after_tick(root, report);
+                        }
                         let _ = tx.send(Msg::Done { name, result });
                     });
                 }
@@ -171,6 +176,9 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                 Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
                 Ok(Msg::Done { name, result }) => {
                     running.remove(&name);
+                    if result.as_ref().is_ok_and(TickReport::stopped) {
+                        super::loop_stopped(root, &name);
+                    }
                     log_tick(&name, &result);
                     if let Some(entry) = loops.get_mut(&name) {
                         reschedule(entry, Timestamp::now());
