@@ -334,13 +334,22 @@ fn log_tick(name: &str, result: &Result<TickReport>) {
     match result {
         Ok(r) => {
             let mut line = format!("{name} tick {}: {}", r.tick, r.outcome);
+            let mut said = None;
             if let Some(step) = &r.step {
-                line += &format!(" (step {step})");
+                let ended = format!("step {step}");
+                line += &format!(" ({ended})");
+                said = Some(ended);
             }
-            if let Some(reason) = &r.reason {
+            if let Some(reason) = r.reason.as_ref().filter(|r| Some(*r) != said.as_ref()) {
                 line += &format!(": {reason}");
             }
-            tracing::info!("{line}");
+            // A loop still waiting for the approval an earlier firing asked
+            // for is said once, when the wait starts.
+            if r.outcome == crate::state::Outcome::AwaitingApproval && !r.started_waiting {
+                tracing::debug!("{line}");
+            } else {
+                tracing::info!("{line}");
+            }
         }
         Err(e) => tracing::warn!("{name}: tick failed: {e}"),
     }
