@@ -193,6 +193,11 @@ fn status_json_has_the_documented_fields() {
         "consecutive_failures",
         "updated_at",
         "lock",
+        "description",
+        "config_error",
+        "schedule",
+        "next_due",
+        "last_run_dir",
     ] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");
     }
