@@ -3,9 +3,11 @@
 
 mod approvals;
 mod common;
+mod crash;
 mod daemon;
 mod gate_fixtures;
 mod gate_host;
+mod invariants;
 mod locking;
 mod loops;
 mod schedule;
@@ -13,3 +15,4 @@ mod snapshots;
 mod stock_gates;
 mod tick;
 mod tick_gates;
+mod torture;
