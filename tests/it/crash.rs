@@ -292,3 +292,130 @@ fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
         recover: &["resume", "l"],
     });
 }
+
+/// Unmounts a test's tmpfs however the test ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A tmpfs of `size` at `at`, or why the machine does not allow one.
+fn mount_tmpfs(at: &std::path::Path, size: &str) -> Result<Mounted, String> {
+    std::fs::create_dir_all(at).unwrap();
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+        .arg(at)
+        .output()
+        .map_err(|e| format!("mount cannot be run ({e})"))?;
+    if out.status.success() {
+        Ok(Mounted(at.to_owned()))
+    } else {
+        Err(format!(
+            "mounting a tmpfs is not allowed here ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The disk fills up while the step runs (the step fills it), so the
+/// tick's commit fails: the state is the old one or the new one and
+/// history agrees, the tick exits 8 saying its step ran, and once there is
+/// room again the next command records the tick as crashed.
+#[test]
+fn a_full_disk_during_a_tick_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    let _mounted = match mount_tmpfs(&mnt, "2m") {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("a_full_disk_during_a_tick_commit: skipped: {why}");
+            return;
+        }
+    };
+    let s = Scratch::at(mnt.join("root"));
+    s.ok(&["init"]);
+    let ran = dir.path().join("step-ran");
+    let fill = mnt.join("fill");
+    let filler = mnt.join("filler");
+    s.new_loop(
+        "d",
+        &format!(
+            "step = \"touch '{ran}'; if [ -e '{fill}' ]; then dd if=/dev/zero of='{filler}' bs=4096 2>/dev/null; fi; exit 0\"\n",
+            ran = ran.display(),
+            fill = fill.display(),
+            filler = filler.display(),
+        ),
+    );
+    s.ok(&["tick", "d"]);
+    let before = Audit::read(&s, "d");
+    assert!(before.violations(&[], 0, &s.loop_dir("d")).is_empty());
+
+    std::fs::remove_file(&ran).unwrap();
+    std::fs::write(&fill, "").unwrap();
+    let out = s.run(&["tick", "d"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(ran.exists(), "the step should have run");
+    assert!(
+        filler.metadata().unwrap().len() > 0,
+        "the step should have filled the disk"
+    );
+
+    let mut problems = Vec::new();
+    if out.status.code() != Some(8) {
+        problems.push(format!(
+            "the tick whose commit failed exited {:?}, not 8: {}",
+            out.status.code(),
+            stderr.trim()
+        ));
+    }
+    if !(stderr.contains("step") && stderr.contains("ran")) {
+        problems.push(format!(
+            "its message does not say the step ran: {}",
+            stderr.trim()
+        ));
+    }
+    let full = Audit::read(&s, "d");
+    if !full.read_errors.is_empty() {
+        problems.push(format!("readers on the full disk: {:?}", full.read_errors));
+    }
+    let n = before.tick() + 1;
+    if full.tick() != before.tick() && full.tick() != n {
+        problems.push(format!(
+            "the state counts {} ticks, neither {} nor {n}",
+            full.tick(),
+            before.tick()
+        ));
+    }
+    let mut seen = full.violations(&[], before.version(), &s.loop_dir("d"));
+    seen.retain(|v| !v.starts_with("in_flight") && !v.starts_with("stray temp"));
+    problems.extend(seen.into_iter().map(|v| format!("on the full disk: {v}")));
+
+    std::fs::remove_file(&filler).unwrap();
+    std::fs::remove_file(&fill).unwrap();
+    let recover = s.run(&["pause", "d"]);
+    if !recover.status.success() {
+        problems.push(format!(
+            "`pause` with room again exited {:?}: {}",
+            recover.status.code(),
+            String::from_utf8_lossy(&recover.stderr).trim()
+        ));
+    }
+    let after = Audit::read(&s, "d");
+    problems.extend(
+        after
+            .violations(&[], full.version(), &s.loop_dir("d"))
+            .into_iter()
+            .map(|v| format!("after recovery: {v}")),
+    );
+    let crashed = after
+        .events
+        .iter()
+        .any(|e| e["kind"] == "crashed" && e["tick"].as_u64() == Some(n));
+    if !crashed {
+        problems.push(format!("tick {n} is not recorded as crashed after recovery"));
+    }
+    assert!(problems.is_empty(), "full disk:\n  {}", problems.join("\n  "));
+}

@@ -10,6 +10,7 @@ mod gate_host;
 mod invariants;
 mod locking;
 mod loops;
+mod parsers;
 mod schedule;
 mod snapshots;
 mod stock_gates;
