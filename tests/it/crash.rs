@@ -172,8 +172,11 @@ struct Scenario {
 #[derive(Default)]
 struct Findings {
     kill_points: BTreeMap<String, u32>,
-    /// Violation → the points (`syscall#k`) where it was seen.
-    violations: BTreeMap<String, Vec<String>>,
+    /// Violation → where it was seen: the syscall and the k of the call
+    /// killed, or none for the run that completed without a kill.
+    violations: BTreeMap<String, Vec<(&'static str, Option<u32>)>>,
+    /// Runs that completed without reaching their kill point.
+    clean_runs: usize,
 }
 
 impl Findings {
@@ -182,7 +185,40 @@ impl Findings {
         let per: Vec<String> = self.kill_points.iter().map(|(s, n)| format!("{s} {n}")).collect();
         let mut text = format!("{name}: {total} kill points ({})", per.join(", "));
         for (what, at) in &self.violations {
-            text += &format!("\n  {what}\n    at {} point(s): {}", at.len(), at.join(" "));
+            text += &format!("\n  {what}\n    at {}", self.points(at));
+        }
+        text
+    }
+
+    /// `openat#3-9 write#2 (47 kill points), and every run without a kill`.
+    fn points(&self, at: &[(&'static str, Option<u32>)]) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let mut kills = 0;
+        let mut i = 0;
+        while i < at.len() {
+            let (syscall, Some(first)) = at[i] else {
+                i += 1;
+                continue;
+            };
+            let mut last = first;
+            while i + 1 < at.len() && at[i + 1] == (syscall, Some(last + 1)) {
+                last += 1;
+                i += 1;
+            }
+            kills += last - first + 1;
+            parts.push(if first == last {
+                format!("{syscall}#{first}")
+            } else {
+                format!("{syscall}#{first}-{last}")
+            });
+            i += 1;
+        }
+        let clean = at.iter().filter(|(_, k)| k.is_none()).count();
+        let mut text = format!("{} ({kills} kill points)", parts.join(" "));
+        if clean == self.clean_runs {
+            text += ", and every run without a kill";
+        } else if clean > 0 {
+            text += &format!(", and {clean} of {} runs without a kill", self.clean_runs);
         }
         text
     }
@@ -203,7 +239,6 @@ fn crash_everywhere(sc: &Scenario) {
                 sc.name
             );
             let s = Scratch::copy_of(&template);
-            let point = format!("{syscall}#{k}");
             let mut seen: Vec<String> = Vec::new();
             let mut note = |what: String, phase: &str| seen.push(format!("{phase}: {what}"));
             let mut acked = vec![acked_before.clone()];
@@ -221,7 +256,7 @@ fn crash_everywhere(sc: &Scenario) {
                 // What readers see at once, before any recovery.
                 let seen = Audit::read(&s, "l");
                 let mut pre = seen.violations(&acked, base.version(), &s.loop_dir("l"));
-                pre.retain(|v| !v.starts_with("in_flight") && !v.starts_with("stray temp"));
+                pre.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
                 for v in pre {
                     note(v, "after the kill");
                 }
@@ -244,9 +279,12 @@ fn crash_everywhere(sc: &Scenario) {
             }
             if killed {
                 *found.kill_points.entry((*syscall).to_owned()).or_default() += 1;
+            } else {
+                found.clean_runs += 1;
             }
             for v in seen {
-                found.violations.entry(v).or_default().push(point.clone());
+                let at = (*syscall, killed.then_some(k));
+                found.violations.entry(v).or_default().push(at);
             }
             if !killed {
                 break;
@@ -390,7 +428,7 @@ fn a_full_disk_during_a_tick_commit() {
         ));
     }
     let mut seen = full.violations(&[], before.version(), &s.loop_dir("d"));
-    seen.retain(|v| !v.starts_with("in_flight") && !v.starts_with("stray temp"));
+    seen.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
     problems.extend(seen.into_iter().map(|v| format!("on the full disk: {v}")));
 
     std::fs::remove_file(&filler).unwrap();
