@@ -72,6 +72,8 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+    /// Check a root or a loop for damage and stale leftovers; `--fix` repairs what is safe
+    Doctor(DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +238,18 @@ pub struct RmArgs {
     /// Remove it even while it is active or awaiting approval
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The loop to check (default: every loop, and the root)
+    pub name: Option<String>,
+    /// Repair what is safe: an unfinished commit, stray temporary files, a
+    /// dead tick not yet recorded, a cache others can write
+    #[arg(long)]
+    pub fix: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]

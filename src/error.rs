@@ -36,6 +36,31 @@ pub enum Error {
         expected: u32,
     },
 
+    #[error("{} is {kind}; automaton reads and writes only regular files there, and left it untouched", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
+
+    #[error("{} is {size} bytes, more than the {max} automaton ever writes there; it was left untouched", path.display())]
+    TooLarge { path: PathBuf, size: u64, max: u64 },
+
+    #[error("loop {name:?}: a commit built on version {found}, but the loop is at {}; nothing was written", expected.map_or_else(|| "an unknown version".to_owned(), |v| v.to_string()))]
+    Conflict {
+        name: String,
+        expected: Option<u64>,
+        found: u64,
+    },
+
+    #[error(
+        "loop {name:?}: tick {tick} ran its step ({step}), but its result could not be recorded; \
+         the next command on this loop records the tick as crashed, so do not run it again"
+    )]
+    Unrecorded {
+        name: String,
+        tick: u64,
+        step: String,
+        #[source]
+        source: Box<Error>,
+    },
+
     #[error("loop {name:?} is busy: {}", describe_holder(holder.as_ref()))]
     LockNotObtained { name: String, holder: Option<Holder> },
 
@@ -81,7 +106,15 @@ impl Error {
             Error::InvalidName { .. } => 2,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
             Error::LockNotObtained { .. } => 4,
-            Error::Config(_) | Error::CorruptState { .. } | Error::UnknownSchema { .. } => 5,
+            Error::Config(_)
+            | Error::CorruptState { .. }
+            | Error::UnknownSchema { .. }
+            | Error::NotRegular { .. }
+            | Error::TooLarge { .. } => 5,
+            Error::Conflict { .. } => 1,
+            // The step ran: a scheduler that retries on failure must not
+            // run it again.
+            Error::Unrecorded { .. } => 8,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,

@@ -1,26 +1,23 @@
-//! The loop's event log, `history.jsonl`: one JSON object a line, appended
-//! under the loop's lock, read without it.
+//! The loop's events: what each change to a loop did, committed with the
+//! state it produced (the store writes and reads them; `history.jsonl` is
+//! one JSON object a line).
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use std::path::{Path, PathBuf};
-
-use crate::config::HistoryLimits;
-use crate::error::{Error, Result};
 use crate::gate::Context;
-use crate::lock::Held;
 use crate::state::{Outcome, ProcessOutcome, Status};
-use crate::store::LoopDir;
 use crate::tick::Verdict;
 
 /// One line of history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
+    /// The state version this event was committed with (0 in lines written
+    /// before versions were recorded).
+    #[serde(default)]
+    pub v: u64,
     pub at: Timestamp,
     #[serde(flatten)]
     pub kind: EventKind,
@@ -29,6 +26,7 @@ pub struct Event {
 impl Event {
     pub fn now(kind: EventKind) -> Event {
         Event {
+            v: 0,
             at: Timestamp::now(),
             kind,
         }
@@ -108,7 +106,8 @@ pub enum EventKind {
         by: String,
         decision: crate::gate::Decision,
     },
-    /// How a tick ended (busy and inactive ticks are not recorded).
+    /// How a tick ended (busy ticks are not recorded, nor inactive ones
+    /// unless they recovered a crash).
     Tick {
         tick: u64,
         outcome: Outcome,
@@ -143,59 +142,6 @@ impl EventKind {
     }
 }
 
-/// Appends events in one write. Only a lock holder may.
-pub fn append(dir: &LoopDir, _held: &Held<'_>, events: &[Event]) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let path = dir.history_path();
-    let bytes: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
-    let mut file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(Error::io("opening", &path))?;
-    file.write_all(&bytes)
-        .and_then(|()| file.sync_data())
-        .map_err(Error::io("appending to", &path))
-}
-
-/// Starts a new history file when the current one has passed `limits`:
-/// `history.jsonl` becomes `history.jsonl.1`, older rotated files shift up,
-/// and those past `limits.keep` are deleted. Only a lock holder may.
-/// Returns whether it rotated.
-pub fn rotate_if_needed(dir: &LoopDir, _held: &Held<'_>, limits: &HistoryLimits) -> Result<bool> {
-    let path = dir.history_path();
-    let size = match fs::metadata(&path) {
-        Ok(m) => m.len(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io("reading", &path)(e)),
-    };
-    if size < limits.max_size.as_u64() {
-        return Ok(false);
-    }
-    let oldest = dir.rotated_history_path(limits.keep.max(1));
-    match fs::remove_file(&oldest) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("removing", &oldest)(e)),
-    }
-    for n in (1..limits.keep.max(1)).rev() {
-        let from = dir.rotated_history_path(n);
-        if from.exists() {
-            let to = dir.rotated_history_path(n + 1);
-            fs::rename(&from, &to).map_err(Error::io("renaming", &from))?;
-        }
-    }
-    let to = dir.rotated_history_path(1);
-    fs::rename(&path, &to).map_err(Error::io("renaming", &path))?;
-    if limits.keep == 0 {
-        fs::remove_file(&to).map_err(Error::io("removing", &to))?;
-    }
-    Ok(true)
-}
-
 /// A history line that could not be read, kept so readers can say so.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadLine {
@@ -204,45 +150,12 @@ pub struct BadLine {
     pub reason: String,
 }
 
-/// Reads the whole history, rotated files first, oldest event first. Lines
-/// that do not parse (a torn last line after a crash, an event kind from a
-/// newer version) are returned apart.
-pub fn read(dir: &LoopDir) -> Result<(Vec<Event>, Vec<BadLine>)> {
-    let mut files: Vec<PathBuf> = (1..)
-        .map(|n| dir.rotated_history_path(n))
-        .take_while(|p| p.exists())
-        .collect();
-    files.reverse();
-    files.push(dir.history_path());
-    let mut events = Vec::new();
-    let mut bad = Vec::new();
-    for path in files {
-        read_file(&path, &mut events, &mut bad)?;
-    }
-    Ok((events, bad))
-}
-
-fn read_file(path: &Path, events: &mut Vec<Event>, bad: &mut Vec<BadLine>) -> Result<()> {
-    let file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("reading", path)(e)),
-    };
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(Error::io("reading", path))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Event>(&line) {
-            Ok(e) => events.push(e),
-            Err(e) => bad.push(BadLine {
-                path: path.to_owned(),
-                line: i + 1,
-                reason: e.to_string(),
-            }),
-        }
-    }
-    Ok(())
+/// A loop's committed history, oldest event first, and the lines that
+/// could not be read (damage, or an event kind from a newer version).
+#[derive(Debug, Default)]
+pub struct History {
+    pub events: Vec<Event>,
+    pub bad: Vec<BadLine>,
 }
 
 #[cfg(test)]

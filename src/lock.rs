@@ -1,20 +1,21 @@
 //! The loop's lock: the only code that opens `.state.lock`. An exclusive
-//! advisory lock (fd-lock) held for the whole of a command that changes a
-//! loop. The holder writes who it is into the lock file, so a waiter (and
-//! `status`) can name it; the OS releases the lock when a holder dies.
+//! advisory lock (`flock(2)`, through std's `File::try_lock`: the lock
+//! fd-lock takes, owned by the returned token) held for the whole of a
+//! command that changes a loop. The holder writes who it is into the lock
+//! file, so a waiter (and `status`) can name it; the OS releases the lock
+//! when a holder dies.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fd_lock::{RwLock, RwLockWriteGuard};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::store::LoopDir;
 use crate::who;
 
 /// How long a waiter waits before it says what it is waiting for.
@@ -91,17 +92,20 @@ pub enum Wait {
     Forever,
 }
 
-/// Proof that the loop's lock is held; the store's writes require it.
-pub struct Held<'a> {
-    guard: RwLockWriteGuard<'a, File>,
+/// Proof that the loop's lock is held, and the lock itself: the store's
+/// writes require it, and dropping it releases the lock (after clearing the
+/// holder record, so nobody reads a stale holder; a holder that dies leaves
+/// the record, and readers check the pid).
+pub struct Held {
+    file: File,
     holder: Holder,
 }
 
-impl Held<'_> {
+impl Held {
     /// Records the tick being run, so waiters can name it.
     pub fn set_tick(&mut self, tick: u64) {
         self.holder.tick = Some(tick);
-        write_holder(&self.guard, &self.holder);
+        write_holder(&self.file, &self.holder);
     }
 
     pub fn holder(&self) -> &Holder {
@@ -109,44 +113,47 @@ impl Held<'_> {
     }
 }
 
-/// Runs `f` while holding the loop's exclusive lock, taken as `wait` allows.
-/// The lock file is created on first use and never deleted.
-pub fn with_lock<T, E>(
-    dir: &LoopDir,
-    holder: Holder,
-    wait: Wait,
-    f: impl FnOnce(&mut Held<'_>) -> std::result::Result<T, E>,
-) -> std::result::Result<T, E>
-where
-    E: From<Error>,
-{
-    let path = dir.lock_path();
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+        // Closing the file releases the lock; unlocking first only makes
+        // that explicit.
+        let _ = self.file.unlock();
+    }
+}
+
+/// Takes the exclusive lock of loop `name` in the lock file at `path`, as
+/// `wait` allows. The lock file is created on first use and never deleted;
+/// one that is not a regular file (a FIFO, a device, a symbolic link) is
+/// refused without blocking.
+pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .open(&path)
-        .map_err(Error::io("opening the lock file", &path))?;
-    let mut lock = RwLock::new(file);
+        .custom_flags(libc_flags())
+        .open(path)
+        .map_err(|e| refuse_odd(path, e))?;
+    let meta = file.metadata().map_err(Error::io("reading", path))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::NotRegular {
+            path: path.to_owned(),
+            kind: crate::store::describe_kind(&meta.file_type()),
+        });
+    }
     let started = Instant::now();
     let mut announced = false;
     let mut pause = Duration::from_millis(1);
     loop {
-        match lock.try_write() {
-            Ok(guard) => {
-                write_holder(&guard, &holder);
-                let mut held = Held { guard, holder };
-                let result = f(&mut held);
-                // Clear the record before the OS lock goes, so nobody reads a
-                // stale holder; a holder that dies leaves it, and readers check
-                // the pid.
-                let _ = held.guard.set_len(0);
-                return result;
+        match file.try_lock() {
+            Ok(()) => {
+                write_holder(&file, &holder);
+                return Ok(Held { file, holder });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(Error::io("locking", &path)(e).into()),
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(Error::io("locking", path)(e)),
         }
         let waited = started.elapsed();
         let give_up = match wait {
@@ -156,25 +163,36 @@ where
         };
         if give_up {
             return Err(Error::LockNotObtained {
-                name: dir.name().to_string(),
-                holder: read_holder(dir),
-            }
-            .into());
+                name: name.to_owned(),
+                holder: read_holder(path),
+            });
         }
         if !announced && waited >= ANNOUNCE_AFTER {
             announced = true;
-            match read_holder(dir) {
-                Some(h) => tracing::warn!(
-                    "waiting for loop {:?}: held by {}",
-                    dir.name().as_str(),
-                    h.describe()
-                ),
-                None => tracing::warn!("waiting for loop {:?}: its lock is held", dir.name().as_str()),
+            match read_holder(path) {
+                Some(h) => tracing::warn!("waiting for loop {name:?}: held by {}", h.describe()),
+                None => tracing::warn!("waiting for loop {name:?}: its lock is held"),
             }
         }
         thread::sleep(pause);
         pause = (pause * 2).min(MAX_POLL);
     }
+}
+
+/// Opening flags for the lock file: never follow a symbolic link, never
+/// block on a FIFO.
+fn libc_flags() -> i32 {
+    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC).bits()
+}
+
+fn refuse_odd(path: &Path, e: io::Error) -> Error {
+    if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+        return Error::NotRegular {
+            path: path.to_owned(),
+            kind: "a symbolic link",
+        };
+    }
+    Error::io("opening the lock file", path)(e)
 }
 
 fn write_holder(file: &File, holder: &Holder) {
@@ -186,11 +204,22 @@ fn write_holder(file: &File, holder: &Holder) {
     }
 }
 
-/// The current holder of a loop's lock, read without locking: none when the
-/// lock is free, or its last holder died without a word.
-pub fn read_holder(dir: &LoopDir) -> Option<Holder> {
-    let mut text = String::new();
-    File::open(dir.lock_path()).ok()?.read_to_string(&mut text).ok()?;
-    let holder: Holder = serde_json::from_str(text.trim()).ok()?;
-    holder.is_alive().then_some(holder)
+/// The current holder of the lock in `path`, read without locking: none
+/// when the lock is free, or its last holder died without a word. A lock
+/// file that is not a regular file names no holder (and is never blocked on).
+pub fn read_holder(path: &Path) -> Option<Holder> {
+    recorded_holder(path).and_then(|(holder, alive)| alive.then_some(holder))
 }
+
+/// The holder record in the lock file, alive or not, and whether its
+/// process still runs: a dead one left it when it died (harmless: the OS
+/// released its lock).
+pub fn recorded_holder(path: &Path) -> Option<(Holder, bool)> {
+    let text = crate::store::read_regular(path, HOLDER_MAX).ok()??;
+    let holder: Holder = serde_json::from_slice(text.trim_ascii()).ok()?;
+    let alive = holder.is_alive();
+    Some((holder, alive))
+}
+
+/// A holder record is one short line; anything longer is not one.
+const HOLDER_MAX: u64 = 64 * 1024;

@@ -4,12 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
 /// A metrics file larger than this is refused rather than read into memory.
 pub const MAX_LEN: u64 = 1024 * 1024;
+/// At most this many metrics, in one report and in the running totals, so
+/// a loop's state stays small whatever its step writes.
+pub const MAX_KEYS: usize = 64;
+/// The longest metric name.
+pub const MAX_KEY_LEN: usize = 64;
 
 #[derive(Debug, Error)]
 pub enum MetricsError {
@@ -21,6 +27,10 @@ pub enum MetricsError {
     },
     #[error("metrics file {} is larger than {MAX_LEN} bytes", path.display())]
     TooLarge { path: PathBuf },
+    #[error("metrics file {} is not a regular file", path.display())]
+    NotRegular { path: PathBuf },
+    #[error("metrics file {} reports {count} metrics; at most {MAX_KEYS} are kept", path.display())]
+    TooMany { path: PathBuf, count: usize },
     #[error("metrics file {}, line {line}: {cause}", path.display())]
     Line {
         path: PathBuf,
@@ -44,7 +54,7 @@ pub enum MetricsError {
 pub enum Invalid {
     #[error("expected key=value")]
     NotKeyValue,
-    #[error("invalid key {0:?}: use letters, digits, '_', '.' and '-'")]
+    #[error("invalid key {0:?}: use up to {MAX_KEY_LEN} letters, digits, '_', '.' and '-'")]
     Key(String),
     #[error("value {value:?} of {key:?} is not a number")]
     NotANumber { key: String, value: String },
@@ -59,11 +69,28 @@ pub fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>, MetricsError> 
         path: path.to_owned(),
         source,
     };
-    let file = match std::fs::File::open(path) {
+    // The step writes this file: never follow a link out of the run
+    // directory, never block on a FIFO.
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+    {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            return Err(MetricsError::NotRegular {
+                path: path.to_owned(),
+            });
+        }
         Err(e) => return Err(read_err(e)),
     };
+    if !file.metadata().map_err(read_err)?.is_file() {
+        return Err(MetricsError::NotRegular {
+            path: path.to_owned(),
+        });
+    }
     let mut text = String::new();
     file.take(MAX_LEN + 1)
         .read_to_string(&mut text)
@@ -73,22 +100,40 @@ pub fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>, MetricsError> 
             path: path.to_owned(),
         });
     }
-    if text.trim_start().starts_with('{') {
-        parse_json(&text).map_err(|e| e.at(path))
+    let metrics = if text.trim_start().starts_with('{') {
+        parse_json(&text).map_err(|e| e.at(path))?
     } else {
         parse_lines(&text).map_err(|(line, cause)| MetricsError::Line {
             path: path.to_owned(),
             line,
             cause,
-        })
+        })?
+    };
+    if metrics.len() > MAX_KEYS {
+        return Err(MetricsError::TooMany {
+            path: path.to_owned(),
+            count: metrics.len(),
+        });
     }
+    Ok(metrics)
 }
 
 /// Adds each metric to its running total (a new key starts from zero).
-pub fn add_totals(totals: &mut BTreeMap<String, f64>, metrics: &BTreeMap<String, f64>) {
+/// A sum that would not be a finite number, and a new key past
+/// [`MAX_KEYS`] totals, are left out (the totals stay valid JSON and
+/// small); their keys are returned so the caller can say so.
+pub fn add_totals(totals: &mut BTreeMap<String, f64>, metrics: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut left_out = Vec::new();
     for (key, value) in metrics {
-        *totals.entry(key.clone()).or_insert(0.0) += value;
+        let sum = totals.get(key).copied().unwrap_or(0.0) + value;
+        let room = totals.contains_key(key) || totals.len() < MAX_KEYS;
+        if sum.is_finite() && room {
+            totals.insert(key.clone(), sum);
+        } else {
+            left_out.push(key.clone());
+        }
     }
+    left_out
 }
 
 fn parse_lines(text: &str) -> Result<BTreeMap<String, f64>, (usize, Invalid)> {
@@ -152,6 +197,12 @@ fn parse_json(text: &str) -> Result<BTreeMap<String, f64>, JsonError> {
                 value: value.to_string(),
             })
         })?;
+        if !number.is_finite() {
+            return Err(JsonError::Value(Invalid::NotFinite {
+                key,
+                value: value.to_string(),
+            }));
+        }
         metrics.insert(key, number);
     }
     Ok(metrics)
@@ -159,6 +210,7 @@ fn parse_json(text: &str) -> Result<BTreeMap<String, f64>, JsonError> {
 
 fn check_key(key: &str) -> Result<(), Invalid> {
     let ok = !key.is_empty()
+        && key.len() <= MAX_KEY_LEN
         && key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));

@@ -9,11 +9,11 @@ use serde::Serialize;
 use crate::cli::CheckGateArgs;
 use crate::error::Result;
 use crate::gate::{Decision, GateHost, Phase};
-use crate::history::{self, Event, EventKind};
-use crate::lock::{self, Holder};
+use crate::history::EventKind;
+use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::Status;
-use crate::store::LoopDir;
+use crate::store::{Durability, LoopDir, LoopStore};
 use crate::tick::gates::{self, PhaseResult, Verdict};
 use crate::who;
 
@@ -36,8 +36,9 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
         true => None,
         false => Some(GateHost::new(Some(root.cache_dir()))?),
     };
-    let report = lock::with_lock(&dir, Holder::me("check-gate"), t.wait.wait(), |held| {
-        let mut state = dir.read_state()?;
+    let report = {
+        let mut session = dir.lock(Holder::me("check-gate"), t.wait.wait())?;
+        let mut state = session.load()?.state;
         let result = match &host {
             Some(h) => gates::evaluate_phase(
                 h,
@@ -51,7 +52,6 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
         };
         if args.apply {
             apply(&mut state.status, &mut state.status_reason, &result.combined);
-            dir.write_state(held, &mut state)?;
             let mut events: Vec<EventKind> = result
                 .verdicts
                 .iter()
@@ -66,19 +66,16 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
                 by: who::user(),
                 decision: result.combined.clone(),
             });
-            let at = state.updated_at;
-            let events: Vec<Event> = events.into_iter().map(|kind| Event { at, kind }).collect();
-            history::rotate_if_needed(&dir, held, &config.history)?;
-            history::append(&dir, held, &events)?;
+            session.commit(&mut state, events, Durability::Full)?;
         }
-        Ok::<_, crate::Error>(Report {
+        Report {
             loop_name: dir.name().to_string(),
             status: state.status,
             decisions: result.verdicts,
             combined: result.combined,
             applied: args.apply,
-        })
-    })?;
+        }
+    };
     if args.apply && matches!(report.combined, Decision::Halt(_) | Decision::Complete(_)) {
         crate::schedule::loop_stopped(root, dir.name());
     }

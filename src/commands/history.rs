@@ -7,11 +7,11 @@ use crate::cli::HistoryArgs;
 use crate::error::Result;
 use crate::history;
 use crate::root::Root;
-use crate::store::LoopDir;
+use crate::store::{LoopDir, LoopStore};
 
 pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
     let dir = LoopDir::open(root, &args.name)?;
-    let (events, bad) = history::read(&dir)?;
+    let history::History { events, bad } = dir.history()?;
     for b in &bad {
         tracing::warn!(
             "{}:{}: passed over an unreadable line: {}",

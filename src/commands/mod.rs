@@ -3,6 +3,7 @@
 
 mod check_gate;
 mod daemon;
+mod doctor;
 pub mod gate;
 mod history;
 mod init;
@@ -20,11 +21,11 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
-use crate::history::{Event, EventKind};
-use crate::lock::{self, Holder, Wait};
+use crate::history::EventKind;
+use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::state::State;
-use crate::store::LoopDir;
+use crate::store::{Durability, LoopStore};
 
 /// Runs the parsed command line, writing its output to `out`; returns the
 /// exit code of a command that succeeded.
@@ -49,6 +50,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
+        Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut Cli::command(), "automaton", out);
             Ok(0)
@@ -56,24 +58,23 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
     }
 }
 
-/// The one shape of every operator change: take the loop's lock, re-read
-/// the state under it, let `change` edit it (returning the events to
-/// record), write it as the next version, append the events.
+/// The one shape of every operator change: take the loop's lock, load the
+/// state under it (recovering what a dead holder left), let `change` edit
+/// it and say what happened, and commit both as the next version. A change
+/// that returns no events changed nothing, and nothing is committed.
 pub(crate) fn update_loop(
-    dir: &LoopDir,
+    store: &dyn LoopStore,
     command: &str,
     wait: Wait,
     change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
 ) -> Result<State> {
-    lock::with_lock(dir, Holder::me(command), wait, |held| {
-        let mut state = dir.read_state()?;
-        let events = change(&mut state)?;
-        dir.write_state(held, &mut state)?;
-        let at = state.updated_at;
-        let events: Vec<Event> = events.into_iter().map(|kind| Event { at, kind }).collect();
-        crate::history::append(dir, held, &events)?;
-        Ok(state)
-    })
+    let mut session = store.lock(Holder::me(command), wait)?;
+    let mut state = session.load()?.state;
+    let events = change(&mut state)?;
+    if !events.is_empty() {
+        session.commit(&mut state, events, Durability::Full)?;
+    }
+    Ok(state)
 }
 
 /// Writes to stdout, turning a failure into an error main can report (a

@@ -9,7 +9,7 @@ use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
 use crate::error::Result;
 use crate::gate::{GateHost, GateSource};
-use crate::history::{Event, EventKind};
+use crate::history::EventKind;
 use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::{store, who};
@@ -32,11 +32,8 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     let now = Timestamp::now();
     let mut state = State::new(now);
     state.version = 1;
-    let created = Event {
-        at: now,
-        kind: EventKind::Created { by: who::user() },
-    };
-    let dir = store::create_loop(root, &name, &text, &state, &created.to_line())?;
+    let created = EventKind::Created { by: who::user() };
+    let dir = store::create_loop(root, &name, &text, &state, vec![created])?;
     if args.json.json {
         super::emit_json(out, &super::status::view(&dir, &state))?;
     } else {

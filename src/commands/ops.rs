@@ -8,11 +8,11 @@ use jiff::Timestamp;
 use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
-use crate::lock::{self, Holder};
+use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Refusal, State, Status};
-use crate::store::{self, LoopDir};
-use crate::who;
+use crate::store::{LoopDir, LoopStore};
+use crate::{bounds, who};
 
 fn refused(dir: &LoopDir) -> impl FnOnce(Refusal) -> Error + '_ {
     move |r| Error::Refused {
@@ -33,11 +33,12 @@ fn report(dir: &LoopDir, state: &State, json: bool, line: String, out: &mut dyn 
 pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
     let dir = LoopDir::open(root, &t.name)?;
+    let reason = bounds::opt_text(args.reason.clone());
     let state = super::update_loop(&dir, "pause", t.wait.wait(), |s| {
-        s.pause(args.reason.clone()).map_err(refused(&dir))?;
+        s.pause(reason.clone()).map_err(refused(&dir))?;
         Ok(vec![EventKind::Paused {
             by: who::user(),
-            reason: args.reason.clone(),
+            reason,
         }])
     })?;
     report(
@@ -89,7 +90,12 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
             })
             .collect();
         let approval = s
-            .approve(&by, args.note.clone(), now, rules.approvers.as_deref())
+            .approve(
+                &by,
+                bounds::opt_text(args.note.clone()),
+                now,
+                rules.approvers.as_deref(),
+            )
             .map_err(refused(&dir))?;
         id = approval.id.clone();
         events.push(EventKind::Approved {
@@ -110,11 +116,12 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8>
     let t = &args.target;
     let dir = LoopDir::open(root, &t.name)?;
     let by = who::user();
+    let reason = bounds::opt_text(args.reason.clone());
     let state = super::update_loop(&dir, "reject", t.wait.wait(), |s| {
-        s.reject(&by, args.reason.as_deref());
+        s.reject(&by, reason.as_deref());
         Ok(vec![EventKind::Rejected {
             by: by.clone(),
-            reason: args.reason.clone(),
+            reason,
         }])
     })?;
     report(
@@ -129,9 +136,10 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8>
 pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
     let dir = LoopDir::open(root, &t.name)?;
-    lock::with_lock(&dir, Holder::me("rm"), t.wait.wait(), |held| {
-        let state = dir.read_state()?;
-        if !args.force && state.status.is_runnable() {
+    let mut session = dir.lock(Holder::me("rm"), t.wait.wait())?;
+    if !args.force {
+        let state = session.load()?.state;
+        if state.status.is_runnable() {
             return Err(Error::Refused {
                 name: dir.name().to_string(),
                 message: format!(
@@ -140,8 +148,8 @@ pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
                 ),
             });
         }
-        store::remove_loop(&dir, held)
-    })?;
+    }
+    session.remove()?;
     crate::schedule::loop_removed(root, dir.name());
     if t.json.json {
         super::emit_json(

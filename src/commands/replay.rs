@@ -10,9 +10,9 @@ use super::render::table;
 use crate::cli::ReplayArgs;
 use crate::error::Result;
 use crate::gate::{self, Decision, GateHost, Limits, Phase};
-use crate::history::{self, EventKind};
+use crate::history::EventKind;
 use crate::root::Root;
-use crate::store::LoopDir;
+use crate::store::{LoopDir, LoopStore};
 
 #[derive(Serialize)]
 struct Row {
@@ -29,7 +29,7 @@ struct Row {
 pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<u8> {
     let dir = LoopDir::open(root, &req.name)?;
     let source = super::gate::parse_target(&req.gate);
-    let (events, _) = history::read(&dir)?;
+    let events = dir.history()?.events;
     let mut recorded: Vec<_> = events
         .into_iter()
         .filter_map(|e| match e.kind {

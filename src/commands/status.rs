@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use super::render::{ago, local, table};
 use crate::error::{Error, Result};
-use crate::lock::{self, Holder};
+use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::State;
-use crate::store::{self, LoopDir};
+use crate::store::{self, LoopDir, LoopStore};
 
 /// A loop as `status --json` shows it: its state, its name and who holds
 /// its lock right now.
@@ -26,7 +26,7 @@ pub fn view<'a>(dir: &'a LoopDir, state: &'a State) -> LoopView<'a> {
     LoopView {
         name: dir.name().as_str(),
         state,
-        lock: lock::read_holder(dir),
+        lock: LoopStore::holder(dir),
     }
 }
 
@@ -92,7 +92,7 @@ fn summary_row(dir: &LoopDir, s: &State) -> Vec<String> {
         Some(t) => format!("{} {}", t.outcome, ago(t.ended_at)),
         None => "never".into(),
     };
-    let lock = lock::read_holder(dir).map_or_else(String::new, |h| h.describe());
+    let lock = LoopStore::holder(dir).map_or_else(String::new, |h| h.describe());
     vec![
         dir.name().to_string(),
         s.status.to_string(),

@@ -106,9 +106,9 @@ pub fn evaluate_phase(
         verdicts.push(Verdict {
             gate: label,
             phase,
-            decision,
+            decision: bounded(decision),
             micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            error,
+            error: crate::bounds::opt_text(error),
         });
         contexts.push(ctx);
     }
@@ -117,6 +117,19 @@ pub fn evaluate_phase(
         verdicts,
         contexts,
         combined,
+    }
+}
+
+/// A decision whose reason is kept to [`crate::bounds::MAX_TEXT`]: a gate
+/// may return a reason of any size, and it lands in the state and history.
+fn bounded(decision: Decision) -> Decision {
+    use crate::bounds::text;
+    match decision {
+        Decision::Proceed => Decision::Proceed,
+        Decision::Skip(r) => Decision::Skip(text(r)),
+        Decision::AwaitApproval(r) => Decision::AwaitApproval(text(r)),
+        Decision::Halt(r) => Decision::Halt(text(r)),
+        Decision::Complete(r) => Decision::Complete(text(r)),
     }
 }
 

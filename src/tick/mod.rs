@@ -1,8 +1,10 @@
 //! The tick (SPEC §7): take the loop's lock, and while holding it evaluate
 //! the before-step gates in-process, run the step and the verifier, evaluate
-//! the after-step gates and write the state. Each step of the pipeline is a
-//! small method of `Tick`; what gates see and say is in `gates`, running the
-//! processes in `process`.
+//! the after-step gates and commit the state with the tick's events. Each
+//! step of the pipeline is a small method of `Tick`; what gates see and say
+//! is in `gates`, running the processes in `process`. Every change goes
+//! through the store's session: one commit marks the step in flight, one
+//! records the tick.
 
 pub mod gates;
 mod process;
@@ -16,11 +18,11 @@ use serde::Serialize;
 use crate::config::{LoopConfig, Overlap};
 use crate::error::{Error, Result};
 use crate::gate::{Decision, GateHost, Phase};
-use crate::history::{self, Event, EventKind};
-use crate::lock::{self, Held, Holder, Wait};
+use crate::history::EventKind;
+use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::state::{InFlight, LastTick, Outcome, ProcessOutcome, State, Status, Worktree};
-use crate::store::{Durability, LoopDir};
+use crate::store::{Durability, Loaded, LoopDir, LoopStore, Session};
 use crate::{metrics, schedule, who, worktree};
 
 pub use gates::Verdict;
@@ -73,10 +75,16 @@ impl TickReport {
 /// Runs one tick of loop `name`.
 pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
     let dir = LoopDir::open(root, name)?;
+    run_on(root, &dir, opts)
+}
+
+/// Runs one tick of the loop `store`.
+pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<TickReport> {
+    let name = store.name().as_str();
     // Read before locking, so a loop that cannot tick fails fast (and a bad
     // state file is reported, not waited for); it is read again under the lock.
-    let peek = dir.read_state()?;
-    let config = dir.config()?;
+    let peek = store.load()?;
+    let config = store.config()?;
     let skip = config.overlap == Overlap::Skip || opts.never_wait;
     let wait = match skip {
         true => Wait::No,
@@ -84,7 +92,7 @@ pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
     };
     let tick = Tick {
         root,
-        dir: &dir,
+        store,
         config: &config,
         shared_host: opts.host,
         own_host: None,
@@ -92,7 +100,10 @@ pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
         events: Vec::new(),
         verdicts: Vec::new(),
     };
-    let report = match lock::with_lock(&dir, Holder::me("tick"), wait, |held| tick.run(held)) {
+    let report = match store
+        .lock(Holder::me("tick"), wait)
+        .and_then(|session| tick.run(session))
+    {
         Err(Error::LockNotObtained { holder, .. }) if skip => TickReport {
             loop_name: name.to_owned(),
             tick: peek.tick + 1,
@@ -109,7 +120,7 @@ pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
         other => other?,
     };
     if matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
-        schedule::loop_stopped(root, dir.name());
+        schedule::loop_stopped(root, store.name());
     }
     Ok(report)
 }
@@ -117,7 +128,7 @@ pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
 /// One tick in progress, under the lock.
 struct Tick<'a> {
     root: &'a Root,
-    dir: &'a LoopDir,
+    store: &'a dyn LoopStore,
     config: &'a LoopConfig,
     /// The daemon's host, shared by its ticks.
     shared_host: Option<&'a GateHost>,
@@ -136,26 +147,28 @@ enum Go {
 }
 
 impl Tick<'_> {
-    fn run(mut self, held: &mut Held<'_>) -> Result<TickReport> {
-        let mut state = self.dir.read_state()?;
-        let recovered = self.recover_crash(&mut state);
+    fn run(mut self, mut session: Box<dyn Session + '_>) -> Result<TickReport> {
+        // Step 3: a tick that died mid-way is recorded as crashed by the
+        // session, in a commit of its own, before anything else happens.
+        let Loaded { mut state, recovered } = session.load()?;
+        let recovered = recovered.map(|dead| dead.tick);
         let number = state.tick + 1;
         if !state.status.is_runnable() {
             let reason = format!("the loop is {}", state.status);
             return self.end_early(
-                held,
+                &mut *session,
                 state,
-                recovered.is_some(),
+                false,
                 number,
                 Outcome::Inactive,
                 reason,
                 recovered,
             );
         }
-        held.set_tick(number);
+        session.set_tick(number);
         let worktree = match self.ensure_worktree(&mut state) {
             Ok(w) => w,
-            Err(reason) => return self.fail_before_step(held, state, number, reason, recovered),
+            Err(reason) => return self.fail_before_step(&mut *session, state, number, reason, recovered),
         };
         let before = self.gates(&state, Phase::BeforeStep)?;
         let was = (
@@ -164,15 +177,17 @@ impl Tick<'_> {
             state.pending_approvals.len(),
         );
         let go = self.apply_before(&mut state, number, &before);
-        let changed = recovered.is_some()
-            || (
-                state.status,
-                state.status_reason.clone(),
-                state.pending_approvals.len(),
-            ) != was;
+        let changed = (
+            state.status,
+            state.status_reason.clone(),
+            state.pending_approvals.len(),
+        ) != was;
         if let Go::Stop(outcome, reason) = go {
-            return self.end_early(held, state, changed, number, outcome, reason, recovered);
+            return self.end_early(&mut *session, state, changed, number, outcome, reason, recovered);
         }
+        // Nothing after the step may fail before its result is committed:
+        // the after-step gates' host is made now.
+        self.host_for(Phase::AfterStep)?;
 
         let started_at = Timestamp::now();
         state.in_flight = Some(InFlight {
@@ -181,16 +196,17 @@ impl Tick<'_> {
             host: who::host(),
             started_at,
         });
-        self.dir.write_state_as(held, &mut state, Durability::Data)?;
+        let events = std::mem::take(&mut self.events);
+        session.commit(&mut state, events, Durability::Relaxed)?;
 
-        let run_dir = self.dir.runs_dir().join(number.to_string());
+        let run_dir = self.store.runs_dir().join(number.to_string());
         let cwd = match &worktree {
             Some(w) => w.clone(),
-            None => self.dir.path().join(&self.config.workdir),
+            None => self.store.base_dir().join(&self.config.workdir),
         };
         let before_snapshot = worktree.as_deref().and_then(|w| worktree::snapshot(w).ok());
         let env = process::Env {
-            loop_name: self.dir.name().as_str(),
+            loop_name: self.store.name().as_str(),
             tick: number,
             root: self.root.path(),
             worktree: worktree.as_deref(),
@@ -211,7 +227,9 @@ impl Tick<'_> {
             &run_dir,
         );
 
-        let after = self.gates(&state, Phase::AfterStep)?;
+        let after = self
+            .gates(&state, Phase::AfterStep)
+            .expect("the host was made before the step");
         let mut outcome = if ran.failed() {
             Outcome::Failed
         } else {
@@ -242,15 +260,23 @@ impl Tick<'_> {
             verifier: ran.verifier.clone(),
             worktree_changed,
         });
-        self.commit(held, &mut state, true)?;
-        if let Err(e) = crate::step::prune_runs(&self.dir.runs_dir(), self.config.runs.keep) {
+        let events = std::mem::take(&mut self.events);
+        if let Err(e) = session.commit(&mut state, events, Durability::Full) {
+            return Err(Error::Unrecorded {
+                name: self.store.name().to_string(),
+                tick: number,
+                step: ran.describe(),
+                source: Box::new(e),
+            });
+        }
+        if let Err(e) = crate::step::prune_runs(&self.store.runs_dir(), self.config.runs.keep) {
             tracing::warn!(
                 "loop {:?}: could not prune old runs: {e}",
-                self.dir.name().as_str()
+                self.store.name().as_str()
             );
         }
         Ok(TickReport {
-            loop_name: self.dir.name().to_string(),
+            loop_name: self.store.name().to_string(),
             tick: number,
             outcome,
             reason,
@@ -261,37 +287,15 @@ impl Tick<'_> {
         })
     }
 
-    /// Step 3: a tick that died mid-way left `in_flight`: record it as
-    /// crashed, count it as a failure (and as a tick: its step ran), clear it.
-    fn recover_crash(&mut self, state: &mut State) -> Option<u64> {
-        let dead = state.in_flight.take()?;
-        state.consecutive_failures += 1;
-        state.tick = state.tick.max(dead.tick);
-        tracing::warn!(
-            "loop {:?}: tick {} (pid {} on {}) died mid-way; recorded as crashed",
-            self.dir.name().as_str(),
-            dead.tick,
-            dead.pid,
-            dead.host
-        );
-        self.events.push(EventKind::Crashed {
-            tick: dead.tick,
-            pid: dead.pid,
-            host: dead.host,
-            started_at: dead.started_at,
-        });
-        Some(dead.tick)
-    }
-
     /// Step 5: the worktree the step runs in, made on first use.
     fn ensure_worktree(&mut self, state: &mut State) -> std::result::Result<Option<PathBuf>, String> {
         let Some(w) = &self.config.worktree else {
             return Ok(None);
         };
-        let repo = self.dir.path().join(&w.repo);
+        let repo = self.store.base_dir().join(&w.repo);
         let path = self
-            .dir
-            .path()
+            .store
+            .base_dir()
             .join(w.path.as_deref().unwrap_or("worktree".as_ref()));
         match worktree::ensure(&repo, &w.branch, &path) {
             Ok(created) => {
@@ -319,27 +323,24 @@ impl Tick<'_> {
         }
     }
 
-    /// Evaluates one phase's gates and keeps their verdicts and contexts.
-    fn gates(&mut self, state: &State, phase: Phase) -> Result<gates::PhaseResult> {
+    /// The gate host, made when `phase` has gates and no host is there yet.
+    fn host_for(&mut self, phase: Phase) -> Result<Option<&GateHost>> {
         if !self.config.gates.iter().any(|g| g.phases.contains(&phase)) {
-            return Ok(gates::PhaseResult::empty());
+            return Ok(None);
         }
         if self.shared_host.is_none() && self.own_host.is_none() {
             self.own_host = Some(GateHost::new(Some(self.root.cache_dir()))?);
         }
-        let result = {
-            let host = self
-                .shared_host
-                .or(self.own_host.as_ref())
-                .expect("a host was made above");
-            gates::evaluate_phase(
-                host,
-                self.dir.name().as_str(),
-                self.dir.path(),
-                self.config,
-                state,
-                phase,
-            )
+        Ok(self.shared_host.or(self.own_host.as_ref()))
+    }
+
+    /// Evaluates one phase's gates and keeps their verdicts and contexts.
+    fn gates(&mut self, state: &State, phase: Phase) -> Result<gates::PhaseResult> {
+        let (name, base) = (self.store.name().as_str(), self.store.base_dir());
+        let config = self.config;
+        let result = match self.host_for(phase)? {
+            None => return Ok(gates::PhaseResult::empty()),
+            Some(host) => gates::evaluate_phase(host, name, base, config, state, phase),
         };
         for (v, ctx) in result.verdicts.iter().zip(&result.contexts) {
             self.events.push(EventKind::Gate {
@@ -429,11 +430,23 @@ impl Tick<'_> {
         }
         match metrics::read_metrics(&run_dir.join(process::METRICS_FILE)) {
             Ok(m) => {
-                metrics::add_totals(&mut state.totals, &m);
+                let left_out = metrics::add_totals(&mut state.totals, &m);
+                if !left_out.is_empty() {
+                    let message = format!(
+                        "not added to the totals (the sum would not be finite, or past {} totals): {}",
+                        metrics::MAX_KEYS,
+                        left_out.join(", ")
+                    );
+                    tracing::warn!("loop {:?}: tick {number}: {message}", self.store.name().as_str());
+                    self.events.push(EventKind::MetricsWarning {
+                        tick: number,
+                        message,
+                    });
+                }
                 state.metrics = m;
             }
             Err(e) => {
-                tracing::warn!("loop {:?}: tick {number}: {e}", self.dir.name().as_str());
+                tracing::warn!("loop {:?}: tick {number}: {e}", self.store.name().as_str());
                 state.metrics.clear();
                 self.events.push(EventKind::MetricsWarning {
                     tick: number,
@@ -461,23 +474,24 @@ impl Tick<'_> {
     /// it counts as a failure and is recorded like a failed tick.
     fn fail_before_step(
         self,
-        held: &mut Held<'_>,
+        session: &mut dyn Session,
         mut state: State,
         number: u64,
         reason: String,
         recovered: Option<u64>,
     ) -> Result<TickReport> {
-        tracing::error!("loop {:?}: {reason}", self.dir.name().as_str());
+        tracing::error!("loop {:?}: {reason}", self.store.name().as_str());
         state.consecutive_failures += 1;
-        self.end_early(held, state, true, number, Outcome::Failed, reason, recovered)
+        self.end_early(session, state, true, number, Outcome::Failed, reason, recovered)
     }
 
-    /// Ends a tick whose step did not run; the state is written only when
-    /// it changed, the events always.
+    /// Ends a tick whose step did not run: one commit of what changed and
+    /// the tick's events; an inactive tick that changed nothing commits
+    /// nothing.
     #[allow(clippy::too_many_arguments)]
     fn end_early(
         mut self,
-        held: &mut Held<'_>,
+        session: &mut dyn Session,
         mut state: State,
         changed: bool,
         number: u64,
@@ -485,7 +499,7 @@ impl Tick<'_> {
         reason: String,
         recovered: Option<u64>,
     ) -> Result<TickReport> {
-        if outcome != Outcome::Inactive || recovered.is_some() {
+        if outcome != Outcome::Inactive {
             self.events.push(EventKind::Tick {
                 tick: number,
                 outcome,
@@ -495,9 +509,12 @@ impl Tick<'_> {
                 worktree_changed: None,
             });
         }
-        self.commit(held, &mut state, changed)?;
+        if changed || !self.events.is_empty() {
+            let events = std::mem::take(&mut self.events);
+            session.commit(&mut state, events, Durability::Full)?;
+        }
         Ok(TickReport {
-            loop_name: self.dir.name().to_string(),
+            loop_name: self.store.name().to_string(),
             tick: number,
             outcome,
             reason: Some(reason),
@@ -506,18 +523,5 @@ impl Tick<'_> {
             verifier: None,
             recovered_crash: recovered,
         })
-    }
-
-    /// Writes the state (when it changed) and appends the tick's events.
-    fn commit(&mut self, held: &mut Held<'_>, state: &mut State, changed: bool) -> Result<()> {
-        if changed {
-            self.dir.write_state(held, state)?;
-        }
-        let at = Timestamp::now();
-        let events: Vec<Event> = self.events.drain(..).map(|kind| Event { at, kind }).collect();
-        if history::rotate_if_needed(self.dir, held, &self.config.history)? {
-            tracing::info!("loop {:?}: history rotated", self.dir.name().as_str());
-        }
-        history::append(self.dir, held, &events)
     }
 }

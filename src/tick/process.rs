@@ -57,6 +57,15 @@ impl Ran {
     pub fn failed(&self) -> bool {
         self.failure.is_some()
     }
+
+    /// How the step and verifier ended, in a few words.
+    pub fn describe(&self) -> String {
+        match (&self.failure, &self.step) {
+            (Some(why), _) => why.clone(),
+            (None, Some(step)) => format!("it succeeded in {}ms", step.duration_ms),
+            (None, None) => "it did not start".to_owned(),
+        }
+    }
 }
 
 /// Stops a tick's step (and keeps its verifier from starting) from another

@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
-use automaton::lock::{self, Holder, Wait};
+use automaton::lock::{Holder, Wait};
 use automaton::root::Root;
-use automaton::store::LoopDir;
+use automaton::store::{LoopDir, LoopStore};
 
 use crate::common::Env;
 
@@ -18,12 +18,10 @@ fn a_held_lock_is_named_and_waited_for() {
     let root = Root::at(&env.root);
     let dir = LoopDir::open(&root, "demo").unwrap();
     let me = format!("held by pid {}", std::process::id());
-    let mut waiter: Option<Child> = None;
-    lock::with_lock(
-        &dir,
-        Holder::me("test-holder"),
-        Wait::No,
-        |_held| -> automaton::Result<()> {
+    let waiter: Child;
+    {
+        let _session = dir.lock(Holder::me("test-holder"), Wait::No).unwrap();
+        {
             let err = env.fails(4, &["pause", "demo", "--no-wait"]);
             assert!(err.contains(&me) && err.contains("test-holder"), "{err}");
             let err = env.fails(4, &["approve", "demo", "--timeout", "300ms"]);
@@ -54,19 +52,17 @@ fn a_held_lock_is_named_and_waited_for() {
                 "active",
                 "nothing written while the lock is held"
             );
-            waiter = Some(child);
-            Ok(())
-        },
-    )
-    .unwrap();
-    let status = waiter.unwrap().wait().unwrap();
+            waiter = child;
+        }
+    }
+    let mut waiter = waiter;
+    let status = waiter.wait().unwrap();
     assert!(status.success());
     let s = env.state("demo");
     assert_eq!(
         (s["status"].as_str(), s["status_reason"].as_str()),
         (Some("paused"), Some("waited"))
     );
-    assert_eq!(s["lock"], serde_json::Value::Null);
     let free: serde_json::Value = serde_json::from_str(&env.ok(&["status", "demo", "--json"])).unwrap();
     assert_eq!(
         free["lock"],

@@ -1,0 +1,319 @@
+//! `doctor [NAME] [--fix]`: checks a root or one loop and says, for each
+//! finding, what to do. The loop's record is checked by its store (state,
+//! history, lock, a dead tick, temporary files); here: the config, gate
+//! files against their pins, the installed schedule, the cache's
+//! permissions and leftovers of killed `new` and `rm`. `--fix` repairs
+//! what is safe, the loop's record through the same recovery every locking
+//! command runs.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::cli::DoctorArgs;
+use crate::config::LoopConfig;
+use crate::error::Result;
+use crate::gate::GateSource;
+use crate::lock::{Holder, Wait};
+use crate::root::Root;
+use crate::schedule::{self, record};
+use crate::store::{self, Finding, Level, LoopDir, LoopStore};
+
+#[derive(Serialize)]
+struct Report {
+    loops: Vec<LoopReport>,
+    root: Vec<Finding>,
+}
+
+#[derive(Serialize)]
+struct LoopReport {
+    name: String,
+    findings: Vec<Finding>,
+}
+
+pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
+    let dirs = match &args.name {
+        Some(name) => vec![LoopDir::open(root, name)?],
+        None => store::list_loops(root)?,
+    };
+    let mut loops = Vec::new();
+    for dir in &dirs {
+        let mut findings = check_loop(root, dir);
+        if args.fix && findings.iter().any(|f| f.fixable) {
+            findings = match repair(dir) {
+                Ok(()) => {
+                    let mut after = check_loop(root, dir);
+                    after.push(Finding::ok("fix", "recovered under the loop's lock"));
+                    after
+                }
+                Err(e) => {
+                    let action = "see the error; the next command on the loop tries the same recovery";
+                    findings.push(Finding::new("fix", Level::Error, e.to_string(), action));
+                    findings
+                }
+            };
+        }
+        loops.push(LoopReport {
+            name: dir.name().to_string(),
+            findings,
+        });
+    }
+    let root_findings = check_root(root, args.fix, args.name.is_none());
+    let report = Report {
+        loops,
+        root: root_findings,
+    };
+    if args.json.json {
+        super::emit_json(out, &report)?;
+    } else {
+        super::emit(out, &human(&report))?;
+    }
+    let worst = report
+        .loops
+        .iter()
+        .flat_map(|l| &l.findings)
+        .chain(&report.root)
+        .map(|f| f.level)
+        .max()
+        .unwrap_or(Level::Ok);
+    Ok(if worst >= Level::Warning { 1 } else { 0 })
+}
+
+/// Takes the loop's lock and loads it: the recovery every locking command
+/// runs (cut an unfinished commit, remove temporary files, record a dead
+/// tick), and nothing else.
+fn repair(dir: &LoopDir) -> Result<()> {
+    let mut session = dir.lock(Holder::me("doctor"), Wait::For(Duration::from_secs(10)))?;
+    session.load()?;
+    Ok(())
+}
+
+fn check_loop(root: &Root, dir: &LoopDir) -> Vec<Finding> {
+    let mut findings = dir.check();
+    match LoopStore::config(dir) {
+        Ok(config) => {
+            findings.push(Finding::ok("config", "valid"));
+            findings.extend(check_gates(dir.path(), &config));
+            findings.extend(check_schedule(root, dir, Some(&config)));
+        }
+        Err(e) => {
+            findings.push(Finding::new(
+                "config",
+                Level::Error,
+                e.to_string(),
+                "correct loop.toml; ticks fail until it reads",
+            ));
+            findings.extend(check_schedule(root, dir, None));
+        }
+    }
+    findings
+}
+
+/// Gate files that are missing, or differ from their `sha256` pin.
+fn check_gates(loop_dir: &Path, config: &LoopConfig) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for g in &config.gates {
+        let GateSource::File { path, sha256 } = g.resolved_source(loop_dir) else {
+            continue;
+        };
+        let shown = g.source.to_string();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                out.push(Finding::new(
+                    "gate",
+                    Level::Error,
+                    format!("gate {shown}: cannot read {}: {e}", path.display()),
+                    "put the component there (paths are relative to the loop directory); the next tick applies the gate's on_error",
+                ));
+                continue;
+            }
+        };
+        let actual = hex(&Sha256::digest(&bytes));
+        match sha256 {
+            Some(pin) if pin != actual => out.push(Finding::new(
+                "gate",
+                Level::Error,
+                format!("gate {shown} has sha256 {actual}, but loop.toml pins {pin}"),
+                "restore the pinned component, or pin the new one after reviewing it",
+            )),
+            _ => out.push(Finding::ok("gate", format!("gate {shown}: sha256 {actual}"))),
+        }
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An installed OS schedule that no longer matches its loop.
+fn check_schedule(root: &Root, dir: &LoopDir, config: Option<&LoopConfig>) -> Vec<Finding> {
+    let name = dir.name().as_str();
+    let installed = match record::read(root, name) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            return vec![Finding::new(
+                "schedule",
+                Level::Error,
+                e.to_string(),
+                format!("`automaton schedule remove {name}`, then install it again"),
+            )];
+        }
+    };
+    let reinstall = format!("`automaton schedule install {name}` writes it again");
+    let mut out = Vec::new();
+    match config.map(|c| c.schedule.as_ref()) {
+        Some(None) => out.push(Finding::new(
+            "schedule",
+            Level::Warning,
+            format!(
+                "a {} schedule is installed, but loop.toml has no [schedule]",
+                installed.backend
+            ),
+            format!("`automaton schedule remove {name}`"),
+        )),
+        Some(Some(s)) if schedule::describe(s) != installed.cadence => out.push(Finding::new(
+            "schedule",
+            Level::Warning,
+            format!(
+                "the installed {} schedule runs {}, but loop.toml says {}",
+                installed.backend,
+                installed.cadence,
+                schedule::describe(s)
+            ),
+            reinstall.clone(),
+        )),
+        _ => {}
+    }
+    if let Some(exe) = installed.command.first()
+        && !Path::new(exe).exists()
+    {
+        out.push(Finding::new(
+            "schedule",
+            Level::Warning,
+            format!("the installed schedule runs {exe}, which is not there any more"),
+            reinstall,
+        ));
+    }
+    if out.is_empty() {
+        let state = if installed.enabled { "enabled" } else { "disabled" };
+        out.push(Finding::ok(
+            "schedule",
+            format!("{} schedule {} ({state})", installed.backend, installed.cadence),
+        ));
+    }
+    out
+}
+
+/// The root: the gate cache's permissions, schedules of loops that are
+/// gone, leftovers of a killed `new` or `rm`.
+fn check_root(root: &Root, fix: bool, whole_root: bool) -> Vec<Finding> {
+    let mut out = vec![check_cache(&root.cache_dir(), fix)];
+    if !whole_root {
+        return out;
+    }
+    if let Ok(records) = record::all(root) {
+        for r in records {
+            if !LoopDir::new_checked(root, &r.loop_name).is_some_and(|d| d.exists()) {
+                out.push(Finding::new(
+                    "schedule",
+                    Level::Warning,
+                    format!(
+                        "a {} schedule is installed for loop {:?}, which does not exist",
+                        r.backend, r.loop_name
+                    ),
+                    format!("`automaton schedule remove {}`", r.loop_name),
+                ));
+            }
+        }
+    }
+    let loops = root.loops_dir();
+    for entry in std::fs::read_dir(&loops).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with(".new-") || name.starts_with(".removed-")) {
+            continue;
+        }
+        // A `new` or `rm` may be at work on it right now: only old ones go.
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));
+        let path = entry.path();
+        if fix && old && std::fs::remove_dir_all(&path).is_ok() {
+            out.push(Finding::ok("leftovers", format!("removed {}", path.display())));
+            continue;
+        }
+        let finding = Finding::new(
+            "leftovers",
+            Level::Warning,
+            format!("{} was left by a `new` or `rm` that was killed", path.display()),
+            "`--fix` removes it once it is ten minutes old",
+        );
+        out.push(if old { finding.fixable() } else { finding });
+    }
+    out
+}
+
+/// The cache holds native code: a directory others can write is refused by
+/// the gate host, and made private again by `--fix` when it is ours.
+fn check_cache(cache: &Path, fix: bool) -> Finding {
+    let Ok(meta) = std::fs::metadata(cache) else {
+        return Finding::ok("cache", format!("{} does not exist yet", cache.display()));
+    };
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
+    let open = meta.mode() & 0o022 != 0;
+    if mine && !open {
+        return Finding::ok("cache", format!("{} is private", cache.display()));
+    }
+    if fix && mine && std::fs::set_permissions(cache, std::fs::Permissions::from_mode(0o700)).is_ok() {
+        return Finding::ok("cache", format!("made {} private (0700)", cache.display()));
+    }
+    let message = if mine {
+        format!(
+            "{} can be written by others (mode {:o})",
+            cache.display(),
+            meta.mode() & 0o777
+        )
+    } else {
+        format!("{} belongs to another user (uid {})", cache.display(), meta.uid())
+    };
+    let action = if mine {
+        "`--fix` makes it 0700".to_owned()
+    } else {
+        format!("delete {} (it is safe to delete at any time)", cache.display())
+    };
+    let finding = Finding::new("cache", Level::Warning, message, action);
+    if mine { finding.fixable() } else { finding }
+}
+
+fn human(r: &Report) -> String {
+    let mut text = String::new();
+    let mut section = |title: String, findings: &[Finding]| {
+        text += &format!("{title}\n");
+        for f in findings {
+            let level = match f.level {
+                Level::Ok => "ok",
+                Level::Note => "note",
+                Level::Warning => "warn",
+                Level::Error => "error",
+            };
+            text += &format!("  {level:<5} {:<10} {}\n", f.check, f.message);
+            if let Some(a) = &f.action
+                && f.level != Level::Ok
+            {
+                text += &format!("  {:<16} what to do: {a}\n", "");
+            }
+        }
+    };
+    for l in &r.loops {
+        section(format!("loop {}", l.name), &l.findings);
+    }
+    section("root".to_owned(), &r.root);
+    text
+}

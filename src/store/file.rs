@@ -1,0 +1,638 @@
+//! The file store: a loop is a directory, `<root>/loops/<name>/`, and this
+//! is the only code that knows its file names. A commit appends its events
+//! to `history.jsonl` stamped with the new version, syncs them, then
+//! replaces `.state.loop` atomically (temp file, fsync, rename, fsync the
+//! directory); the rename is the commit point. Readers read the state
+//! first and keep only the events of versions it has reached; the next
+//! lock holder cuts whatever an unfinished commit left. A state file that
+//! fails to read is reported and never overwritten.
+
+use std::fs::{self, DirBuilder, File};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use jiff::Timestamp;
+use serde::Deserialize;
+
+use super::{Durability, Finding, Level, Loaded, LoopStore, Session, fsx, journal};
+use crate::config::{ConfigError, HistoryLimits, LoopConfig};
+use crate::error::{Error, Result};
+use crate::history::{Event, EventKind, History};
+use crate::lock::{self, Held, Holder, Wait};
+use crate::root::{LoopName, Root};
+use crate::state::{SCHEMA, State};
+
+const CONFIG: &str = "loop.toml";
+const STATE: &str = ".state.loop";
+const LOCK: &str = ".state.lock";
+const HISTORY: &str = "history.jsonl";
+const RUNS: &str = "runs";
+/// Temporary files of atomic writes; any left under the lock are strays.
+const TMP_PREFIX: &str = ".tmp-";
+
+/// The largest state file read. States stay far smaller (what gates and
+/// steps put there is bounded); a larger one is not one automaton wrote.
+const STATE_MAX: u64 = 16 * 1024 * 1024;
+/// The largest loop.toml read.
+const CONFIG_MAX: u64 = 1024 * 1024;
+
+/// One loop's directory, `<root>/loops/<name>/`: the file store's loop.
+#[derive(Debug, Clone)]
+pub struct LoopDir {
+    name: LoopName,
+    dir: PathBuf,
+}
+
+impl LoopDir {
+    /// The directory of `name` under `root`, whether or not the loop exists.
+    pub fn new(root: &Root, name: LoopName) -> LoopDir {
+        let dir = root.loops_dir().join(name.as_str());
+        LoopDir { name, dir }
+    }
+
+    /// The directory of `name` when it is a valid loop name.
+    pub fn new_checked(root: &Root, name: &str) -> Option<LoopDir> {
+        LoopName::new(name).ok().map(|n| LoopDir::new(root, n))
+    }
+
+    /// The loop `name`, which must exist (have a state file).
+    pub fn open(root: &Root, name: &str) -> Result<LoopDir> {
+        let dir = LoopDir::new(root, LoopName::new(name)?);
+        if !dir.exists() {
+            return Err(Error::NoSuchLoop {
+                name: name.to_owned(),
+                root: root.path().to_owned(),
+            });
+        }
+        Ok(dir)
+    }
+
+    pub fn name(&self) -> &LoopName {
+        &self.name
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A loop exists when its state file does.
+    pub fn exists(&self) -> bool {
+        self.state_path().symlink_metadata().is_ok()
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join(CONFIG)
+    }
+
+    pub fn state_path(&self) -> PathBuf {
+        self.dir.join(STATE)
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join(LOCK)
+    }
+
+    pub fn history_path(&self) -> PathBuf {
+        self.dir.join(HISTORY)
+    }
+
+    /// The `n`th rotated history file (1 is the most recent).
+    pub fn rotated_history_path(&self, n: usize) -> PathBuf {
+        self.dir.join(format!("{HISTORY}.{n}"))
+    }
+
+    /// The history files, oldest first.
+    fn history_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = (1..)
+            .map(|n| self.rotated_history_path(n))
+            .take_while(|p| p.symlink_metadata().is_ok())
+            .collect();
+        files.reverse();
+        files.push(self.history_path());
+        files
+    }
+
+    pub fn runs_dir(&self) -> PathBuf {
+        self.dir.join(RUNS)
+    }
+
+    /// Reads and validates `loop.toml`.
+    pub fn config(&self) -> Result<LoopConfig> {
+        let path = self.config_path();
+        let text = fsx::read_regular(&path, CONFIG_MAX)?.ok_or_else(|| ConfigError::Read {
+            path: path.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
+        let text = String::from_utf8(text).map_err(|_| ConfigError::Invalid {
+            path: path.clone(),
+            line: 1,
+            column: 1,
+            message: "the file is not UTF-8 text".to_owned(),
+        })?;
+        Ok(LoopConfig::parse(&text, &path)?)
+    }
+
+    /// Reads the state. Missing means no such loop; unparsable or of an
+    /// unknown schema is an error naming the file.
+    pub fn read_state(&self) -> Result<State> {
+        let path = self.state_path();
+        match fsx::read_regular(&path, STATE_MAX)? {
+            Some(text) => parse_state(&text, &path),
+            None => Err(Error::NoSuchLoop {
+                name: self.name.to_string(),
+                root: self
+                    .dir
+                    .parent()
+                    .and_then(Path::parent)
+                    .unwrap_or(&self.dir)
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// Temporary files that writers killed mid-write left behind.
+    pub fn stray_files(&self) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        let entries = fs::read_dir(&self.dir).map_err(Error::io("listing", &self.dir))?;
+        for entry in entries {
+            let entry = entry.map_err(Error::io("listing", &self.dir))?;
+            if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX)
+                && entry.file_type().is_ok_and(|t| t.is_file())
+            {
+                out.push(entry.path());
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl LoopStore for LoopDir {
+    fn name(&self) -> &LoopName {
+        &self.name
+    }
+
+    fn base_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn runs_dir(&self) -> PathBuf {
+        LoopDir::runs_dir(self)
+    }
+
+    fn config(&self) -> Result<LoopConfig> {
+        LoopDir::config(self)
+    }
+
+    fn load(&self) -> Result<State> {
+        self.read_state()
+    }
+
+    fn history(&self) -> Result<History> {
+        // The state first: every event of a version it has reached was
+        // written before it.
+        let version = self.read_state()?.version;
+        journal::read_committed(&self.history_files(), version)
+    }
+
+    fn holder(&self) -> Option<Holder> {
+        lock::read_holder(&self.lock_path())
+    }
+
+    fn check(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let state = match self.read_state() {
+            Ok(s) => {
+                out.push(Finding::ok(
+                    "state",
+                    format!("version {}, {}", s.version, s.status),
+                ));
+                Some(s)
+            }
+            Err(e) => {
+                out.push(Finding::new(
+                    "state",
+                    Level::Error,
+                    e.to_string(),
+                    "restore .state.loop from a backup, or remove the loop with `automaton rm --force`",
+                ));
+                None
+            }
+        };
+        let holder = lock::recorded_holder(&self.lock_path());
+        match &holder {
+            Some((h, true)) => out.push(Finding::ok("lock", format!("held by {}", h.describe()))),
+            Some((h, false)) => out.push(Finding::new(
+                "lock",
+                Level::Note,
+                format!(
+                    "the lock file names pid {} on {}, which is gone; the lock is free",
+                    h.pid, h.host
+                ),
+                "nothing: the next holder writes its own record",
+            )),
+            None => out.push(Finding::ok("lock", "free")),
+        }
+        if let Some(s) = &state {
+            if let Some(f) = &s.in_flight {
+                let running = matches!(&holder, Some((h, true)) if h.command == "tick");
+                out.push(if running {
+                    Finding::ok("in-flight", format!("tick {} is running", f.tick))
+                } else {
+                    Finding::new(
+                        "in-flight",
+                        Level::Warning,
+                        format!(
+                            "tick {} (pid {} on {}) died mid-way and is not recorded yet",
+                            f.tick, f.pid, f.host
+                        ),
+                        "the next command on the loop records it as crashed; `--fix` does it now",
+                    )
+                    .fixable()
+                });
+            }
+            out.extend(self.check_history(s.version));
+        }
+        match self.stray_files() {
+            Ok(strays) if !strays.is_empty() => out.push(
+                Finding::new(
+                    "temp-files",
+                    Level::Warning,
+                    match strays.len() {
+                        1 => "a temporary file left by a writer that died".to_owned(),
+                        n => format!("{n} temporary files left by writers that died"),
+                    },
+                    "the next command on the loop removes them; `--fix` does it now",
+                )
+                .fixable(),
+            ),
+            Ok(_) => {}
+            Err(e) => out.push(Finding::new(
+                "temp-files",
+                Level::Error,
+                e.to_string(),
+                "check the directory's permissions",
+            )),
+        }
+        out
+    }
+
+    fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>> {
+        let held = lock::acquire(&self.lock_path(), self.name.as_str(), holder, wait)?;
+        Ok(Box::new(FileSession {
+            dir: self,
+            held,
+            version: None,
+            limits: None,
+        }))
+    }
+}
+
+impl LoopDir {
+    /// The history's findings: an unfinished commit at its end, lines that
+    /// cannot be read.
+    fn check_history(&self, version: u64) -> Vec<Finding> {
+        let mut out = Vec::new();
+        match journal::uncommitted(&self.history_path(), version) {
+            Ok(0) => {}
+            Ok(n) => out.push(
+                Finding::new(
+                    "history",
+                    Level::Warning,
+                    format!("{n} bytes at the end of {HISTORY} are an unfinished commit (a writer died mid-commit); readers pass over them"),
+                    "the next command on the loop cuts them; `--fix` does it now",
+                )
+                .fixable(),
+            ),
+            Err(e) => out.push(Finding::new("history", Level::Error, e.to_string(), "move the file aside")),
+        }
+        match journal::read_committed(&self.history_files(), version) {
+            Ok(h) if h.bad.is_empty() => {
+                out.push(Finding::ok("history", format!("{} events", h.events.len())));
+            }
+            Ok(h) => {
+                for b in h.bad.iter().take(5) {
+                    out.push(Finding::new(
+                        "history",
+                        Level::Warning,
+                        format!("{}:{} cannot be read: {}", b.path.display(), b.line, b.reason),
+                        "readers pass over it; if it matters, mend or remove the line by hand",
+                    ));
+                }
+            }
+            Err(e) => out.push(Finding::new(
+                "history",
+                Level::Error,
+                e.to_string(),
+                "move the file aside",
+            )),
+        }
+        out
+    }
+}
+
+/// A held lock on a loop directory.
+struct FileSession<'a> {
+    dir: &'a LoopDir,
+    held: Held,
+    /// The version loaded or last committed: a commit must build on it.
+    version: Option<u64>,
+    /// History rotation limits, read from the config on the first commit.
+    limits: Option<HistoryLimits>,
+}
+
+impl FileSession<'_> {
+    /// Removes temporary files of writers that died mid-write.
+    fn remove_strays(&self) -> Result<()> {
+        for path in self.dir.stray_files()? {
+            tracing::info!("removing {}, left by a writer that died", path.display());
+            fs::remove_file(&path).map_err(Error::io("removing", &path))?;
+        }
+        Ok(())
+    }
+
+    fn limits(&mut self) -> HistoryLimits {
+        // A config that does not read must not stop an operator's command;
+        // rotation then keeps to the defaults.
+        self.limits
+            .get_or_insert_with(|| self.dir.config().map(|c| c.history).unwrap_or_default())
+            .clone()
+    }
+}
+
+impl Session for FileSession<'_> {
+    fn holder(&self) -> &Holder {
+        self.held.holder()
+    }
+
+    fn set_tick(&mut self, tick: u64) {
+        self.held.set_tick(tick);
+    }
+
+    fn load(&mut self) -> Result<Loaded> {
+        let mut state = self.dir.read_state()?;
+        let cut = journal::repair(&self.dir.history_path(), state.version)?;
+        if cut > 0 {
+            tracing::info!(
+                "loop {:?}: cut {cut} bytes of an unfinished commit from {}",
+                self.dir.name.as_str(),
+                self.dir.history_path().display()
+            );
+        }
+        self.remove_strays()?;
+        self.version = Some(state.version);
+        let recovered = state.in_flight.take();
+        if let Some(dead) = &recovered {
+            tracing::warn!(
+                "loop {:?}: tick {} (pid {} on {}) died mid-way; recorded as crashed",
+                self.dir.name.as_str(),
+                dead.tick,
+                dead.pid,
+                dead.host
+            );
+            let event = super::record_crash(&mut state, dead);
+            self.commit(&mut state, vec![event], Durability::Full)?;
+        }
+        Ok(Loaded { state, recovered })
+    }
+
+    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()> {
+        if self.version != Some(state.version) {
+            return Err(Error::Conflict {
+                name: self.dir.name.to_string(),
+                expected: self.version,
+                found: state.version,
+            });
+        }
+        let now = Timestamp::now();
+        let next = state.version + 1;
+        let events = super::stamp(events, next, now);
+        if !events.is_empty() {
+            let path = self.dir.history_path();
+            let limits = self.limits();
+            if journal::rotate_if_needed(&path, |n| self.dir.rotated_history_path(n), &limits)? {
+                tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
+            }
+            let lines: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
+            journal::append(&path, &lines)?;
+        }
+        let mut next_state = state.clone();
+        next_state.version = next;
+        next_state.updated_at = now;
+        let written = write_atomic(
+            &self.dir.dir,
+            &self.dir.state_path(),
+            &state_bytes(&next_state),
+            durability,
+        );
+        if let Err(e) = written {
+            // Not committed: its events must not count as the next commit's.
+            // Cut them now if possible (the next session does otherwise), and
+            // take no further commit in this session.
+            self.version = None;
+            let _ = journal::repair(&self.dir.history_path(), state.version);
+            return Err(e);
+        }
+        *state = next_state;
+        self.version = Some(next);
+        Ok(())
+    }
+
+    fn remove(self: Box<Self>) -> Result<()> {
+        let dir = self.dir;
+        let parent = dir.path().parent().unwrap_or(Path::new("."));
+        let aside = parent.join(format!(".removed-{}-{}", dir.name(), std::process::id()));
+        // Moved aside under the lock, so a waiter that then takes the (now
+        // orphaned) lock finds no loop rather than half of one.
+        fs::rename(dir.path(), &aside).map_err(Error::io("moving aside", dir.path()))?;
+        sync_dir(parent)?;
+        drop(self);
+        fs::remove_dir_all(&aside).map_err(Error::io("removing", &aside))
+    }
+}
+
+fn state_bytes(state: &State) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(state).expect("state serialises");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// Parses state text, checking the schema before the shape.
+pub fn parse_state(text: &[u8], path: &Path) -> Result<State> {
+    #[derive(Deserialize)]
+    struct Probe {
+        schema: Option<serde_json::Value>,
+    }
+    let corrupt = |reason: String| Error::CorruptState {
+        path: path.to_owned(),
+        reason,
+    };
+    let probe: Probe = serde_json::from_slice(text).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
+    match probe.schema {
+        None => return Err(corrupt("it has no `schema` number".into())),
+        Some(serde_json::Value::Number(n)) if n.as_u64() == Some(u64::from(SCHEMA)) => {}
+        Some(serde_json::Value::Number(n)) if n.as_u64().is_some() => {
+            return Err(Error::UnknownSchema {
+                path: path.to_owned(),
+                found: n.as_u64().unwrap_or_default(),
+                expected: SCHEMA,
+            });
+        }
+        Some(other) => return Err(corrupt(format!("`schema` is {other}, not a number"))),
+    }
+    serde_json::from_slice(text).map_err(|e| corrupt(e.to_string()))
+}
+
+/// Replaces `path` (in `dir`) with `bytes` atomically and durably, as the
+/// state is written; for the root's other small files (schedule records).
+pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic(dir, path, bytes, Durability::Full)
+}
+
+/// Replaces `path` with `bytes` so that a reader sees the old file or the
+/// new one, never a torn one.
+fn write_atomic(dir: &Path, path: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .tempfile_in(dir)
+        .map_err(Error::io("creating a temporary file in", dir))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_data())
+        .map_err(Error::io("writing", tmp.path().to_owned()))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("replacing", path)(e.error))?;
+    match durability {
+        Durability::Full => sync_dir(dir),
+        Durability::Relaxed => Ok(()),
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io("syncing directory", dir))
+}
+
+/// Creates directories (mode 0700) down to `path`.
+pub fn create_dirs(path: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(Error::io("creating directory", path))
+}
+
+/// Makes the root's directories.
+pub fn init_root(root: &Root) -> Result<bool> {
+    let fresh = !root.loops_dir().is_dir();
+    create_dirs(&root.loops_dir())?;
+    create_dirs(&root.cache_dir())?;
+    Ok(fresh)
+}
+
+/// Builds a new loop in a temporary directory beside the others and renames
+/// it into place; fails if the loop exists. No lock file is made. `events`
+/// are the loop's first history, committed with `state`.
+pub fn create_loop(
+    root: &Root,
+    name: &LoopName,
+    config_text: &str,
+    state: &State,
+    events: Vec<EventKind>,
+) -> Result<LoopDir> {
+    let target = LoopDir::new(root, name.clone());
+    let exists = || Error::LoopExists {
+        name: name.to_string(),
+        root: root.path().to_owned(),
+    };
+    if target.path().symlink_metadata().is_ok() {
+        return Err(exists());
+    }
+    let loops = root.loops_dir();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".new-{name}-"))
+        .permissions(fs::Permissions::from_mode(0o700))
+        .tempdir_in(&loops)
+        .map_err(Error::io("creating a temporary directory in", &loops))?;
+    let write = |file: &str, bytes: &[u8]| -> Result<()> {
+        let path = tmp.path().join(file);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(Error::io("creating", &path))?;
+        f.write_all(bytes)
+            .and_then(|()| f.sync_data())
+            .map_err(Error::io("writing", &path))
+    };
+    let history: Vec<u8> = super::stamp(events, state.version, state.updated_at)
+        .iter()
+        .flat_map(Event::to_line)
+        .collect();
+    write(CONFIG, config_text.as_bytes())?;
+    write(HISTORY, &history)?;
+    write(STATE, &state_bytes(state))?;
+    sync_dir(tmp.path())?;
+    match nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        tmp.path(),
+        nix::fcntl::AT_FDCWD,
+        target.path(),
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => {
+            // The directory now lives at its final name; nothing to clean up.
+            let _ = tmp.keep();
+        }
+        Err(nix::errno::Errno::EEXIST) => return Err(exists()),
+        Err(e) => return Err(Error::io("renaming into place", target.path())(e.into())),
+    }
+    sync_dir(&loops)?;
+    Ok(target)
+}
+
+/// The loops under `root`, sorted by name. Entries that are not loops
+/// (temporary directories, stray files) are passed over.
+pub fn list_loops(root: &Root) -> Result<Vec<LoopDir>> {
+    let loops = root.loops_dir();
+    let mut out = Vec::new();
+    for entry in fs::read_dir(&loops).map_err(Error::io("listing", &loops))? {
+        let entry = entry.map_err(Error::io("listing", &loops))?;
+        let Some(name) = entry.file_name().to_str().and_then(|n| LoopName::new(n).ok()) else {
+            continue;
+        };
+        let dir = LoopDir::new(root, name);
+        if dir.exists() {
+            out.push(dir);
+        }
+    }
+    out.sort_by(|a, b| a.name().cmp(b.name()));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_is_checked_before_shape() {
+        let p = Path::new("s");
+        assert!(matches!(
+            parse_state(b"{\"schema\": 2}", p),
+            Err(Error::UnknownSchema { found: 2, .. })
+        ));
+        assert!(matches!(
+            parse_state(b"{\"schema\": 1}", p),
+            Err(Error::CorruptState { .. })
+        ));
+        assert!(matches!(
+            parse_state(b"{\"sche", p),
+            Err(Error::CorruptState { .. })
+        ));
+        assert!(matches!(parse_state(b"[]", p), Err(Error::CorruptState { .. })));
+        assert!(matches!(parse_state(b"{}", p), Err(Error::CorruptState { .. })));
+        let good = state_bytes(&State::new(Timestamp::now()));
+        assert!(parse_state(&good, p).is_ok());
+    }
+}

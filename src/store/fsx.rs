@@ -1,0 +1,176 @@
+//! Opening a loop's files safely: never following a symbolic link, never
+//! blocking on a FIFO or a device, refusing anything that is not a regular
+//! file, and reading no more than a file of its kind can hold. What a
+//! loop's directory contains then cannot stall a command (or the daemon),
+//! nor make it read or write outside the loop.
+
+use std::fs::{File, FileType, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+use nix::fcntl::OFlag;
+
+use crate::error::{Error, Result};
+
+/// Flags for every open of a loop's file.
+fn flags() -> i32 {
+    (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
+}
+
+/// What kind of file this is, for a message: `a FIFO`, `a directory`, ...
+pub fn describe_kind(t: &FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Maps an open's error: a symbolic link (`O_NOFOLLOW` answers `ELOOP`)
+/// is refused by name; anything else is an I/O error of `action`.
+fn open_error<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
+    move |e| {
+        if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+            Error::NotRegular {
+                path: path.to_owned(),
+                kind: "a symbolic link",
+            }
+        } else {
+            Error::io(action, path)(e)
+        }
+    }
+}
+
+/// Checks that an opened file is a regular one.
+fn check_regular(file: &File, path: &Path) -> Result<u64> {
+    let meta = file.metadata().map_err(Error::io("reading", path))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::NotRegular {
+            path: path.to_owned(),
+            kind: describe_kind(&meta.file_type()),
+        });
+    }
+    Ok(meta.len())
+}
+
+/// Opens a loop's file for reading; `None` when it does not exist.
+pub fn open_read(path: &Path) -> Result<Option<(File, u64)>> {
+    let file = match OpenOptions::new().read(true).custom_flags(flags()).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(open_error(path, "opening")(e)),
+    };
+    let len = check_regular(&file, path)?;
+    Ok(Some((file, len)))
+}
+
+/// Reads a whole regular file of at most `max` bytes; `None` when it does
+/// not exist.
+pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+    let Some((file, len)) = open_read(path)? else {
+        return Ok(None);
+    };
+    if len > max {
+        return Err(Error::TooLarge {
+            path: path.to_owned(),
+            size: len,
+            max,
+        });
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // A file that grows while it is read is cut at the bound too.
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(Error::io("reading", path))?;
+    if bytes.len() as u64 > max {
+        return Err(Error::TooLarge {
+            path: path.to_owned(),
+            size: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(Some(bytes))
+}
+
+/// Opens a loop's file to append to, creating it (0600).
+pub fn open_append(path: &Path) -> Result<(File, u64)> {
+    let file = OpenOptions::new()
+        .append(true)
+        .read(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(flags())
+        .open(path)
+        .map_err(open_error(path, "opening"))?;
+    let len = check_regular(&file, path)?;
+    Ok((file, len))
+}
+
+/// Opens a loop's existing file to change it in place (to cut a torn tail).
+pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(flags())
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(open_error(path, "opening")(e)),
+    };
+    let len = check_regular(&file, path)?;
+    Ok(Some((file, len)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifos_symlinks_and_directories_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        for (path, kind) in [
+            (&fifo, "a FIFO"),
+            (&link, "a symbolic link"),
+            (&sub, "a directory"),
+        ] {
+            match read_regular(path, 1024) {
+                Err(Error::NotRegular { kind: k, .. }) => assert_eq!(k, kind),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        assert!(matches!(open_append(&fifo), Err(Error::NotRegular { .. })));
+        assert!(read_regular(&dir.path().join("none"), 1).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_file_past_its_bound_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 2048]).unwrap();
+        assert!(matches!(
+            read_regular(&big, 1024),
+            Err(Error::TooLarge {
+                size: 2048,
+                max: 1024,
+                ..
+            })
+        ));
+        assert_eq!(read_regular(&big, 4096).unwrap().unwrap().len(), 2048);
+    }
+}
