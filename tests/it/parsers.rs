@@ -10,9 +10,8 @@ use automaton::config::LoopConfig;
 use automaton::history::{Event, EventKind};
 use automaton::lock::{self, Holder};
 use automaton::metrics;
-use automaton::root::{LoopName, Root};
 use automaton::state::{Outcome, ProcessOutcome, State};
-use automaton::store::{self, LoopDir};
+use automaton::store;
 use jiff::Timestamp;
 use proptest::prelude::*;
 
@@ -126,7 +125,7 @@ fn lines() -> Vec<Vec<u8>> {
     ];
     kinds
         .into_iter()
-        .map(|kind| Event { at, kind }.to_line())
+        .map(|kind| Event { v: 7, at, kind }.to_line())
         .collect()
 }
 
@@ -337,12 +336,9 @@ proptest! {
         let text = HOLDER.replace("4242", &pid.to_string()).replace("\"h\"", &format!("{:?}", automaton::who::host()));
         let bytes = apply(text.as_bytes(), &d);
         let dir = tempfile::tempdir().unwrap();
-        let root = Root::at(dir.path());
-        let loop_dir = dir.path().join("loops").join("x");
-        std::fs::create_dir_all(&loop_dir).unwrap();
-        let ld = LoopDir::new(&root, LoopName::new("x").unwrap());
-        std::fs::write(ld.lock_path(), &bytes).unwrap();
-        if let Some(h) = lock::read_holder(&ld) {
+        let path = dir.path().join(".state.lock");
+        std::fs::write(&path, &bytes).unwrap();
+        if let Some(h) = lock::read_holder(&path) {
             prop_assert!(h.pid != 0, "pid 0 named as the holder of a lock");
         }
     }
