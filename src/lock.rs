@@ -71,7 +71,8 @@ impl Holder {
         if self.host != who::host() {
             return true;
         }
-        let Ok(pid) = i32::try_from(self.pid) else {
+        // Pid 0 is no process: kill(0, _) would probe our own group.
+        let Ok(pid @ 1..) = i32::try_from(self.pid) else {
             return false;
         };
         match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
