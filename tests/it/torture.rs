@@ -217,6 +217,24 @@ fn random_operations_and_kills_keep_every_invariant() {
     let ops: u32 = t.ops.values().sum();
     let steps = marks.lines().filter(|l| l.starts_with("start ")).count();
     let kinds = |k: &str| audit.events.iter().filter(|e| e["kind"] == k).count();
+    // A step starts only once its tick is in flight, so it is counted (as
+    // run or crashed); a tick recorded as run started its step.
+    let ran = audit
+        .events
+        .iter()
+        .filter(|e| e["kind"] == "tick" && e.get("step").is_some_and(|s| !s.is_null()))
+        .count();
+    if steps as u64 > audit.tick() {
+        t.problems.push(format!(
+            "{steps} steps started but only {} ticks counted",
+            audit.tick()
+        ));
+    }
+    if ran > steps {
+        t.problems.push(format!(
+            "{ran} ticks recorded as run but only {steps} steps started"
+        ));
+    }
     eprintln!(
         "torture: {:.0?}, {WORKERS} workers: {ops} operations {:?}, {} SIGKILLs, {reads} observer reads; \
          {} ticks counted, {steps} steps started, {} events ({} tick, {} crashed, {} approved, {} approvals-used), \
