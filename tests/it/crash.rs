@@ -1,6 +1,7 @@
-//! A crash at every point: `tick`, `approve` and `pause` are killed
-//! (SIGKILL, by strace's fault injection) at the k-th call of each write-side
-//! syscall, for every k until the command completes without reaching it.
+//! A crash at every point: `tick`, `approve`, `pause` and `check-gate
+//! --apply` are killed (SIGKILL, by strace's fault injection) at the k-th
+//! call of each write-side syscall, for every k until the command completes
+//! without reaching it.
 //! After each kill, readers must see a consistent loop; after one recovering
 //! command, every invariant of `invariants` must hold: the state parses and
 //! its version never goes back, every counted tick has exactly one tick or
@@ -252,9 +253,11 @@ fn crash_everywhere(sc: &Scenario) {
                     false
                 }
             };
+            let mut floor = base.version();
             if killed {
                 // What readers see at once, before any recovery.
                 let seen = Audit::read(&s, "l");
+                floor = floor.max(seen.version());
                 let mut pre = seen.violations(&acked, base.version(), &s.loop_dir("l"));
                 pre.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
                 for v in pre {
@@ -274,7 +277,7 @@ fn crash_everywhere(sc: &Scenario) {
                 );
             }
             let after = Audit::read(&s, "l");
-            for v in after.violations(&acked, base.version(), &s.loop_dir("l")) {
+            for v in after.violations(&acked, floor, &s.loop_dir("l")) {
                 note(v, "after recovery");
             }
             if killed {
@@ -318,6 +321,16 @@ fn approve_killed_at_every_write_side_syscall() {
         template: ticked,
         command: &["approve", "l", "--note", "k"],
         recover: &["tick", "l"],
+    });
+}
+
+#[test]
+fn check_gate_apply_killed_at_every_write_side_syscall() {
+    crash_everywhere(&Scenario {
+        name: "check-gate --apply",
+        template: ticked,
+        command: &["check-gate", "l", "--apply"],
+        recover: &["approve", "l"],
     });
 }
 
