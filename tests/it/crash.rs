@@ -422,9 +422,10 @@ fn a_full_disk_during_a_tick_commit() {
             stderr.trim()
         ));
     }
-    if !(stderr.contains("step") && stderr.contains("ran")) {
+    let n = before.tick() + 1;
+    if !(stderr.contains(&format!("tick {n}")) && stderr.contains("step") && stderr.contains("ran")) {
         problems.push(format!(
-            "its message does not say the step ran: {}",
+            "its message does not say that tick {n} ran its step: {}",
             stderr.trim()
         ));
     }
@@ -432,7 +433,6 @@ fn a_full_disk_during_a_tick_commit() {
     if !full.read_errors.is_empty() {
         problems.push(format!("readers on the full disk: {:?}", full.read_errors));
     }
-    let n = before.tick() + 1;
     if full.tick() != before.tick() && full.tick() != n {
         problems.push(format!(
             "the state counts {} ticks, neither {} nor {n}",
