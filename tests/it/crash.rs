@@ -484,18 +484,25 @@ fn traced_child(tracer: u32) -> Option<i32> {
         .next()
 }
 
-/// The state letter of process `pid` (`R`, `S`, `t`, ...), none once gone.
-fn process_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.trim_start().chars().next()
+/// How far process `pid` has read the file at `path`, once it has it open.
+fn read_position(pid: i32, path: &std::path::Path) -> Option<u64> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let fd = fds
+        .filter_map(Result::ok)
+        .find(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))?;
+    let info =
+        std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|p| p.trim().parse().ok())
 }
 
 /// A reader that has read part of `history.jsonl`, up to the middle of an
 /// unfinished commit's lines, while the next command cuts those lines and
 /// commits its own in their place, must not glue the two into a line it
-/// reports as unreadable: nothing on disk is damaged. The reader is stopped
-/// (strace injects SIGSTOP) right after its first read of the history, the
-/// command runs, and the reader goes on. The unfinished commit is made by
+/// reports as unreadable: nothing on disk is damaged. The reader's first
+/// read of the history is held (strace delays its return), the command
+/// runs, and the reader goes on. The unfinished commit is made by
 /// hand, as `docs/store.md` describes one: a torn line stamped with the
 /// next version, ending where the reader's first read (8 KiB) ends.
 #[test]
@@ -527,10 +534,14 @@ fn a_reader_racing_the_cut_of_an_unfinished_commit_reports_no_unreadable_line() 
         .unwrap();
     assert_eq!(size(&history), 8192);
 
-    let mut reader = Command::new("strace")
+    // The reader's first read of the history returns only after a pause
+    // (strace delays its exit); the command runs inside that pause, once the
+    // read has moved the reader's position. A command slower than the pause
+    // would make the test miss the race, never fail falsely.
+    let reader = Command::new("strace")
         .args(["-f", "-o", "/dev/null", "-P"])
         .arg(&history)
-        .args(["-e", "inject=read,pread64:signal=SIGSTOP:when=1", BIN, "--root"])
+        .args(["-e", "inject=read:delay_exit=3000000:when=1", BIN, "--root"])
         .arg(&s.root)
         .args(["history", "r", "--json"])
         .env("NO_COLOR", "1")
@@ -540,30 +551,25 @@ fn a_reader_racing_the_cut_of_an_unfinished_commit_reports_no_unreadable_line() 
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let pid = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the reader never started or stopped"
-        );
-        if let Some(pid) = traced_child(reader.id()) {
-            match process_state(pid) {
-                Some('t' | 'T') => break Some(pid),
-                None => break None,
-                _ => {}
-            }
-        } else if reader.try_wait().unwrap().is_some() {
-            break None;
+    let mut raced = false;
+    while std::time::Instant::now() < deadline {
+        let pos = traced_child(reader.id()).and_then(|pid| read_position(pid, &history));
+        if pos.is_some_and(|p| p > 0) {
+            s.ok(&["pause", "r", "--reason", &"z".repeat(3000)]);
+            raced = true;
+            break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
-    let Some(pid) = pid else {
-        let _ = reader.wait();
-        eprintln!("{test}: skipped: the reader did not read the history with read or pread64");
-        return;
-    };
-    s.ok(&["pause", "r", "--reason", &"z".repeat(3000)]);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
+        if traced_child(reader.id()).is_none() && std::fs::metadata(format!("/proc/{}", reader.id())).is_err()
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let out = reader.wait_with_output().unwrap();
+    if !raced {
+        eprintln!("{test}: skipped: the reader never read the history with read(2)");
+        return;
+    }
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "history failed: {stderr}");
     let _: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
