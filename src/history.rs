@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::gate::Context;
+use crate::gate::{Context, Verdict};
 use crate::state::{Outcome, ProcessOutcome, Status};
-use crate::tick::Verdict;
 
 /// One line of history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

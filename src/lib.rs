@@ -10,6 +10,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod fsx;
 pub mod gate;
 pub mod history;
 pub mod lock;

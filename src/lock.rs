@@ -5,9 +5,8 @@
 //! file, so a waiter (and `status`) can name it; the OS releases the lock
 //! when a holder dies.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::{File, TryLockError};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -71,7 +70,8 @@ impl Holder {
         if self.host != who::host() {
             return true;
         }
-        // Pid 0 is no process: kill(0, _) would probe our own group.
+        // Pid 0 (or one past i32) names no process: kill(0, ...) would ask
+        // about our own process group instead.
         let Ok(pid @ 1..) = i32::try_from(self.pid) else {
             return false;
         };
@@ -128,22 +128,7 @@ impl Drop for Held {
 /// one that is not a regular file (a FIFO, a device, a symbolic link) is
 /// refused without blocking.
 pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc_flags())
-        .open(path)
-        .map_err(|e| refuse_odd(path, e))?;
-    let meta = file.metadata().map_err(Error::io("reading", path))?;
-    if !meta.file_type().is_file() {
-        return Err(Error::NotRegular {
-            path: path.to_owned(),
-            kind: crate::store::describe_kind(&meta.file_type()),
-        });
-    }
+    let file = crate::fsx::open_rw(path)?;
     let started = Instant::now();
     let mut announced = false;
     let mut pause = Duration::from_millis(1);
@@ -180,22 +165,6 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
     }
 }
 
-/// Opening flags for the lock file: never follow a symbolic link, never
-/// block on a FIFO.
-fn libc_flags() -> i32 {
-    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC).bits()
-}
-
-fn refuse_odd(path: &Path, e: io::Error) -> Error {
-    if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
-        return Error::NotRegular {
-            path: path.to_owned(),
-            kind: "a symbolic link",
-        };
-    }
-    Error::io("opening the lock file", path)(e)
-}
-
 fn write_holder(file: &File, holder: &Holder) {
     // Best effort: the record only informs waiters; the lock is what counts.
     if let Ok(mut text) = serde_json::to_vec(holder) {
@@ -216,7 +185,7 @@ pub fn read_holder(path: &Path) -> Option<Holder> {
 /// process still runs: a dead one left it when it died (harmless: the OS
 /// released its lock).
 pub fn recorded_holder(path: &Path) -> Option<(Holder, bool)> {
-    let text = crate::store::read_regular(path, HOLDER_MAX).ok()??;
+    let text = crate::fsx::read_regular(path, HOLDER_MAX).ok()??;
     let holder: Holder = serde_json::from_slice(text.trim_ascii()).ok()?;
     let alive = holder.is_alive();
     Some((holder, alive))

@@ -12,6 +12,9 @@ use crate::gate::Decision;
 /// The `schema` number this build reads and writes.
 pub const SCHEMA: u32 = 1;
 
+/// The most approvals a loop keeps waiting, so its state stays small.
+pub const MAX_PENDING_APPROVALS: usize = 1000;
+
 /// Where a loop stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,6 +77,20 @@ impl ProcessOutcome {
     }
 }
 
+/// How a process ended, in the words every view uses: `exited 0 in 12ms`,
+/// `killed by signal 9 after 3s`, `timed out after 30m`.
+impl std::fmt::Display for ProcessOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let took = humantime::format_duration(std::time::Duration::from_millis(self.duration_ms));
+        match (self.timed_out, self.exit_code, self.signal) {
+            (true, ..) => write!(f, "timed out after {took}"),
+            (false, Some(code), _) => write!(f, "exited {code} in {took}"),
+            (false, None, Some(sig)) => write!(f, "killed by signal {sig} after {took}"),
+            (false, None, None) => write!(f, "ended without a status after {took}"),
+        }
+    }
+}
+
 /// How a tick ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -99,6 +116,17 @@ impl Outcome {
             Outcome::Completed => "completed",
             Outcome::Busy => "busy",
             Outcome::Inactive => "inactive",
+        }
+    }
+}
+
+impl Outcome {
+    /// The exit code of `tick` for this outcome (SPEC §7).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Failed => 6,
+            Outcome::Halted => 7,
+            _ => 0,
         }
     }
 }
@@ -206,6 +234,53 @@ impl State {
     }
 }
 
+/// When a gate decision is applied to a loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// A tick's before-step gates decided; approvals were looked at first
+    /// (an await they release is applied as a proceed).
+    BeforeStep,
+    /// A tick's after-step gates decided; the step has run.
+    AfterStep,
+    /// `check-gate --apply` records a before-step decision without a tick:
+    /// no step runs, and a paused loop stays paused.
+    Recorded,
+}
+
+impl State {
+    /// The one mapping from a gate decision to the loop's status. Returns
+    /// the outcome the decision gives the tick when it decides it (a halt,
+    /// a completion; before the step also a skip or an await).
+    pub fn apply(&mut self, decision: &Decision, moment: Moment) -> Option<Outcome> {
+        let reason = || Some(decision.reason().to_owned());
+        match decision {
+            Decision::Halt(_) => {
+                self.set_status(Status::Halted, reason());
+                Some(Outcome::Halted)
+            }
+            Decision::Complete(_) => {
+                self.set_status(Status::Completed, reason());
+                Some(Outcome::Completed)
+            }
+            Decision::AwaitApproval(_) => {
+                if moment != Moment::Recorded || self.status.is_runnable() {
+                    self.set_status(Status::AwaitingApproval, reason());
+                }
+                (moment == Moment::BeforeStep).then_some(Outcome::AwaitingApproval)
+            }
+            Decision::Skip(_) | Decision::Proceed => {
+                // A skip or a proceed before the step ends an await; after
+                // the step it changes nothing, the step already ran.
+                if moment != Moment::AfterStep && self.status == Status::AwaitingApproval {
+                    self.set_status(Status::Active, None);
+                }
+                let skipped = matches!(decision, Decision::Skip(_)) && moment == Moment::BeforeStep;
+                skipped.then_some(Outcome::Skipped)
+            }
+        }
+    }
+}
+
 /// An operator's request the loop's state does not allow, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal(pub String);
@@ -270,6 +345,11 @@ impl State {
             return Err(Refusal(format!(
                 "it is {}; an approval would never be used (`resume` it first)",
                 self.status
+            )));
+        }
+        if self.pending_approvals.len() >= MAX_PENDING_APPROVALS {
+            return Err(Refusal(format!(
+                "it already has {MAX_PENDING_APPROVALS} pending approvals; ticks use them, or `reject` drops them"
             )));
         }
         let approval = Approval {
@@ -379,6 +459,56 @@ mod tests {
         s.approve("ann", Some("ok".into()), at(1), Some(&allowed))
             .unwrap();
         assert_eq!(s.pending_approvals.len(), 1);
+    }
+
+    #[test]
+    fn decisions_map_to_statuses_the_same_way_everywhere() {
+        let halt = Decision::Halt("budget".into());
+        let wait = Decision::AwaitApproval("five ticks".into());
+        let skip = Decision::Skip("night".into());
+        let mut s = state();
+        assert_eq!(
+            s.apply(&wait, Moment::BeforeStep),
+            Some(Outcome::AwaitingApproval)
+        );
+        assert_eq!(
+            (s.status, s.status_reason.as_deref()),
+            (Status::AwaitingApproval, Some("five ticks"))
+        );
+        assert_eq!(
+            s.apply(&skip, Moment::AfterStep),
+            None,
+            "after the step a skip changes nothing"
+        );
+        assert_eq!(s.status, Status::AwaitingApproval);
+        assert_eq!(s.apply(&Decision::Proceed, Moment::BeforeStep), None);
+        assert_eq!((s.status, s.status_reason.as_deref()), (Status::Active, None));
+        assert_eq!(s.apply(&wait, Moment::AfterStep), None, "the step already ran");
+        assert_eq!(s.status, Status::AwaitingApproval);
+        assert_eq!(s.apply(&skip, Moment::BeforeStep), Some(Outcome::Skipped));
+        assert_eq!(s.status, Status::Active, "a skip ends an await");
+        s.pause(None).unwrap();
+        assert_eq!(s.apply(&wait, Moment::Recorded), None);
+        assert_eq!(
+            s.status,
+            Status::Paused,
+            "a recorded await leaves a paused loop paused"
+        );
+        assert_eq!(s.apply(&halt, Moment::Recorded), Some(Outcome::Halted));
+        assert_eq!(
+            (s.status, s.status_reason.as_deref()),
+            (Status::Halted, Some("budget"))
+        );
+    }
+
+    #[test]
+    fn pending_approvals_are_bounded() {
+        let mut s = state();
+        for _ in 0..MAX_PENDING_APPROVALS {
+            s.approve("ann", None, at(1), None).unwrap();
+        }
+        let err = s.approve("ann", None, at(1), None).unwrap_err();
+        assert!(err.0.contains("1000 pending approvals"), "{}", err.0);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::gate::{Decision, GateHost, Phase};
 use crate::history::EventKind;
 use crate::lock::Holder;
 use crate::root::Root;
-use crate::state::Status;
+use crate::state::{Moment, Outcome, Status};
 use crate::store::{Durability, LoopDir, LoopStore};
 use crate::tick::gates::{self, PhaseResult, Verdict};
 use crate::who;
@@ -51,7 +51,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
             None => PhaseResult::empty(),
         };
         if args.apply {
-            apply(&mut state.status, &mut state.status_reason, &result.combined);
+            state.apply(&result.combined, Moment::Recorded);
             let mut events: Vec<EventKind> = result
                 .verdicts
                 .iter()
@@ -77,33 +77,18 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
         }
     };
     if args.apply && matches!(report.combined, Decision::Halt(_) | Decision::Complete(_)) {
-        crate::schedule::loop_stopped(root, dir.name());
+        crate::schedule::loop_stopped(root, dir.name().as_str());
     }
     if t.json.json {
         super::emit_json(out, &report)?;
     } else {
         super::emit(out, &human(&report))?;
     }
-    Ok(if args.apply && matches!(report.combined, Decision::Halt(_)) {
-        7
-    } else {
-        0
+    // Recording a halt halts the loop, as a tick's would.
+    Ok(match (args.apply, &report.combined) {
+        (true, Decision::Halt(_)) => Outcome::Halted.exit_code(),
+        _ => 0,
     })
-}
-
-/// What recording a before-step decision does to a loop's status: no
-/// approval is used, since no step runs.
-fn apply(status: &mut Status, reason: &mut Option<String>, decision: &Decision) {
-    let (new, why) = match decision {
-        Decision::Halt(r) => (Status::Halted, Some(r.clone())),
-        Decision::Complete(r) => (Status::Completed, Some(r.clone())),
-        Decision::AwaitApproval(r) if status.is_runnable() => (Status::AwaitingApproval, Some(r.clone())),
-        Decision::Skip(_) | Decision::Proceed if *status == Status::AwaitingApproval => {
-            (Status::Active, None)
-        }
-        _ => return,
-    };
-    (*status, *reason) = (new, why);
 }
 
 fn human(r: &Report) -> String {
@@ -128,25 +113,4 @@ fn human(r: &Report) -> String {
         text += &format!("note: the loop is {}; a tick would do nothing\n", r.status);
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn apply_records_without_using_approvals() {
-        let mut s = Status::Active;
-        let mut r = None;
-        apply(&mut s, &mut r, &Decision::AwaitApproval("five ticks".into()));
-        assert_eq!((s, r.as_deref()), (Status::AwaitingApproval, Some("five ticks")));
-        apply(&mut s, &mut r, &Decision::Proceed);
-        assert_eq!((s, r), (Status::Active, None));
-        let mut s = Status::Paused;
-        let mut r = None;
-        apply(&mut s, &mut r, &Decision::AwaitApproval("x".into()));
-        assert_eq!(s, Status::Paused, "a paused loop stays paused");
-        apply(&mut s, &mut r, &Decision::Halt("budget".into()));
-        assert_eq!(s, Status::Halted);
-    }
 }

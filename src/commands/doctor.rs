@@ -12,7 +12,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::cli::DoctorArgs;
 use crate::config::LoopConfig;
@@ -133,7 +132,7 @@ fn check_gates(loop_dir: &Path, config: &LoopConfig) -> Vec<Finding> {
                 continue;
             }
         };
-        let actual = hex(&Sha256::digest(&bytes));
+        let actual = crate::gate::sha256_hex(&bytes);
         match sha256 {
             Some(pin) if pin != actual => out.push(Finding::new(
                 "gate",
@@ -145,10 +144,6 @@ fn check_gates(loop_dir: &Path, config: &LoopConfig) -> Vec<Finding> {
         }
     }
     out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// An installed OS schedule that no longer matches its loop.

@@ -17,6 +17,9 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
             ..Options::default()
         },
     )?;
+    if report.stopped() {
+        crate::schedule::loop_stopped(root, &report.loop_name);
+    }
     if args.json.json {
         super::emit_json(out, &report)?;
     } else {
@@ -29,10 +32,7 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
 fn human(r: &TickReport) -> String {
     let mut line = format!("{} tick {}: {}", r.loop_name, r.tick, r.outcome);
     if let Some(step) = &r.step {
-        match step.exit_code {
-            Some(code) => line += &format!(" (step exit {code} in {}ms", step.duration_ms),
-            None => line += &format!(" (step killed after {}ms", step.duration_ms),
-        }
+        line += &format!(" (step {step}");
         if let Some(v) = &r.verifier {
             line += if v.success() {
                 ", verifier passed"

@@ -9,6 +9,7 @@ mod sandbox;
 mod stock;
 mod ticker;
 mod types;
+mod verdict;
 
 pub use cache::{CacheStats, WASMTIME_VERSION, sha256_hex};
 pub use error::{GateError, GateErrorKind, decide_on_error};
@@ -16,3 +17,4 @@ pub use host::{Evaluation, Gate, GateHost, GateInfo, GateInterface};
 pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
 pub use stock::{StockGate, stock_gates};
 pub use types::{Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
+pub use verdict::Verdict;

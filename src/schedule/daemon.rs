@@ -171,6 +171,9 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                 Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
                 Ok(Msg::Done { name, result }) => {
                     running.remove(&name);
+                    if result.as_ref().is_ok_and(TickReport::stopped) {
+                        super::loop_stopped(root, &name);
+                    }
                     log_tick(&name, &result);
                     if let Some(entry) = loops.get_mut(&name) {
                         reschedule(entry, Timestamp::now());
@@ -327,10 +330,7 @@ fn log_tick(name: &str, result: &Result<TickReport>) {
         Ok(r) => {
             let mut line = format!("{name} tick {}: {}", r.tick, r.outcome);
             if let Some(step) = &r.step {
-                match step.exit_code {
-                    Some(code) => line += &format!(" (step exit {code} in {}ms)", step.duration_ms),
-                    None => line += &format!(" (step killed after {}ms)", step.duration_ms),
-                }
+                line += &format!(" (step {step})");
             }
             if let Some(reason) = &r.reason {
                 line += &format!(": {reason}");

@@ -226,12 +226,12 @@ pub fn perform_removal(root: &Root, r: &Record, actions: &[Action]) -> Result<()
 
 /// Turns an installed schedule off or on, and records that. Best effort:
 /// a failure is logged, never returned.
-fn switch(root: &Root, name: &LoopName, on: bool) {
-    let r = match record::read(root, name.as_str()) {
+fn switch(root: &Root, name: &str, on: bool) {
+    let r = match record::read(root, name) {
         Ok(Some(r)) => r,
         Ok(None) => return,
         Err(e) => {
-            tracing::warn!("loop {:?}: cannot read its schedule record: {e}", name.as_str());
+            tracing::warn!("loop {:?}: cannot read its schedule record: {e}", name);
             return;
         }
     };
@@ -252,21 +252,17 @@ fn switch(root: &Root, name: &LoopName, on: bool) {
     if let Err(e) = exec::perform(&actions) {
         tracing::warn!(
             "loop {:?}: could not {verb} its {} schedule: {e}",
-            name.as_str(),
+            name,
             r.backend
         );
         return;
     }
     let updated = Record { enabled: on, ..r };
     match record::write(root, &updated) {
-        Ok(()) => tracing::info!(
-            "loop {:?}: {verb}d its {} schedule",
-            name.as_str(),
-            updated.backend
-        ),
+        Ok(()) => tracing::info!("loop {:?}: {verb}d its {} schedule", name, updated.backend),
         Err(e) => tracing::warn!(
             "loop {:?}: {verb}d its schedule but could not record it: {e}",
-            name.as_str()
+            name
         ),
     }
 }
@@ -275,14 +271,14 @@ fn switch(root: &Root, name: &LoopName, on: bool) {
 /// --apply`) halted or completed the loop: an OS schedule that kept firing
 /// a stopped loop would only make `inactive` ticks, so it is disabled.
 /// Best effort; never fails the tick.
-pub fn loop_stopped(root: &Root, name: &LoopName) {
+pub fn loop_stopped(root: &Root, name: &str) {
     switch(root, name, false);
 }
 
 /// Called by `resume`, outside the lock: enables a schedule that a halt or
 /// completion disabled. Best effort.
 pub fn loop_resumed(root: &Root, name: &LoopName) {
-    switch(root, name, true);
+    switch(root, name.as_str(), true);
 }
 
 /// Called after `rm`: a schedule left behind would fire ticks of a loop

@@ -1,5 +1,6 @@
 //! The file store: a loop is a directory, `<root>/loops/<name>/`, and this
-//! is the only code that knows its file names. A commit appends its events
+//! is the only code that knows the names of its state, history, config and
+//! lock (the files inside `runs/<tick>/` are the step runner's). A commit appends its events
 //! to `history.jsonl` stamped with the new version, syncs them, then
 //! replaces `.state.loop` atomically (temp file, fsync, rename, fsync the
 //! directory); the rename is the commit point. Readers read the state
@@ -15,9 +16,10 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use serde::Deserialize;
 
-use super::{Durability, Finding, Level, Loaded, LoopStore, Session, fsx, journal};
+use super::{Durability, Finding, Level, Loaded, LoopStore, Session, journal};
 use crate::config::{ConfigError, HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
+use crate::fsx;
 use crate::history::{Event, EventKind, History};
 use crate::lock::{self, Held, Holder, Wait};
 use crate::root::{LoopName, Root};

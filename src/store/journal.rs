@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::fsx;
 use crate::config::HistoryLimits;
 use crate::error::{Error, Result};
+use crate::fsx;
 use crate::history::{BadLine, Event, History};
 
 /// Appends one commit's lines in one write and syncs them. A write cut

@@ -16,7 +16,6 @@
 //! and a commit is a transaction.
 
 mod file;
-mod fsx;
 mod journal;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +30,6 @@ use crate::root::LoopName;
 use crate::state::{InFlight, State};
 
 pub use file::{LoopDir, create_dirs, create_loop, init_root, list_loops, parse_state, write_file};
-pub use fsx::{describe_kind, read_regular};
 
 /// One loop in a store.
 pub trait LoopStore: Send + Sync {

@@ -5,26 +5,12 @@
 use std::path::Path;
 
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
+pub use crate::gate::Verdict;
 use crate::gate::{self, Context, Decision, GateHost, Phase, RunResult};
 use crate::state::{LastTick, State};
-
-/// One gate's answer in one phase, as `--json` and history show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// `stock:NAME` or the component's path, as written in loop.toml.
-    pub gate: String,
-    pub phase: Phase,
-    #[serde(flatten)]
-    pub decision: Decision,
-    /// How long the evaluation took, in microseconds.
-    pub micros: u64,
-    /// The gate's error, when it failed and its `on_error` policy decided.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
 
 /// A phase's verdicts, their combination, and the contexts they saw.
 pub struct PhaseResult {

@@ -21,9 +21,9 @@ use crate::gate::{Decision, GateHost, Phase};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{InFlight, LastTick, Outcome, ProcessOutcome, State, Status, Worktree};
+use crate::state::{InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopDir, LoopStore, Session};
-use crate::{metrics, schedule, who, worktree};
+use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
 pub use process::Cancel;
@@ -62,13 +62,15 @@ pub struct TickReport {
 }
 
 impl TickReport {
+    /// Whether this tick stopped the loop (halted or completed it): its
+    /// caller then disables the loop's OS schedule, outside the lock.
+    pub fn stopped(&self) -> bool {
+        matches!(self.outcome, Outcome::Halted | Outcome::Completed)
+    }
+
     /// The exit code of SPEC §7's outcomes.
     pub fn exit_code(&self) -> u8 {
-        match self.outcome {
-            Outcome::Failed => 6,
-            Outcome::Halted => 7,
-            _ => 0,
-        }
+        self.outcome.exit_code()
     }
 }
 
@@ -97,6 +99,8 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<
         shared_host: opts.host,
         own_host: None,
         cancel: opts.cancel,
+        number: peek.tick + 1,
+        recovered: None,
         events: Vec::new(),
         verdicts: Vec::new(),
     };
@@ -119,13 +123,10 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<
         },
         other => other?,
     };
-    if matches!(report.outcome, Outcome::Halted | Outcome::Completed) {
-        schedule::loop_stopped(root, store.name());
-    }
     Ok(report)
 }
 
-/// One tick in progress, under the lock.
+/// One tick in progress, under the lock: the context its phases share.
 struct Tick<'a> {
     root: &'a Root,
     store: &'a dyn LoopStore,
@@ -136,8 +137,28 @@ struct Tick<'a> {
     /// before any gate runs (inactive, a crash recorded) never build one.
     own_host: Option<GateHost>,
     cancel: Option<&'a Cancel>,
+    /// This tick's number: the one that runs, or would have.
+    number: u64,
+    /// A tick found dead mid-way and recorded by this one's session.
+    recovered: Option<u64>,
+    /// The events of the next commit.
     events: Vec<EventKind>,
     verdicts: Vec<Verdict>,
+}
+
+/// Where the before-step phase leaves the tick.
+enum Before {
+    /// Run the step, in this worktree if one is configured; the combined
+    /// before-step decision is kept in the state's last tick.
+    Run(Option<PathBuf>, Decision),
+    /// The tick ended without a step.
+    Ended(TickReport),
+}
+
+/// What the step phase did.
+struct Stepped {
+    ran: process::Ran,
+    worktree_changed: Option<bool>,
 }
 
 /// What the before-step gates let happen.
@@ -147,48 +168,71 @@ enum Go {
 }
 
 impl Tick<'_> {
+    /// The phases, in order, around one commit path: the session's
+    /// recovery, before the step, the step, after it, and the commit.
     fn run(mut self, mut session: Box<dyn Session + '_>) -> Result<TickReport> {
         // Step 3: a tick that died mid-way is recorded as crashed by the
         // session, in a commit of its own, before anything else happens.
         let Loaded { mut state, recovered } = session.load()?;
-        let recovered = recovered.map(|dead| dead.tick);
-        let number = state.tick + 1;
+        self.recovered = recovered.map(|dead| dead.tick);
+        self.number = state.tick + 1;
+        let session = &mut *session;
+        let (worktree, decision) = match self.before_step(session, &mut state)? {
+            Before::Run(worktree, decision) => (worktree, decision),
+            Before::Ended(report) => return Ok(report),
+        };
+        let stepped = self.step(session, &mut state, worktree.as_deref(), decision)?;
+        let (outcome, reason) = self.after_step(&mut state, &stepped.ran);
+        self.finish(session, state, outcome, reason, stepped)
+    }
+
+    /// Steps 4 to 6: an inactive loop ends here; then the worktree and the
+    /// before-step gates, whose decision may end the tick.
+    fn before_step(&mut self, session: &mut dyn Session, state: &mut State) -> Result<Before> {
         if !state.status.is_runnable() {
             let reason = format!("the loop is {}", state.status);
-            return self.end_early(
-                &mut *session,
-                state,
-                false,
-                number,
-                Outcome::Inactive,
-                reason,
-                recovered,
-            );
+            return self.end_early(session, state, false, Outcome::Inactive, reason);
         }
-        session.set_tick(number);
-        let worktree = match self.ensure_worktree(&mut state) {
+        session.set_tick(self.number);
+        let worktree = match self.ensure_worktree(state) {
             Ok(w) => w,
-            Err(reason) => return self.fail_before_step(&mut *session, state, number, reason, recovered),
+            Err(reason) => {
+                tracing::error!("loop {:?}: {reason}", self.store.name().as_str());
+                state.consecutive_failures += 1;
+                return self.end_early(session, state, true, Outcome::Failed, reason);
+            }
         };
-        let before = self.gates(&state, Phase::BeforeStep)?;
+        let before = self.gates(state, Phase::BeforeStep)?;
         let was = (
             state.status,
             state.status_reason.clone(),
             state.pending_approvals.len(),
         );
-        let go = self.apply_before(&mut state, number, &before);
+        let go = self.apply_before(state, &before);
         let changed = (
             state.status,
             state.status_reason.clone(),
             state.pending_approvals.len(),
         ) != was;
         if let Go::Stop(outcome, reason) = go {
-            return self.end_early(&mut *session, state, changed, number, outcome, reason, recovered);
+            return self.end_early(session, state, changed, outcome, reason);
         }
         // Nothing after the step may fail before its result is committed:
         // the after-step gates' host is made now.
         self.host_for(Phase::AfterStep)?;
+        Ok(Before::Run(worktree, before.combined))
+    }
 
+    /// Steps 7 and 8: commit the step as in flight, run it and the
+    /// verifier, and record what they did in the state.
+    fn step(
+        &mut self,
+        session: &mut dyn Session,
+        state: &mut State,
+        worktree: Option<&std::path::Path>,
+        decision: Decision,
+    ) -> Result<Stepped> {
+        let number = self.number;
         let started_at = Timestamp::now();
         state.in_flight = Some(InFlight {
             tick: number,
@@ -197,38 +241,39 @@ impl Tick<'_> {
             started_at,
         });
         let events = std::mem::take(&mut self.events);
-        session.commit(&mut state, events, Durability::Relaxed)?;
+        session.commit(state, events, Durability::Relaxed)?;
 
         let run_dir = self.store.runs_dir().join(number.to_string());
-        let cwd = match &worktree {
-            Some(w) => w.clone(),
+        let cwd = match worktree {
+            Some(w) => w.to_owned(),
             None => self.store.base_dir().join(&self.config.workdir),
         };
-        let before_snapshot = worktree.as_deref().and_then(|w| worktree::snapshot(w).ok());
+        let before_snapshot = worktree.and_then(|w| worktree::snapshot(w).ok());
         let env = process::Env {
             loop_name: self.store.name().as_str(),
             tick: number,
             root: self.root.path(),
-            worktree: worktree.as_deref(),
+            worktree,
             run_dir: &run_dir,
         };
         let ran = process::run_step_and_verifier(self.config, &cwd, &env, self.cancel);
-        let worktree_changed = match (&worktree, before_snapshot) {
+        let worktree_changed = match (worktree, before_snapshot) {
             (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
             _ => None,
         };
-        self.record_results(
-            &mut state,
-            number,
-            started_at,
-            before.combined,
-            &ran,
+        let stepped = Stepped {
+            ran,
             worktree_changed,
-            &run_dir,
-        );
+        };
+        self.record_results(state, started_at, decision, &stepped, &run_dir);
+        Ok(stepped)
+    }
 
+    /// Step 9: the after-step gates, which see this tick's result; a halt
+    /// or a completion becomes the tick's outcome.
+    fn after_step(&mut self, state: &mut State, ran: &process::Ran) -> (Outcome, Option<String>) {
         let after = self
-            .gates(&state, Phase::AfterStep)
+            .gates(state, Phase::AfterStep)
             .expect("the host was made before the step");
         let mut outcome = if ran.failed() {
             Outcome::Failed
@@ -236,18 +281,28 @@ impl Tick<'_> {
             Outcome::Ran
         };
         let mut reason = ran.failure.clone();
-        match &after.combined {
-            Decision::Halt(r) => {
-                state.set_status(Status::Halted, Some(r.clone()));
-                (outcome, reason) = (Outcome::Halted, Some(r.clone()));
-            }
-            Decision::Complete(r) => {
-                state.set_status(Status::Completed, Some(r.clone()));
-                (outcome, reason) = (Outcome::Completed, Some(r.clone()));
-            }
-            Decision::AwaitApproval(r) => state.set_status(Status::AwaitingApproval, Some(r.clone())),
-            Decision::Skip(_) | Decision::Proceed => {}
+        if let Some(stopped) = state.apply(&after.combined, Moment::AfterStep) {
+            (outcome, reason) = (stopped, Some(after.combined.reason().to_owned()));
         }
+        (outcome, reason)
+    }
+
+    /// Step 10: one commit of the state and the tick's events. A step that
+    /// ran but cannot be recorded is said as such (exit 8), so nothing runs
+    /// it again.
+    fn finish(
+        mut self,
+        session: &mut dyn Session,
+        mut state: State,
+        outcome: Outcome,
+        reason: Option<String>,
+        stepped: Stepped,
+    ) -> Result<TickReport> {
+        let number = self.number;
+        let Stepped {
+            ran,
+            worktree_changed,
+        } = stepped;
         if let Some(last) = &mut state.last_tick {
             last.outcome = outcome;
         }
@@ -283,7 +338,7 @@ impl Tick<'_> {
             decisions: self.verdicts,
             step: ran.step,
             verifier: ran.verifier,
-            recovered_crash: recovered,
+            recovered_crash: self.recovered,
         })
     }
 
@@ -353,70 +408,54 @@ impl Tick<'_> {
         Ok(result)
     }
 
-    /// Step 6: what the combined before-step decision does to the loop.
-    fn apply_before(&mut self, state: &mut State, number: u64, before: &gates::PhaseResult) -> Go {
-        match &before.combined {
-            Decision::Halt(r) => {
-                state.set_status(Status::Halted, Some(r.clone()));
-                Go::Stop(Outcome::Halted, r.clone())
-            }
-            Decision::Complete(r) => {
-                state.set_status(Status::Completed, Some(r.clone()));
-                Go::Stop(Outcome::Completed, r.clone())
-            }
-            Decision::AwaitApproval(r) => {
-                let rules = &self.config.approval;
-                for a in state.drop_expired(Timestamp::now(), rules.expires.map(|d| d.0)) {
-                    self.events.push(EventKind::ApprovalExpired {
-                        id: a.id,
-                        by: a.by,
-                        approved_at: a.at,
-                    });
-                }
-                match state.consume_approvals(rules.required) {
-                    Some(used) => {
-                        state.set_status(Status::Active, None);
-                        self.events.push(EventKind::ApprovalsUsed {
-                            tick: number,
-                            ids: used.iter().map(|a| a.id.clone()).collect(),
-                            by: used.into_iter().map(|a| a.by).collect(),
-                        });
-                        Go::Run
-                    }
-                    None => {
-                        state.set_status(Status::AwaitingApproval, Some(r.clone()));
-                        Go::Stop(Outcome::AwaitingApproval, r.clone())
-                    }
-                }
-            }
-            Decision::Skip(r) => {
-                if state.status == Status::AwaitingApproval {
-                    state.set_status(Status::Active, None);
-                }
-                Go::Stop(Outcome::Skipped, r.clone())
-            }
-            Decision::Proceed => {
-                if state.status == Status::AwaitingApproval {
-                    state.set_status(Status::Active, None);
-                }
-                Go::Run
-            }
+    /// Step 6: what the combined before-step decision does to the loop. An
+    /// await that enough pending approvals release uses them and proceeds.
+    fn apply_before(&mut self, state: &mut State, before: &gates::PhaseResult) -> Go {
+        let released = matches!(before.combined, Decision::AwaitApproval(_)) && self.use_approvals(state);
+        let decision = if released {
+            &Decision::Proceed
+        } else {
+            &before.combined
+        };
+        match state.apply(decision, Moment::BeforeStep) {
+            Some(outcome) => Go::Stop(outcome, decision.reason().to_owned()),
+            None => Go::Run,
         }
+    }
+
+    /// Drops expired approvals and uses those that release one await, if
+    /// there are enough; records both.
+    fn use_approvals(&mut self, state: &mut State) -> bool {
+        let rules = &self.config.approval;
+        for a in state.drop_expired(Timestamp::now(), rules.expires.map(|d| d.0)) {
+            self.events.push(EventKind::ApprovalExpired {
+                id: a.id,
+                by: a.by,
+                approved_at: a.at,
+            });
+        }
+        let Some(used) = state.consume_approvals(rules.required) else {
+            return false;
+        };
+        self.events.push(EventKind::ApprovalsUsed {
+            tick: self.number,
+            ids: used.iter().map(|a| a.id.clone()).collect(),
+            by: used.into_iter().map(|a| a.by).collect(),
+        });
+        true
     }
 
     /// Step 10's bookkeeping of what ran: the tick count, the last tick,
     /// failures, progress and metrics, before the after-step gates see them.
-    #[allow(clippy::too_many_arguments)]
     fn record_results(
         &mut self,
         state: &mut State,
-        number: u64,
         started_at: Timestamp,
         decision: Decision,
-        ran: &process::Ran,
-        worktree_changed: Option<bool>,
+        stepped: &Stepped,
         run_dir: &std::path::Path,
     ) {
+        let (number, ran, worktree_changed) = (self.number, &stepped.ran, stepped.worktree_changed);
         state.tick = number;
         state.consecutive_failures = if ran.failed() {
             state.consecutive_failures + 1
@@ -470,38 +509,20 @@ impl Tick<'_> {
         });
     }
 
-    /// A failure before the step could start (the worktree could not be made):
-    /// it counts as a failure and is recorded like a failed tick.
-    fn fail_before_step(
-        self,
-        session: &mut dyn Session,
-        mut state: State,
-        number: u64,
-        reason: String,
-        recovered: Option<u64>,
-    ) -> Result<TickReport> {
-        tracing::error!("loop {:?}: {reason}", self.store.name().as_str());
-        state.consecutive_failures += 1;
-        self.end_early(session, state, true, number, Outcome::Failed, reason, recovered)
-    }
-
     /// Ends a tick whose step did not run: one commit of what changed and
     /// the tick's events; an inactive tick that changed nothing commits
     /// nothing.
-    #[allow(clippy::too_many_arguments)]
     fn end_early(
-        mut self,
+        &mut self,
         session: &mut dyn Session,
-        mut state: State,
+        state: &mut State,
         changed: bool,
-        number: u64,
         outcome: Outcome,
         reason: String,
-        recovered: Option<u64>,
-    ) -> Result<TickReport> {
+    ) -> Result<Before> {
         if outcome != Outcome::Inactive {
             self.events.push(EventKind::Tick {
-                tick: number,
+                tick: self.number,
                 outcome,
                 reason: Some(reason.clone()),
                 step: None,
@@ -511,17 +532,17 @@ impl Tick<'_> {
         }
         if changed || !self.events.is_empty() {
             let events = std::mem::take(&mut self.events);
-            session.commit(&mut state, events, Durability::Full)?;
+            session.commit(state, events, Durability::Full)?;
         }
-        Ok(TickReport {
+        Ok(Before::Ended(TickReport {
             loop_name: self.store.name().to_string(),
-            tick: number,
+            tick: self.number,
             outcome,
             reason: Some(reason),
-            decisions: self.verdicts,
+            decisions: std::mem::take(&mut self.verdicts),
             step: None,
             verifier: None,
-            recovered_crash: recovered,
-        })
+            recovered_crash: self.recovered,
+        }))
     }
 }

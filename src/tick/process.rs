@@ -62,7 +62,7 @@ impl Ran {
     pub fn describe(&self) -> String {
         match (&self.failure, &self.step) {
             (Some(why), _) => why.clone(),
-            (None, Some(step)) => format!("it succeeded in {}ms", step.duration_ms),
+            (None, Some(step)) => format!("step {step}"),
             (None, None) => "it did not start".to_owned(),
         }
     }
@@ -200,12 +200,9 @@ impl Runner<'_> {
 }
 
 fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String {
+    // A timeout is said as configured, not as measured.
     if o.timed_out {
         return format!("{what} timed out after {}", humantime::format_duration(timeout));
     }
-    match (o.exit_code, o.signal) {
-        (Some(code), _) => format!("{what} exited with {code}"),
-        (None, Some(sig)) => format!("{what} was killed by signal {sig}"),
-        (None, None) => format!("{what} failed"),
-    }
+    format!("{what} {o}")
 }

@@ -1,6 +1,7 @@
-//! Opening a loop's files safely: never following a symbolic link, never
-//! blocking on a FIFO or a device, refusing anything that is not a regular
-//! file, and reading no more than a file of its kind can hold. What a
+//! Opening a loop's files (its lock among them) safely: never following a
+//! symbolic link, never blocking on a FIFO or a device, refusing anything
+//! that is not a regular file, and reading no more than a file of its kind
+//! can hold. What a
 //! loop's directory contains then cannot stall a command (or the daemon),
 //! nor make it read or write outside the loop.
 
@@ -113,6 +114,22 @@ pub fn open_append(path: &Path) -> Result<(File, u64)> {
         .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
     Ok((file, len))
+}
+
+/// Opens (creating it, 0600) a file to read and write in place, such as
+/// a lock file.
+pub fn open_rw(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(flags())
+        .open(path)
+        .map_err(open_error(path, "opening"))?;
+    check_regular(&file, path)?;
+    Ok(file)
 }
 
 /// Opens a loop's existing file to change it in place (to cut a torn tail).
