@@ -237,7 +237,10 @@ impl Runner<'_> {
             output_limit: self.limit,
         };
         let pgid = pgid_file(self.run_dir, what);
-        let result = step::run_with(&spec, |started| {
+        // The file stays (removing it could free the very room a full disk
+        // needs to fail the tick's commit visibly); `cancel` signals a group
+        // only while its leader is still this runner's child.
+        step::run_with(&spec, |started| {
             if let Some(c) = self.cancel {
                 c.arm(started.canceller());
             }
@@ -245,9 +248,7 @@ impl Runner<'_> {
                 tracing::debug!("cannot write {}: {e}", pgid.display());
             }
         })
-        .map_err(|e| format!("{what}: {e}"));
-        let _ = std::fs::remove_file(&pgid);
-        result
+        .map_err(|e| format!("{what}: {e}"))
     }
 }
 

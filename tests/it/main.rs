@@ -3,16 +3,20 @@
 
 mod approvals;
 mod common;
+mod crash;
 mod daemon;
 mod doctor;
 mod gate_fixtures;
 mod gate_host;
+mod invariants;
 mod locking;
 mod loops;
 mod operator;
+mod parsers;
 mod schedule;
 mod snapshots;
 mod stock_gates;
 mod store;
 mod tick;
 mod tick_gates;
+mod torture;

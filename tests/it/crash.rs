@@ -1,0 +1,583 @@
+//! A crash at every point: `tick`, `approve`, `pause` and `check-gate
+//! --apply` are killed (SIGKILL, by strace's fault injection) at the k-th
+//! call of each write-side syscall, for every k until the command completes
+//! without reaching it.
+//! After each kill, readers must see a consistent loop; after one recovering
+//! command, every invariant of `invariants` must hold: the state parses and
+//! its version never goes back, every counted tick has exactly one tick or
+//! crashed event, every acknowledged approval is pending or used, history has
+//! no torn line and no temp file survives.
+//!
+//! strace comes from the OS (Debian: `apt-get install strace`). Without it,
+//! or where ptrace is not allowed, the tests say they were skipped, unless
+//! `AUTOMATON_REQUIRE_STRACE=1`, which makes that a failure.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use crate::common::BIN;
+use crate::invariants::{Audit, Scratch, approval_id};
+
+/// The syscalls that change files, or may, on x86_64 and aarch64. Those a
+/// command never makes cost one run each; names the architecture lacks are
+/// passed over.
+const WRITE_SIDE: &[&str] = &[
+    "openat",
+    "open",
+    "creat",
+    "write",
+    "writev",
+    "pwrite64",
+    "pwritev",
+    "pwritev2",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "unlink",
+    "unlinkat",
+    "ftruncate",
+    "truncate",
+    "fallocate",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+];
+
+/// No command makes this many calls of one syscall; reaching it means the
+/// injection never fires.
+const MAX_K: u32 = 2_000;
+
+/// A step that, when `$AUTOMATON_ROOT/die` exists, removes it and kills its
+/// runner (its parent) mid-step, leaving `in_flight` behind.
+const LOOP: &str = r#"
+step = 'if [ -e "$AUTOMATON_ROOT/die" ]; then rm "$AUTOMATON_ROOT/die"; kill -9 $PPID; sleep 5; fi'
+[[gate]]
+stock = "approve-every"
+params = { every = 1 }
+"#;
+
+/// Whether strace can trace here; prints why not, or fails when it must.
+fn strace_usable(test: &str) -> bool {
+    static USABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    let usable = USABLE.get_or_init(|| {
+        let probe = Command::new("strace")
+            .args([
+                "-f",
+                "-o",
+                "/dev/null",
+                "-e",
+                "inject=openat:signal=SIGKILL:when=1",
+                "true",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        match probe {
+            Err(e) => Err(format!("strace cannot be run ({e})")),
+            Ok(out) if out.status.signal() == Some(9) || out.status.code() == Some(137) => Ok(()),
+            Ok(out) => Err(format!(
+                "strace cannot inject faults here ({}: {})",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        }
+    });
+    match usable {
+        Ok(()) => true,
+        Err(why) if std::env::var("AUTOMATON_REQUIRE_STRACE").as_deref() == Ok("1") => {
+            panic!("{test}: {why}, and AUTOMATON_REQUIRE_STRACE=1")
+        }
+        Err(why) => {
+            eprintln!("{test}: skipped: {why}");
+            false
+        }
+    }
+}
+
+/// A loop `l` that has run one tick and holds one acknowledged approval,
+/// its gate compiled into the root's cache: copied for every kill.
+fn ticked() -> (Scratch, String) {
+    let s = Scratch::new();
+    s.new_loop("l", LOOP);
+    s.ok(&["tick", "l"]);
+    let id = approval_id(&s.ok(&["approve", "l", "--ahead", "--note", "go"])).unwrap();
+    (s, id)
+}
+
+/// `ticked`, then a tick that uses the approval and dies mid-step: its
+/// `in_flight` is left for the next command to find.
+fn crashed() -> (Scratch, String) {
+    let (s, id) = ticked();
+    std::fs::write(s.root.join("die"), "").unwrap();
+    let out = s.run(&["tick", "l"]);
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "the step should kill its runner: {out:?}"
+    );
+    assert!(!Audit::read(&s, "l").state["in_flight"].is_null());
+    (s, id)
+}
+
+/// How one command under test died or ended.
+enum Run {
+    Killed,
+    Exited(Option<i32>, String),
+    NoSuchSyscall,
+}
+
+fn run_killed_at(s: &Scratch, syscall: &str, k: u32, args: &[&str]) -> Run {
+    let out = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-e"])
+        .arg(format!("inject={syscall}:signal=SIGKILL:when={k}"))
+        .arg(BIN)
+        .arg("--root")
+        .arg(&s.root)
+        .args(args)
+        .env_remove("AUTOMATON_ROOT")
+        .env("AUTOMATON_USER", "operator")
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.signal() == Some(9) || out.status.code() == Some(137) {
+        Run::Killed
+    } else if stderr.starts_with("strace:") && stderr.contains("invalid system call") {
+        Run::NoSuchSyscall
+    } else {
+        Run::Exited(
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+}
+
+/// One command to crash, where it starts from and how it is recovered.
+struct Scenario {
+    name: &'static str,
+    template: fn() -> (Scratch, String),
+    command: &'static [&'static str],
+    recover: &'static [&'static str],
+}
+
+/// What the kills of one scenario found.
+#[derive(Default)]
+struct Findings {
+    kill_points: BTreeMap<String, u32>,
+    /// Violation → where it was seen: the syscall and the k of the call
+    /// killed, or none for the run that completed without a kill.
+    violations: BTreeMap<String, Vec<(&'static str, Option<u32>)>>,
+    /// Runs that completed without reaching their kill point.
+    clean_runs: usize,
+}
+
+impl Findings {
+    fn report(&self, name: &str) -> String {
+        let total: u32 = self.kill_points.values().sum();
+        let per: Vec<String> = self.kill_points.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        let mut text = format!("{name}: {total} kill points ({})", per.join(", "));
+        for (what, at) in &self.violations {
+            text += &format!("\n  {what}\n    at {}", self.points(at));
+        }
+        text
+    }
+
+    /// `openat#3-9 write#2 (47 kill points), and every run without a kill`.
+    fn points(&self, at: &[(&'static str, Option<u32>)]) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let mut kills = 0;
+        let mut i = 0;
+        while i < at.len() {
+            let (syscall, Some(first)) = at[i] else {
+                i += 1;
+                continue;
+            };
+            let mut last = first;
+            while i + 1 < at.len() && at[i + 1] == (syscall, Some(last + 1)) {
+                last += 1;
+                i += 1;
+            }
+            kills += last - first + 1;
+            parts.push(if first == last {
+                format!("{syscall}#{first}")
+            } else {
+                format!("{syscall}#{first}-{last}")
+            });
+            i += 1;
+        }
+        let clean = at.iter().filter(|(_, k)| k.is_none()).count();
+        let mut text = format!("{} ({kills} kill points)", parts.join(" "));
+        if clean == self.clean_runs {
+            text += ", and every run without a kill";
+        } else if clean > 0 {
+            text += &format!(", and {clean} of {} runs without a kill", self.clean_runs);
+        }
+        text
+    }
+}
+
+fn crash_everywhere(sc: &Scenario) {
+    if !strace_usable(sc.name) {
+        return;
+    }
+    let (template, acked_before) = (sc.template)();
+    let base = Audit::read(&template, "l");
+    let mut found = Findings::default();
+    for syscall in WRITE_SIDE {
+        for k in 1..=MAX_K {
+            assert!(
+                k < MAX_K,
+                "{}: {syscall} injection never stopped killing",
+                sc.name
+            );
+            let s = Scratch::copy_of(&template);
+            let mut seen: Vec<String> = Vec::new();
+            let mut note = |what: String, phase: &str| seen.push(format!("{phase}: {what}"));
+            let mut acked = vec![acked_before.clone()];
+            let killed = match run_killed_at(&s, syscall, k, sc.command) {
+                Run::NoSuchSyscall => break,
+                Run::Killed => true,
+                Run::Exited(code, stdout) => {
+                    if sc.command[0] == "approve" && code == Some(0) {
+                        acked.push(approval_id(&stdout).expect("approve names its approval"));
+                    }
+                    false
+                }
+            };
+            let mut floor = base.version();
+            if killed {
+                // What readers see at once, before any recovery.
+                let seen = Audit::read(&s, "l");
+                floor = floor.max(seen.version());
+                let mut pre = seen.violations(&acked, base.version(), &s.loop_dir("l"));
+                pre.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
+                for v in pre {
+                    note(v, "after the kill");
+                }
+            }
+            let recovered = s.run(sc.recover);
+            if !recovered.status.success() {
+                note(
+                    format!(
+                        "`{}` exited {:?}: {}",
+                        sc.recover.join(" "),
+                        recovered.status.code(),
+                        String::from_utf8_lossy(&recovered.stderr).trim()
+                    ),
+                    "recovery",
+                );
+            }
+            let after = Audit::read(&s, "l");
+            for v in after.violations(&acked, floor, &s.loop_dir("l")) {
+                note(v, "after recovery");
+            }
+            if killed {
+                *found.kill_points.entry((*syscall).to_owned()).or_default() += 1;
+            } else {
+                found.clean_runs += 1;
+            }
+            for v in seen {
+                let at = (*syscall, killed.then_some(k));
+                found.violations.entry(v).or_default().push(at);
+            }
+            if !killed {
+                break;
+            }
+        }
+    }
+    let report = found.report(sc.name);
+    eprintln!("{report}");
+    assert!(
+        found.kill_points.values().sum::<u32>() > 0,
+        "{}: no kill point was reached",
+        sc.name
+    );
+    assert!(found.violations.is_empty(), "{report}");
+}
+
+#[test]
+fn tick_killed_at_every_write_side_syscall() {
+    crash_everywhere(&Scenario {
+        name: "tick",
+        template: ticked,
+        command: &["tick", "l"],
+        recover: &["pause", "l"],
+    });
+}
+
+#[test]
+fn approve_killed_at_every_write_side_syscall() {
+    crash_everywhere(&Scenario {
+        name: "approve",
+        template: ticked,
+        command: &["approve", "l", "--ahead", "--note", "k"],
+        recover: &["tick", "l"],
+    });
+}
+
+#[test]
+fn check_gate_apply_killed_at_every_write_side_syscall() {
+    crash_everywhere(&Scenario {
+        name: "check-gate --apply",
+        template: ticked,
+        command: &["check-gate", "l", "--apply"],
+        recover: &["approve", "l", "--ahead"],
+    });
+}
+
+#[test]
+fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
+    crash_everywhere(&Scenario {
+        name: "pause",
+        template: crashed,
+        command: &["pause", "l"],
+        recover: &["resume", "l"],
+    });
+}
+
+/// Unmounts a test's tmpfs however the test ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A tmpfs of `size` at `at`, or why the machine does not allow one.
+fn mount_tmpfs(at: &std::path::Path, size: &str) -> Result<Mounted, String> {
+    std::fs::create_dir_all(at).unwrap();
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+        .arg(at)
+        .output()
+        .map_err(|e| format!("mount cannot be run ({e})"))?;
+    if out.status.success() {
+        Ok(Mounted(at.to_owned()))
+    } else {
+        Err(format!(
+            "mounting a tmpfs is not allowed here ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The disk fills up while the step runs (the step fills it), so the
+/// tick's commit fails: the state is the old one or the new one and
+/// history agrees, the tick exits 8 saying its step ran, and once there is
+/// room again the next command records the tick as crashed.
+#[test]
+fn a_full_disk_during_a_tick_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    let _mounted = match mount_tmpfs(&mnt, "2m") {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("a_full_disk_during_a_tick_commit: skipped: {why}");
+            return;
+        }
+    };
+    let s = Scratch::at(mnt.join("root"));
+    s.ok(&["init"]);
+    let ran = dir.path().join("step-ran");
+    let fill = mnt.join("fill");
+    let filler = mnt.join("filler");
+    s.new_loop(
+        "d",
+        &format!(
+            "step = \"touch '{ran}'; if [ -e '{fill}' ]; then dd if=/dev/zero of='{filler}' bs=4096 2>/dev/null; fi; exit 0\"\n",
+            ran = ran.display(),
+            fill = fill.display(),
+            filler = filler.display(),
+        ),
+    );
+    s.ok(&["tick", "d"]);
+    let before = Audit::read(&s, "d");
+    assert!(before.violations(&[], 0, &s.loop_dir("d")).is_empty());
+
+    std::fs::remove_file(&ran).unwrap();
+    std::fs::write(&fill, "").unwrap();
+    let out = s.run(&["tick", "d"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(ran.exists(), "the step should have run");
+    assert!(
+        filler.metadata().unwrap().len() > 0,
+        "the step should have filled the disk"
+    );
+
+    let mut problems = Vec::new();
+    if out.status.code() != Some(8) {
+        problems.push(format!(
+            "the tick whose commit failed exited {:?}, not 8: {}",
+            out.status.code(),
+            stderr.trim()
+        ));
+    }
+    let n = before.tick() + 1;
+    if !(stderr.contains(&format!("tick {n}")) && stderr.contains("step") && stderr.contains("ran")) {
+        problems.push(format!(
+            "its message does not say that tick {n} ran its step: {}",
+            stderr.trim()
+        ));
+    }
+    let full = Audit::read(&s, "d");
+    if !full.read_errors.is_empty() {
+        problems.push(format!("readers on the full disk: {:?}", full.read_errors));
+    }
+    if full.tick() != before.tick() && full.tick() != n {
+        problems.push(format!(
+            "the state counts {} ticks, neither {} nor {n}",
+            full.tick(),
+            before.tick()
+        ));
+    }
+    let mut seen = full.violations(&[], before.version(), &s.loop_dir("d"));
+    seen.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
+    problems.extend(seen.into_iter().map(|v| format!("on the full disk: {v}")));
+
+    std::fs::remove_file(&filler).unwrap();
+    std::fs::remove_file(&fill).unwrap();
+    let recover = s.run(&["pause", "d"]);
+    if !recover.status.success() {
+        problems.push(format!(
+            "`pause` with room again exited {:?}: {}",
+            recover.status.code(),
+            String::from_utf8_lossy(&recover.stderr).trim()
+        ));
+    }
+    let after = Audit::read(&s, "d");
+    problems.extend(
+        after
+            .violations(&[], full.version(), &s.loop_dir("d"))
+            .into_iter()
+            .map(|v| format!("after recovery: {v}")),
+    );
+    let crashed = after
+        .events
+        .iter()
+        .any(|e| e["kind"] == "crashed" && e["tick"].as_u64() == Some(n));
+    if !crashed {
+        problems.push(format!("tick {n} is not recorded as crashed after recovery"));
+    }
+    assert!(problems.is_empty(), "full disk:\n  {}", problems.join("\n  "));
+}
+
+/// The pid of the process strace (`tracer`) runs, once it has started it.
+fn traced_child(tracer: u32) -> Option<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{tracer}/task")).ok()?;
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .next()
+}
+
+/// How far process `pid` has read the file at `path`, once it has it open.
+fn read_position(pid: i32, path: &std::path::Path) -> Option<u64> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let fd = fds
+        .filter_map(Result::ok)
+        .find(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))?;
+    let info =
+        std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+/// A reader that has read part of `history.jsonl`, up to the middle of an
+/// unfinished commit's lines, while the next command cuts those lines and
+/// commits its own in their place, must not glue the two into a line it
+/// reports as unreadable: nothing on disk is damaged. The reader's first
+/// read of the history is held (strace delays its return), the command
+/// runs, and the reader goes on. The unfinished commit is made by
+/// hand, as `docs/store.md` describes one: a torn line stamped with the
+/// next version, ending where the reader's first read (8 KiB) ends.
+#[test]
+fn a_reader_racing_the_cut_of_an_unfinished_commit_reports_no_unreadable_line() {
+    let test = "a_reader_racing_the_cut_of_an_unfinished_commit";
+    if !strace_usable(test) {
+        return;
+    }
+    let s = Scratch::new();
+    s.new_loop("r", "step = \"true\"\n");
+    let history = s.loop_dir("r").join("history.jsonl");
+    let size = |p: &std::path::Path| p.metadata().map_or(0, |m| m.len() as usize);
+    let reason = "x".repeat(1000);
+    while size(&history) < 6000 {
+        s.ok(&["pause", "r", "--reason", &reason]);
+        s.ok(&["resume", "r"]);
+    }
+    let version = Audit::read(&s, "r").version();
+    let head = format!(
+        r#"{{"v":{},"at":"2026-01-01T00:00:00Z","kind":"paused","by":"x","reason":""#,
+        version + 1
+    );
+    let fill = 8192 - size(&history) - head.len() - 2;
+    let torn = format!("{head}{}\",", "y".repeat(fill));
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&history)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, torn.as_bytes()))
+        .unwrap();
+    assert_eq!(size(&history), 8192);
+
+    // The reader's first read of the history returns only after a pause
+    // (strace delays its exit); the command runs inside that pause, once the
+    // read has moved the reader's position. A command slower than the pause
+    // would make the test miss the race, never fail falsely.
+    let reader = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-P"])
+        .arg(&history)
+        .args(["-e", "inject=read:delay_exit=3000000:when=1", BIN, "--root"])
+        .arg(&s.root)
+        .args(["history", "r", "--json"])
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut raced = false;
+    while std::time::Instant::now() < deadline {
+        let pos = traced_child(reader.id()).and_then(|pid| read_position(pid, &history));
+        if pos.is_some_and(|p| p > 0) {
+            s.ok(&["pause", "r", "--reason", &"z".repeat(3000)]);
+            raced = true;
+            break;
+        }
+        if traced_child(reader.id()).is_none() && std::fs::metadata(format!("/proc/{}", reader.id())).is_err()
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let out = reader.wait_with_output().unwrap();
+    if !raced {
+        eprintln!("{test}: skipped: the reader never read the history with read(2)");
+        return;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "history failed: {stderr}");
+    let _: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !stderr.contains("unreadable"),
+        "a reader that raced the cut of an unfinished commit reported damage that is not on disk: {}",
+        stderr.trim()
+    );
+    let after = Audit::read(&s, "r");
+    assert!(after.read_errors.is_empty(), "{:?}", after.read_errors);
+}
