@@ -36,6 +36,8 @@ const TMP_PREFIX: &str = ".tmp-";
 /// The largest state file read. States stay far smaller (what gates and
 /// steps put there is bounded); a larger one is not one automaton wrote.
 const STATE_MAX: u64 = 16 * 1024 * 1024;
+/// How often a history read starts again when commits keep landing under it.
+const HISTORY_READS: usize = 5;
 /// The largest loop.toml read.
 const CONFIG_MAX: u64 = 1024 * 1024;
 
@@ -192,9 +194,20 @@ impl LoopStore for LoopDir {
 
     fn history(&self) -> Result<History> {
         // The state first: every event of a version it has reached was
-        // written before it.
-        let version = self.read_state()?.version;
-        journal::read_committed(&self.history_files(), version)
+        // written before it. A commit while the files are read may cut an
+        // unfinished commit under the reader, or rotate the files; the
+        // state's version then moves, and the read starts again.
+        let mut version = self.read_state()?.version;
+        let mut attempts = 0;
+        loop {
+            let history = journal::read_committed(&self.history_files(), version)?;
+            let now = self.read_state()?.version;
+            attempts += 1;
+            if now == version || attempts == HISTORY_READS {
+                return Ok(history);
+            }
+            version = now;
+        }
     }
 
     fn holder(&self) -> Option<Holder> {
