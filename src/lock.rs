@@ -194,3 +194,31 @@ pub fn read_holder(dir: &LoopDir) -> Option<Holder> {
     let holder: Holder = serde_json::from_str(text.trim()).ok()?;
     holder.is_alive().then_some(holder)
 }
+
+/// An exclusive lock on a root-level file, held while the value lives: the
+/// daemon holds `daemon.lock` so a second daemon on the root, and `daemon
+/// --status`, can tell one is serving it.
+pub struct RootLock(#[allow(dead_code)] nix::fcntl::Flock<File>);
+
+/// Takes the lock on `path` without waiting; `None` when another process
+/// holds it.
+pub fn try_hold(path: &std::path::Path) -> Result<Option<RootLock>, Error> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(Error::io("opening the lock file", path))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(RootLock(lock))),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(Error::io("locking", path)(e.into())),
+    }
+}
+
+/// Whether some process holds the lock on `path` (a missing file: none).
+pub fn is_held(path: &std::path::Path) -> bool {
+    path.exists() && matches!(try_hold(path), Ok(None))
+}

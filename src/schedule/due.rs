@@ -63,6 +63,17 @@ impl When {
 }
 
 impl When {
+    /// The time between two firings around `now`: the interval, or for a
+    /// cron expression the time to its next occurrence (a minute if none).
+    pub fn period(&self, now: Timestamp) -> Duration {
+        match self {
+            When::Every(d) => *d,
+            When::Cron(c) => Self::next_cron(c, now)
+                .and_then(|n| Duration::try_from(n.duration_since(now)).ok())
+                .unwrap_or(Duration::from_secs(60)),
+        }
+    }
+
     /// `due` brought back within reach when the wall clock stepped back: an
     /// `every` loop is never due further off than its cadence plus its
     /// jitter. (A cron occurrence is where it is.)

@@ -9,6 +9,8 @@ pub mod daemon;
 mod due;
 mod exec;
 mod launchd;
+pub mod presence;
+mod queue;
 pub mod record;
 mod schtasks;
 mod systemd;
@@ -26,6 +28,7 @@ use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
 pub use exec::Action;
+pub use presence::{DaemonRecord, DaemonStatus, daemon_status};
 pub use record::Record;
 
 /// The OS schedulers a loop's schedule can be installed into.
