@@ -410,6 +410,7 @@ impl<'a> Dispatcher<'a> {
         };
         let now = Timestamp::now();
         let mut starting: Vec<Arc<str>> = Vec::new();
+        let mut scheduled: Vec<Arc<str>> = Vec::new();
         for dir in dirs {
             let name: Arc<str> = Arc::from(dir.name().as_str());
             let entry = self.loops.entry(Arc::clone(&name)).or_insert_with(|| Entry {
@@ -457,11 +458,7 @@ impl<'a> Dispatcher<'a> {
                         tracing::warn!("loop {name:?} is not scheduled: its cadence never fires again");
                         continue;
                     };
-                    tracing::info!(
-                        "loop {name:?} scheduled ({}), next at {}",
-                        super::describe(s),
-                        first.round(jiff::Unit::Second).unwrap_or(first)
-                    );
+                    scheduled.push(Arc::clone(&name));
                     if first <= now {
                         starting.push(Arc::clone(&name));
                     } else {
@@ -473,7 +470,31 @@ impl<'a> Dispatcher<'a> {
             }
         }
         self.spread(&starting, now);
+        self.log_scheduled(&scheduled, starting.len());
         self.forget_removed(scan);
+    }
+
+    /// One line a newly scheduled loop; a summary (and the lines at debug
+    /// level) when many were scheduled at once.
+    fn log_scheduled(&self, names: &[Arc<str>], spread: usize) {
+        let many = names.len() > 5;
+        if many {
+            tracing::info!(
+                "{} loops scheduled; {spread} due now, spread over their cadence",
+                names.len()
+            );
+        }
+        for name in names {
+            let Some(e) = self.loops.get(name) else { continue };
+            let (Some((s, _)), Some(next)) = (&e.schedule, e.nominal) else {
+                continue;
+            };
+            let next = next.round(jiff::Unit::Second).unwrap_or(next);
+            match many {
+                true => tracing::debug!("loop {name:?} scheduled ({}), next at {next}", super::describe(s)),
+                false => tracing::info!("loop {name:?} scheduled ({}), next at {next}", super::describe(s)),
+            }
+        }
     }
 
     /// Loops due at once when found (a new root, a daemon that was down) are
