@@ -79,6 +79,9 @@ pub fn all(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
             });
         }
         super::emit(out, &table(&rows))?;
+        if let Some(line) = crate::schedule::daemon_line(root) {
+            super::emit(out, &format!("{line}\n"))?;
+        }
     }
     // Every readable loop was shown; an unreadable one is the exit status.
     match first_error {

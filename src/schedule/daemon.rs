@@ -220,6 +220,7 @@ struct Dispatcher<'a> {
     listing: Option<(SystemTime, Instant)>,
     ticks: u64,
     lags: Lags,
+    last_report: Instant,
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     clock: (Timestamp, Instant),
@@ -239,6 +240,7 @@ impl<'a> Dispatcher<'a> {
             listing: None,
             ticks: 0,
             lags: Lags::default(),
+            last_report: Instant::now(),
             clock: (Timestamp::now(), Instant::now()),
         }
     }
@@ -568,6 +570,8 @@ impl<'a> Dispatcher<'a> {
         record.ticks = self.ticks;
         record.overdue = overdue.len();
         record.behind_ms = behind;
+        record.window_secs = self.last_report.elapsed().as_secs();
+        self.last_report = Instant::now();
         record.window_ticks = lags.millis.len() as u64;
         record.lag_p50_ms = Lags::percentile(&lags.millis, 50);
         record.lag_p99_ms = Lags::percentile(&lags.millis, 99);

@@ -88,6 +88,13 @@ impl When {
     }
 }
 
+/// When a daemon that sees `s` now fires it next, given when its last
+/// tick started (before jitter, and before a daemon spreads loops found due
+/// together); `None` when the cadence never fires again or is invalid.
+pub fn next_due(s: &Schedule, last_started: Option<Timestamp>, now: Timestamp) -> Option<Timestamp> {
+    When::of(s).ok()?.first(last_started, now)
+}
+
 fn add(t: Timestamp, d: Duration) -> Timestamp {
     SignedDuration::try_from(d)
         .ok()

@@ -27,8 +27,9 @@ use crate::root::{LoopName, Root};
 use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
+pub use due::next_due;
 pub use exec::Action;
-pub use presence::{DaemonRecord, DaemonStatus, daemon_status};
+pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 pub use record::Record;
 
 /// The OS schedulers a loop's schedule can be installed into.

@@ -37,7 +37,8 @@ pub struct DaemonRecord {
     pub overdue: usize,
     /// How late the most overdue of those is, in milliseconds.
     pub behind_ms: u64,
-    /// Ticks started since the previous record, and how late they started.
+    /// Ticks started in the last `window_secs` seconds, and how late.
+    pub window_secs: u64,
     pub window_ticks: u64,
     pub lag_p50_ms: u64,
     pub lag_p99_ms: u64,
@@ -80,6 +81,55 @@ pub fn daemon_status(root: &Root) -> Result<Option<DaemonStatus>> {
     Ok(Some(DaemonStatus { serving, record }))
 }
 
+impl DaemonStatus {
+    /// One line for people: who serves the root and how far behind it is.
+    pub fn describe(&self) -> String {
+        let r = &self.record;
+        let since = r.since.round(jiff::Unit::Second).unwrap_or(r.since);
+        let age = Timestamp::now().duration_since(r.updated).as_secs().max(0);
+        if !self.serving {
+            return format!(
+                "no daemon serves this root (the last one, pid {} on {}, stopped without a word; \
+                 its record is {age}s old)",
+                r.pid, r.host
+            );
+        }
+        let behind = match (r.overdue, r.behind_ms) {
+            (0, _) => "keeping up".to_owned(),
+            (n, ms) => format!("{n} firings overdue, the oldest by {}", human_ms(ms)),
+        };
+        format!(
+            "daemon pid {} on {} since {since}: {} loops scheduled, {}/{} ticks running, {behind}; \
+             last {}s: {} ticks, lag p50 {} p99 {} (record {age}s old)",
+            r.pid,
+            r.host,
+            r.scheduled,
+            r.running,
+            r.max_concurrent,
+            r.window_secs,
+            r.window_ticks,
+            human_ms(r.lag_p50_ms),
+            human_ms(r.lag_p99_ms),
+        )
+    }
+}
+
+fn human_ms(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms} ms"),
+        _ => format!("{:.1} s", ms as f64 / 1000.0),
+    }
+}
+
+/// One line for `status`: the daemon serving `root`, or the one that
+/// stopped without a word; `None` when no daemon has a record here.
+pub fn daemon_line(root: &Root) -> Option<String> {
+    match daemon_status(root) {
+        Ok(s) => s.map(|s| s.describe()),
+        Err(e) => Some(format!("daemon: {e}")),
+    }
+}
+
 /// This daemon's hold on the root.
 pub struct Presence {
     lock: Option<RootLock>,
@@ -118,7 +168,7 @@ impl Presence {
         self.lock.is_some()
     }
 
-    /// A record of this daemon with the figures filled in by `fill`.
+    /// A record of this daemon, its figures still zero.
     pub fn record(&self, max_concurrent: usize) -> DaemonRecord {
         DaemonRecord {
             pid: std::process::id(),
@@ -132,6 +182,7 @@ impl Presence {
             ticks: 0,
             overdue: 0,
             behind_ms: 0,
+            window_secs: 0,
             window_ticks: 0,
             lag_p50_ms: 0,
             lag_p99_ms: 0,
