@@ -27,7 +27,7 @@ use crate::root::{LoopName, Root};
 use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
-pub use due::next_due;
+pub use due::{check, next_due};
 pub use exec::Action;
 pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 pub use record::Record;
@@ -128,6 +128,9 @@ pub fn describe(s: &Schedule) -> String {
     if let Some(j) = s.jitter {
         text += &format!(", jitter = \"{j}\"");
     }
+    if let Some(tz) = &s.timezone {
+        text += &format!(", timezone = \"{tz}\"");
+    }
     text
 }
 
@@ -166,6 +169,16 @@ pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result
         Some(old) => removal(&old),
         None => Vec::new(),
     };
+    if let Some(tz) = &schedule.timezone
+        && backend != Backend::Systemd
+    {
+        return Err(Unsupported::new(
+            backend.as_str(),
+            describe(&schedule),
+            format!("it reads times in the machine's time zone, not {tz}; use systemd or the daemon"),
+        )
+        .into());
+    }
     let (unit, install) = match backend {
         Backend::Systemd => systemd::install(&job)?,
         Backend::Launchd => launchd::install(&job)?,
@@ -194,6 +207,13 @@ pub fn install(root: &Root, name: &str, backend: Option<Backend>) -> Result<Reco
     let (record, actions) = plan_install(root, name, backend)?;
     exec::perform(&actions)?;
     record::write(root, &record)?;
+    if record.backend == Backend::Systemd && systemd::lingering() == Some(false) {
+        tracing::warn!(
+            "lingering is off for {user}: systemd stops user timers when {user} logs out; \
+             `loginctl enable-linger {user}` keeps them running (see docs/scheduling.md)",
+            user = crate::who::user()
+        );
+    }
     Ok(record)
 }
 
