@@ -600,7 +600,10 @@ fn new_refuses_schedules_that_cannot_run_as_written() {
         std::fs::write(&file, format!("step = \"true\"\n[schedule]\n{schedule}\n")).unwrap();
         let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
         assert!(err.contains(says), "{schedule}: {err}");
-        assert!(err.contains("bad.toml:2"), "names the file and the [schedule] line: {err}");
+        assert!(
+            err.contains("bad.toml:2"),
+            "names the file and the [schedule] line: {err}"
+        );
         assert!(!env.loop_dir("bad").exists(), "{schedule}: nothing created");
     }
     env.new_loop(
