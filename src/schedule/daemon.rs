@@ -17,7 +17,7 @@
 //! that, and returns. A second signal cancels at once.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -103,6 +103,22 @@ struct Entry {
     inactive: Option<SystemTime>,
     /// The scan that last saw the loop.
     seen: u64,
+    config_path: PathBuf,
+}
+
+impl Entry {
+    fn new(dir: LoopDir) -> Entry {
+        Entry {
+            config_path: dir.config_path(),
+            dir,
+            config_mtime: None,
+            schedule: None,
+            fired: None,
+            nominal: None,
+            inactive: None,
+            seen: 0,
+        }
+    }
 }
 
 /// Runs the scheduler until a stop signal; returns once every tick it
@@ -396,41 +412,34 @@ impl<'a> Dispatcher<'a> {
             (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
             _ => true,
         };
-        let dirs: Vec<LoopDir> = if relist {
-            match store::list_loops(self.root) {
-                Ok(d) => {
-                    self.listing = dir_mtime.map(|m| (m, Instant::now()));
-                    d
-                }
+        if relist {
+            let dirs = match store::list_loops(self.root) {
+                Ok(d) => d,
                 Err(e) => {
                     tracing::warn!("cannot list the loops: {e}");
                     return;
                 }
+            };
+            self.listing = dir_mtime.map(|m| (m, Instant::now()));
+            for dir in dirs {
+                let name: Arc<str> = Arc::from(dir.name().as_str());
+                self.loops.entry(name).or_insert_with(|| Entry::new(dir)).seen = scan;
             }
         } else {
-            self.loops.values().map(|e| e.dir.clone()).collect()
-        };
+            for e in self.loops.values_mut() {
+                e.seen = scan;
+            }
+        }
         let now = Timestamp::now();
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
-        for dir in dirs {
-            let name: Arc<str> = Arc::from(dir.name().as_str());
-            let entry = self.loops.entry(Arc::clone(&name)).or_insert_with(|| Entry {
-                dir,
-                config_mtime: None,
-                schedule: None,
-                fired: None,
-                nominal: None,
-                inactive: None,
-                seen: 0,
-            });
-            entry.seen = scan;
-            let modified = mtime(&entry.dir.config_path());
+        for (name, entry) in self.loops.iter_mut() {
+            let modified = mtime(&entry.config_path);
             if entry.config_mtime == Some(modified) {
                 continue;
             }
             entry.config_mtime = Some(modified);
-            let schedule = read_schedule(&name, &entry.dir);
+            let schedule = read_schedule(name, &entry.dir);
             let same = match (&entry.schedule, &schedule) {
                 (Some((a, _)), Some((b, _))) => a == b,
                 (None, None) => true,
@@ -442,10 +451,10 @@ impl<'a> Dispatcher<'a> {
             entry.schedule = schedule;
             match &entry.schedule {
                 None => {
-                    self.queue.unset(&name);
+                    self.queue.unset(name);
                     entry.nominal = None;
                 }
-                Some(_) if self.running.contains_key(&name) => {
+                Some(_) if self.running.contains_key(name) => {
                     // Rescheduled with the new cadence when its tick ends.
                 }
                 Some((s, when)) => {
@@ -460,13 +469,13 @@ impl<'a> Dispatcher<'a> {
                         tracing::warn!("loop {name:?} is not scheduled: its cadence never fires again");
                         continue;
                     };
-                    scheduled.push(Arc::clone(&name));
+                    scheduled.push(Arc::clone(name));
                     if first <= now {
-                        starting.push(Arc::clone(&name));
+                        starting.push(Arc::clone(name));
                     } else {
                         entry.nominal = Some(first);
                         self.queue
-                            .set(Arc::clone(&name), jittered(first, s.jitter.map(|j| j.0)));
+                            .set(Arc::clone(name), jittered(first, s.jitter.map(|j| j.0)));
                     }
                 }
             }
