@@ -173,6 +173,12 @@ pub struct DaemonArgs {
     /// After SIGTERM or SIGINT: how long running ticks may finish before their steps are stopped
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub grace: Duration,
+    /// Say whether a daemon serves the root and how far behind it is, then exit
+    /// (1 when none does)
+    #[arg(long)]
+    pub status: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]

@@ -169,6 +169,8 @@ pub struct WorktreeConfig {
 pub struct Schedule {
     pub cadence: Cadence,
     pub jitter: Option<Dur>,
+    /// An IANA time zone for a `cron` cadence; the system's when absent.
+    pub timezone: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +185,7 @@ struct RawSchedule {
     every: Option<Dur>,
     cron: Option<String>,
     jitter: Option<Dur>,
+    timezone: Option<String>,
 }
 
 impl TryFrom<RawSchedule> for Schedule {
@@ -191,8 +194,8 @@ impl TryFrom<RawSchedule> for Schedule {
         let cadence = match (r.every, r.cron) {
             (Some(_), Some(_)) => return Err("give either `every` or `cron`, not both".into()),
             (None, None) => return Err("give `every = \"15m\"` or `cron = \"*/15 * * * *\"`".into()),
-            (Some(e), None) if e.0 < Duration::from_secs(1) => {
-                return Err("`every` must be at least 1s".into());
+            (Some(e), None) if e.0 < min_every() => {
+                return Err(format!("`every` must be at least {}", Dur(min_every())));
             }
             (Some(e), None) => Cadence::Every(e),
             (None, Some(c)) => {
@@ -204,11 +207,24 @@ impl TryFrom<RawSchedule> for Schedule {
                 Cadence::Cron(c)
             }
         };
-        Ok(Schedule {
+        let schedule = Schedule {
             cadence,
             jitter: r.jitter,
-        })
+            timezone: r.timezone,
+        };
+        // What the daemon and the OS schedulers can run is theirs to say.
+        crate::schedule::check(&schedule)?;
+        Ok(schedule)
     }
+}
+
+/// The shortest `every`: 1s, or less when `AUTOMATON_MIN_EVERY` says so
+/// (tests drive the daemon with sub-second cadences).
+fn min_every() -> Duration {
+    std::env::var("AUTOMATON_MIN_EVERY")
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+        .unwrap_or(Duration::from_secs(1))
 }
 
 /// One `[[gate]]` entry.

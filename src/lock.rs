@@ -193,3 +193,24 @@ pub fn recorded_holder(path: &Path) -> Option<(Holder, bool)> {
 
 /// A holder record is one short line; anything longer is not one.
 const HOLDER_MAX: u64 = 64 * 1024;
+
+/// An exclusive lock on a root-level file, held while the value lives: the
+/// daemon holds `daemon.lock` so a second daemon on the root, and `daemon
+/// --status`, can tell one is serving it.
+pub struct RootLock(#[allow(dead_code)] File);
+
+/// Takes the lock on `path` without waiting; `None` when another process
+/// holds it.
+pub fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
+    let file = crate::fsx::open_rw(path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(RootLock(file))),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(Error::io("locking", path)(e)),
+    }
+}
+
+/// Whether some process holds the lock on `path` (a missing file: none).
+pub fn is_held(path: &Path) -> bool {
+    path.exists() && matches!(try_hold(path), Ok(None))
+}

@@ -1,12 +1,19 @@
 //! `daemon`: run the embedded scheduler in the foreground until SIGTERM or
-//! SIGINT; it logs one line a tick on stderr.
+//! SIGINT; it logs one line a tick on stderr. `daemon --status` says
+//! whether a daemon serves the root and how far behind it is.
+
+use std::io::Write;
 
 use crate::cli::DaemonArgs;
 use crate::error::Result;
 use crate::root::Root;
 use crate::schedule::daemon::{self, Options};
+use crate::schedule::daemon_status;
 
-pub fn run(root: &Root, args: &DaemonArgs) -> Result<u8> {
+pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<u8> {
+    if args.status {
+        return status(root, args.json.json, out);
+    }
     daemon::run(
         root,
         &Options {
@@ -16,4 +23,20 @@ pub fn run(root: &Root, args: &DaemonArgs) -> Result<u8> {
         },
     )?;
     Ok(0)
+}
+
+/// Exit 0 when a daemon serves the root, 1 when none does.
+fn status(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
+    let status = daemon_status(root)?;
+    let serving = status.as_ref().is_some_and(|s| s.serving);
+    if json {
+        super::emit_json(out, &status)?;
+    } else {
+        let line = match &status {
+            Some(s) => s.describe(),
+            None => "no daemon serves this root".to_owned(),
+        };
+        super::emit(out, &format!("{line}\n"))?;
+    }
+    Ok(if serving { 0 } else { 1 })
 }

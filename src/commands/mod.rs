@@ -58,7 +58,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
         Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
-        Command::Daemon(args) => daemon::run(&Root::open(root)?, &args),
+        Command::Daemon(args) => daemon::run(&Root::open(root)?, &args, out),
         Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Completions(args) => shell::completions(args.shell, out),
         Command::Man => shell::man(out),

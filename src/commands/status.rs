@@ -179,6 +179,9 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
         super::emit(out, "no loops in that status\n")?;
     } else {
         super::emit(out, &summary(&listed))?;
+        if let Some(line) = crate::schedule::daemon_line(root) {
+            super::emit(out, &format!("{line}\n"))?;
+        }
     }
     // Every readable loop was shown; an unreadable one is the exit status.
     match first_error {

@@ -1,41 +1,55 @@
 //! `automaton daemon`: the embedded scheduler. It fires due ticks of every
-//! loop with a `[schedule]` in this process, at most `max_concurrent` at a
-//! time and never two of one loop; a loop whose lock is held elsewhere
-//! answers `busy` at once and is tried again at its next firing. It rescans
-//! the root every few seconds (new and removed loops, changed configs, by
-//! mtime). On SIGTERM or SIGINT it stops firing, lets running ticks finish
-//! for the grace period, then cancels their steps, waits for the ticks to
-//! record that, and returns. A second signal cancels at once.
+//! loop with a `[schedule]` in this process, on a fixed pool of
+//! `max_concurrent` workers, never two of one loop; a loop whose lock is held
+//! elsewhere answers `busy` at once and is tried again at its next firing.
+//!
+//! Due times live in a timer queue (`queue`), so a firing costs O(log n) in
+//! the loops known. The root is rescanned every few seconds, linearly: the
+//! loop list is read again only when the loops directory changed, and a
+//! config only when its mtime did. Loops found due at once (a new root, or
+//! after downtime) are spread over one cadence rather than fired in a burst.
+//! A removed loop is logged and never ticked again. Every few seconds the
+//! daemon publishes how far behind it is (`presence`), and warns, with
+//! figures, when ticks start late.
+//!
+//! On SIGTERM or SIGINT it stops firing, lets running ticks finish for the
+//! grace period, then cancels their steps, waits for the ticks to record
+//! that, and returns. A second signal cancels at once.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::mpsc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use super::ScheduleError;
 use super::due::{When, jittered};
+use super::presence::{DaemonRecord, Presence};
+use super::queue::Queue;
 use crate::config::Schedule;
 use crate::error::Result;
 use crate::gate::GateHost;
 use crate::root::Root;
+use crate::state::Outcome;
 use crate::store::{self, LoopDir};
 use crate::tick::{self, Cancel, TickReport};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Ticks running at once, at most (at least 1).
+    /// Ticks running at once, at most (at least 1): the worker threads.
     pub max_concurrent: usize,
     /// After a stop signal: how long running ticks may go on before their
     /// steps are cancelled.
     pub grace: Duration,
     /// How often the root is scanned for new, changed and removed loops.
     pub rescan: Duration,
+    /// How often the daemon publishes its record and judges its lag.
+    pub report: Duration,
 }
 
 impl Default for Options {
@@ -44,6 +58,7 @@ impl Default for Options {
             max_concurrent: 4,
             grace: Duration::from_secs(30),
             rescan: Duration::from_secs(2),
+            report: Duration::from_secs(15),
         }
     }
 }
@@ -51,23 +66,59 @@ impl Default for Options {
 /// The longest the daemon sleeps between looks at the clock, so a machine
 /// that slept (and a changed wall clock) is noticed soon after.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// The loop list is read in full at least this often, even when the loops
+/// directory's mtime says nothing changed.
+const FULL_LISTING: Duration = Duration::from_secs(30);
+/// A tick that starts later than this after its due time counts as late.
+const LATE: Duration = Duration::from_secs(1);
 
 enum Msg {
     Signal(i32),
     Done {
-        name: String,
+        name: Arc<str>,
         result: Result<TickReport>,
     },
+}
+
+/// A tick for a worker.
+struct Job {
+    name: Arc<str>,
+    cancel: Cancel,
 }
 
 /// A loop the daemon knows.
 struct Entry {
     dir: LoopDir,
-    config_mtime: Option<SystemTime>,
+    /// The config's mtime when last read; `None` before the first read.
+    config_mtime: Option<Option<SystemTime>>,
     /// The schedule as last read; `None` when it has none or its config is invalid.
     schedule: Option<(Schedule, When)>,
-    due: Option<Timestamp>,
+    /// The firing the last tick filled (its due time before jitter).
     fired: Option<Timestamp>,
+    /// The firing queued, before jitter.
+    nominal: Option<Timestamp>,
+    /// The state file's mtime when a tick found the loop paused, halted or
+    /// completed: until the state changes, a firing is passed over without
+    /// a tick.
+    inactive: Option<SystemTime>,
+    /// The scan that last saw the loop.
+    seen: u64,
+    config_path: PathBuf,
+}
+
+impl Entry {
+    fn new(dir: LoopDir) -> Entry {
+        Entry {
+            config_path: dir.config_path(),
+            dir,
+            config_mtime: None,
+            schedule: None,
+            fired: None,
+            nominal: None,
+            inactive: None,
+            seen: 0,
+        }
+    }
 }
 
 /// Runs the scheduler until a stop signal; returns once every tick it
@@ -97,107 +148,27 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         }
     };
     let max = opts.max_concurrent.max(1);
+    let presence = Presence::claim(root);
     tracing::info!(
         "daemon started on {} (at most {max} ticks at once)",
         root.path().display()
     );
     let result = thread::scope(|scope| {
-        let mut loops: HashMap<String, Entry> = HashMap::new();
-        let mut running: HashMap<String, Cancel> = HashMap::new();
-        let mut stop: Option<Instant> = None;
-        let mut cancelled = false;
-        let mut next_scan = Instant::now();
-        loop {
-            if stop.is_none() {
-                if Instant::now() >= next_scan {
-                    rescan(root, &mut loops, &running);
-                    next_scan = Instant::now() + opts.rescan;
-                }
-                let now = Timestamp::now();
-                for e in loops.values_mut() {
-                    if let (Some(due), Some((s, when))) = (e.due, &e.schedule) {
-                        e.due = Some(when.clamp(due, now, s.jitter.map(|j| j.0)));
-                    }
-                }
-                while running.len() < max {
-                    let Some(name) = next_due(&loops, &running, now) else {
-                        break;
-                    };
-                    let entry = loops.get_mut(&name).expect("a due loop is known");
-                    entry.fired = Some(now);
-                    entry.due = None;
-                    if !runnable(&entry.dir) {
-                        // Paused, halted or completed: nothing to fire. Look
-                        // again at the next firing.
-                        reschedule(entry, now);
-                        continue;
-                    }
-                    let cancel = Cancel::default();
-                    running.insert(name.clone(), cancel.clone());
-                    let tx = tx.clone();
-                    let host = host.as_ref();
-                    scope.spawn(move || {
-                        let opts = tick::Options {
-                            never_wait: true,
-                            host,
-                            cancel: Some(&cancel),
-                            ..tick::Options::default()
-                        };
-                        let result = tick::run(root, &name, &opts);
-                        // In the worker, outside the lock, before the
-                        // firing counts as done.
-                        if let Ok(report) = &result {
-                            crate::notify::after_tick(root, report);
-                        }
-                        let _ = tx.send(Msg::Done { name, result });
-                    });
-                }
-            } else if running.is_empty() {
-                break;
-            }
-            let wait = match stop {
-                Some(deadline) if !cancelled => deadline.saturating_duration_since(Instant::now()),
-                Some(_) => MAX_SLEEP,
-                None => sleep_until(&loops, &running, next_scan, running.len() >= max),
-            };
-            match rx.recv_timeout(wait) {
-                Ok(Msg::Signal(sig)) if stop.is_none() => {
-                    let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
-                    match running.len() {
-                        0 => tracing::info!("{name}: stopping"),
-                        n => tracing::info!(
-                            "{name}: no more ticks are started; waiting up to {} for {n} running \
-                             (a second signal stops their steps now)",
-                            humantime::format_duration(opts.grace)
-                        ),
-                    }
-                    stop = Some(Instant::now() + opts.grace);
-                }
-                Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
-                Ok(Msg::Done { name, result }) => {
-                    running.remove(&name);
-                    if result.as_ref().is_ok_and(TickReport::stopped) {
-                        super::loop_stopped(root, &name);
-                    }
-                    log_tick(&name, &result);
-                    if let Some(entry) = loops.get_mut(&name) {
-                        reschedule(entry, Timestamp::now());
-                    }
-                }
-                Err(_) => {}
-            }
-            if let Some(deadline) = stop
-                && !cancelled
-                && Instant::now() >= deadline
-                && !running.is_empty()
-            {
-                tracing::warn!("cancelling the steps of {} running ticks", running.len());
-                for c in running.values() {
-                    c.cancel();
-                }
-                cancelled = true;
-            }
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        for i in 0..max {
+            let queue = Arc::clone(&queue);
+            let tx = tx.clone();
+            let host = host.as_ref();
+            thread::Builder::new()
+                .name(format!("tick-{i}"))
+                .spawn_scoped(scope, move || worker(root, host, &queue, &tx))
+                .map_err(ScheduleError::Signals)?;
         }
+        let mut d = Dispatcher::new(root, opts, max, presence);
+        d.run(&jobs, &rx);
+        drop(jobs);
+        d.presence.release(root);
         Ok(())
     });
     signal_handle.close();
@@ -205,129 +176,487 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     result
 }
 
-/// Whether a tick would do anything: a loop that is paused, halted or
-/// completed is not fired (the tick would only say `inactive`).
-fn runnable(dir: &LoopDir) -> bool {
-    match dir.read_state() {
-        Ok(state) => state.status.is_runnable() || state.in_flight.is_some(),
-        // Let the tick report what is wrong.
-        Err(_) => true,
-    }
-}
-
-fn reschedule(entry: &mut Entry, now: Timestamp) {
-    entry.due = match (&entry.schedule, entry.fired) {
-        (Some((s, when)), Some(fired)) => when.after(fired, now).map(|t| jittered(t, s.jitter.map(|j| j.0))),
-        _ => None,
-    };
-}
-
-/// The loop that is most overdue, not running, if any is due.
-fn next_due(
-    loops: &HashMap<String, Entry>,
-    running: &HashMap<String, Cancel>,
-    now: Timestamp,
-) -> Option<String> {
-    loops
-        .iter()
-        .filter(|(name, e)| !running.contains_key(*name) && e.due.is_some_and(|d| d <= now))
-        .min_by_key(|(_, e)| e.due)
-        .map(|(name, _)| name.clone())
-}
-
-/// How long to sleep: until the next due firing or scan, at most a second.
-/// With every worker busy (`full`), a due firing cannot start before a
-/// running tick ends, which wakes the dispatcher; sleeping until an overdue
-/// firing would be no sleep at all, and the dispatcher would spin.
-fn sleep_until(
-    loops: &HashMap<String, Entry>,
-    running: &HashMap<String, Cancel>,
-    next_scan: Instant,
-    full: bool,
-) -> Duration {
-    let now = Timestamp::now();
-    let mut wait = next_scan.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
-    if full {
-        return wait;
-    }
-    for (name, e) in loops {
-        if let Some(due) = e.due
-            && !running.contains_key(name)
-        {
-            let until = Duration::try_from(due.duration_since(now)).unwrap_or(Duration::ZERO);
-            wait = wait.min(until);
+/// A worker: runs the ticks it is handed, one at a time, until the
+/// dispatcher hangs up. It blocks while there is nothing to run.
+fn worker(root: &Root, host: Option<&GateHost>, queue: &Mutex<mpsc::Receiver<Job>>, tx: &mpsc::Sender<Msg>) {
+    loop {
+        let job = match queue.lock() {
+            Ok(q) => q.recv(),
+            Err(_) => return,
+        };
+        let Ok(Job { name, cancel }) = job else {
+            return;
+        };
+        let opts = tick::Options {
+            never_wait: true,
+            host,
+            cancel: Some(&cancel),
+            ..tick::Options::default()
+        };
+        let result = tick::run(root, &name, &opts);
+        // In the worker, outside the lock, before the firing counts as
+        // done: a halt or completion disables the loop's OS schedule, and
+        // the notify command hears of it.
+        if let Ok(report) = &result {
+            if report.stopped() {
+                super::loop_stopped(root, &name);
+            }
+            crate::notify::after_tick(root, report);
+        }
+        if tx.send(Msg::Done { name, result }).is_err() {
+            return;
         }
     }
-    wait
+}
+
+/// How late the ticks of one report window started.
+#[derive(Default)]
+struct Lags {
+    millis: Vec<u64>,
+    worst: Option<(u64, Arc<str>)>,
+}
+
+impl Lags {
+    fn add(&mut self, name: &Arc<str>, lag: Duration) {
+        let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
+        self.millis.push(ms);
+        if self.worst.as_ref().is_none_or(|(w, _)| ms > *w) {
+            self.worst = Some((ms, Arc::clone(name)));
+        }
+    }
+
+    fn percentile(sorted: &[u64], p: usize) -> u64 {
+        match sorted.len() {
+            0 => 0,
+            n => sorted[((n * p).div_ceil(100)).clamp(1, n) - 1],
+        }
+    }
+}
+
+struct Dispatcher<'a> {
+    root: &'a Root,
+    opts: &'a Options,
+    max: usize,
+    presence: Presence,
+    loops: HashMap<Arc<str>, Entry>,
+    queue: Queue<Arc<str>>,
+    running: HashMap<Arc<str>, Cancel>,
+    scans: u64,
+    listing: Option<(SystemTime, Instant)>,
+    ticks: u64,
+    lags: Lags,
+    last_report: Instant,
+    /// The wall clock and the monotonic one at the last look, to notice the
+    /// wall clock stepping back.
+    clock: (Timestamp, Instant),
+}
+
+impl<'a> Dispatcher<'a> {
+    fn new(root: &'a Root, opts: &'a Options, max: usize, presence: Presence) -> Dispatcher<'a> {
+        Dispatcher {
+            root,
+            opts,
+            max,
+            presence,
+            loops: HashMap::new(),
+            queue: Queue::default(),
+            running: HashMap::new(),
+            scans: 0,
+            listing: None,
+            ticks: 0,
+            lags: Lags::default(),
+            last_report: Instant::now(),
+            clock: (Timestamp::now(), Instant::now()),
+        }
+    }
+
+    fn run(&mut self, jobs: &mpsc::Sender<Job>, rx: &mpsc::Receiver<Msg>) {
+        let mut stop: Option<Instant> = None;
+        let mut cancelled = false;
+        let mut next_scan = Instant::now();
+        let mut next_report = Instant::now() + self.opts.report.min(Duration::from_secs(1));
+        loop {
+            if stop.is_none() {
+                if Instant::now() >= next_scan {
+                    self.rescan();
+                    next_scan = Instant::now() + self.opts.rescan;
+                }
+                self.check_clock();
+                self.dispatch(jobs);
+                if Instant::now() >= next_report {
+                    self.report();
+                    next_report = Instant::now() + self.opts.report;
+                }
+            } else if self.running.is_empty() {
+                break;
+            }
+            let wait = match stop {
+                Some(deadline) if !cancelled => deadline.saturating_duration_since(Instant::now()),
+                Some(_) => MAX_SLEEP,
+                None => self.sleep(next_scan.min(next_report)),
+            };
+            match rx.recv_timeout(wait) {
+                Ok(Msg::Signal(sig)) if stop.is_none() => {
+                    let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
+                    match self.running.len() {
+                        0 => tracing::info!("{name}: stopping"),
+                        n => tracing::info!(
+                            "{name}: no more ticks are started; waiting up to {} for {n} running \
+                             (a second signal stops their steps now)",
+                            humantime::format_duration(self.opts.grace)
+                        ),
+                    }
+                    stop = Some(Instant::now() + self.opts.grace);
+                }
+                Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
+                Ok(Msg::Done { name, result }) => self.done(name, &result),
+                Err(_) => {}
+            }
+            if let Some(deadline) = stop
+                && !cancelled
+                && Instant::now() >= deadline
+                && !self.running.is_empty()
+            {
+                tracing::warn!("cancelling the steps of {} running ticks", self.running.len());
+                for c in self.running.values() {
+                    c.cancel();
+                }
+                cancelled = true;
+            }
+        }
+    }
+
+    /// Hands due loops to idle workers, most overdue first.
+    fn dispatch(&mut self, jobs: &mpsc::Sender<Job>) {
+        let now = Timestamp::now();
+        while self.running.len() < self.max {
+            let Some((due, name)) = self.queue.pop_due(now) else {
+                break;
+            };
+            let Some(entry) = self.loops.get_mut(&name) else {
+                continue;
+            };
+            if entry.schedule.is_none() || self.running.contains_key(&name) {
+                continue;
+            }
+            entry.fired = entry.nominal.take().or(Some(now));
+            if entry
+                .inactive
+                .is_some_and(|m| mtime(&entry.dir.state_path()) == Some(m))
+            {
+                // Paused, halted or completed, and unchanged since a tick
+                // said so: nothing to fire. Look again at the next firing.
+                reschedule(&mut self.queue, &name, entry, now);
+                continue;
+            }
+            let lag = Duration::try_from(now.duration_since(due)).unwrap_or_default();
+            self.lags.add(&name, lag);
+            self.ticks += 1;
+            let cancel = Cancel::default();
+            self.running.insert(Arc::clone(&name), cancel.clone());
+            if jobs.send(Job { name, cancel }).is_err() {
+                break;
+            }
+        }
+    }
+
+    fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
+        self.running.remove(&name);
+        log_tick(&name, result);
+        let now = Timestamp::now();
+        if let Some(entry) = self.loops.get_mut(&name) {
+            entry.inactive = match result {
+                Ok(r) if r.outcome == Outcome::Inactive => mtime(&entry.dir.state_path()),
+                _ => None,
+            };
+            reschedule(&mut self.queue, &name, entry, now);
+        }
+    }
+
+    /// How long to sleep: until the next due firing, scan or report, at
+    /// most a second. With every worker busy, a due firing cannot start
+    /// before a running tick ends, which wakes the dispatcher; sleeping
+    /// until an overdue firing would be no sleep at all, and it would spin.
+    fn sleep(&mut self, next: Instant) -> Duration {
+        let mut wait = next.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
+        if self.running.len() < self.max
+            && let Some((due, _)) = self.queue.peek()
+        {
+            let until = Duration::try_from(due.duration_since(Timestamp::now())).unwrap_or_default();
+            wait = wait.min(until);
+        }
+        wait
+    }
+
+    /// When the wall clock stepped back, no `every` loop may stay due
+    /// further off than its cadence (and jitter).
+    fn check_clock(&mut self) {
+        let (wall, mono) = (Timestamp::now(), Instant::now());
+        let (last_wall, last_mono) = self.clock;
+        self.clock = (wall, mono);
+        let expected = last_wall
+            .checked_add(SignedDuration::try_from(mono - last_mono).unwrap_or_default())
+            .unwrap_or(wall);
+        if expected.duration_since(wall) < SignedDuration::from_secs(2) {
+            return;
+        }
+        tracing::warn!("the wall clock stepped back; due times are brought within one cadence");
+        let due: Vec<(Arc<str>, Timestamp)> = self.queue.iter().map(|(k, t)| (Arc::clone(k), t)).collect();
+        for (name, t) in due {
+            if let Some((s, when)) = self.loops.get(&name).and_then(|e| e.schedule.as_ref()) {
+                self.queue.set(name, when.clamp(t, wall, s.jitter.map(|j| j.0)));
+            }
+        }
+    }
+
+    /// Picks up new and removed loops, and configs that changed. Linear in
+    /// the loops; the listing is read again only when the loops directory
+    /// changed (and every half minute regardless).
+    fn rescan(&mut self) {
+        self.scans += 1;
+        let scan = self.scans;
+        let loops_dir = self.root.loops_dir();
+        let dir_mtime = mtime(&loops_dir);
+        let relist = match (self.listing, dir_mtime) {
+            (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
+            _ => true,
+        };
+        if relist {
+            let dirs = match store::list_loops(self.root) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!("cannot list the loops: {e}");
+                    return;
+                }
+            };
+            self.listing = dir_mtime.map(|m| (m, Instant::now()));
+            for dir in dirs {
+                let name: Arc<str> = Arc::from(dir.name().as_str());
+                self.loops.entry(name).or_insert_with(|| Entry::new(dir)).seen = scan;
+            }
+        } else {
+            for e in self.loops.values_mut() {
+                e.seen = scan;
+            }
+        }
+        let now = Timestamp::now();
+        let mut starting: Vec<Arc<str>> = Vec::new();
+        let mut scheduled: Vec<Arc<str>> = Vec::new();
+        for (name, entry) in self.loops.iter_mut() {
+            let modified = mtime(&entry.config_path);
+            if entry.config_mtime == Some(modified) {
+                continue;
+            }
+            entry.config_mtime = Some(modified);
+            let schedule = read_schedule(name, &entry.dir);
+            let same = match (&entry.schedule, &schedule) {
+                (Some((a, _)), Some((b, _))) => a == b,
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            entry.schedule = schedule;
+            match &entry.schedule {
+                None => {
+                    self.queue.unset(name);
+                    entry.nominal = None;
+                }
+                Some(_) if self.running.contains_key(name) => {
+                    // Rescheduled with the new cadence when its tick ends.
+                }
+                Some((s, when)) => {
+                    let last = entry.fired.or_else(|| {
+                        entry
+                            .dir
+                            .read_state()
+                            .ok()
+                            .and_then(|st| st.last_tick.map(|t| t.started_at))
+                    });
+                    let Some(first) = when.first(last, now) else {
+                        tracing::warn!("loop {name:?} is not scheduled: its cadence never fires again");
+                        continue;
+                    };
+                    scheduled.push(Arc::clone(name));
+                    if first <= now {
+                        starting.push(Arc::clone(name));
+                    } else {
+                        entry.nominal = Some(first);
+                        self.queue
+                            .set(Arc::clone(name), jittered(first, s.jitter.map(|j| j.0)));
+                    }
+                }
+            }
+        }
+        self.spread(&starting, now);
+        self.log_scheduled(&scheduled, starting.len());
+        self.forget_removed(scan);
+    }
+
+    /// One line a newly scheduled loop; a summary (and the lines at debug
+    /// level) when many were scheduled at once.
+    fn log_scheduled(&self, names: &[Arc<str>], spread: usize) {
+        let many = names.len() > 5;
+        if many {
+            tracing::info!(
+                "{} loops scheduled; {spread} due now, spread over their cadence",
+                names.len()
+            );
+        }
+        for name in names {
+            let Some(e) = self.loops.get(name) else { continue };
+            let (Some((s, _)), Some(next)) = (&e.schedule, e.nominal) else {
+                continue;
+            };
+            let next = next.round(jiff::Unit::Second).unwrap_or(next);
+            match many {
+                true => tracing::debug!("loop {name:?} scheduled ({}), next at {next}", super::describe(s)),
+                false => tracing::info!("loop {name:?} scheduled ({}), next at {next}", super::describe(s)),
+            }
+        }
+    }
+
+    /// Loops due at once when found (a new root, a daemon that was down) are
+    /// spread over one cadence, in name order among the loops of that
+    /// cadence, rather than fired in one burst; a loop alone at its cadence
+    /// fires now.
+    fn spread(&mut self, starting: &[Arc<str>], now: Timestamp) {
+        let mut groups: HashMap<Duration, Vec<&Arc<str>>> = HashMap::new();
+        for name in starting {
+            if let Some((_, when)) = self.loops.get(name).and_then(|e| e.schedule.as_ref()) {
+                groups.entry(when.period(now)).or_default().push(name);
+            }
+        }
+        for (period, mut names) in groups {
+            names.sort();
+            let n = names.len() as u32;
+            for (i, name) in (0u32..).zip(names) {
+                let Some(entry) = self.loops.get_mut(name) else {
+                    continue;
+                };
+                let Some((s, _)) = &entry.schedule else {
+                    continue;
+                };
+                let offset = period.mul_f64(f64::from(i) / f64::from(n));
+                let at = now
+                    .checked_add(SignedDuration::try_from(offset).unwrap_or_default())
+                    .unwrap_or(now);
+                entry.nominal = Some(at);
+                self.queue
+                    .set(Arc::clone(name), jittered(at, s.jitter.map(|j| j.0)));
+            }
+        }
+    }
+
+    /// Loops gone from the root: logged, and never fired again. A running
+    /// tick of one finishes on its own.
+    fn forget_removed(&mut self, scan: u64) {
+        let gone: Vec<Arc<str>> = self
+            .loops
+            .iter()
+            .filter(|(_, e)| e.seen != scan)
+            .map(|(n, _)| Arc::clone(n))
+            .collect();
+        for name in gone {
+            self.loops.remove(&name);
+            self.queue.unset(&name);
+            tracing::info!("loop {name:?} was removed: it is no longer ticked");
+        }
+    }
+
+    /// Publishes the record and warns when ticks started late.
+    fn report(&mut self) {
+        let now = Timestamp::now();
+        let mut lags = std::mem::take(&mut self.lags);
+        lags.millis.sort_unstable();
+        let overdue: Vec<Timestamp> = self
+            .queue
+            .iter()
+            .filter(|(_, t)| *t <= now)
+            .map(|(_, t)| t)
+            .collect();
+        let behind = overdue
+            .iter()
+            .min()
+            .map(|t| now.duration_since(*t).as_millis().max(0) as u64)
+            .unwrap_or(0);
+        let mut record: DaemonRecord = self.presence.record(self.max);
+        record.loops = self.loops.len();
+        record.scheduled = self.loops.values().filter(|e| e.schedule.is_some()).count();
+        record.running = self.running.len();
+        record.ticks = self.ticks;
+        record.overdue = overdue.len();
+        record.behind_ms = behind;
+        record.window_secs = self.last_report.elapsed().as_secs();
+        self.last_report = Instant::now();
+        record.window_ticks = lags.millis.len() as u64;
+        record.lag_p50_ms = Lags::percentile(&lags.millis, 50);
+        record.lag_p99_ms = Lags::percentile(&lags.millis, 99);
+        record.lag_max_ms = lags.millis.last().copied().unwrap_or(0);
+        let late = lags
+            .millis
+            .iter()
+            .filter(|&&m| m > LATE.as_millis() as u64)
+            .count();
+        if late > 0 || behind > LATE.as_millis() as u64 {
+            let worst = lags
+                .worst
+                .as_ref()
+                .map(|(ms, n)| format!(", worst {ms} ms ({n})"))
+                .unwrap_or_default();
+            tracing::warn!(
+                "falling behind: {late} of {} ticks started more than {} late (p50 {} ms, p99 {} ms{worst}); \
+                 {} firings overdue, the oldest by {} ms; {}/{} workers busy. \
+                 Raise --max-concurrent or lengthen cadences",
+                record.window_ticks,
+                humantime::format_duration(LATE),
+                record.lag_p50_ms,
+                record.lag_p99_ms,
+                record.overdue,
+                behind,
+                record.running,
+                self.max
+            );
+        }
+        self.presence.publish(self.root, &record);
+    }
+}
+
+/// Queues `entry`'s next firing after the one it just filled.
+fn reschedule(queue: &mut Queue<Arc<str>>, name: &Arc<str>, entry: &mut Entry, now: Timestamp) {
+    let next = match (&entry.schedule, entry.fired) {
+        (Some((s, when)), Some(fired)) => when
+            .after(fired, now)
+            .map(|t| (t, jittered(t, s.jitter.map(|j| j.0)))),
+        _ => None,
+    };
+    entry.nominal = next.map(|(t, _)| t);
+    match next {
+        Some((_, at)) => queue.set(Arc::clone(name), at),
+        None => queue.unset(name),
+    }
+}
+
+fn read_schedule(name: &str, dir: &LoopDir) -> Option<(Schedule, When)> {
+    let schedule = match dir.config() {
+        Ok(c) => c.schedule,
+        Err(e) => {
+            tracing::warn!("loop {name:?} is not scheduled: {e}");
+            None
+        }
+    }?;
+    match When::of(&schedule) {
+        Ok(w) => Some((schedule, w)),
+        Err(e) => {
+            tracing::warn!("loop {name:?} is not scheduled: {e}");
+            None
+        }
+    }
 }
 
 fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Picks up new and removed loops, and configs that changed.
-fn rescan(root: &Root, loops: &mut HashMap<String, Entry>, running: &HashMap<String, Cancel>) {
-    let dirs = match store::list_loops(root) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::warn!("cannot list the loops: {e}");
-            return;
-        }
-    };
-    let present: Vec<String> = dirs.iter().map(|d| d.name().to_string()).collect();
-    loops.retain(|name, _| present.contains(name) || running.contains_key(name));
-    let now = Timestamp::now();
-    for dir in dirs {
-        let name = dir.name().to_string();
-        let modified = mtime(&dir.config_path());
-        if loops.get(&name).is_some_and(|e| e.config_mtime == modified) {
-            continue;
-        }
-        let schedule = match dir.config() {
-            Ok(c) => c.schedule,
-            Err(e) => {
-                tracing::warn!("loop {name:?} is not scheduled: {e}");
-                None
-            }
-        };
-        let schedule = schedule.and_then(|s| match When::of(&s) {
-            Ok(w) => Some((s, w)),
-            Err(e) => {
-                tracing::warn!("loop {name:?} is not scheduled: {e}");
-                None
-            }
-        });
-        let entry = loops.entry(name.clone()).or_insert_with(|| Entry {
-            dir: dir.clone(),
-            config_mtime: None,
-            schedule: None,
-            due: None,
-            fired: None,
-        });
-        entry.config_mtime = modified;
-        let same = match (&entry.schedule, &schedule) {
-            (Some((a, _)), Some((b, _))) => a == b,
-            (None, None) => true,
-            _ => false,
-        };
-        if same {
-            continue;
-        }
-        entry.schedule = schedule;
-        entry.due = entry.schedule.as_ref().and_then(|(s, when)| {
-            let last = match entry.fired {
-                Some(f) => Some(f),
-                None => dir
-                    .read_state()
-                    .ok()
-                    .and_then(|st| st.last_tick.map(|t| t.started_at)),
-            };
-            let first = jittered(when.first(last, now)?, s.jitter.map(|j| j.0));
-            let at = first.round(jiff::Unit::Second).unwrap_or(first);
-            tracing::info!("loop {name:?} scheduled ({}), next at {at}", super::describe(s));
-            Some(first)
-        });
-    }
 }
 
 fn log_tick(name: &str, result: &Result<TickReport>) {

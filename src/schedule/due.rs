@@ -8,33 +8,57 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::cadence::CronSpec;
 use crate::config::{Cadence, Schedule};
 
 /// A loop's cadence, ready to compute firings.
 #[derive(Debug, Clone)]
 pub enum When {
     Every(Duration),
-    Cron(Box<croner::Cron>),
+    /// The expression and the zone its wall-clock times are read in.
+    Cron(Box<(croner::Cron, jiff02::tz::TimeZone)>),
 }
 
 impl When {
-    /// The cadence of `s`; an expression croner cannot read is refused.
+    /// The cadence of `s`. An expression is refused with the message the OS
+    /// backends give (crontab(5) syntax) when croner cannot read it either;
+    /// extensions croner reads (`L`, `W`, `#`) are the daemon's alone.
     pub fn of(s: &Schedule) -> Result<When, String> {
         match &s.cadence {
             Cadence::Every(d) => Ok(When::Every(d.0)),
-            Cadence::Cron(expr) => croner::Cron::from_str(expr)
-                .map(|c| When::Cron(Box::new(c)))
-                .map_err(|e| format!("cron = {expr:?}: {e}")),
+            Cadence::Cron(expr) => {
+                let cron = croner::Cron::from_str(expr).map_err(|e| {
+                    let why = CronSpec::parse(expr).err().unwrap_or_else(|| e.to_string());
+                    format!("cron = {expr:?}: {why}")
+                })?;
+                let tz = match &s.timezone {
+                    None => jiff02::tz::TimeZone::system(),
+                    Some(name) => jiff02::tz::TimeZone::get(name)
+                        .map_err(|e| format!("timezone = {name:?}: not an IANA time zone here ({e})"))?,
+                };
+                Ok(When::Cron(Box::new((cron, tz))))
+            }
         }
     }
 
-    /// The first occurrence of a cron expression strictly after `t`, in the
-    /// local time zone; `None` when there is none.
-    fn next_cron(cron: &croner::Cron, t: Timestamp) -> Option<Timestamp> {
-        let t02 = jiff02::Timestamp::from_second(t.as_second()).ok()?;
-        let zoned = t02.to_zoned(jiff02::tz::TimeZone::system());
-        let next = cron.find_next_occurrence(&zoned, false).ok()?;
-        Timestamp::from_second(next.timestamp().as_second()).ok()
+    /// The first occurrence of a cron expression strictly after `t`, read
+    /// in its zone; `None` when there is none. Across a change of the clocks
+    /// it does as cron does: a time in a skipped hour runs once, just after
+    /// the change, and a repeated hour does not run again.
+    fn next_cron(cron: &(croner::Cron, jiff02::tz::TimeZone), t: Timestamp) -> Option<Timestamp> {
+        let (cron, tz) = cron;
+        let t02 = jiff02::Timestamp::from_nanosecond(t.as_nanosecond()).ok()?;
+        let zoned = t02.to_zoned(tz.clone());
+        let mut next = cron.find_next_occurrence(&zoned, false).ok()?;
+        // Clocks set back: wall times already passed at `t` come round
+        // again; they were run.
+        for _ in 0..1024 {
+            if next.datetime() > zoned.datetime() {
+                break;
+            }
+            next = cron.find_next_occurrence(&next, false).ok()?;
+        }
+        Timestamp::from_nanosecond(next.timestamp().as_nanosecond()).ok()
     }
 
     /// When a loop first seen now should fire, given when its last tick
@@ -63,6 +87,17 @@ impl When {
 }
 
 impl When {
+    /// The time between two firings around `now`: the interval, or for a
+    /// cron expression the time to its next occurrence (a minute if none).
+    pub fn period(&self, now: Timestamp) -> Duration {
+        match self {
+            When::Every(d) => *d,
+            When::Cron(c) => Self::next_cron(c, now)
+                .and_then(|n| Duration::try_from(n.duration_since(now)).ok())
+                .unwrap_or(Duration::from_secs(60)),
+        }
+    }
+
     /// `due` brought back within reach when the wall clock stepped back: an
     /// `every` loop is never due further off than its cadence plus its
     /// jitter. (A cron occurrence is where it is.)
@@ -75,6 +110,64 @@ impl When {
             When::Cron(_) => due,
         }
     }
+}
+
+/// Refuses a schedule that cannot do what it says: a cron expression that
+/// is not valid or never fires, an unknown time zone, a `timezone` on an
+/// `every` cadence, and a jitter not shorter than the cadence (which would
+/// change the cadence rather than spread it).
+pub fn check(s: &Schedule) -> Result<(), String> {
+    if s.timezone.is_some() && matches!(s.cadence, Cadence::Every(_)) {
+        return Err("`timezone` applies to `cron` cadences; `every` counts real time".into());
+    }
+    let when = When::of(s)?;
+    let shortest = match &when {
+        When::Every(d) => *d,
+        When::Cron(c) => shortest_gap(c).ok_or_else(|| match &s.cadence {
+            Cadence::Cron(expr) => format!("cron = {expr:?}: it never fires (no date matches)"),
+            Cadence::Every(_) => unreachable!("a cron cadence"),
+        })?,
+    };
+    if let Some(j) = s.jitter
+        && j.0 >= shortest
+    {
+        return Err(format!(
+            "`jitter = \"{j}\"` must be shorter than the cadence ({}, at its closest {}): \
+             a jitter that long changes the cadence instead of spreading it",
+            super::describe(&Schedule {
+                jitter: None,
+                ..s.clone()
+            }),
+            humantime::format_duration(shortest)
+        ));
+    }
+    Ok(())
+}
+
+/// The shortest time between two firings of a cron expression, over its
+/// next firings from a fixed instant (enough for every field's period);
+/// `None` when it never fires.
+fn shortest_gap(cron: &(croner::Cron, jiff02::tz::TimeZone)) -> Option<Duration> {
+    let start = Timestamp::from_second(1_767_225_600).ok()?; // 2026-01-01
+    let mut prev = When::next_cron(cron, start)?;
+    let mut gap: Option<Duration> = None;
+    for _ in 0..64 {
+        let Some(next) = When::next_cron(cron, prev) else {
+            break;
+        };
+        let d = Duration::try_from(next.duration_since(prev)).ok()?;
+        gap = Some(gap.map_or(d, |g| g.min(d)));
+        prev = next;
+    }
+    // One firing and never again is a gap as long as forever.
+    Some(gap.unwrap_or(Duration::MAX))
+}
+
+/// When a daemon that sees `s` now fires it next, given when its last
+/// tick started (before jitter, and before a daemon spreads loops found due
+/// together); `None` when the cadence never fires again or is invalid.
+pub fn next_due(s: &Schedule, last_started: Option<Timestamp>, now: Timestamp) -> Option<Timestamp> {
+    When::of(s).ok()?.first(last_started, now)
 }
 
 fn add(t: Timestamp, d: Duration) -> Timestamp {
@@ -129,6 +222,7 @@ mod tests {
         let w = When::of(&Schedule {
             cadence: Cadence::Cron("*/15 * * * *".into()),
             jitter: None,
+            timezone: None,
         })
         .unwrap();
         let now = ts("2026-01-01T12:07:00Z");
@@ -165,8 +259,105 @@ mod tests {
         let s = |c: &str| Schedule {
             cadence: Cadence::Cron(c.into()),
             jitter: None,
+            timezone: None,
         };
         assert!(When::of(&s("0 0 L * *")).is_ok());
         assert!(When::of(&s("0 0 32 * *")).is_err());
+    }
+
+    fn berlin(expr: &str) -> When {
+        When::of(&Schedule {
+            cadence: Cadence::Cron(expr.into()),
+            jitter: None,
+            timezone: Some("Europe/Berlin".into()),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn cron_reads_wall_clock_times_in_its_time_zone() {
+        // 09:30 in Berlin is 08:30 UTC in winter, 07:30 UTC in summer.
+        let w = berlin("30 9 * * *");
+        let winter = ts("2026-01-15T12:00:00Z");
+        assert_eq!(w.after(winter, winter), Some(ts("2026-01-16T08:30:00Z")));
+        let summer = ts("2026-07-15T12:00:00Z");
+        assert_eq!(w.after(summer, summer), Some(ts("2026-07-16T07:30:00Z")));
+    }
+
+    #[test]
+    fn a_time_in_the_skipped_hour_runs_once_after_the_change() {
+        // 2026-03-29: Berlin's clocks go from 02:00 CET to 03:00 CEST.
+        let w = berlin("30 2 * * *");
+        let before = ts("2026-03-28T12:00:00Z");
+        let first = w.after(before, before).unwrap();
+        assert_eq!(
+            first,
+            ts("2026-03-29T01:00:00Z"),
+            "03:00 CEST, just after the gap"
+        );
+        let second = w.after(first, first).unwrap();
+        assert_eq!(second, ts("2026-03-30T00:30:00Z"), "then 02:30 CEST the next day");
+    }
+
+    #[test]
+    fn a_repeated_hour_runs_once() {
+        // 2026-10-25: Berlin's clocks go from 03:00 CEST back to 02:00 CET.
+        let fixed = berlin("30 2 * * *");
+        let before = ts("2026-10-24T12:00:00Z");
+        let first = fixed.after(before, before).unwrap();
+        assert_eq!(first, ts("2026-10-25T00:30:00Z"), "02:30 CEST");
+        let next = fixed.after(first, first).unwrap();
+        assert_eq!(next, ts("2026-10-26T01:30:00Z"), "not 02:30 CET the same night");
+        // Every quarter hour: 02:00 to 02:45 run once, not twice.
+        let quarter = berlin("*/15 * * * *");
+        let mut t = ts("2026-10-24T23:50:00Z"); // 01:50 CEST
+        let mut fired = Vec::new();
+        while t < ts("2026-10-25T02:10:00Z") {
+            t = quarter.after(t, t).unwrap();
+            fired.push(t);
+        }
+        let wall: Vec<String> = fired
+            .iter()
+            .map(|t| t.in_tz("Europe/Berlin").unwrap().strftime("%H:%M").to_string())
+            .collect();
+        assert_eq!(
+            wall,
+            ["02:00", "02:15", "02:30", "02:45", "03:00", "03:15"],
+            "{fired:?}"
+        );
+    }
+
+    #[test]
+    fn schedules_that_cannot_run_as_written_are_refused() {
+        let cron = |c: &str, jitter: Option<u64>, tz: Option<&str>| Schedule {
+            cadence: Cadence::Cron(c.into()),
+            jitter: jitter.map(|s| crate::config::Dur(Duration::from_secs(s))),
+            timezone: tz.map(String::from),
+        };
+        let e = check(&cron("61 * * * *", None, None)).unwrap_err();
+        assert!(e.contains("minute field \"61\": 61 is outside 0-59"), "{e}");
+        let e = check(&cron("*/0 * * * *", None, None)).unwrap_err();
+        assert!(e.contains("a step of 0"), "{e}");
+        let e = check(&cron("0 0 31 2 *", None, None)).unwrap_err();
+        assert!(e.contains("never fires"), "{e}");
+        assert!(check(&cron("0 0 29 2 *", None, None)).is_ok(), "every leap year");
+        let e = check(&cron("*/5 * * * *", Some(300), None)).unwrap_err();
+        assert!(e.contains("shorter than the cadence"), "{e}");
+        assert!(check(&cron("*/5 * * * *", Some(299), None)).is_ok());
+        let e = check(&cron("0 9 * * *", None, Some("Mars/Olympus"))).unwrap_err();
+        assert!(e.contains("Mars/Olympus"), "{e}");
+        let every = |e: u64, j: u64| Schedule {
+            cadence: Cadence::Every(crate::config::Dur(Duration::from_secs(e))),
+            jitter: Some(crate::config::Dur(Duration::from_secs(j))),
+            timezone: None,
+        };
+        assert!(check(&every(1, 10)).unwrap_err().contains("every = \"1s\""));
+        assert!(check(&every(10, 10)).is_err());
+        assert!(check(&every(10, 9)).is_ok());
+        let tz_on_every = Schedule {
+            timezone: Some("Europe/Berlin".into()),
+            ..every(10, 1)
+        };
+        assert!(check(&tz_on_every).unwrap_err().contains("cron"));
     }
 }

@@ -104,7 +104,11 @@ pub fn perform(actions: &[Action]) -> Result<()> {
                     Err(e) => return Err(e.into()),
                 };
                 let changed = crontab::apply(&current, edit);
-                if changed != current {
+                if changed.is_empty() && !current.is_empty() {
+                    // Our last line gone: no crontab, as before the install,
+                    // rather than an empty one.
+                    output(&["crontab".into(), "-r".into()], None)?;
+                } else if changed != current {
                     output(&["crontab".into(), "-".into()], Some(&changed))?;
                 }
             }
@@ -161,6 +165,12 @@ fn output(argv: &[String], stdin: Option<&str>) -> Result<String, ScheduleError>
 }
 
 /// Whether `argv` runs and exits 0 (its output is dropped).
+/// What `argv` prints when it succeeds; `None` when it cannot run or fails.
+pub fn stdout_of(argv: &[&str]) -> Option<String> {
+    let argv: Vec<String> = argv.iter().map(|a| (*a).to_owned()).collect();
+    output(&argv, None).ok()
+}
+
 pub fn succeeds(argv: &[&str]) -> bool {
     Command::new(argv[0])
         .args(&argv[1..])

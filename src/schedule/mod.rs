@@ -10,6 +10,8 @@ mod due;
 pub use due::When;
 mod exec;
 mod launchd;
+pub mod presence;
+mod queue;
 pub mod record;
 mod schtasks;
 mod systemd;
@@ -26,7 +28,9 @@ use crate::root::{LoopName, Root};
 use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
+pub use due::{check, next_due};
 pub use exec::Action;
+pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 pub use record::Record;
 
 /// The OS schedulers a loop's schedule can be installed into.
@@ -127,6 +131,9 @@ pub fn describe(s: &Schedule) -> String {
     if let Some(j) = s.jitter {
         text += &format!(", jitter = \"{j}\"");
     }
+    if let Some(tz) = &s.timezone {
+        text += &format!(", timezone = \"{tz}\"");
+    }
     text
 }
 
@@ -165,6 +172,16 @@ pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result
         Some(old) => removal(&old),
         None => Vec::new(),
     };
+    if let Some(tz) = &schedule.timezone
+        && backend != Backend::Systemd
+    {
+        return Err(Unsupported::new(
+            backend.as_str(),
+            describe(&schedule),
+            format!("it reads times in the machine's time zone, not {tz}; use systemd or the daemon"),
+        )
+        .into());
+    }
     let (unit, install) = match backend {
         Backend::Systemd => systemd::install(&job)?,
         Backend::Launchd => launchd::install(&job)?,
@@ -193,6 +210,13 @@ pub fn install(root: &Root, name: &str, backend: Option<Backend>) -> Result<Reco
     let (record, actions) = plan_install(root, name, backend)?;
     exec::perform(&actions)?;
     record::write(root, &record)?;
+    if record.backend == Backend::Systemd && systemd::lingering() == Some(false) {
+        tracing::warn!(
+            "lingering is off for {user}: systemd stops user timers when {user} logs out; \
+             `loginctl enable-linger {user}` keeps them running (see docs/scheduling.md)",
+            user = crate::who::user()
+        );
+    }
     Ok(record)
 }
 

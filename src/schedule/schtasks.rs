@@ -75,6 +75,29 @@ pub fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
                     "Task Scheduler repeats in whole minutes, at least one; use the daemon for less",
                 ));
             }
+            const DAY: u64 = 86_400;
+            if secs > 31 * DAY {
+                // A repetition interval is at most P31D; whole days go as a
+                // daily calendar trigger with an interval (at most 365).
+                if secs % DAY != 0 || secs / DAY > 365 {
+                    return Err(Unsupported::new(
+                        "schtasks",
+                        format!("every = \"{d}\""),
+                        "Task Scheduler repeats at most every 31 days (P31D), or every 32 to 365 \
+                         whole days; write a `cron =` expression, or use the daemon",
+                    ));
+                }
+                return Ok(task_document(
+                    job,
+                    &format!(
+                        "    <CalendarTrigger>\n      <StartBoundary>{}</StartBoundary>\n      \
+                         <Enabled>true</Enabled>\n{delay}      <ScheduleByDay>\n        \
+                         <DaysInterval>{}</DaysInterval>\n      </ScheduleByDay>\n    </CalendarTrigger>\n",
+                        now.strftime("%Y-%m-%dT%H:%M:%S"),
+                        secs / DAY
+                    ),
+                ));
+            }
             format!(
                 "    <TimeTrigger>\n      <Repetition>\n        <Interval>{}</Interval>\n        \
                  <StopAtDurationEnd>false</StopAtDurationEnd>\n      </Repetition>\n      \
@@ -85,8 +108,13 @@ pub fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
         }
         Cadence::Cron(expr) => calendar_triggers(expr, now, &delay)?,
     };
+    Ok(task_document(job, &triggers))
+}
+
+/// The whole task around its triggers.
+fn task_document(job: &Job, triggers: &str) -> String {
     let args: Vec<String> = job.command[1..].iter().map(|a| arg(a)).collect();
-    Ok(format!(
+    format!(
         concat!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
             "<Task version=\"1.2\" xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\">\n",
@@ -112,7 +140,7 @@ pub fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
         triggers = triggers,
         command = escape(&job.command[0]),
         args = escape(&args.join(" ")),
-    ))
+    )
 }
 
 /// Daily (or weekly, on the listed weekdays) triggers, one per time of day.
@@ -219,5 +247,38 @@ mod tests {
                 .why
                 .contains("triggers")
         );
+    }
+
+    #[test]
+    fn every_beyond_31_days_is_a_day_interval_or_refused() {
+        use crate::config::{Cadence, Dur, Schedule};
+        let now: Zoned = "2026-01-02T03:04:05[UTC]".parse().unwrap();
+        let xml = |secs: u64| {
+            let schedule = Schedule {
+                cadence: Cadence::Every(Dur(Duration::from_secs(secs))),
+                jitter: None,
+                timezone: None,
+            };
+            let job = Job {
+                loop_name: "l",
+                root: std::path::Path::new("/r"),
+                name: "l-1".into(),
+                command: vec!["/bin/automaton".into(), "tick".into(), "l".into()],
+                schedule: &schedule,
+                home: "/home/u".into(),
+            };
+            task_xml(&job, &now)
+        };
+        let day = 86_400;
+        assert!(
+            xml(31 * day).unwrap().contains("<Interval>PT744H</Interval>"),
+            "31 days repeat"
+        );
+        let long = xml(45 * day).unwrap();
+        assert!(!long.contains("<Interval>"), "{long}");
+        assert!(long.contains("<DaysInterval>45</DaysInterval>"), "{long}");
+        assert!(long.contains("<StartBoundary>2026-01-02T03:04:05</StartBoundary>"));
+        let e = xml(45 * day + 3600).unwrap_err();
+        assert!(e.why.contains("P31D"), "{e}");
     }
 }

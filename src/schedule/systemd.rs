@@ -58,7 +58,15 @@ fn timer(job: &Job, unit: &str) -> Result<String, Unsupported> {
             let every = seconds(d.0);
             t += &format!("OnActiveSec={every}\nOnUnitActiveSec={every}\n");
         }
-        Cadence::Cron(expr) => t += &format!("OnCalendar={}\nPersistent=true\n", on_calendar(expr)?),
+        Cadence::Cron(expr) => {
+            let zone = job
+                .schedule
+                .timezone
+                .as_ref()
+                .map(|z| format!(" {z}"))
+                .unwrap_or_default();
+            t += &format!("OnCalendar={}{zone}\nPersistent=true\n", on_calendar(expr)?);
+        }
     }
     // The default accuracy (a minute) would blur short cadences.
     t += "AccuracySec=1s\n";
@@ -151,6 +159,18 @@ pub fn enable(r: &Record) -> Vec<Action> {
         "--now",
         &timer_name(r),
     ])]
+}
+
+/// Whether the user's systemd instance outlives their sessions
+/// (`loginctl show-user`'s `Linger`); `None` when loginctl cannot say.
+pub fn lingering() -> Option<bool> {
+    let user = crate::who::user();
+    let text = super::exec::stdout_of(&["loginctl", "show-user", &user, "--property=Linger"])?;
+    match text.trim() {
+        "Linger=yes" => Some(true),
+        "Linger=no" => Some(false),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

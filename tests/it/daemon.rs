@@ -20,12 +20,15 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// A daemon on `env`'s root; cadences down to 100ms are allowed, so
+    /// tests need not wait on whole seconds.
     fn start(env: &Env, args: &[&str]) -> Daemon {
         let log = env
             .root
             .with_file_name(format!("daemon-{}.log", fastrand::u32(..)));
         let child = env
             .cmd()
+            .env("AUTOMATON_MIN_EVERY", "100ms")
             .arg("daemon")
             .args(args)
             .stdout(Stdio::null())
@@ -281,7 +284,13 @@ fn a_changed_cadence_is_picked_up() {
 #[test]
 fn a_schedule_the_daemon_cannot_read_is_logged_and_the_rest_go_on() {
     let env = Env::new();
-    env.new_loop("odd", "step = \"true\"\n[schedule]\ncron = \"0 0 31 2 *\"\n");
+    // `new` refuses it; a config edited by hand can still say it.
+    env.new_loop("odd", &scheduled("true", "1h"));
+    std::fs::write(
+        env.loop_dir("odd").join("loop.toml"),
+        "step = \"true\"\n[schedule]\ncron = \"0 0 31 2 *\"\n",
+    )
+    .unwrap();
     env.new_loop("broken", &scheduled("true", "1s"));
     clock(&env);
     let d = Daemon::start(&env, &[]);
@@ -362,4 +371,109 @@ fn the_dispatcher_idles_while_every_worker_is_busy_and_more_loops_are_due() {
         used < 30,
         "the daemon used {used} hundredths of a second of CPU in 3 s while waiting for a worker"
     );
+}
+
+/// Rewrites `name`'s schedule by hand (as an operator edits loop.toml), to
+/// a cadence `new` would refuse outside tests.
+fn reschedule(env: &Env, name: &str, every: &str) {
+    std::fs::write(env.loop_dir(name).join("loop.toml"), scheduled("true", every)).unwrap();
+}
+
+#[test]
+fn a_removed_loop_is_logged_and_never_ticked_again() {
+    let env = Env::new();
+    env.new_loop("doomed", &scheduled("true", "1s"));
+    env.new_loop("clock", &scheduled("true", "1s"));
+    reschedule(&env, "doomed", "200ms");
+    reschedule(&env, "clock", "200ms");
+    let d = Daemon::start(&env, &[]);
+    until("the loop ticks", || ticks(&env, "doomed") >= 2);
+    env.ok(&["rm", "doomed", "--force"]);
+    until("the removal is logged", || {
+        d.log()
+            .contains("loop \"doomed\" was removed: it is no longer ticked")
+    });
+    let clock_then = ticks(&env, "clock");
+    until("more clock ticks", || ticks(&env, "clock") >= clock_then + 5);
+    let log = d.log();
+    assert_eq!(d.terminate(), Some(0));
+    let (_, after) = log.split_once("loop \"doomed\" was removed").unwrap();
+    assert!(!after.contains("doomed tick"), "ticked after its removal:\n{log}");
+    assert!(!env.loop_dir("doomed").exists(), "nothing brought it back");
+}
+
+#[test]
+fn a_shorter_cadence_is_picked_up_at_once() {
+    let env = Env::new();
+    env.new_loop("slow", &scheduled("true", "1h"));
+    let d = Daemon::start(&env, &[]);
+    until("the first tick", || ticks(&env, "slow") >= 1);
+    reschedule(&env, "slow", "200ms");
+    until("ticks on the new cadence", || ticks(&env, "slow") >= 4);
+    let log = d.log();
+    assert_eq!(d.terminate(), Some(0));
+    assert!(
+        log.contains("loop \"slow\" scheduled (every = \"200ms\")"),
+        "{log}"
+    );
+}
+
+#[test]
+fn daemon_status_names_the_daemon_serving_the_root_and_a_second_one_is_told() {
+    let env = Env::new();
+    env.new_loop("clock", &scheduled("true", "1s"));
+    reschedule(&env, "clock", "200ms");
+    let out = env.run(&["daemon", "--status"]);
+    assert_eq!(out.status.code(), Some(1), "no daemon yet");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no daemon serves this root"));
+    let first = Daemon::start(&env, &[]);
+    until("the daemon's record", || {
+        env.run(&["daemon", "--status"]).status.code() == Some(0)
+    });
+    let status: serde_json::Value = serde_json::from_str(&env.ok(&["daemon", "--status", "--json"])).unwrap();
+    assert_eq!(status["serving"], true);
+    assert_eq!(status["pid"], first.child.id());
+    assert_eq!(status["scheduled"], 1);
+    let listing = env.ok(&["status"]);
+    assert!(
+        listing.contains(&format!("daemon pid {}", first.child.id())),
+        "{listing}"
+    );
+    let second = Daemon::start(&env, &[]);
+    until("the second daemon is told", || {
+        second.log().contains("another daemon serves this root")
+    });
+    assert!(second.log().contains(&format!("pid {}", first.child.id())));
+    assert_eq!(second.terminate(), Some(0));
+    assert_eq!(first.terminate(), Some(0));
+    let out = env.run(&["daemon", "--status"]);
+    assert_eq!(out.status.code(), Some(1), "a stopped daemon leaves no record");
+}
+
+#[test]
+fn many_loops_found_due_at_once_are_spread_over_their_cadence() {
+    let env = Env::new();
+    env.new_loop("l0", &scheduled("true", "1h"));
+    for i in 1..8 {
+        let from = env.loop_dir("l0");
+        let to = env.loop_dir(&format!("l{i}"));
+        std::fs::create_dir(&to).unwrap();
+        for f in std::fs::read_dir(&from).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+        }
+    }
+    env.new_loop("clock", &scheduled("true", "1s"));
+    reschedule(&env, "clock", "200ms");
+    let d = Daemon::start(&env, &[]);
+    until("a few clock ticks", || ticks(&env, "clock") >= 5);
+    let log = d.log();
+    assert_eq!(d.terminate(), Some(0));
+    assert!(
+        log.contains("9 loops scheduled; 9 due now, spread over their cadence"),
+        "{log}"
+    );
+    // The first of the hourly loops fires now; the others over the hour.
+    let ticked: Vec<u64> = (0..8).map(|i| ticks(&env, &format!("l{i}"))).collect();
+    assert_eq!(ticked, [1, 0, 0, 0, 0, 0, 0, 0], "{log}");
 }

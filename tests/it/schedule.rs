@@ -36,7 +36,7 @@ impl Fake {
             &bin.join("crontab"),
             &format!(
                 "{RECORD}case \"$1\" in\n  -l) [ -f \"$FAKE_CRONTAB\" ] || {{ echo \"no crontab for me\" >&2; exit 1; }}; \
-                 cat \"$FAKE_CRONTAB\";;\n  -) cat > \"$FAKE_CRONTAB\";;\nesac\n"
+                 cat \"$FAKE_CRONTAB\";;\n  -) cat > \"$FAKE_CRONTAB\";;\n  -r) rm \"$FAKE_CRONTAB\";;\nesac\n"
             ),
         );
         Fake {
@@ -485,7 +485,7 @@ fn removing_a_loop_removes_its_schedule() {
             .contains("'tick' 'hello'")
     );
     f.ok(&["rm", "hello", "--force"]);
-    assert_eq!(std::fs::read_to_string(&f.crontab).unwrap(), "");
+    assert!(!f.crontab.exists(), "no crontab, as before the install");
     assert!(f.ok(&["schedule", "show"]).contains("no OS schedules installed"));
 }
 
@@ -514,4 +514,100 @@ fn check_gate_apply_that_halts_disables_the_schedule() {
     f.ok(&["resume", "fragile"]);
     let tab = std::fs::read_to_string(&f.crontab).unwrap();
     assert!(tab.lines().last().unwrap().starts_with("*/5 * * * *"), "{tab}");
+}
+
+#[test]
+fn a_systemd_install_warns_when_lingering_is_off() {
+    let f = Fake::new();
+    looped(&f, "hello", "every = \"1m\"");
+    for (linger, warned) in [("no", true), ("yes", false)] {
+        script(
+            &f.bin.join("loginctl"),
+            &format!("#!/bin/sh\necho Linger={linger}\n"),
+        );
+        let (code, _, err) = f.run(&["schedule", "install", "hello", "--backend", "systemd"]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(
+            err.contains("loginctl enable-linger"),
+            warned,
+            "Linger={linger}: {err}"
+        );
+    }
+}
+
+#[test]
+fn installing_then_removing_a_cron_schedule_leaves_no_crontab() {
+    let f = Fake::new();
+    looped(&f, "hello", "every = \"1m\"");
+    assert!(!f.crontab.exists());
+    f.ok(&["schedule", "install", "hello", "--backend", "cron"]);
+    assert!(f.crontab.exists());
+    f.ok(&["schedule", "remove", "hello"]);
+    assert!(!f.crontab.exists(), "no crontab, not an empty one");
+    assert!(f.calls().contains(&"crontab -r".to_owned()), "{:?}", f.calls());
+}
+
+#[test]
+fn a_time_zone_goes_to_systemd_and_is_refused_where_it_cannot_be_said() {
+    let f = Fake::new();
+    looped(
+        &f,
+        "hello",
+        "cron = \"30 9 * * 1-5\"\ntimezone = \"Europe/Berlin\"",
+    );
+    let plan = f.plan("hello", "systemd");
+    let timer = file_text(&plan, ".timer");
+    assert!(
+        timer.contains("OnCalendar=Mon..Fri *-*-* 09:30:00 Europe/Berlin"),
+        "{timer}"
+    );
+    for backend in ["cron", "launchd", "schtasks"] {
+        let (code, _, err) = f.run(&["schedule", "install", "hello", "--backend", backend, "--dry-run"]);
+        assert_eq!(code, Some(1), "{backend}: {err}");
+        assert!(
+            err.contains("Europe/Berlin") && err.contains("time zone"),
+            "{err}"
+        );
+    }
+    let show = f.ok(&["schedule", "install", "hello", "--backend", "systemd"]);
+    assert!(show.contains("installed"), "{show}");
+    let rec: serde_json::Value =
+        serde_json::from_str(&f.ok(&["schedule", "show", "hello", "--json"])).unwrap();
+    assert_eq!(
+        rec["cadence"],
+        "cron = \"30 9 * * 1-5\", timezone = \"Europe/Berlin\""
+    );
+}
+
+#[test]
+fn new_refuses_schedules_that_cannot_run_as_written() {
+    let env = Env::new();
+    for (schedule, says) in [
+        ("cron = \"61 * * * *\"", "minute field \"61\": 61 is outside 0-59"),
+        ("cron = \"*/0 * * * *\"", "a step of 0"),
+        ("cron = \"0 0 31 2 *\"", "never fires"),
+        ("every = \"1s\"\njitter = \"10s\"", "shorter than the cadence"),
+        (
+            "cron = \"*/5 * * * *\"\njitter = \"5m\"",
+            "shorter than the cadence",
+        ),
+        (
+            "cron = \"0 9 * * *\"\ntimezone = \"Mars/Olympus\"",
+            "Mars/Olympus",
+        ),
+    ] {
+        let file = env.root.with_file_name("bad.toml");
+        std::fs::write(&file, format!("step = \"true\"\n[schedule]\n{schedule}\n")).unwrap();
+        let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
+        assert!(err.contains(says), "{schedule}: {err}");
+        assert!(
+            err.contains("bad.toml:2"),
+            "names the file and the [schedule] line: {err}"
+        );
+        assert!(!env.loop_dir("bad").exists(), "{schedule}: nothing created");
+    }
+    env.new_loop(
+        "good",
+        "step = \"true\"\n[schedule]\ncron = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\njitter = \"1m\"\n",
+    );
 }

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The daemon at scale (SPEC §12): N loops every 10 s (step `true`, one stock
+# gate) under `automaton daemon`, for N in $SIZES, then the same firing done
+# by a bash scheduler running `flock -n <lock> true` per tick, then an idle
+# daemon over 5,000 loops, and (MEMORY_RUN=600) its memory over a long run.
+#
+# For each size it reports: ticks/s achieved against the rate needed, lag
+# p50/p99 (how late ticks started; the daemon's figures come from the 15 s
+# windows of <root>/daemon.json: p50 is the median window's, p99 the worst
+# window's), the daemon's own CPU per tick (its threads: utime+stime from
+# /proc), the step processes' CPU per tick (cutime+cstime, reported
+# separately), and RSS at the start and end of the measurement.
+#
+# usage: bench/daemon.sh
+# env:   SIZES ("100 1000 5000")  SECONDS_PER (60)  MAX_CONCURRENT (8)
+#        MEMORY_RUN (0: skip; else seconds of the memory run)  BIN (a built binary)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+sizes=${SIZES:-100 1000 5000}
+secs=${SECONDS_PER:-60}
+workers=${MAX_CONCURRENT:-8}
+memory_run=${MEMORY_RUN:-0}
+cadence=10
+work=$(mktemp -d)
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --manifest-path "$repo/Cargo.toml"
+  BIN="${CARGO_TARGET_DIR:-$repo/target}/release/automaton"
+fi
+hz=$(getconf CLK_TCK)
+
+# make_root ROOT N TOML: N loops made from TOML; one made by `new`, the rest
+# copied from it (state and history name no loop), so setup takes seconds.
+make_root() {
+  local root=$1 n=$2 toml=$3
+  "$BIN" --root "$root" init >/dev/null
+  "$BIN" --root "$root" new l0 --from "$toml" >/dev/null
+  local i
+  for ((i = 1; i < n; i++)); do cp -r "$root/loops/l0" "$root/loops/l$i"; done
+}
+
+# cpu PID -> "own children" in clock ticks (fields 14+15, 16+17 of stat).
+cpu() { awk '{print $14 + $15, $16 + $17}' "/proc/$1/stat"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+record_field() { sed -n "s/.*\"$2\": *\([0-9]*\).*/\1/p" "$1"; }
+
+start_daemon() { # ROOT LOG
+  "$BIN" --root "$1" daemon --max-concurrent "$workers" 2>"$2" &
+  daemon_pid=$!
+}
+stop_daemon() {
+  kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
+}
+
+# Waits for the next daemon record after the one dated $1; prints its date.
+next_record() {
+  local root=$1 last=$2 now
+  while :; do
+    now=$(sed -n 's/.*"updated": *"\([^"]*\)".*/\1/p' "$root/daemon.json" 2>/dev/null || true)
+    if [ -n "$now" ] && [ "$now" != "$last" ]; then echo "$now"; return; fi
+    sleep 0.5
+  done
+}
+
+printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up\n\n' "$workers" "$secs"
+printf '| loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
+printf '|---|---|---|---|---|---|---|\n'
+cat > "$work/loop.toml" <<TOML
+step = ["true"]
+[schedule]
+every = "${cadence}s"
+[[gate]]
+stock = "max-failures"
+params = { max = 3 }
+TOML
+for n in $sizes; do
+  root="$work/r$n"
+  make_root "$root" "$n" "$work/loop.toml"
+  start_daemon "$root" "$work/d$n.log"
+  # Warm-up: the first ticks are spread over one cadence.
+  sleep $((cadence + 2))
+  # Start on a fresh record, so the counts and the clock agree.
+  stamp=$(next_record "$root" "")
+  stamp=$(next_record "$root" "$stamp")
+  read -r own0 kids0 < <(cpu "$daemon_pid")
+  rss0=$(rss_kib "$daemon_pid")
+  ticks0=$(record_field "$root/daemon.json" ticks)
+  t0=$(date +%s.%N)
+  p50s=() p99=0
+  end=$(( $(date +%s) + secs ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    stamp=$(next_record "$root" "$stamp")
+    p50s+=("$(record_field "$root/daemon.json" lag_p50_ms)")
+    w99=$(record_field "$root/daemon.json" lag_p99_ms)
+    [ "$w99" -gt "$p99" ] && p99=$w99
+  done
+  t1=$(date +%s.%N)
+  read -r own1 kids1 < <(cpu "$daemon_pid")
+  rss1=$(rss_kib "$daemon_pid")
+  ticks1=$(record_field "$root/daemon.json" ticks)
+  stop_daemon
+  p50=$(printf '%s\n' "${p50s[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  awk -v n="$n" -v c="$cadence" -v t0="$t0" -v t1="$t1" -v k0="$ticks0" -v k1="$ticks1" \
+      -v o0="$own0" -v o1="$own1" -v c0="$kids0" -v c1="$kids1" -v hz="$hz" \
+      -v p50="$p50" -v p99="$p99" -v r0="$rss0" -v r1="$rss1" 'BEGIN {
+    ticks = k1 - k0; el = t1 - t0
+    printf "| %d | %.0f | %.1f | %d ms / %d ms | %.3f ms | %.3f ms | %.1f → %.1f MiB |\n",
+      n, n / c, ticks / el, p50, p99, (o1 - o0) * 1000 / hz / ticks, (c1 - c0) * 1000 / hz / ticks,
+      r0 / 1024, r1 / 1024 }'
+  rm -rf "$root"
+done
+
+# The baseline: a bash scheduler firing `flock -n <loop>/lock true` for each
+# due loop, the loops spread over the cadence as the daemon spreads them.
+cat > "$work/flock.sh" <<'SH'
+n=$1 cadence=$2 secs=$3 dir=$4
+for ((i = 0; i < n; i++)); do mkdir -p "$dir/l$i"; done
+start=${EPOCHREALTIME/./}
+end=$((start + secs * 1000000))
+lags=() fired=0 k=0
+while :; do
+  i=$((k % n)); round=$((k / n))
+  due=$((start + round * cadence * 1000000 + i * cadence * 1000000 / n))
+  [ "$due" -ge "$end" ] && break
+  now=${EPOCHREALTIME/./}
+  if [ "$due" -gt "$now" ]; then
+    wait_us=$((due - now))
+    [ "$wait_us" -gt 2000 ] && sleep "$(printf '0.%06d' $((wait_us > 999999 ? 999999 : wait_us)))" && continue
+  fi
+  now=${EPOCHREALTIME/./}
+  lags+=($(( (now - due) / 1000 )))
+  flock -n "$dir/l$i/lock" true &
+  fired=$((fired + 1)); k=$((k + 1))
+done
+wait
+printf '%s\n' "${lags[@]}" > "$dir/lags"
+echo "$fired" > "$dir/fired"
+SH
+printf '\n## bash + `flock -n` (the baseline), %s s per size\n\n' "$secs"
+printf '| loops | ticks/s needed | achieved | lag p50 / p99 | bash CPU per tick | flock + true CPU per tick |\n'
+printf '|---|---|---|---|---|---|\n'
+for n in $sizes; do
+  dir="$work/b$n"; mkdir -p "$dir"
+  t0=$(date +%s.%N)
+  bash "$work/flock.sh" "$n" "$cadence" "$secs" "$dir" &
+  pid=$!
+  # Sample CPU just before it exits: poll until the child is a zombie-to-be.
+  last=
+  while kill -0 "$pid" 2>/dev/null; do last=$(cpu "$pid" 2>/dev/null || echo "$last"); sleep 0.2; done
+  wait "$pid"
+  t1=$(date +%s.%N)
+  read -r own kids <<<"$last"
+  fired=$(cat "$dir/fired")
+  sort -n "$dir/lags" | awk -v n="$n" -v c="$cadence" -v s="$secs" -v f="$fired" -v o="$own" -v k="$kids" -v hz="$hz" -v t0="$t0" -v t1="$t1" '
+    {a[NR] = $1} END {
+      # Behind, it fires everything due in its window, late: the rate is over the whole run.
+      printf "| %d | %.0f | %.1f | %d ms / %d ms | %.3f ms | %.3f ms |\n", n, n / c, f / (t1 - t0),
+        a[int((NR + 1) / 2)], a[int(NR * 0.99 + 0.99)], o * 1000 / hz / f, k * 1000 / hz / f }'
+  rm -rf "$dir"
+done
+
+# Idle: 5,000 loops whose cron expression fires once a year.
+printf '\n## idle daemon over 5,000 loops, %s s\n\n' "$secs"
+cat > "$work/idle.toml" <<'TOML'
+step = ["true"]
+[schedule]
+cron = "0 0 1 1 *"
+[[gate]]
+stock = "max-failures"
+params = { max = 3 }
+TOML
+root="$work/idle"
+make_root "$root" 5000 "$work/idle.toml"
+start_daemon "$root" "$work/idle.log"
+sleep 5
+read -r own0 _ < <(cpu "$daemon_pid"); t0=$(date +%s.%N)
+sleep "$secs"
+read -r own1 _ < <(cpu "$daemon_pid"); t1=$(date +%s.%N)
+rss=$(rss_kib "$daemon_pid")
+stop_daemon
+awk -v o0="$own0" -v o1="$own1" -v t0="$t0" -v t1="$t1" -v hz="$hz" -v r="$rss" 'BEGIN {
+  printf "CPU: %.3f %% of a core; RSS %.1f MiB\n", (o1 - o0) / hz / (t1 - t0) * 100, r / 1024 }'
+rm -rf "$root"
+
+if [ "$memory_run" -gt 0 ]; then
+  printf '\n## memory over %s s: 5,000 loops every 10 s, RSS each minute (MiB)\n\n' "$memory_run"
+  root="$work/mem"
+  make_root "$root" 5000 "$work/loop.toml"
+  start_daemon "$root" "$work/mem.log"
+  samples=()
+  for ((s = 0; s <= memory_run; s += 60)); do
+    samples+=("$(awk '{printf "%.1f", $1 / 1024}' <<<"$(rss_kib "$daemon_pid")")")
+    [ "$s" -lt "$memory_run" ] && sleep 60
+  done
+  echo "${samples[*]}"
+  stop_daemon
+fi
