@@ -4,6 +4,7 @@
 mod approvals;
 mod common;
 mod daemon;
+mod example_gates;
 mod gate_fixtures;
 mod gate_host;
 mod locking;
