@@ -290,6 +290,18 @@ pub enum GateCommand {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Create a gate project: the example gate for a language, renamed, with
+    /// its WIT, pinned build script and sample cases
+    New {
+        /// The gate's name (lower-case letters, digits, dashes)
+        #[arg(value_parser = crate::commands::gate::parse_name)]
+        name: String,
+        #[arg(long, value_enum)]
+        lang: crate::commands::gate::Lang,
+        /// Where to create it [default: ./NAME]
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print an example gate context with every field: the JSON
     /// `gate test --context` reads
     Context,

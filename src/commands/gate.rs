@@ -16,6 +16,9 @@ use crate::gate::{
 use crate::root::Root;
 
 mod cases;
+mod scaffold;
+
+pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root; `gate compile` needs one.
@@ -48,6 +51,29 @@ pub fn run(cmd: GateCommand, root: Option<&Path>, out: &mut dyn Write) -> Result
             let host = GateHost::new(cache())?;
             let r = test(&host, &target, ctx, params, phase, &limits)?;
             render_test(&r, json.json, out).map_err(Error::Output)?;
+        }
+        GateCommand::New { name, lang, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let files = scaffold::scaffold(&name, lang, &dir)?;
+            writeln!(
+                out,
+                "created gate project {} ({} files)",
+                dir.display(),
+                files.len()
+            )
+            .and_then(|()| {
+                writeln!(out, "build:  {}/build.sh", dir.display())?;
+                writeln!(
+                    out,
+                    "test:   automaton gate test {0}/gate.wasm --cases {0}/cases.json",
+                    dir.display()
+                )?;
+                writeln!(
+                    out,
+                    "deploy: copy gate.wasm to <root>/loops/LOOP/gates/, then `automaton gate compile` it"
+                )
+            })
+            .map_err(Error::Output)?;
         }
         GateCommand::Context => {
             write_json(&cases::example_context(), out).map_err(Error::Output)?;

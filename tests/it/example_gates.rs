@@ -131,3 +131,64 @@ fn javascript_example_gate() {
         has("node", "--version") && has("npm", "--version"),
     );
 }
+
+/// `gate new` makes a project that builds as generated and passes its own
+/// cases.
+#[test]
+fn gate_new_scaffolds_a_rust_project_that_builds() {
+    let present = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    let env = Env::new();
+    let dir = env.root.join("night-owl");
+    let out = env.ok(&[
+        "gate",
+        "new",
+        "night-owl",
+        "--lang",
+        "rust",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.starts_with("created gate project "), "{out}");
+    env.fails(
+        1,
+        &[
+            "gate",
+            "new",
+            "night-owl",
+            "--lang",
+            "rust",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    env.fails(2, &["gate", "new", "Night", "--lang", "rust"]);
+    if !present {
+        let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "gate new needs the wasm32-wasip2 target, which is missing"
+        );
+        eprintln!("skipped: building a scaffolded gate needs the wasm32-wasip2 target");
+        return;
+    }
+    let wasm = env.root.join("night-owl.wasm");
+    let status = Command::new("sh")
+        .arg(dir.join("build.sh"))
+        .arg(&wasm)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let cases = dir.join("cases.json");
+    let out = env.ok(&[
+        "gate",
+        "test",
+        wasm.to_str().unwrap(),
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert!(out.contains("(night-owl 1.0.0)"), "{out}");
+    assert!(out.ends_with("12 passed, 0 failed\n"), "{out}");
+}
