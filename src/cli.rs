@@ -408,14 +408,22 @@ pub struct CheckGateArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum GateCommand {
-    /// Evaluate a gate alone against a JSON context
+    /// Evaluate a gate alone against a JSON context, or a table of cases
+    ///
+    /// `automaton gate context` prints a context with every field: the
+    /// shape --context reads and each case of --cases carries.
     Test {
         /// A component file, or stock:NAME
         target: String,
         /// A JSON context file, or - for standard input; missing fields
-        /// take defaults
-        #[arg(long, value_name = "FILE")]
+        /// take defaults (`automaton gate context` shows every field)
+        #[arg(long, value_name = "FILE", conflicts_with = "cases")]
         context: Option<String>,
+        /// A JSON array of cases, each {"name", "context", "params",
+        /// "phase", "expect": {"decision", "reason"}}: prints one line per
+        /// case and `N passed, N failed`, and fails when one does
+        #[arg(long, value_name = "FILE")]
+        cases: Option<PathBuf>,
         /// The gate's params, as a JSON object (overrides the context's)
         #[arg(long, value_name = "JSON", value_parser = parse_json)]
         params: Option<serde_json::Value>,
@@ -425,9 +433,27 @@ pub enum GateCommand {
         /// The evaluation's timeout
         #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1s")]
         timeout: Duration,
+        /// The gate's memory cap, as in loop.toml (e.g. 64MiB)
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        memory: Option<bytesize::ByteSize>,
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Create a gate project: the example gate for a language, renamed, with
+    /// its WIT, pinned build script and sample cases
+    New {
+        /// The gate's name (lower-case letters, digits, dashes)
+        #[arg(value_parser = crate::commands::gate::parse_name)]
+        name: String,
+        #[arg(long, value_enum)]
+        lang: crate::commands::gate::Lang,
+        /// Where to create it [default: ./NAME]
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Print an example gate context with every field: the JSON
+    /// `gate test --context` reads
+    Context,
     /// Show what a gate says about itself, its imports and exports
     Inspect {
         /// A component file, or stock:NAME
@@ -472,6 +498,10 @@ pub struct ReplayArgs {
 
 fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+fn parse_size(s: &str) -> Result<bytesize::ByteSize, String> {
+    s.parse().map_err(|e| format!("not a size (e.g. 64MiB): {e}"))
 }
 
 fn parse_phase(s: &str) -> Result<crate::gate::Phase, String> {

@@ -15,6 +15,11 @@ use crate::gate::{
 };
 use crate::root::Root;
 
+mod cases;
+mod scaffold;
+
+pub use scaffold::{Lang, parse_name};
+
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root; `gate compile` needs one.
 pub fn run(cmd: GateCommand, root: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
@@ -23,19 +28,55 @@ pub fn run(cmd: GateCommand, root: Option<&Path>, out: &mut dyn Write) -> Result
         GateCommand::Test {
             target,
             context,
+            cases,
             params,
             phase,
             timeout,
+            memory,
             json,
         } => {
-            let ctx = context.map(|c| ContextInput::parse(&c).read()).transpose()?;
             let limits = Limits {
                 timeout,
-                ..Limits::default()
+                memory: memory.map_or(Limits::DEFAULT_MEMORY, |m| m.as_u64()),
             };
+            let target = parse_target(&target);
+            if let Some(file) = cases {
+                let table = cases::read(&file)?;
+                let host = GateHost::new(cache())?;
+                let r = cases::run(&host, &target, table, params, phase, &limits)?;
+                cases::render(&r, json.json, out).map_err(Error::Output)?;
+                return Ok(if r.failed() == 0 { 0 } else { 1 });
+            }
+            let ctx = context.map(|c| ContextInput::parse(&c).read()).transpose()?;
             let host = GateHost::new(cache())?;
-            let r = test(&host, &parse_target(&target), ctx, params, phase, &limits)?;
+            let r = test(&host, &target, ctx, params, phase, &limits)?;
             render_test(&r, json.json, out).map_err(Error::Output)?;
+        }
+        GateCommand::New { name, lang, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let files = scaffold::scaffold(&name, lang, &dir)?;
+            writeln!(
+                out,
+                "created gate project {} ({} files)",
+                dir.display(),
+                files.len()
+            )
+            .and_then(|()| {
+                writeln!(out, "build:  {}/build.sh", dir.display())?;
+                writeln!(
+                    out,
+                    "test:   automaton gate test {0}/gate.wasm --cases {0}/cases.json",
+                    dir.display()
+                )?;
+                writeln!(
+                    out,
+                    "deploy: copy gate.wasm to <root>/loops/LOOP/gates/, then `automaton gate compile` it"
+                )
+            })
+            .map_err(Error::Output)?;
+        }
+        GateCommand::Context => {
+            write_json(&cases::example_context(), out).map_err(Error::Output)?;
         }
         GateCommand::Inspect { target, json } => {
             let host = GateHost::new(cache())?;
@@ -316,7 +357,7 @@ pub fn render_list(rows: &[StockRow], json: bool, out: &mut dyn Write) -> io::Re
     Ok(())
 }
 
-fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut dyn Write) -> io::Result<()> {
+pub(super) fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut dyn Write) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)
 }

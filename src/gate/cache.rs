@@ -1,21 +1,28 @@
 //! The compiled-gate cache: precompiled components under `<root>/cache/gates/`,
 //! keyed by the component's sha256, the wasmtime version and a fingerprint of
-//! the engine's settings. Entries are written atomically; an entry that does
-//! not load (corrupt, stale, from another engine) is compiled again and
-//! replaced. Nothing here is ever fatal: without a cache a gate is compiled.
+//! the engine's settings. A `.cwasm` is native code, so an entry is used only
+//! when its seal says this runner wrote exactly that file from exactly that
+//! component, and only from a directory no other user can write; anything
+//! else is compiled again (and replaced), and a cache others can write is
+//! not used at all. The cache also remembers each component file's sha256
+//! by its fingerprint, so a cached gate is loaded without reading or hashing
+//! it. Entries are written atomically. Nothing here is ever fatal: without a
+//! cache a gate is compiled in memory.
 
 use std::hash::{Hash, Hasher};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::error::{GateError, GateErrorKind, human_bytes};
+use super::seal::{Fingerprint, Key, Untrusted, check_private};
 
 /// The wasmtime release gates are compiled with; pinned in Cargo.toml.
 pub const WASMTIME_VERSION: &str = "48.0.8";
@@ -30,13 +37,17 @@ pub struct CacheStats {
     pub hits: u64,
     /// Components compiled (no usable cached artefact).
     pub compiled: u64,
-    /// Cached artefacts that did not load and were replaced.
+    /// Cached artefacts that did not load, or whose seal did not match,
+    /// and were replaced.
     pub rejected: u64,
 }
 
 pub(crate) struct Cache {
     dir: Option<PathBuf>,
     engine_key: String,
+    /// The directory checked and the key loaded, on first use; `None` when
+    /// the cache is refused or cannot be made.
+    trusted: OnceLock<Option<Key>>,
     hits: AtomicU64,
     compiled: AtomicU64,
     rejected: AtomicU64,
@@ -68,6 +79,7 @@ impl Cache {
         Cache {
             dir: dir.map(|d| d.join("gates")),
             engine_key: format!("wasmtime-{WASMTIME_VERSION}-{}", &fingerprint[..16]),
+            trusted: OnceLock::new(),
             hits: AtomicU64::new(0),
             compiled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
@@ -93,64 +105,205 @@ impl Cache {
         Some(dir.join(format!("{sha256}.{}.cwasm", self.engine_key)))
     }
 
-    /// The compiled component: from the cache when a usable entry exists,
-    /// else compiled (and cached).
-    pub(crate) fn load_or_compile(
+    /// The key, once the directory has passed its checks (made on first
+    /// use, private). A refused cache is said once, with the reason.
+    fn key(&self) -> Option<&Key> {
+        let dir = self.dir.as_deref()?;
+        self.trusted
+            .get_or_init(|| match open_dir(dir) {
+                Ok(key) => Some(key),
+                Err(e) => {
+                    tracing::warn!("not using the gate cache: {e}; gates are compiled in memory");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The sha256 of the component file with this fingerprint, when a
+    /// sealed record says so: a cached gate then loads without reading or
+    /// hashing its component.
+    pub(crate) fn known_sha256(&self, path: &Path, file: &Fingerprint) -> Option<String> {
+        let key = self.key()?;
+        let text = std::fs::read_to_string(self.source_record(path)?).ok()?;
+        let body = key.open(&text)?;
+        let mut lines = body.lines();
+        let want = source_lines(path, file, "");
+        let mut wanted = want.lines();
+        // Every line but the last (the sha256) must match.
+        for _ in 0..3 {
+            if lines.next()? != wanted.next()? {
+                return None;
+            }
+        }
+        let sha = lines.next()?.strip_prefix("sha256 ")?;
+        (sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit())).then(|| sha.to_owned())
+    }
+
+    /// Records that the component file with this fingerprint has this
+    /// sha256, when the file has settled (a file changed within the last
+    /// moments could change again without moving its times).
+    pub(crate) fn remember_sha256(&self, path: &Path, file: &Fingerprint, sha256: &str) {
+        if !file.settled(SystemTime::now()) {
+            return;
+        }
+        let (Some(key), Some(record)) = (self.key(), self.source_record(path)) else {
+            return;
+        };
+        let sealed = key.seal(&source_lines(path, file, sha256));
+        if let Err(e) = write_atomic(&record, sealed.as_bytes()) {
+            tracing::debug!(path = %record.display(), error = %e, "could not record a gate's sha256");
+        }
+    }
+
+    fn source_record(&self, path: &Path) -> Option<PathBuf> {
+        let abs = std::path::absolute(path).ok()?;
+        let name = sha256_hex(abs.as_os_str().as_encoded_bytes());
+        Some(self.dir.as_ref()?.join("sources").join(&name[..32]))
+    }
+
+    /// The cached artefact for this component, when its seal matches.
+    pub(crate) fn load(&self, engine: &Engine, label: &str, sha256: &str) -> Option<Component> {
+        let key = self.key()?;
+        let path = self.entry(sha256)?;
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(_) => return None,
+        };
+        if let Err(why) = self.check_entry(key, &path, &meta, sha256) {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(gate = label, "cached gate not used ({why}); compiling it again");
+            return None;
+        }
+        // SAFETY: the entry passed its seal: this runner wrote this very
+        // file (same inode, size and times) with `Component::serialize`,
+        // from the component with this sha256, in a directory only this
+        // user or root can write. wasmtime also checks the header, its
+        // version and the engine settings.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(gate = label, path = %path.display(), "gate cache hit");
+                Some(component)
+            }
+            Err(e) => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    gate = label,
+                    path = %path.display(),
+                    error = %super::host::error_text(&e),
+                    "cached gate unusable; compiling it again"
+                );
+                None
+            }
+        }
+    }
+
+    fn check_entry(
+        &self,
+        key: &Key,
+        path: &Path,
+        meta: &std::fs::Metadata,
+        sha256: &str,
+    ) -> Result<(), String> {
+        if !meta.is_file() {
+            return Err(format!("{} is not a regular file", path.display()));
+        }
+        check_private(path, meta).map_err(|e| e.to_string())?;
+        let seal_path = path.with_extension("seal");
+        let text =
+            std::fs::read_to_string(&seal_path).map_err(|e| format!("{}: {e}", seal_path.display()))?;
+        let body = key
+            .open(&text)
+            .ok_or_else(|| format!("{} was not made by this runner", seal_path.display()))?;
+        if body != self.artefact_lines(sha256, &Fingerprint::of(meta)) {
+            return Err(format!(
+                "{} is not the file this runner compiled from this component",
+                path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    fn artefact_lines(&self, sha256: &str, file: &Fingerprint) -> String {
+        format!(
+            "automaton gate artefact 1\ncomponent {sha256}\nengine {}\nfile {file}\n",
+            self.engine_key
+        )
+    }
+
+    /// Compiles a component and caches it (when there is a trusted cache).
+    pub(crate) fn compile(
         &self,
         engine: &Engine,
         label: &str,
         sha256: &str,
         bytes: &[u8],
     ) -> Result<Component, GateError> {
-        let entry = self.entry(sha256);
-        if let Some(path) = entry.as_deref().filter(|p| p.is_file()) {
-            // SAFETY: entries are written only by `store` below, from
-            // `Component::serialize` of this engine configuration, atomically,
-            // into the loop root's private cache directory. wasmtime checks
-            // the header, its version and the engine settings on load; an
-            // entry failing those checks is replaced.
-            match unsafe { Component::deserialize_file(engine, path) } {
-                Ok(component) => {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(gate = label, path = %path.display(), "gate cache hit");
-                    return Ok(component);
-                }
-                Err(e) => {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        gate = label,
-                        path = %path.display(),
-                        error = %super::host::error_text(&e),
-                        "cached gate unusable; compiling it again"
-                    );
-                }
-            }
-        }
-        let component = compile(engine, label, bytes)?;
+        let entry = self.key().and_then(|key| Some((key, self.entry(sha256)?)));
+        let component = compile(engine, label, bytes, entry.is_some())?;
         self.compiled.fetch_add(1, Ordering::Relaxed);
-        if let Some(path) = entry
-            && let Err(e) = store(&component, &path)
+        if let Some((key, path)) = entry
+            && let Err(e) = self.store(key, &component, sha256, &path)
         {
             tracing::warn!(gate = label, path = %path.display(), error = %e, "could not cache the compiled gate");
         }
         Ok(component)
     }
+
+    /// Writes the artefact (a temp file, then a rename), then its seal.
+    fn store(&self, key: &Key, component: &Component, sha256: &str, path: &Path) -> std::io::Result<()> {
+        let bytes = component
+            .serialize()
+            .map_err(|e| std::io::Error::other(super::host::error_text(&e)))?;
+        write_atomic(path, &bytes)?;
+        let file = Fingerprint::of(&std::fs::symlink_metadata(path)?);
+        let seal = key.seal(&self.artefact_lines(sha256, &file));
+        write_atomic(&path.with_extension("seal"), seal.as_bytes())
+    }
+}
+
+fn source_lines(path: &Path, file: &Fingerprint, sha256: &str) -> String {
+    format!("automaton gate source 1\npath {path:?}\nfile {file}\nsha256 {sha256}\n")
+}
+
+/// Makes the cache directory (private) if needed, refuses it when another
+/// user could write it or its parent, and loads the key.
+fn open_dir(dir: &Path) -> Result<Key, Untrusted> {
+    create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    for d in parent.into_iter().chain([dir, &dir.join("sources")]) {
+        let meta = std::fs::metadata(d).map_err(Untrusted::io(d))?;
+        if !meta.is_dir() {
+            return Err(Untrusted::Kind {
+                path: d.to_owned(),
+                expected: "directory",
+            });
+        }
+        check_private(d, &meta)?;
+    }
+    Key::load_or_create(&dir.join("key"))
 }
 
 /// Compiles a component, showing a progress line on a terminal when it takes
 /// long (a Python or JavaScript gate takes seconds).
-fn compile(engine: &Engine, label: &str, bytes: &[u8]) -> Result<Component, GateError> {
+fn compile(engine: &Engine, label: &str, bytes: &[u8], cached: bool) -> Result<Component, GateError> {
     let started = Instant::now();
+    let size = human_bytes(bytes.len() as u64);
+    let later = if cached {
+        "it is cached for later runs"
+    } else {
+        "it is not cached, so every run compiles it again"
+    };
+    tracing::info!(gate = label, "compiling gate ({size}); {later}");
     let (done, wait) = mpsc::channel::<()>();
     let result = std::thread::scope(|s| {
         s.spawn(move || {
             if wait.recv_timeout(PROGRESS_AFTER) == Err(mpsc::RecvTimeoutError::Timeout)
                 && std::io::stderr().is_terminal()
+                && tracing::enabled!(tracing::Level::WARN)
             {
-                eprintln!(
-                    "compiling gate {label} ({}); it is cached for later runs",
-                    human_bytes(bytes.len() as u64)
-                );
+                progress(label, &size, later, started, &wait);
             }
         });
         let result = Component::new(engine, bytes);
@@ -165,22 +318,32 @@ fn compile(engine: &Engine, label: &str, bytes: &[u8]) -> Result<Component, Gate
             },
         )
     })?;
-    tracing::debug!(gate = label, elapsed = ?started.elapsed(), "gate compiled");
+    tracing::info!(gate = label, elapsed = ?started.elapsed(), "gate compiled");
     Ok(component)
 }
 
-/// Writes the artefact: a temp file in the same directory, then a rename.
-fn store(component: &Component, path: &Path) -> std::io::Result<()> {
-    let dir = path.parent().expect("cache entries live in a directory");
-    create_private_dir(dir)?;
-    let bytes = component
-        .serialize()
-        .map_err(|e| std::io::Error::other(super::host::error_text(&e)))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .suffix(".cwasm")
-        .tempfile_in(dir)?;
-    tmp.write_all(&bytes)?;
+/// A line on the terminal counting the seconds until the compile ends.
+fn progress(label: &str, size: &str, later: &str, started: Instant, wait: &mpsc::Receiver<()>) {
+    let mut err = std::io::stderr();
+    loop {
+        let _ = write!(
+            err,
+            "\rcompiling gate {label} ({size}): {}s; {later}",
+            started.elapsed().as_secs()
+        );
+        let _ = err.flush();
+        if wait.recv_timeout(Duration::from_secs(1)) != Err(mpsc::RecvTimeoutError::Timeout) {
+            let _ = writeln!(err);
+            return;
+        }
+    }
+}
+
+/// Writes a file: a temp file in the same directory, then a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().expect("cache files live in a directory");
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
@@ -196,7 +359,6 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     }
     builder.create(dir)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! a memory cap. A call that fails leaves nothing behind: the next one works.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use super::cache::{Cache, CacheStats, sha256_hex};
 use super::error::{GateError, GateErrorKind};
 use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::sandbox::{self, GateLog, HostState};
+use super::seal::Fingerprint;
 use super::stock;
 use super::ticker::{EPOCH_TICK, Ticker};
 use super::types::{Context, Decision, GateSource, Limits};
@@ -68,12 +69,22 @@ struct GateMeta {
     label: String,
     sha256: String,
     size: u64,
-    info: OnceLock<GateInfo>,
 }
 
+/// A compiled component, shared by every load of the same content.
 struct Compiled {
     component: Component,
     pre: GatePre<HostState>,
+    /// What the gate said about itself, once asked.
+    info: OnceLock<GateInfo>,
+}
+
+/// A component file identified: its sha256, and its bytes when they were
+/// read to get it.
+struct Found {
+    sha256: String,
+    size: u64,
+    bytes: Option<Arc<[u8]>>,
 }
 
 impl Gate {
@@ -94,7 +105,7 @@ impl Gate {
 
     /// What the gate said about itself, once `describe` has been called.
     pub fn info(&self) -> Option<&GateInfo> {
-        self.meta.info.get()
+        self.compiled.info.get()
     }
 
     pub fn name(&self) -> Option<&str> {
@@ -117,7 +128,7 @@ impl std::fmt::Debug for Gate {
             .field("label", &self.meta.label)
             .field("sha256", &self.meta.sha256)
             .field("size", &self.meta.size)
-            .field("info", &self.meta.info.get())
+            .field("info", &self.compiled.info.get())
             .finish()
     }
 }
@@ -128,6 +139,9 @@ pub struct GateHost {
     linker: Linker<HostState>,
     cache: Cache,
     loaded: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// Component files hashed in this process, by path: a daemon's ticks
+    /// then load an unchanged gate without reading it.
+    seen: Mutex<HashMap<PathBuf, (Fingerprint, String)>>,
     ticker: Ticker,
 }
 
@@ -175,6 +189,7 @@ impl GateHost {
             engine,
             linker,
             loaded: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
             ticker,
         })
     }
@@ -189,15 +204,21 @@ impl GateHost {
         self.cache.stats()
     }
 
-    /// Loads a gate: reads the file (or the embedded stock gate), checks the
-    /// sha256 pin, then compiles it or loads it from the cache, and checks
-    /// it targets the `gate` world. Loaded components are memoised by
-    /// content, so loading one twice in a process costs a hash.
+    /// Loads a gate: finds the component's sha256 (hashing the file only
+    /// when its fingerprint is new), checks the sha256 pin, then loads it
+    /// from the cache or compiles it, and checks it targets the `gate`
+    /// world. Loaded components are memoised by content and files by
+    /// fingerprint, so loading an unchanged gate again in a process costs a
+    /// `stat`.
     pub fn load(&self, source: &GateSource) -> Result<Gate, GateError> {
         let label = source.to_string();
-        let bytes: std::borrow::Cow<'static, [u8]> = match source {
+        let found = match source {
             GateSource::Stock(name) => match stock::find(name) {
-                Some(g) => g.bytes.into(),
+                Some(g) => Found {
+                    sha256: sha256_hex(g.bytes),
+                    size: g.bytes.len() as u64,
+                    bytes: Some(g.bytes.into()),
+                },
                 None => {
                     return Err(GateError::new(
                         &label,
@@ -205,57 +226,91 @@ impl GateHost {
                     ));
                 }
             },
-            GateSource::File { path, .. } => match std::fs::read(path) {
-                Ok(b) => b.into(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(GateError::new(
-                        &label,
-                        GateErrorKind::MissingFile { path: path.clone() },
-                    ));
-                }
-                Err(e) => {
-                    return Err(GateError::new(
-                        &label,
-                        GateErrorKind::Io {
-                            path: path.clone(),
-                            message: e.to_string(),
-                        },
-                    ));
-                }
-            },
+            GateSource::File { path, .. } => self.identify(&label, path)?,
         };
-        let sha256 = sha256_hex(&bytes);
         if let GateSource::File {
             sha256: Some(pin), ..
         } = source
-            && !pin.trim().eq_ignore_ascii_case(&sha256)
+            && !pin.trim().eq_ignore_ascii_case(&found.sha256)
         {
             return Err(GateError::new(
                 &label,
                 GateErrorKind::HashMismatch {
                     expected: pin.trim().to_ascii_lowercase(),
-                    actual: sha256,
+                    actual: found.sha256,
                 },
             ));
         }
-        let compiled = self.compiled(&label, &sha256, &bytes)?;
+        let compiled = self.compiled(&label, source, &found)?;
         Ok(Gate {
             meta: Arc::new(GateMeta {
                 label,
-                sha256,
-                size: bytes.len() as u64,
-                info: OnceLock::new(),
+                sha256: found.sha256,
+                size: found.size,
             }),
             compiled,
         })
     }
 
-    fn compiled(&self, label: &str, sha256: &str, bytes: &[u8]) -> Result<Arc<Compiled>, GateError> {
-        if let Some(c) = self.lock_loaded().get(sha256) {
+    /// The sha256 of a component file: remembered in this process or in
+    /// the cache while the file's fingerprint is unchanged, else read and
+    /// hashed (and the bytes kept for the compile that likely follows).
+    fn identify(&self, label: &str, path: &Path) -> Result<Found, GateError> {
+        let meta = std::fs::metadata(path).map_err(|e| io_error(label, path, e))?;
+        if !meta.is_file() {
+            return Err(io_error(label, path, std::io::Error::other("not a regular file")));
+        }
+        let file = Fingerprint::of(&meta);
+        let seen = self
+            .lock_seen()
+            .get(path)
+            .filter(|(f, _)| *f == file)
+            .map(|(_, s)| s.clone());
+        if let Some(sha256) = seen.or_else(|| self.cache.known_sha256(path, &file)) {
+            self.remember(path, file, &sha256);
+            return Ok(Found {
+                sha256,
+                size: meta.len(),
+                bytes: None,
+            });
+        }
+        let bytes = std::fs::read(path).map_err(|e| io_error(label, path, e))?;
+        let sha256 = sha256_hex(&bytes);
+        // Only a file that did not change while it was read is remembered.
+        if std::fs::metadata(path).is_ok_and(|m| Fingerprint::of(&m) == file) {
+            self.cache.remember_sha256(path, &file, &sha256);
+            self.remember(path, file, &sha256);
+        }
+        Ok(Found {
+            sha256,
+            size: bytes.len() as u64,
+            bytes: Some(bytes.into()),
+        })
+    }
+
+    fn remember(&self, path: &Path, file: Fingerprint, sha256: &str) {
+        if file.settled(std::time::SystemTime::now()) {
+            self.lock_seen()
+                .insert(path.to_owned(), (file, sha256.to_owned()));
+        }
+    }
+
+    fn compiled(&self, label: &str, source: &GateSource, found: &Found) -> Result<Arc<Compiled>, GateError> {
+        if let Some(c) = self.lock_loaded().get(&found.sha256) {
             return Ok(c.clone());
         }
-        check_is_component(label, bytes)?;
-        let component = self.cache.load_or_compile(&self.engine, label, sha256, bytes)?;
+        let component = match self.cache.load(&self.engine, label, &found.sha256) {
+            Some(c) => c,
+            None => {
+                let bytes = match (&found.bytes, source) {
+                    (Some(b), _) => b.clone(),
+                    (None, GateSource::File { path, .. }) => reread(label, path, &found.sha256)?.into(),
+                    (None, GateSource::Stock(_)) => unreachable!("stock gates carry their bytes"),
+                };
+                check_is_component(label, &bytes)?;
+                self.cache.compile(&self.engine, label, &found.sha256, &bytes)?
+            }
+        };
         let wrong_world = |e: wasmtime::Error| {
             GateError::new(
                 label,
@@ -266,9 +321,17 @@ impl GateHost {
         };
         let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong_world)?;
         let pre = GatePre::new(instance_pre).map_err(wrong_world)?;
-        let compiled = Arc::new(Compiled { component, pre });
-        self.lock_loaded().insert(sha256.to_owned(), compiled.clone());
+        let compiled = Arc::new(Compiled {
+            component,
+            pre,
+            info: OnceLock::new(),
+        });
+        self.lock_loaded().insert(found.sha256.clone(), compiled.clone());
         Ok(compiled)
+    }
+
+    fn lock_seen(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (Fingerprint, String)>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
@@ -299,7 +362,7 @@ impl GateHost {
             description: info.description,
             params_schema: info.params_schema,
         };
-        let _ = gate.meta.info.set(info.clone());
+        let _ = gate.compiled.info.set(info.clone());
         Ok(info)
     }
 
@@ -316,15 +379,32 @@ impl GateHost {
     /// limits.
     pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
         let wit_ctx = sandbox::to_wit(ctx);
-        let (answer, logs, elapsed) =
-            self.call(gate, limits, ctx.now, |store, g| g.call_evaluate(store, &wit_ctx))?;
+        let (answer, logs, elapsed) = self
+            .call(gate, limits, ctx.now, |store, g| g.call_evaluate(store, &wit_ctx))
+            .map_err(|e| self.named(gate, e))?;
         match answer {
             Ok(decision) => Ok(Evaluation {
                 decision: sandbox::from_wit(decision),
                 logs,
                 elapsed,
             }),
-            Err(message) => Err(gate.error(GateErrorKind::Refused { message }).with_logs(logs)),
+            Err(message) => {
+                let err = gate.error(GateErrorKind::Refused { message }).with_logs(logs);
+                Err(self.named(gate, err))
+            }
+        }
+    }
+
+    /// An error of a gate not yet described, with its name and version
+    /// when it can say them (a tick evaluates without describing first), so
+    /// a tick and `gate test` name a gate the same way.
+    fn named(&self, gate: &Gate, err: GateError) -> GateError {
+        if gate.info().is_some() {
+            return err;
+        }
+        match self.describe(gate) {
+            Ok(info) => err.with_version(Some(format!("{} {}", info.name, info.version))),
+            Err(_) => err,
         }
     }
 
@@ -356,6 +436,36 @@ impl GateHost {
             }
         }
     }
+}
+
+fn io_error(label: &str, path: &Path, e: std::io::Error) -> GateError {
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => GateErrorKind::MissingFile {
+            path: path.to_owned(),
+        },
+        _ => GateErrorKind::Io {
+            path: path.to_owned(),
+            message: e.to_string(),
+        },
+    };
+    GateError::new(label, kind)
+}
+
+/// Reads a component file again for a compile, and makes sure it is still
+/// the content whose sha256 was checked.
+fn reread(label: &str, path: &Path, sha256: &str) -> Result<Vec<u8>, GateError> {
+    let bytes = std::fs::read(path).map_err(|e| io_error(label, path, e))?;
+    let actual = sha256_hex(&bytes);
+    if actual != sha256 {
+        return Err(GateError::new(
+            label,
+            GateErrorKind::Io {
+                path: path.to_owned(),
+                message: "it changed while it was being loaded; try again".to_owned(),
+            },
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Epoch ticks for a timeout: rounded up, at least one.

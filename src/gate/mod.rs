@@ -6,6 +6,7 @@ mod cache;
 mod error;
 mod host;
 mod sandbox;
+mod seal;
 mod stock;
 mod ticker;
 mod types;

@@ -187,9 +187,11 @@ fn panic_text_from_stderr_travels_with_the_trap() {
         }
         other => panic!("expected a trap, got {other:?}"),
     }
+    // Named with its version although nothing described it first, as in a
+    // tick, so a tick and `gate test` name a gate the same way.
     let msg = err.to_string();
     assert!(
-        msg.starts_with("gate ") && msg.contains("panic.wasm trapped: "),
+        msg.starts_with("gate ") && msg.contains("panic.wasm (test-gate 0.1.0) trapped: "),
         "{msg}"
     );
     assert!(
@@ -368,10 +370,7 @@ fn cache_hit_on_second_load_and_corrupt_entries_are_recompiled() {
         .evaluate(&gate, &Context::default(), &Limits::default())
         .unwrap();
 
-    let entries: Vec<PathBuf> = std::fs::read_dir(fx.cache().join("gates"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let entries = cwasm_entries(&fx.cache());
     assert_eq!(entries.len(), 1, "{entries:?}");
     let entry = &entries[0];
     let good_entry = std::fs::read(entry).unwrap();
@@ -398,6 +397,118 @@ fn cache_hit_on_second_load_and_corrupt_entries_are_recompiled() {
         next.load(&file(&path)).unwrap();
         assert_eq!(next.cache_stats().hits, 1);
     }
+}
+
+fn cwasm_entries(cache: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(cache.join("gates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect()
+}
+
+fn entry_of(cache: &Path, sha256: &str) -> PathBuf {
+    let found: Vec<PathBuf> = cwasm_entries(cache)
+        .into_iter()
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(sha256))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0].clone()
+}
+
+/// Regression: a `.cwasm` copied over the entry named after a pinned
+/// component's sha256 ran the other gate, bypassing the pin.
+#[test]
+fn an_entry_swapped_for_another_gates_is_not_run() {
+    let fx = Fixture::new();
+    let good = fx.write("good.wasm", &fx::good());
+    let other = fx.write("refuses.wasm", &fx::refuses());
+    let host = GateHost::new(Some(fx.cache())).unwrap();
+    let good_sha = host.load(&file(&good)).unwrap().sha256().to_owned();
+    let other_sha = host.load(&file(&other)).unwrap().sha256().to_owned();
+    drop(host);
+    let good_entry = entry_of(&fx.cache(), &good_sha);
+    let other_entry = entry_of(&fx.cache(), &other_sha);
+
+    // The artefact alone, then the artefact with its seal.
+    for with_seal in [false, true] {
+        std::fs::copy(&other_entry, &good_entry).unwrap();
+        if with_seal {
+            std::fs::copy(
+                other_entry.with_extension("seal"),
+                good_entry.with_extension("seal"),
+            )
+            .unwrap();
+        }
+        let host = GateHost::new(Some(fx.cache())).unwrap();
+        let pinned = GateSource::File {
+            path: good.clone(),
+            sha256: Some(good_sha.clone()),
+        };
+        let gate = host.load(&pinned).unwrap();
+        let s = host.cache_stats();
+        assert_eq!((s.rejected, s.compiled, s.hits), (1, 1, 0), "{s:?}");
+        let e = host
+            .evaluate(&gate, &Context::default(), &Limits::default())
+            .expect("the pinned gate runs, not the swapped one");
+        assert_eq!(e.decision, Decision::Proceed);
+        // Repaired: the next process uses the rewritten entry.
+        let next = GateHost::new(Some(fx.cache())).unwrap();
+        next.load(&pinned).unwrap();
+        assert_eq!(next.cache_stats().hits, 1);
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cache_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    let path = fx.write("good.wasm", &fx::good());
+    GateHost::new(Some(fx.cache()))
+        .unwrap()
+        .load(&file(&path))
+        .unwrap();
+    let gates = fx.cache().join("gates");
+    for (dir, mode) in [(&gates, 0o777), (&gates, 0o720), (&fx.cache(), 0o757)] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let host = GateHost::new(Some(fx.cache())).unwrap();
+        let gate = host.load(&file(&path)).unwrap();
+        let s = host.cache_stats();
+        assert_eq!((s.hits, s.compiled), (0, 1), "mode {mode:o} on {dir:?}: {s:?}");
+        host.evaluate(&gate, &Context::default(), &Limits::default())
+            .unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // A writable entry in a private directory is not used either.
+    let entry = cwasm_entries(&fx.cache()).remove(0);
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let host = GateHost::new(Some(fx.cache())).unwrap();
+    host.load(&file(&path)).unwrap();
+    let s = host.cache_stats();
+    assert_eq!((s.hits, s.rejected, s.compiled), (0, 1, 1), "{s:?}");
+
+    // The binary says which path and why, and still decides.
+    std::fs::create_dir(fx.dir.path().join("loops")).unwrap();
+    std::fs::set_permissions(&gates, std::fs::Permissions::from_mode(0o777)).unwrap();
+    automaton()
+        .args(["gate", "test"])
+        .arg(&path)
+        .env("AUTOMATON_ROOT", fx.dir.path())
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("proceed"))
+        .stderr(predicates::str::contains(format!(
+            "not using the gate cache: {} is writable by other users (mode 777)",
+            gates.display()
+        )));
+    automaton()
+        .args(["-q", "gate", "test"])
+        .arg(&path)
+        .env("AUTOMATON_ROOT", fx.dir.path())
+        .assert()
+        .success()
+        .stderr("");
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod common;
 mod crash;
 mod daemon;
 mod doctor;
+mod example_gates;
 mod gate_fixtures;
 mod gate_host;
 mod invariants;

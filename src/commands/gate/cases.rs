@@ -1,0 +1,243 @@
+//! `gate test --cases FILE`: a table of contexts with the decision each
+//! should get, evaluated in one process against one loaded gate; and
+//! `gate context`, the example context with every field.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::gate::{Context, Decision, GateHost, GateSource, Limits, Phase, RunResult};
+use crate::state::Approval;
+
+/// One case: a context (missing fields take defaults), optional params and
+/// phase overriding the context's, and the decision expected.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub context: Context,
+    #[serde(default)]
+    pub params: Option<serde_json::Value>,
+    #[serde(default)]
+    pub phase: Option<Phase>,
+    pub expect: Expect,
+}
+
+/// The decision a case expects; `reason`, when given, must match exactly.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    pub decision: DecisionName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecisionName {
+    Proceed,
+    Skip,
+    AwaitApproval,
+    Halt,
+    Complete,
+}
+
+impl DecisionName {
+    fn as_str(self) -> &'static str {
+        match self {
+            DecisionName::Proceed => "proceed",
+            DecisionName::Skip => "skip",
+            DecisionName::AwaitApproval => "await-approval",
+            DecisionName::Halt => "halt",
+            DecisionName::Complete => "complete",
+        }
+    }
+}
+
+impl Expect {
+    fn matches(&self, d: &Decision) -> bool {
+        self.decision.as_str() == d.name() && self.reason.as_deref().is_none_or(|r| r == d.reason())
+    }
+}
+
+impl std::fmt::Display for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.reason {
+            Some(r) => write!(f, "{}: {r}", self.decision.as_str()),
+            None => f.write_str(self.decision.as_str()),
+        }
+    }
+}
+
+/// Reads a cases file: a JSON array of cases.
+pub fn read(path: &Path) -> Result<Vec<Case>> {
+    let text = std::fs::read_to_string(path).map_err(Error::io("reading the cases", path))?;
+    serde_json::from_str(&text).map_err(|source| Error::ContextJson {
+        name: path.display().to_string(),
+        source,
+    })
+}
+
+/// One case's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub name: String,
+    pub expected: Expect,
+    /// What the gate decided, or its error.
+    pub got: std::result::Result<Decision, String>,
+    pub passed: bool,
+}
+
+/// What `gate test --cases` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct CasesReport {
+    pub gate: String,
+    pub version: String,
+    pub cases: Vec<Outcome>,
+}
+
+impl CasesReport {
+    pub fn failed(&self) -> usize {
+        self.cases.iter().filter(|c| !c.passed).count()
+    }
+}
+
+/// Loads and describes the gate once, then checks and evaluates each case
+/// in a fresh instance. A case whose gate errs fails with the error.
+pub fn run(
+    host: &GateHost,
+    target: &GateSource,
+    cases: Vec<Case>,
+    params: Option<serde_json::Value>,
+    phase: Option<Phase>,
+    limits: &Limits,
+) -> Result<CasesReport> {
+    let gate = host.load(target)?;
+    let info = host.describe(&gate)?;
+    let mut outcomes = Vec::new();
+    for (i, case) in cases.into_iter().enumerate() {
+        let mut ctx = case.context;
+        if let Some(p) = case.params.or_else(|| params.clone()) {
+            ctx.params = p;
+        }
+        if let Some(p) = case.phase.or(phase) {
+            ctx.phase = p;
+        }
+        let got = host
+            .check_params(&gate, &ctx.params)
+            .and_then(|()| host.evaluate(&gate, &ctx, limits))
+            .map(|e| e.decision)
+            .map_err(|e| e.to_string());
+        outcomes.push(Outcome {
+            name: case.name.unwrap_or_else(|| format!("case {}", i + 1)),
+            passed: got.as_ref().is_ok_and(|d| case.expect.matches(d)),
+            expected: case.expect,
+            got,
+        });
+    }
+    Ok(CasesReport {
+        gate: gate.label().to_owned(),
+        version: format!("{} {}", info.name, info.version),
+        cases: outcomes,
+    })
+}
+
+pub fn render(r: &CasesReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
+    if json {
+        return super::write_json(r, out);
+    }
+    writeln!(out, "gate {} ({})", r.gate, r.version)?;
+    for c in &r.cases {
+        match (&c.got, c.passed) {
+            (Ok(d), true) => writeln!(out, "ok    {}: {d}", c.name)?,
+            (Ok(d), false) => writeln!(out, "FAIL  {}: expected {}, got {d}", c.name, c.expected)?,
+            (Err(e), _) => writeln!(
+                out,
+                "FAIL  {}: expected {}, got an error: {e}",
+                c.name, c.expected
+            )?,
+        }
+    }
+    let failed = r.failed();
+    writeln!(out, "{} passed, {failed} failed", r.cases.len() - failed)
+}
+
+/// A context with every field filled in, as `gate test --context` reads it
+/// and history records it. Times are RFC 3339 here; the gate sees them as
+/// milliseconds since the Unix epoch (`now-ms`, `ended-at-ms`, `at-ms`).
+pub fn example_context() -> Context {
+    let at = |s: &str| s.parse::<Timestamp>().expect("a valid example time");
+    Context {
+        loop_name: "nightly-report".to_owned(),
+        phase: Phase::BeforeStep,
+        tick: 4,
+        now: at("2026-11-30T10:00:00Z"),
+        last_run: Some(RunResult {
+            tick: 4,
+            exit_code: Some(1),
+            duration_ms: 81_250,
+            timed_out: false,
+            verifier_passed: None,
+            worktree_changed: Some(true),
+            ended_at: at("2026-11-30T09:01:21Z"),
+        }),
+        consecutive_failures: 1,
+        unchanged_ticks: 0,
+        pending_approvals: vec![Approval {
+            id: "a1b2c3".to_owned(),
+            by: "alice".to_owned(),
+            at: at("2026-11-30T09:30:00Z"),
+            note: Some("looked at the logs; go ahead".to_owned()),
+        }],
+        params: serde_json::json!({"start_hour": 9, "end_hour": 17}),
+        state: serde_json::json!({"status": "active", "tick": 4}),
+        metrics: serde_json::json!({"cost_usd": 0.42}),
+        totals: serde_json::json!({"cost_usd": 3.1}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_context_has_every_field_and_reads_back() {
+        let json = serde_json::to_value(example_context()).unwrap();
+        let obj = json.as_object().unwrap();
+        for field in [
+            "loop_name",
+            "phase",
+            "tick",
+            "now",
+            "last_run",
+            "consecutive_failures",
+            "unchanged_ticks",
+            "pending_approvals",
+            "params",
+            "state",
+            "metrics",
+            "totals",
+        ] {
+            assert!(obj.contains_key(field), "{field}");
+        }
+        assert_eq!(obj.len(), 12, "a new field belongs in the example");
+        let back: Context = serde_json::from_value(json).unwrap();
+        assert_eq!(back, example_context());
+    }
+
+    #[test]
+    fn expectations_match_name_and_reason() {
+        let e: Expect = serde_json::from_str(r#"{"decision":"skip","reason":"weekend"}"#).unwrap();
+        assert!(e.matches(&Decision::Skip("weekend".into())));
+        assert!(!e.matches(&Decision::Skip("holiday".into())));
+        assert!(!e.matches(&Decision::Proceed));
+        let any: Expect = serde_json::from_str(r#"{"decision":"await-approval"}"#).unwrap();
+        assert!(any.matches(&Decision::AwaitApproval("x".into())));
+        assert!(serde_json::from_str::<Expect>(r#"{"decision":"maybe"}"#).is_err());
+    }
+}

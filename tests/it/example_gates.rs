@@ -1,0 +1,194 @@
+//! The example gates in examples/gates/, built with their own build scripts
+//! and run as an author would: `gate test --cases` with their cases.json,
+//! then a real tick. A missing toolchain skips a language (and says so),
+//! unless AUTOMATON_REQUIRE_GATE_TOOLCHAINS=1, as CI sets, makes it fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use jiff::Timestamp;
+
+use crate::common::Env;
+
+fn example_dir(lang: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/gates")
+        .join(lang)
+}
+
+fn has(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Builds the example with its build script into a temp dir, or says why
+/// it cannot (and fails when toolchains are required).
+fn build(lang: &str, toolchain: &str, present: bool, out: &Path) -> Option<PathBuf> {
+    if !present {
+        let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "the {lang} example gate needs {toolchain}, which is missing"
+        );
+        eprintln!(
+            "skipped: the {lang} example gate needs {toolchain} (AUTOMATON_REQUIRE_GATE_TOOLCHAINS=1 makes this a failure)"
+        );
+        return None;
+    }
+    let wasm = out.join(format!("office-hours-{lang}.wasm"));
+    let status = Command::new("sh")
+        .arg(example_dir(lang).join("build.sh"))
+        .arg(&wasm)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the {lang} example gate: {status}");
+    Some(wasm)
+}
+
+/// What office-hours decides at `now` with no failed run.
+fn expected_at(now: Timestamp) -> (&'static str, &'static str) {
+    const DAY: i64 = 86_400_000;
+    let ms = now.as_millisecond();
+    let weekday = (ms.div_euclid(DAY) + 3) % 7; // 1970-01-01 was a Thursday
+    let hour = ms.rem_euclid(DAY) / 3_600_000;
+    if weekday >= 5 {
+        ("skip", "weekend")
+    } else if !(9..17).contains(&hour) {
+        ("skip", "outside office hours (09:00-17:00 UTC)")
+    } else {
+        ("proceed", "")
+    }
+}
+
+fn run_example(lang: &str, toolchain: &str, present: bool) {
+    let env = Env::new();
+    let Some(wasm) = build(lang, toolchain, present, &env.root) else {
+        return;
+    };
+    let cases = example_dir(lang).join("cases.json");
+    let out = env.ok(&[
+        "gate",
+        "test",
+        wasm.to_str().unwrap(),
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert!(out.starts_with("gate "), "{out}");
+    assert!(out.contains("(office-hours 1.0.0)"), "{out}");
+    assert!(out.ends_with("12 passed, 0 failed\n"), "{out}");
+
+    env.new_loop(
+        "office",
+        "step = \"true\"\n[[gate]]\npath = \"gates/office-hours.wasm\"\nphase = [\"before-step\"]\n",
+    );
+    std::fs::create_dir_all(env.loop_dir("office").join("gates")).unwrap();
+    std::fs::copy(&wasm, env.loop_dir("office").join("gates/office-hours.wasm")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["tick", "office", "--json"])).unwrap();
+    let verdict = &v["decisions"][0];
+    assert!(verdict.get("error").is_none(), "{v}");
+    // The decision depends on the time the gate saw, which history keeps.
+    let now = env
+        .history("office")
+        .into_iter()
+        .find_map(|e| e["context"]["now"].as_str().map(str::to_owned))
+        .expect("history records the gate's context");
+    let (decision, reason) = expected_at(now.parse().unwrap());
+    assert_eq!(verdict["decision"], decision, "{v}");
+    if !reason.is_empty() {
+        assert_eq!(verdict["reason"], reason, "{v}");
+    }
+}
+
+#[test]
+fn rust_example_gate() {
+    let present = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    run_example(
+        "rust",
+        "the wasm32-wasip2 target (rustup target add wasm32-wasip2)",
+        present,
+    );
+}
+
+#[test]
+fn python_example_gate() {
+    run_example(
+        "python",
+        "componentize-py 0.25.1 (pip install componentize-py==0.25.1)",
+        has("componentize-py", "--version"),
+    );
+}
+
+#[test]
+fn javascript_example_gate() {
+    run_example(
+        "javascript",
+        "node and npm",
+        has("node", "--version") && has("npm", "--version"),
+    );
+}
+
+/// `gate new` makes a project that builds as generated and passes its own
+/// cases.
+#[test]
+fn gate_new_scaffolds_a_rust_project_that_builds() {
+    let present = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    let env = Env::new();
+    let dir = env.root.join("night-owl");
+    let out = env.ok(&[
+        "gate",
+        "new",
+        "night-owl",
+        "--lang",
+        "rust",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.starts_with("created gate project "), "{out}");
+    env.fails(
+        1,
+        &[
+            "gate",
+            "new",
+            "night-owl",
+            "--lang",
+            "rust",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    env.fails(2, &["gate", "new", "Night", "--lang", "rust"]);
+    if !present {
+        let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "gate new needs the wasm32-wasip2 target, which is missing"
+        );
+        eprintln!("skipped: building a scaffolded gate needs the wasm32-wasip2 target");
+        return;
+    }
+    let wasm = env.root.join("night-owl.wasm");
+    let status = Command::new("sh")
+        .arg(dir.join("build.sh"))
+        .arg(&wasm)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let cases = dir.join("cases.json");
+    let out = env.ok(&[
+        "gate",
+        "test",
+        wasm.to_str().unwrap(),
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert!(out.contains("(night-owl 1.0.0)"), "{out}");
+    assert!(out.ends_with("12 passed, 0 failed\n"), "{out}");
+}
