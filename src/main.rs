@@ -6,7 +6,9 @@ use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
 
 use automaton::cli::Cli;
 
@@ -39,23 +41,32 @@ fn main() -> ExitCode {
 /// `chatty` command starts one level up.
 fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
     let level = match (quiet, verbose + u8::from(chatty)) {
-        (true, _) => "error",
-        (false, 0) => "warn",
-        (false, 1) => "info",
-        (false, 2) => "debug",
-        (false, _) => "trace",
+        (true, _) => Level::ERROR,
+        (false, 0) => Level::WARN,
+        (false, 1) => Level::INFO,
+        (false, 2) => Level::DEBUG,
+        (false, _) => Level::TRACE,
     };
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("automaton={level},warn")));
+    // `target=level` directives, as RUST_LOG is usually written; a value
+    // that does not parse falls back to the levels above.
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_target("automaton", level)
+                .with_default(Level::WARN)
+        });
     let color = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let plain = verbose == 0;
+    let output = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_ansi(color)
-        .without_time();
-    if verbose == 0 {
-        builder.with_target(false).with_level(false).init();
-    } else {
-        builder.with_target(true).init();
-    }
+        .without_time()
+        .with_target(!plain)
+        .with_level(!plain);
+    tracing_subscriber::registry()
+        .with(output.with_filter(filter))
+        .init();
 }
