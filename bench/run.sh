@@ -3,6 +3,8 @@
 #   1. one `automaton tick` (warm cache, one stock gate, step `true`) against
 #      the predecessor's tick (peers/pyautomaton, under /usr/bin/python3) and
 #      the minimal durable tick in C (peers/floor.c, cc -O2);
+#   1b. bench/tick-cost.sh: size, `--version` and a tick's wall and CPU time
+#      (getrusage) against floor.c, interleaved (BEFORE=BIN adds an older build);
 #   2. `automaton status` over 1,000 loops;
 #   3. 64 processes doing 2,000 mixed operations on one loop: lost updates
 #      (must be zero).
@@ -61,6 +63,10 @@ print(f"pyautomaton tick      {p:8.2f} ms   automaton is {p/a:5.1f}x faster   (t
 print(f"floor.c durable tick  {f:8.2f} ms   automaton is {a/f:5.2f}x the floor  (target <= 3x)")
 PY
 echo "ticks run by automaton: $("$bin" --root "$root" status bench --json | sed -n 's/^  "tick": \([0-9]*\),/\1/p')"
+
+echo "== a tick's wall and CPU time against the floor, 40 interleaved rounds"
+# BEFORE=path/to/an/older/automaton puts that build beside this one.
+"$repo/bench/tick-cost.sh" ${BEFORE:+before="$BEFORE"} automaton="$bin"
 
 echo "== status over 1,000 loops"
 for i in $(seq -w 1 1000); do

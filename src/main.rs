@@ -6,7 +6,10 @@ use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::{Layer, Registry};
+use tracing_subscriber::prelude::*;
 
 use automaton::cli::Cli;
 
@@ -45,25 +48,38 @@ fn main() -> ExitCode {
 /// every line under -v, carry the local time with its offset.
 fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
     let level = match (quiet, verbose + u8::from(chatty)) {
-        (true, _) => "error",
-        (false, 0) => "warn",
-        (false, 1) => "info",
-        (false, 2) => "debug",
-        (false, _) => "trace",
+        (true, _) => Level::ERROR,
+        (false, 0) => Level::WARN,
+        (false, 1) => Level::INFO,
+        (false, 2) => Level::DEBUG,
+        (false, _) => Level::TRACE,
     };
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("automaton={level},warn")));
+    // `target=level` directives, as RUST_LOG is usually written; a value
+    // that does not parse falls back to the levels above.
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_target("automaton", level)
+                .with_default(Level::WARN)
+        });
     let color = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let plain = verbose == 0;
+    let output = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_ansi(color)
-        .with_timer(LocalTime);
-    match (verbose, chatty) {
-        (0, false) => builder.without_time().with_target(false).with_level(false).init(),
-        (0, true) => builder.with_target(false).with_level(false).init(),
-        _ => builder.with_target(true).init(),
-    }
+        .with_target(!plain)
+        .with_level(!plain);
+    let output: Box<dyn Layer<Registry> + Send + Sync> = if plain && !chatty {
+        Box::new(output.without_time())
+    } else {
+        Box::new(output.with_timer(LocalTime))
+    };
+    tracing_subscriber::registry()
+        .with(output.with_filter(filter))
+        .init();
 }
 
 /// `2026-11-30T19:07:19.123+01:00`: local time, with its offset.

@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use automaton::gate::{GateHost, GateSource, stock_gates};
 
 use tempfile::TempDir;
 
@@ -14,12 +17,14 @@ pub struct Env {
 }
 
 impl Env {
-    /// A fresh, initialised root.
+    /// A fresh, initialised root whose gate cache already holds the stock
+    /// gates (see `stock_gate_cache`).
     pub fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let env = Env { _dir: dir, root };
         env.ok(&["init"]);
+        seed_stock_gates(&env.root.join("cache"));
         env
     }
 
@@ -27,8 +32,8 @@ impl Env {
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
-        c.env_remove("AUTOMATON_ROOT")
-            .env("AUTOMATON_USER", "operator")
+        isolate(&mut c);
+        c.env("AUTOMATON_USER", "operator")
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
@@ -162,4 +167,58 @@ pub fn gated_step(dir: &Path) -> String {
         "step = \"touch '{0}/started'; while [ ! -e '{0}/go' ]; do sleep 0.02; done\"\n",
         dir.display()
     )
+}
+
+/// A directory with no root in it, for `HOME` and `XDG_DATA_HOME`, so a
+/// command run without `--root` never finds the developer's own root.
+pub fn empty_home() -> &'static Path {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-home");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+}
+
+/// Points a command at `empty_home` and clears the variables that choose a
+/// root or a log level.
+pub fn isolate(cmd: &mut Command) -> &mut Command {
+    cmd.env("HOME", empty_home())
+        .env("XDG_DATA_HOME", empty_home().join(".local/share"))
+        .env_remove("AUTOMATON_ROOT")
+        .env_remove("RUST_LOG")
+}
+
+/// A gate cache (a root's `cache/`) holding the eight stock gates, compiled
+/// once per run of the test binary: compiling is most of what a stock gate
+/// costs a test, and every root would otherwise compile its own. Emptied
+/// when a run first asks for it, so a run never sees an older build's
+/// artefacts.
+pub fn stock_gate_cache() -> &'static Path {
+    static CACHE: OnceLock<PathBuf> = OnceLock::new();
+    CACHE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stock-gate-cache");
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{}: {e}", dir.display()),
+            _ => {}
+        }
+        let host = GateHost::new(Some(dir.clone())).unwrap();
+        for gate in stock_gates() {
+            host.load(&GateSource::Stock(gate.name.into())).unwrap();
+        }
+        assert_eq!(host.cache_stats().compiled, stock_gates().len() as u64);
+        dir
+    })
+}
+
+/// Copies the compiled stock gates into the gate cache `cache` (a root's
+/// `cache/`). Copies, not links: a test may damage its own entries.
+pub fn seed_stock_gates(cache: &Path) {
+    let from = stock_gate_cache().join("gates");
+    let to = cache.join("gates");
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
 }

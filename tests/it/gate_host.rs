@@ -525,9 +525,9 @@ fn unwritable_cache_is_not_fatal() {
 // ---- the binary ----
 
 fn automaton() -> Command {
-    let mut c = Command::cargo_bin("automaton").unwrap();
-    c.env_remove("AUTOMATON_ROOT").env_remove("RUST_LOG");
-    c
+    let mut c = std::process::Command::new(crate::common::BIN);
+    crate::common::isolate(&mut c);
+    Command::from_std(c)
 }
 
 #[test]

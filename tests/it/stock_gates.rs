@@ -8,6 +8,13 @@ use automaton::gate::{
 };
 use serde_json::json;
 
+use crate::common::{Env, stock_gate_cache};
+
+/// A host on the test run's shared cache: loads, never compiles.
+fn host() -> GateHost {
+    GateHost::new(Some(stock_gate_cache().to_path_buf())).unwrap()
+}
+
 const NAMES: [&str; 8] = [
     "approve-every",
     "max-failures",
@@ -194,7 +201,7 @@ fn cases() -> Vec<(&'static str, serde_json::Value, Context, &'static str)> {
 fn every_stock_gate_is_embedded_and_describes_itself() {
     let names: Vec<&str> = stock_gates().iter().map(|g| g.name).collect();
     assert_eq!(names, NAMES);
-    let host = GateHost::new(None).unwrap();
+    let host = host();
     for name in NAMES {
         let gate = host.load(&GateSource::Stock(name.into())).unwrap();
         let info = host.describe(&gate).unwrap();
@@ -208,7 +215,7 @@ fn every_stock_gate_is_embedded_and_describes_itself() {
 
 #[test]
 fn stock_gate_decisions_through_the_library() {
-    let host = GateHost::new(None).unwrap();
+    let host = host();
     for (name, params, ctx, expected) in cases() {
         let gate = host.load(&GateSource::Stock(name.into())).unwrap();
         host.check_params(&gate, &params).unwrap();
@@ -223,7 +230,7 @@ fn stock_gate_decisions_through_the_library() {
 
 #[test]
 fn stock_gates_reject_bad_params() {
-    let host = GateHost::new(None).unwrap();
+    let host = host();
     for name in NAMES {
         let gate = host.load(&GateSource::Stock(name.into())).unwrap();
         host.describe(&gate).unwrap();
@@ -254,17 +261,13 @@ fn stock_gates_reject_bad_params() {
 
 #[test]
 fn stock_gate_decisions_through_gate_test() {
-    let root = tempfile::tempdir().unwrap();
+    let env = Env::new();
     let mut seen = std::collections::BTreeSet::new();
     for (name, params, ctx, expected) in cases() {
         if !seen.insert(name) {
             continue; // one run of the binary per gate keeps this quick
         }
-        let out = Command::cargo_bin("automaton")
-            .unwrap()
-            .env_remove("RUST_LOG")
-            .arg("--root")
-            .arg(root.path())
+        let out = Command::from_std(env.cmd())
             .args([
                 "gate",
                 "test",
@@ -289,8 +292,8 @@ fn stock_gate_decisions_through_gate_test() {
 
 #[test]
 fn gate_list_shows_every_stock_gate() {
-    let out = Command::cargo_bin("automaton")
-        .unwrap()
+    let env = Env::new();
+    let out = Command::from_std(env.cmd())
         .args(["gate", "list", "--json"])
         .assert()
         .success()
@@ -305,8 +308,7 @@ fn gate_list_shows_every_stock_gate() {
         .map(|r| r["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, NAMES);
-    let table = Command::cargo_bin("automaton")
-        .unwrap()
+    let table = Command::from_std(env.cmd())
         .args(["gate", "list"])
         .assert()
         .success()

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
-use crate::common::{Env, gated_step, gone, wait_for};
+use crate::common::{Env, gated_step, gone, tree, wait_for};
 
 fn tick_json(env: &Env, name: &str) -> (i32, serde_json::Value) {
     let out = env.run(&["tick", name, "--json"]);
@@ -117,8 +117,10 @@ fn paused_and_halted_loops_tick_as_inactive_without_running() {
 #[test]
 fn an_unknown_loop_is_exit_3_and_makes_no_lock_file() {
     let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let before = tree(&env.root);
     env.fails(3, &["tick", "ghost"]);
-    assert!(!env.loop_dir("ghost").exists());
+    assert_eq!(tree(&env.root), before, "nothing created, no lock file anywhere");
 }
 
 #[test]
@@ -148,28 +150,61 @@ fn overlap_skip_answers_busy_while_a_tick_runs() {
 #[test]
 fn overlap_wait_serialises_concurrent_ticks() {
     let env = Env::new();
-    let trace = env.root.join("trace");
+    let sync = tempfile::tempdir().unwrap();
+    let (trace, started, go) = (
+        sync.path().join("trace"),
+        sync.path().join("started"),
+        sync.path().join("go"),
+    );
+    // Each step records its start, then blocks until the test releases it.
     env.new_loop(
         "demo",
         &format!(
-            "overlap = \"wait\"\nstep = \"echo start >> '{0}'; sleep 0.01; echo end >> '{0}'\"\n",
-            trace.display()
+            "overlap = \"wait\"\nstep = \"echo start >> '{0}'; touch '{1}'; \
+             while [ ! -e '{2}' ]; do sleep 0.02; done; rm '{2}'; echo end >> '{0}'\"\n",
+            trace.display(),
+            started.display(),
+            go.display()
         ),
     );
     let n = 8;
-    let children: Vec<Child> = (0..n).map(|_| spawn_tick(&env, "demo")).collect();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = spawn_tick(&env, "demo");
+    wait_for(&started);
+    // The others start while the first step holds the lock, and each says
+    // it is waiting for it before the test lets any step finish.
+    let mut others: Vec<(Child, BufReader<std::process::ChildStderr>)> = (1..n)
+        .map(|_| {
+            let mut c = spawn_tick(&env, "demo");
+            let mut err = BufReader::new(c.stderr.take().unwrap());
+            let mut line = String::new();
+            err.read_line(&mut line).unwrap();
+            assert!(
+                line.contains("held by pid") && line.contains("(tick 1,"),
+                "{line}"
+            );
+            (c, err)
+        })
+        .collect();
+    // One step at a time: while one is blocked, no other has started.
+    for i in 1..=n {
+        wait_for(&started);
+        let lines = fs::read_to_string(&trace).unwrap();
+        let mut expected: Vec<&str> = (1..i).flat_map(|_| ["start", "end"]).collect();
+        expected.push("start");
+        assert_eq!(lines.lines().collect::<Vec<_>>(), expected, "steps never overlap");
+        fs::remove_file(&started).unwrap();
+        fs::write(&go, "").unwrap();
+    }
+    assert!(first.wait_with_output().unwrap().status.success());
+    for (mut c, mut err) in others.drain(..) {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert!(c.wait().unwrap().success(), "{rest}");
     }
     assert_eq!(env.state("demo")["tick"], n);
-    let lines: Vec<String> = fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
+    let lines = fs::read_to_string(&trace).unwrap();
     let expected: Vec<&str> = (0..n).flat_map(|_| ["start", "end"]).collect();
-    assert_eq!(lines, expected, "steps never overlap");
+    assert_eq!(lines.lines().collect::<Vec<_>>(), expected);
 }
 
 #[test]

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# What a tick costs, as a new user would measure it: for each automaton
+# binary given, its size, `automaton --version` and one `tick` (warm cache,
+# one stock gate, step `true`), against the minimal durable tick
+# (../shared/peers/floor.c, cc -O2). 40 interleaved rounds by default (each
+# round runs every command once, so load on a shared machine falls on all
+# alike); wall time and CPU time (user + system of the process and the
+# children it waited for, from getrusage via wait4); medians.
+# usage: bench/tick-cost.sh [-n ROUNDS] LABEL=BIN...   env: SHARED, PYTHON
+#   e.g. bench/tick-cost.sh before=/tmp/old/automaton after=target/release/automaton
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+shared=${SHARED:-$repo/../shared}
+py=${PYTHON:-/usr/bin/python3}
+rounds=40
+if [ "${1:-}" = "-n" ]; then rounds=$2; shift 2; fi
+[ $# -gt 0 ] || { echo "usage: $0 [-n ROUNDS] LABEL=BIN..." >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cc -O2 -o "$work/floor" "$shared/peers/floor.c"
+mkdir -p "$work/floor-loop" && echo '{"tick":0,"status":"active"}' > "$work/floor-loop/.state.loop"
+
+cat > "$work/bench.toml" <<'TOML'
+step = ["true"]
+[[gate]]
+stock = "max-failures"
+params = { max = 3 }
+TOML
+args=()
+for spec in "$@"; do
+  label=${spec%%=*} bin=$(realpath "${spec#*=}")
+  root="$work/root-$label"
+  "$bin" --root "$root" init >/dev/null
+  "$bin" --root "$root" new bench --from "$work/bench.toml" >/dev/null
+  "$bin" --root "$root" tick bench >/dev/null # compiles the gate into the cache
+  args+=("$label" "$bin" "$root")
+done
+
+"$py" - "$rounds" "$work/floor" "$work/floor-loop" "${args[@]}" <<'PY'
+import os, statistics, sys, time
+
+rounds, floor, floor_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rest = sys.argv[4:]
+bins = [rest[i:i + 3] for i in range(0, len(rest), 3)]
+null = os.open(os.devnull, os.O_RDWR)
+
+def run(argv):
+    """(wall ms, CPU ms) of one run, CPU counting waited-for descendants."""
+    t = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, os.environ,
+                         file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                       (os.POSIX_SPAWN_DUP2, null, 1),
+                                       (os.POSIX_SPAWN_DUP2, null, 2)])
+    _, status, ru = os.wait4(pid, 0)
+    wall = (time.perf_counter() - t) * 1e3
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{argv} failed")
+    return wall, (ru.ru_utime + ru.ru_stime) * 1e3
+
+commands = {"floor.c tick": [floor, floor_dir]}
+for label, binary, root in bins:
+    commands[f"{label}: --version"] = [binary, "--version"]
+    commands[f"{label}: tick"] = [binary, "--root", root, "tick", "bench"]
+samples = {k: [] for k in commands}
+for _ in range(3):  # warm-up
+    for argv in commands.values():
+        run(argv)
+for _ in range(rounds):
+    for k, argv in commands.items():
+        samples[k].append(run(argv))
+
+def med(k, i):
+    return statistics.median(s[i] for s in samples[k])
+
+fw, fc = med("floor.c tick", 0), med("floor.c tick", 1)
+print(f"{rounds} interleaved rounds, medians; {os.cpu_count()} cores, "
+      f"load {os.getloadavg()[0]:.1f}")
+print(f"{'':28} {'wall ms':>8} {'CPU ms':>8}   {'x floor wall':>12} {'x floor CPU':>11}")
+print(f"{'floor.c tick':28} {fw:8.2f} {fc:8.2f}")
+for label, binary, _ in bins:
+    size = os.path.getsize(binary) / 1e6
+    v = f"{label}: --version"
+    t = f"{label}: tick"
+    print(f"{label + ': binary':28} {size:7.1f} MB")
+    print(f"{v:28} {med(v, 0):8.2f} {med(v, 1):8.2f}")
+    print(f"{t:28} {med(t, 0):8.2f} {med(t, 1):8.2f}   "
+          f"{med(t, 0) / fw:11.2f}x {med(t, 1) / fc:10.2f}x")
+print("targets (SPEC 12): tick <= 2.5x the floor's wall time, <= 2x its CPU time")
+PY
