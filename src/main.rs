@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
-use tracing_subscriber::{Layer, Registry};
 use tracing_subscriber::prelude::*;
+use tracing_subscriber::{Layer, Registry};
 
 use automaton::cli::Cli;
 
