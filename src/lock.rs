@@ -67,14 +67,14 @@ impl Holder {
     /// Whether the process this names still runs. A holder on another host
     /// cannot be checked and is taken at its word.
     fn is_alive(&self) -> bool {
-        if self.host != who::host() {
-            return true;
-        }
-        // Pid 0 (or one past i32) names no process: kill(0, ...) would ask
-        // about our own process group instead.
+        // Pid 0 (or one past i32) names no process on any host; here,
+        // kill(0, ...) would ask about our own process group instead.
         let Ok(pid @ 1..) = i32::try_from(self.pid) else {
             return false;
         };
+        if self.host != who::host() {
+            return true;
+        }
         match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
             Ok(()) => true,
             Err(e) => e == nix::errno::Errno::EPERM,

@@ -17,14 +17,14 @@ pub struct Env {
 }
 
 impl Env {
-    /// A fresh, initialised root whose gate cache already holds the stock
-    /// gates (see `stock_gate_cache`).
+    /// A fresh, initialised root. (Its gate cache starts empty: the cache
+    /// seals each entry to the file it wrote, so entries copied from another
+    /// root would not be used.)
     pub fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let env = Env { _dir: dir, root };
         env.ok(&["init"]);
-        seed_stock_gates(&env.root.join("cache"));
         env
     }
 
@@ -209,16 +209,4 @@ pub fn stock_gate_cache() -> &'static Path {
         assert_eq!(host.cache_stats().compiled, stock_gates().len() as u64);
         dir
     })
-}
-
-/// Copies the compiled stock gates into the gate cache `cache` (a root's
-/// `cache/`). Copies, not links: a test may damage its own entries.
-pub fn seed_stock_gates(cache: &Path) {
-    let from = stock_gate_cache().join("gates");
-    let to = cache.join("gates");
-    std::fs::create_dir_all(&to).unwrap();
-    for entry in std::fs::read_dir(&from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
 }

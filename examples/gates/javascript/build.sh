@@ -3,7 +3,8 @@
 # `jco componentize` does not work here; the componentize-js CLI does.
 set -eu
 cd "$(dirname "$0")"
-[ -d node_modules/@bytecodealliance/componentize-js ] || npm ci --no-audit --no-fund
+# npm writes node_modules/.package-lock.json last: an install cut short is redone.
+[ -f node_modules/.package-lock.json ] || npm ci --no-audit --no-fund
 node node_modules/@bytecodealliance/componentize-js/src/cli.js gate.js \
   --wit wit/gate.wit --world-name gate -d http fetch-event stdio random clocks \
   -o "${1:-gate.wasm}"
