@@ -330,16 +330,11 @@ fn detail(v: &LoopView<'_>) -> String {
     table(&rows)
 }
 
-/// `#3 failed 2m ago, step exit 3 in 18ms`.
+/// `#3 failed 2m ago, step exited 3 in 18ms`.
 fn describe_last(t: &crate::state::LastTick) -> String {
     let mut text = format!("#{} {} {}", t.number, t.outcome, ago(t.ended_at));
     if let Some(step) = &t.step {
-        match step.exit_code {
-            Some(c) => text += &format!(", step exit {c}"),
-            None if step.timed_out => text += ", step timed out",
-            None => text += ", step killed",
-        }
-        text += &format!(" in {}ms", step.duration_ms);
+        text += &format!(", step {step}");
     }
     if let Some(v) = &t.verifier {
         text += if v.success() {
