@@ -6,7 +6,10 @@
 # Usage: examples/quickstart/run.sh [ROOT]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-cargo build --quiet --manifest-path "$here/../../Cargo.toml"
+# --all-targets builds what `cargo test` builds (the tests' dev-dependencies
+# turn on more features of crates wasmtime shares), so the test suite run
+# after this reuses the whole build instead of compiling wasmtime again.
+cargo build --all-targets --quiet --manifest-path "$here/../../Cargo.toml"
 bin="$here/../../target/debug/automaton"
 root=${1:-$(mktemp -d)/root}
 [ -d "$root/loops" ] || "$bin" --root "$root" init
