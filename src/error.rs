@@ -98,6 +98,17 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A `gate test --cases` file that is not an array of cases, or one
+    /// case in it that is not a case (`case` names it: its number, from 1,
+    /// and its name).
+    #[error("invalid {} in {}", case.as_deref().map_or_else(|| "cases file".to_owned(), |c| format!("case {c}")), path.display())]
+    CasesJson {
+        path: PathBuf,
+        case: Option<String>,
+        #[source]
+        source: serde_json::Error,
+    },
+
     #[error(transparent)]
     Schedule(#[from] crate::schedule::ScheduleError),
 
@@ -151,6 +162,7 @@ impl Error {
             Error::NoOutput { .. } => 1,
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
+            Error::CasesJson { .. } => 2,
             // A cadence a backend cannot say, a scheduler command that failed.
             Error::Schedule(_) => 1,
             Error::InstallFailed { error, .. } => error.exit_code(),

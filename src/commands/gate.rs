@@ -394,5 +394,13 @@ mod tests {
             ContextInput::File(bad).read(),
             Err(Error::ContextJson { .. })
         ));
+        let typo = dir.path().join("typo.json");
+        std::fs::write(&typo, r#"{"tick": 7, "metrcs": {}}"#).unwrap();
+        match ContextInput::File(typo).read() {
+            Err(Error::ContextJson { source, .. }) => {
+                assert!(source.to_string().contains("unknown field `metrcs`"), "{source}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

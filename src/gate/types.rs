@@ -156,9 +156,10 @@ impl Default for Limits {
 
 /// What happened when a tick's step ran; mirrors `run-result` in the WIT.
 /// Missing fields take their defaults, so a hand-written context for
-/// `gate test` may give only the fields a gate reads.
+/// `gate test` may give only the fields a gate reads; an unknown one (a typo)
+/// is an error naming it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RunResult {
     pub tick: u64,
     pub exit_code: Option<i32>,
@@ -185,9 +186,10 @@ impl Default for RunResult {
 
 /// Everything a gate sees; mirrors `context` in the WIT. It is recorded in
 /// history with every evaluation, so `gate replay` can evaluate it again, and
-/// `gate test --context FILE` reads it (missing fields take their defaults).
+/// `gate test --context FILE` reads it (missing fields take their defaults;
+/// an unknown one, a typo, is an error naming it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Context {
     pub loop_name: String,
     pub phase: Phase,

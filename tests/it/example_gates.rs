@@ -38,14 +38,48 @@ fn build(lang: &str, toolchain: &str, present: bool, out: &Path) -> Option<PathB
         return None;
     }
     let wasm = out.join(format!("office-hours-{lang}.wasm"));
-    let status = Command::new("sh")
-        .arg(example_dir(lang).join("build.sh"))
+    let status = build_script(&example_dir(lang).join("build.sh"))
         .arg(&wasm)
         .status()
         .unwrap();
     assert!(status.success(), "building the {lang} example gate: {status}");
     Some(wasm)
 }
+
+/// A build script's command. The C gate's tool (tools/, the same crates
+/// wherever the project is) builds once per test run into a shared target
+/// directory instead of once per project.
+fn build_script(script: &Path) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg(script);
+    cmd.env(
+        "CARGO_TARGET_DIR",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("gate-tools"),
+    );
+    cmd
+}
+
+/// Whether Debian's C toolchain for gates is here: clang and lld 19 with
+/// wasi-libc and the wasm32 compiler runtime.
+fn has_c_toolchain() -> bool {
+    let probe = tempfile::tempdir().unwrap();
+    let src = probe.path().join("probe.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint probe(void) { return puts(\"\"); }\n",
+    )
+    .unwrap();
+    Command::new("clang-19")
+        .args(["--target=wasm32-wasi", "-mexec-model=reactor", "-o"])
+        .arg(probe.path().join("probe.wasm"))
+        .arg(&src)
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && has("cargo", "--version")
+}
+
+const C_TOOLCHAIN: &str =
+    "clang-19, lld-19, wasi-libc and libclang-rt-19-dev-wasm32 (Debian packages) and cargo";
 
 /// What office-hours decides at `now` with no failed run.
 fn expected_at(now: Timestamp) -> (&'static str, &'static str) {
@@ -132,6 +166,11 @@ fn javascript_example_gate() {
     );
 }
 
+#[test]
+fn c_example_gate() {
+    run_example("c", C_TOOLCHAIN, has_c_toolchain());
+}
+
 /// `gate new` makes a project that builds as generated and passes its own
 /// cases.
 #[test]
@@ -140,46 +179,41 @@ fn gate_new_scaffolds_a_rust_project_that_builds() {
         .args(["target", "list", "--installed"])
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    scaffold_and_build("rust", "the wasm32-wasip2 target", present);
+}
+
+#[test]
+fn gate_new_scaffolds_a_c_project_that_builds() {
+    scaffold_and_build("c", C_TOOLCHAIN, has_c_toolchain());
+}
+
+fn scaffold_and_build(lang: &str, toolchain: &str, present: bool) {
     let env = Env::new();
     let dir = env.root.join("night-owl");
-    let out = env.ok(&[
+    let new = [
         "gate",
         "new",
         "night-owl",
         "--lang",
-        "rust",
+        lang,
         "--dir",
         dir.to_str().unwrap(),
-    ]);
+    ];
+    let out = env.ok(&new);
     assert!(out.starts_with("created gate project "), "{out}");
-    env.fails(
-        1,
-        &[
-            "gate",
-            "new",
-            "night-owl",
-            "--lang",
-            "rust",
-            "--dir",
-            dir.to_str().unwrap(),
-        ],
-    );
-    env.fails(2, &["gate", "new", "Night", "--lang", "rust"]);
+    env.fails(1, &new);
+    env.fails(2, &["gate", "new", "Night", "--lang", lang]);
     if !present {
         let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
         assert!(
             !required,
-            "gate new needs the wasm32-wasip2 target, which is missing"
+            "gate new --lang {lang} needs {toolchain}, which is missing"
         );
-        eprintln!("skipped: building a scaffolded gate needs the wasm32-wasip2 target");
+        eprintln!("skipped: building a scaffolded {lang} gate needs {toolchain}");
         return;
     }
     let wasm = env.root.join("night-owl.wasm");
-    let status = Command::new("sh")
-        .arg(dir.join("build.sh"))
-        .arg(&wasm)
-        .status()
-        .unwrap();
+    let status = build_script(&dir.join("build.sh")).arg(&wasm).status().unwrap();
     assert!(status.success(), "{status}");
     let cases = dir.join("cases.json");
     let out = env.ok(&[

@@ -681,3 +681,38 @@ fn gate_compile_warms_the_cache() {
         .success()
         .stderr(predicates::str::contains("gate cache hit"));
 }
+
+/// A gate's error reads the same in `gate test` and in a tick: the path as
+/// loop.toml (or the command line) writes it, the gate's name and version,
+/// then what went wrong.
+#[test]
+fn a_gate_error_reads_the_same_in_gate_test_and_in_a_tick() {
+    let env = crate::common::Env::new();
+    env.new_loop(
+        "panicky",
+        "step = \"true\"\n[[gate]]\npath = \"gates/panic.wasm\"\non_error = \"skip\"\n",
+    );
+    let dir = env.loop_dir("panicky");
+    std::fs::create_dir_all(dir.join("gates")).unwrap();
+    std::fs::write(dir.join("gates/panic.wasm"), fx::panics()).unwrap();
+
+    let out = env
+        .cmd()
+        .current_dir(&dir)
+        .args(["gate", "test", "gates/panic.wasm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let from_test = stderr.trim_end().strip_prefix("error: ").expect(&stderr);
+
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["tick", "panicky", "--json"])).unwrap();
+    let from_tick = v["decisions"][0]["error"]
+        .as_str()
+        .expect("the tick records the error");
+    assert!(
+        from_tick.starts_with("gate gates/panic.wasm (test-gate 0.1.0) trapped: "),
+        "{from_tick}"
+    );
+    assert_eq!(from_test, from_tick);
+}

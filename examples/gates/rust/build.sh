@@ -4,4 +4,4 @@ set -eu
 cd "$(dirname "$0")"
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 cargo build --locked --release --target wasm32-wasip2
-cp target/wasm32-wasip2/release/office_hours_gate.wasm "${1:-gate.wasm}"
+cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/office_hours_gate.wasm" "${1:-gate.wasm}"

@@ -74,13 +74,31 @@ impl std::fmt::Display for Expect {
     }
 }
 
-/// Reads a cases file: a JSON array of cases.
+/// Reads a cases file: a JSON array of cases. An error names the case
+/// (its number, from 1, and its name) and what is wrong with it, such as a
+/// field no context has.
 pub fn read(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(Error::io("reading the cases", path))?;
-    serde_json::from_str(&text).map_err(|source| Error::ContextJson {
-        name: path.display().to_string(),
+    let items: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|source| Error::CasesJson {
+        path: path.to_owned(),
+        case: None,
         source,
-    })
+    })?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let case = match item.get("name").and_then(serde_json::Value::as_str) {
+                Some(name) => format!("{} ({name:?})", i + 1),
+                None => (i + 1).to_string(),
+            };
+            Case::deserialize(item).map_err(|source| Error::CasesJson {
+                path: path.to_owned(),
+                case: Some(case),
+                source,
+            })
+        })
+        .collect()
 }
 
 /// One case's outcome.
@@ -239,5 +257,41 @@ mod tests {
         let any: Expect = serde_json::from_str(r#"{"decision":"await-approval"}"#).unwrap();
         assert!(any.matches(&Decision::AwaitApproval("x".into())));
         assert!(serde_json::from_str::<Expect>(r#"{"decision":"maybe"}"#).is_err());
+    }
+
+    /// A typo in a case is an error that names the file, the case and the
+    /// field, not a context with the field quietly left at its default.
+    #[test]
+    fn a_typo_in_a_case_names_the_case_and_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cases.json");
+        let write = |text: &str| std::fs::write(&path, text).unwrap();
+        write(
+            r#"[{"expect": {"decision": "proceed"}},
+                {"name": "at noon", "context": {"nw": "2026-11-30T12:00:00Z"}, "expect": {"decision": "proceed"}}]"#,
+        );
+        let err = read(&path).unwrap_err();
+        let Error::CasesJson { case, source, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(case.as_deref(), Some(r#"2 ("at noon")"#));
+        assert!(source.to_string().contains("unknown field `nw`"), "{source}");
+        assert!(
+            err.to_string().starts_with(r#"invalid case 2 ("at noon") in "#),
+            "{err}"
+        );
+        assert!(err.to_string().ends_with("cases.json"), "{err}");
+
+        write(r#"[{"context": {"last_run": {"exit": 1}}, "expect": {"decision": "proceed"}}]"#);
+        let err = read(&path).unwrap_err();
+        assert!(
+            matches!(&err, Error::CasesJson { case: Some(c), source, .. } if c == "1" && source.to_string().contains("`exit`")),
+            "{err:?}"
+        );
+
+        write(r#"{"expect": {"decision": "proceed"}}"#);
+        let err = read(&path).unwrap_err();
+        assert!(matches!(&err, Error::CasesJson { case: None, .. }), "{err:?}");
+        assert!(err.to_string().starts_with("invalid cases file "), "{err}");
     }
 }

@@ -15,6 +15,7 @@ pub enum Lang {
     Rust,
     Python,
     Javascript,
+    C,
 }
 
 macro_rules! files {
@@ -35,6 +36,9 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
         }
         Lang::Javascript => {
             files!("javascript": "gate.js", "package.json", "package-lock.json", "build.sh", "cases.json", "README.md", ".gitignore")
+        }
+        Lang::C => {
+            files!("c": "gate.c", "build.sh", "cases.json", "README.md", ".gitignore", "tools/Cargo.toml", "tools/Cargo.lock", "tools/src/main.rs")
         }
     }
 }
