@@ -228,8 +228,9 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
     })
 }
 
-/// The step's command: its own group (led by the guard), no stdin, and the
-/// death signal as a second line of defence.
+/// The step's command: its own group (led by the guard) and no stdin. It
+/// sets no `pre_exec` hook, so the standard library starts it with
+/// `posix_spawn` (a vfork) rather than by copying the runner with `fork`.
 fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(spec.args)
@@ -237,24 +238,6 @@ fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .process_group(pgid);
-    let runner = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only makes
-    // async-signal-safe calls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            // For the direct child only: killed when the thread that spawned
-            // it goes away (that thread waits in `run` until the step ends).
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The runner died before the line above took effect.
-            if nix::libc::getppid() as u32 != runner {
-                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 
