@@ -14,10 +14,8 @@ mod output;
 mod tests;
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -44,7 +42,8 @@ pub struct StepSpec<'a> {
     pub timeout: Option<Duration>,
     /// After a timeout: how long between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
-    /// Created (or truncated) with mode 0600.
+    /// Created (or truncated) with mode 0600 when the stream carries its
+    /// first byte: a stream that stays silent leaves no file.
     pub stdout: &'a Path,
     pub stderr: &'a Path,
     /// Bytes kept per stream; the rest is read and dropped, and a one-line
@@ -135,8 +134,6 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
         source,
     };
     check_cwd(spec.cwd)?;
-    let out_file = create_output(spec.stdout)?;
-    let err_file = create_output(spec.stderr)?;
 
     // Everything that can fail is set up before the step exists, so an error
     // never leaves a step running or unreaped.
@@ -144,9 +141,10 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
     let stop = Arc::new(stop_read);
     let mut drains = Vec::with_capacity(2);
     let mut write_ends = Vec::with_capacity(2);
-    for (file, path) in [(out_file, spec.stdout), (err_file, spec.stderr)] {
+    for path in [spec.stdout, spec.stderr] {
         let (read, write) = guard::cloexec_pipe().map_err(supervise)?;
-        let handle = output::spawn(read, file, spec.output_limit, stop.clone()).map_err(supervise)?;
+        let handle =
+            output::spawn(read, path.to_owned(), spec.output_limit, stop.clone()).map_err(supervise)?;
         drains.push((handle, path));
         write_ends.push(write);
     }
@@ -289,19 +287,6 @@ fn spawn_error(program: &Path, e: io::Error) -> StepError {
         io::ErrorKind::PermissionDenied => StepError::NotExecutable { program },
         _ => StepError::Spawn { program, source: e },
     }
-}
-
-fn create_output(path: &Path) -> Result<File, StepError> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|source| StepError::Output {
-            path: path.to_owned(),
-            source,
-        })
 }
 
 /// Removes all but the newest `keep` run directories in `runs_dir` (named by

@@ -298,6 +298,15 @@ fn output_within_the_limit_has_no_marker() {
 }
 
 #[test]
+fn a_silent_stream_leaves_no_file() {
+    let f = Fixture::new();
+    let outcome = f.run_sh("echo only-err >&2", None).unwrap();
+    assert!(outcome.success());
+    assert!(!f.path("stdout").exists());
+    assert_eq!(f.read("stderr"), "only-err\n");
+}
+
+#[test]
 fn an_escaped_process_holding_the_output_does_not_hang_the_runner() {
     if Command::new("setsid").arg("true").status().is_err() {
         return;
