@@ -9,7 +9,8 @@
 # windows of <root>/daemon.json: p50 is the median window's, p99 the worst
 # window's), the daemon's own CPU per tick (its threads: utime+stime from
 # /proc), the step processes' CPU per tick (cutime+cstime, reported
-# separately), and RSS at the start and end of the measurement.
+# separately: each step's own process and its guard, `/bin/sh` waiting on a
+# pipe), and RSS at the start and end of the measurement.
 #
 # usage: bench/daemon.sh
 # env:   SIZES ("100 1000 5000")  SECONDS_PER (60)  MAX_CONCURRENT (8)
