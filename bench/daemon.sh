@@ -9,7 +9,8 @@
 # windows of <root>/daemon.json: p50 is the median window's, p99 the worst
 # window's), the daemon's own CPU per tick (its threads: utime+stime from
 # /proc), the step processes' CPU per tick (cutime+cstime, reported
-# separately), and RSS at the start and end of the measurement.
+# separately: each step's own process and its guard, `/bin/sh` waiting on a
+# pipe), and RSS at the start and end of the measurement.
 #
 # usage: bench/daemon.sh
 # env:   SIZES ("100 1000 5000")  SECONDS_PER (60)  MAX_CONCURRENT (8)
@@ -178,7 +179,8 @@ TOML
 root="$work/idle"
 make_root "$root" 5000 "$work/idle.toml"
 start_daemon "$root" "$work/idle.log"
-sleep 5
+# The first scan reads all 5,000 configs and states: not idle yet.
+sleep 15
 read -r own0 _ < <(cpu "$daemon_pid"); t0=$(date +%s.%N)
 sleep "$secs"
 read -r own1 _ < <(cpu "$daemon_pid"); t1=$(date +%s.%N)

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use crate::cli::LogsArgs;
 use crate::error::{Error, Result};
+use crate::history::EventKind;
 use crate::root::Root;
-use crate::store::LoopDir;
+use crate::store::{LoopDir, LoopStore};
 use crate::tick::output_file;
 
 /// How often `--follow` looks for more output.
@@ -37,12 +38,15 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
             .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == tick))
     };
     if args.follow {
-        // The tick may not have made its file yet.
-        while !file.exists() && in_flight() {
+        // The tick may not have made its run directory yet.
+        while !run_dir.is_dir() && in_flight() {
             std::thread::sleep(POLL);
         }
     }
-    if !file.exists() {
+    // A stream that said nothing leaves no file (it is made at its first
+    // byte), so a missing file is no output when the process ran.
+    let ran = run_dir.is_dir() && (!args.verifier || running == Some(tick) || verifier_ran(&dir, tick));
+    if !ran {
         let missing = if run_dir.is_dir() { &file } else { &run_dir };
         return Err(Error::NoOutput {
             name: dir.name().to_string(),
@@ -55,18 +59,27 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
             path: missing.clone(),
         });
     }
-    let mut offset = copy_from(&file, 0, out)?;
-    if args.follow {
-        loop {
-            let running = in_flight();
+    let mut offset = 0;
+    loop {
+        let running = args.follow && in_flight();
+        if file.exists() {
             offset = copy_from(&file, offset, out)?;
-            if !running {
-                break;
-            }
-            std::thread::sleep(POLL);
         }
+        if !running {
+            break;
+        }
+        std::thread::sleep(POLL);
     }
     Ok(0)
+}
+
+/// Whether the history records a verifier for tick `tick`.
+fn verifier_ran(dir: &LoopDir, tick: u64) -> bool {
+    LoopStore::history(dir).is_ok_and(|h| {
+        h.events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Tick { tick: t, verifier: Some(_), .. } if *t == tick))
+    })
 }
 
 /// Copies what `path` holds past `offset` to `out`; returns the new offset.

@@ -215,7 +215,7 @@ impl GateHost {
         let found = match source {
             GateSource::Stock(name) => match stock::find(name) {
                 Some(g) => Found {
-                    sha256: sha256_hex(g.bytes),
+                    sha256: g.sha256(),
                     size: g.bytes.len() as u64,
                     bytes: Some(g.bytes.into()),
                 },

@@ -6,7 +6,9 @@
 //! Due times live in a timer queue (`queue`), so a firing costs O(log n) in
 //! the loops known. The root is rescanned every few seconds, linearly: the
 //! loop list is read again only when the loops directory changed, and a
-//! config only when its mtime did. Loops found due at once (a new root, or
+//! config only when its mtime did; past a thousand loops the configs' mtimes
+//! are looked at in turns (each every few rescans), so an idle daemon's cost
+//! stays flat. Loops found due at once (a new root, or
 //! after downtime) are spread over one cadence rather than fired in a burst.
 //! A removed loop is logged and never ticked again. Every few seconds the
 //! daemon publishes how far behind it is (`presence`), and warns, with
@@ -69,6 +71,10 @@ const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// The loop list is read in full at least this often, even when the loops
 /// directory's mtime says nothing changed.
 const FULL_LISTING: Duration = Duration::from_secs(30);
+/// At most about this many configs are looked at (one `stat` each) per
+/// rescan: a root with more has its configs looked at in turns, each once
+/// every few rescans, so an idle daemon's cost stays flat as loops grow.
+const CONFIGS_PER_SCAN: usize = 1000;
 /// A tick that starts later than this after its due time counts as late.
 const LATE: Duration = Duration::from_secs(1);
 
@@ -103,6 +109,8 @@ struct Entry {
     inactive: Option<SystemTime>,
     /// The scan that last saw the loop.
     seen: u64,
+    /// Which turn of the rescans looks at its config.
+    turn: u64,
     config_path: PathBuf,
 }
 
@@ -117,6 +125,7 @@ impl Entry {
             nominal: None,
             inactive: None,
             seen: 0,
+            turn: 0,
         }
     }
 }
@@ -432,7 +441,14 @@ impl<'a> Dispatcher<'a> {
             self.listing = dir_mtime.map(|m| (m, Instant::now()));
             for dir in dirs {
                 let name: Arc<str> = Arc::from(dir.name().as_str());
-                self.loops.entry(name).or_insert_with(|| Entry::new(dir)).seen = scan;
+                let known = self.loops.len() as u64;
+                self.loops
+                    .entry(name)
+                    .or_insert_with(|| Entry {
+                        turn: known,
+                        ..Entry::new(dir)
+                    })
+                    .seen = scan;
             }
         } else {
             for e in self.loops.values_mut() {
@@ -442,7 +458,12 @@ impl<'a> Dispatcher<'a> {
         let now = Timestamp::now();
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
+        let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
         for (name, entry) in self.loops.iter_mut() {
+            // A loop never read is read now; the others in their turn.
+            if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
+                continue;
+            }
             let modified = mtime(&entry.config_path);
             if entry.config_mtime == Some(modified) {
                 continue;

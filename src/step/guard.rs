@@ -2,24 +2,41 @@
 //! whenever the runner goes away, however it goes (even SIGKILL), the group
 //! is killed.
 //!
-//! Per step, the runner forks a tiny guard that becomes the leader of a new
-//! process group; the step is then spawned *into* that group. The guard holds
-//! only the read end of a pipe whose write end the runner keeps (close-on-exec)
-//! and blocks reading it. The kernel closes the write end when the runner
-//! dies, the guard reads EOF and kills its whole group, step included.
+//! Per step, the runner starts a tiny guard that leads a new process group;
+//! the step is then spawned *into* that group. The guard is `/bin/sh`
+//! running `read line; kill -KILL 0`: its standard input is the read end of
+//! a pipe whose write end the runner keeps (close-on-exec), so it blocks
+//! until the kernel closes the write end, when the runner dies or is done,
+//! and then kills its whole group, step included.
+//!
+//! It is started with `posix_spawn` (a vfork: the runner's memory is never
+//! copied, however large it is) with every signal blocked, and keeps them
+//! blocked: a step's `kill 0` (a common `trap 'kill 0' EXIT`) or the
+//! runner's SIGTERM on timeout cannot take the guard down before the group,
+//! from its first instruction on; only SIGKILL ends it. It holds no other
+//! descriptor and runs in `/`, with an empty environment.
 //!
 //! Because the guard leads the group and is reaped last, the group's id stays
 //! valid (it cannot be reused by an unrelated group) for as long as the
 //! runner signals it, even after the step itself has exited.
 
+use std::ffi::{CStr, c_char};
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::waitpid;
-use nix::unistd::{Pid, setpgid};
+use nix::unistd::Pid;
+
+/// The guard's program: a POSIX shell is on every system a step runs on.
+const SHELL: &CStr = c"/bin/sh";
+/// Its `argv[0]`, so operators can tell it from the runner in `ps`.
+const NAME: &CStr = c"automaton-guard";
+/// Its whole life: wait for EOF, then kill the group, itself included.
+const SCRIPT: &CStr = c"cd /; read line; kill -KILL 0";
 
 /// A running guard; dropping it kills the whole group and reaps the guard.
 pub(super) struct Guard {
@@ -29,30 +46,15 @@ pub(super) struct Guard {
 }
 
 impl Guard {
-    /// Forks the guard and makes it the leader of a new process group.
+    /// Starts the guard as the leader of a new process group. The group
+    /// exists when this returns.
     pub(super) fn spawn() -> io::Result<Guard> {
         let (read, write) = cloexec_pipe()?;
-        let max_fd = max_fd();
-        // SAFETY: in the child only async-signal-safe calls are made (see
-        // `guard_main`), which is what fork in a multi-threaded process
-        // requires; the parent only records the pid.
-        let pid = unsafe { libc::fork() };
-        match pid {
-            -1 => Err(io::Error::last_os_error()),
-            // SAFETY: we are the freshly forked child.
-            0 => unsafe { guard_main(read.as_raw_fd(), max_fd) },
-            pid => {
-                drop(read);
-                let pid = Pid::from_raw(pid);
-                // The child does the same; whichever runs first makes the group
-                // exist before the step is spawned into it.
-                let _ = setpgid(pid, pid);
-                Ok(Guard {
-                    pid,
-                    pipe: Some(write),
-                })
-            }
-        }
+        let pid = spawn_guard(read.as_raw_fd())?;
+        Ok(Guard {
+            pid,
+            pipe: Some(write),
+        })
     }
 
     /// The id of the process group the step must join.
@@ -79,78 +81,105 @@ impl Drop for Guard {
     }
 }
 
-/// The guard's whole life, after fork. Only async-signal-safe calls: the
-/// parent may have other threads, holding locks this copy can never release.
-///
-/// # Safety
-///
-/// Must only be called in a freshly forked child.
-unsafe fn guard_main(read_fd: RawFd, max_fd: libc::c_int) -> ! {
-    // SAFETY: plain syscalls on our own process; none allocate or take locks.
+/// `posix_spawn`s the guard: `stdin` as its fd 0, `/dev/null` as 1 and 2,
+/// nothing else open (where the C library can close the rest), every
+/// signal blocked, in a new process group it leads.
+fn spawn_guard(stdin: RawFd) -> io::Result<Pid> {
+    let mut actions = FileActions::new()?;
+    // SAFETY: `actions` is initialised; the paths are NUL-terminated.
     unsafe {
-        libc::setpgid(0, 0);
-        // Ignore every catchable signal, so a step's `kill 0` (a common
-        // `trap 'kill 0' EXIT`) or the runner's SIGTERM on timeout cannot
-        // take the guard down before the group; only SIGKILL ends it.
-        let mut ignore: libc::sigaction = std::mem::zeroed();
-        ignore.sa_sigaction = libc::SIG_IGN;
-        for sig in 1..65 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::sigaction(sig, &ignore, std::ptr::null_mut());
-            }
-        }
-        libc::chdir(c"/".as_ptr());
-        // So operators can tell it from the runner in `ps`.
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        libc::prctl(libc::PR_SET_NAME, c"automaton-guard".as_ptr());
-        // Keep only the pipe, as fd 0. Every other inherited descriptor must
-        // go: another tick's pipe held open here would hide that tick's EOF.
-        if read_fd != 0 {
-            libc::dup2(read_fd, 0);
-        }
-        close_from(1, max_fd);
-        let mut buf = [0u8; 64];
-        loop {
-            let n = libc::read(0, buf.as_mut_ptr().cast(), buf.len());
-            if n > 0 || (n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)) {
-                continue;
-            }
-            break;
-        }
-        // EOF: the runner is gone or done. Kill the group, ourselves included.
-        libc::kill(0, libc::SIGKILL);
-        libc::_exit(0)
+        check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, stdin, 0))?;
+        check(libc::posix_spawn_file_actions_addopen(
+            &mut actions.0,
+            1,
+            c"/dev/null".as_ptr(),
+            libc::O_WRONLY,
+            0,
+        ))?;
+        check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, 1, 2))?;
+        // Descriptors the runner inherited without close-on-exec; its own
+        // are all close-on-exec.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        check(libc::posix_spawn_file_actions_addclosefrom_np(&mut actions.0, 3))?;
+    }
+    let mut attr = SpawnAttr::new()?;
+    // SAFETY: `attr` is initialised; `all` is initialised by sigfillset.
+    unsafe {
+        let mut all = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigfillset(all.as_mut_ptr());
+        check(libc::posix_spawnattr_setsigmask(&mut attr.0, all.as_ptr()))?;
+        check(libc::posix_spawnattr_setpgroup(&mut attr.0, 0))?;
+        let flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETPGROUP;
+        check(libc::posix_spawnattr_setflags(
+            &mut attr.0,
+            flags as libc::c_short,
+        ))?;
+    }
+    let argv: [*const c_char; 4] = [NAME.as_ptr(), c"-c".as_ptr(), SCRIPT.as_ptr(), std::ptr::null()];
+    let envp: [*const c_char; 1] = [std::ptr::null()];
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: every pointer is valid for the call; argv and envp are
+    // NULL-terminated arrays of NUL-terminated strings that outlive it.
+    check(unsafe {
+        libc::posix_spawn(
+            &mut pid,
+            SHELL.as_ptr(),
+            &actions.0,
+            &attr.0,
+            argv.as_ptr().cast(),
+            envp.as_ptr().cast(),
+        )
+    })?;
+    Ok(Pid::from_raw(pid))
+}
+
+/// `posix_spawn`'s functions return the error number instead of setting errno.
+fn check(rc: libc::c_int) -> io::Result<()> {
+    match rc {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
     }
 }
 
-/// Closes every descriptor from `low` up. Async-signal-safe.
-///
-/// # Safety
-///
-/// Only for the forked guard: descriptors owned elsewhere in the process are
-/// closed behind their owners' backs.
-unsafe fn close_from(low: libc::c_int, max_fd: libc::c_int) {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        // SAFETY: close_range only closes descriptors of this process.
-        let r = unsafe { libc::syscall(libc::SYS_close_range, low as libc::c_uint, libc::c_uint::MAX, 0) };
-        if r == 0 {
-            return;
+/// File actions, destroyed on drop.
+struct FileActions(libc::posix_spawn_file_actions_t);
+
+impl FileActions {
+    fn new() -> io::Result<FileActions> {
+        let mut a = MaybeUninit::uninit();
+        // SAFETY: init fills the value, which is used only once it succeeded.
+        unsafe {
+            check(libc::posix_spawn_file_actions_init(a.as_mut_ptr()))?;
+            Ok(FileActions(a.assume_init()))
         }
-    }
-    for fd in low..max_fd {
-        // SAFETY: closing a descriptor this process no longer needs.
-        unsafe { libc::close(fd) };
     }
 }
 
-/// The highest descriptor number to close when close_range is unavailable,
-/// computed before fork (getrlimit is not on the async-signal-safe list).
-fn max_fd() -> libc::c_int {
-    use nix::sys::resource::{Resource, getrlimit};
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => soft.min(1 << 20) as libc::c_int,
-        Err(_) => 1 << 16,
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+    }
+}
+
+/// Spawn attributes, destroyed on drop.
+struct SpawnAttr(libc::posix_spawnattr_t);
+
+impl SpawnAttr {
+    fn new() -> io::Result<SpawnAttr> {
+        let mut a = MaybeUninit::uninit();
+        // SAFETY: init fills the value, which is used only once it succeeded.
+        unsafe {
+            check(libc::posix_spawnattr_init(a.as_mut_ptr()))?;
+            Ok(SpawnAttr(a.assume_init()))
+        }
+    }
+}
+
+impl Drop for SpawnAttr {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once.
+        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
     }
 }
 

@@ -14,10 +14,8 @@ mod output;
 mod tests;
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -44,7 +42,8 @@ pub struct StepSpec<'a> {
     pub timeout: Option<Duration>,
     /// After a timeout: how long between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
-    /// Created (or truncated) with mode 0600.
+    /// Created (or truncated) with mode 0600 when the stream carries its
+    /// first byte: a stream that stays silent leaves no file.
     pub stdout: &'a Path,
     pub stderr: &'a Path,
     /// Bytes kept per stream; the rest is read and dropped, and a one-line
@@ -135,8 +134,6 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
         source,
     };
     check_cwd(spec.cwd)?;
-    let out_file = create_output(spec.stdout)?;
-    let err_file = create_output(spec.stderr)?;
 
     // Everything that can fail is set up before the step exists, so an error
     // never leaves a step running or unreaped.
@@ -144,9 +141,10 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
     let stop = Arc::new(stop_read);
     let mut drains = Vec::with_capacity(2);
     let mut write_ends = Vec::with_capacity(2);
-    for (file, path) in [(out_file, spec.stdout), (err_file, spec.stderr)] {
+    for path in [spec.stdout, spec.stderr] {
         let (read, write) = guard::cloexec_pipe().map_err(supervise)?;
-        let handle = output::spawn(read, file, spec.output_limit, stop.clone()).map_err(supervise)?;
+        let handle =
+            output::spawn(read, path.to_owned(), spec.output_limit, stop.clone()).map_err(supervise)?;
         drains.push((handle, path));
         write_ends.push(write);
     }
@@ -228,8 +226,9 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
     })
 }
 
-/// The step's command: its own group (led by the guard), no stdin, and the
-/// death signal as a second line of defence.
+/// The step's command: its own group (led by the guard) and no stdin. It
+/// sets no `pre_exec` hook, so the standard library starts it with
+/// `posix_spawn` (a vfork) rather than by copying the runner with `fork`.
 fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(spec.args)
@@ -237,24 +236,6 @@ fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .process_group(pgid);
-    let runner = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only makes
-    // async-signal-safe calls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            // For the direct child only: killed when the thread that spawned
-            // it goes away (that thread waits in `run` until the step ends).
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The runner died before the line above took effect.
-            if nix::libc::getppid() as u32 != runner {
-                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 
@@ -306,19 +287,6 @@ fn spawn_error(program: &Path, e: io::Error) -> StepError {
         io::ErrorKind::PermissionDenied => StepError::NotExecutable { program },
         _ => StepError::Spawn { program, source: e },
     }
-}
-
-fn create_output(path: &Path) -> Result<File, StepError> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|source| StepError::Output {
-            path: path.to_owned(),
-            source,
-        })
 }
 
 /// Removes all but the newest `keep` run directories in `runs_dir` (named by

@@ -1,35 +1,41 @@
 //! Capturing one output stream of a step into its file, bounded: past the
 //! limit the stream is still read (so the step never blocks on a full pipe)
 //! but dropped, and a one-line truncation marker is appended at the end.
+//! The file is made when the first byte arrives: most ticks of most steps
+//! say nothing on one stream or both, and a file made and later pruned for
+//! nothing is a cost every tick pays.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-/// Starts a thread copying `src` into `file`.
+/// Starts a thread copying `src` into the file at `path`.
 ///
 /// The thread ends at EOF, or once `stop` becomes readable (its write end is
 /// closed) and what is already in the pipe has been read: a process that
 /// escaped the step's group and still holds the pipe cannot hang the runner.
 pub(super) fn spawn(
     src: OwnedFd,
-    file: File,
+    path: PathBuf,
     limit: u64,
     stop: Arc<OwnedFd>,
 ) -> io::Result<JoinHandle<io::Result<()>>> {
     std::thread::Builder::new()
         .name("step-output".into())
-        .spawn(move || drain(src, file, limit, &stop))
+        .spawn(move || drain(src, path, limit, &stop))
 }
 
-fn drain(src: OwnedFd, file: File, limit: u64, stop: &OwnedFd) -> io::Result<()> {
+fn drain(src: OwnedFd, path: PathBuf, limit: u64, stop: &OwnedFd) -> io::Result<()> {
     let mut sink = Sink {
-        file,
+        path,
+        file: None,
         limit,
         written: 0,
         dropped: 0,
@@ -73,7 +79,9 @@ fn drain(src: OwnedFd, file: File, limit: u64, stop: &OwnedFd) -> io::Result<()>
 }
 
 struct Sink {
-    file: File,
+    path: PathBuf,
+    /// Made at the first byte kept (or the marker).
+    file: Option<File>,
     limit: u64,
     written: u64,
     dropped: u64,
@@ -89,7 +97,7 @@ impl Sink {
         if keep == 0 || self.error.is_some() {
             return;
         }
-        match self.file.write_all(&data[..keep]) {
+        match self.file().and_then(|f| f.write_all(&data[..keep])) {
             Ok(()) => {
                 self.written += keep as u64;
                 self.ends_with_newline = data[keep - 1] == b'\n';
@@ -99,19 +107,36 @@ impl Sink {
         }
     }
 
+    /// The output file, created (mode 0600, truncated) on first use.
+    fn file(&mut self) -> io::Result<&mut File> {
+        if self.file.is_none() {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&self.path)?;
+            self.file = Some(file);
+        }
+        Ok(self.file.as_mut().expect("just made"))
+    }
+
     fn finish(mut self) -> io::Result<()> {
         if let Some(e) = self.error {
             return Err(e);
         }
         if self.dropped > 0 {
             let sep = if self.ends_with_newline { "" } else { "\n" };
+            let (limit, dropped) = (self.limit, self.dropped);
             writeln!(
-                self.file,
-                "{sep}[automaton: output truncated at {} bytes; {} more bytes dropped]",
-                self.limit, self.dropped
+                self.file()?,
+                "{sep}[automaton: output truncated at {limit} bytes; {dropped} more bytes dropped]",
             )?;
         }
-        self.file.flush()
+        match &mut self.file {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
     }
 }
 

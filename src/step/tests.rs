@@ -229,6 +229,40 @@ fn started_reports_the_step_and_its_own_group() {
     assert_ne!(pgid, nix::unistd::getpgrp().as_raw());
 }
 
+/// The guard leads the group and must outlive any catchable signal sent to
+/// it (a step's `kill 0`, the runner's SIGTERM on timeout), or the group
+/// would no longer die with the runner.
+#[test]
+fn the_guard_outlives_signals_to_its_group() {
+    let f = Fixture::new();
+    let outcome = f
+        .run_sh_with(
+            "trap '' TERM INT HUP USR1; echo $$; exec sleep 1000",
+            None,
+            1024,
+            |st| {
+                f.pids("stdout", 1);
+                let group = nix::unistd::Pid::from_raw(st.pgid);
+                for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGUSR1] {
+                    nix::sys::signal::killpg(group, sig).unwrap();
+                }
+                // The guard is the group's leader: its pid is the group's id.
+                let guard = st.pgid;
+                std::thread::sleep(Duration::from_millis(100));
+                assert!(alive(guard), "the guard died of a signal to its group");
+                #[cfg(target_os = "linux")]
+                {
+                    let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap_or_default();
+                    assert!(cmdline.starts_with(b"automaton-guard"), "{cmdline:?}");
+                }
+                st.canceller().cancel();
+            },
+        )
+        .unwrap();
+    // The step ignored SIGTERM, so the cancel's SIGKILL ended it.
+    assert_eq!(outcome.signal, Some(Signal::SIGKILL as i32));
+}
+
 #[test]
 fn output_beyond_the_limit_is_dropped_without_blocking_the_step() {
     let f = Fixture::new();
@@ -261,6 +295,15 @@ fn output_within_the_limit_has_no_marker() {
     let outcome = f.run_sh_with("printf 12345", None, 5, |_| {}).unwrap();
     assert!(outcome.success());
     assert_eq!(f.read("stdout"), "12345");
+}
+
+#[test]
+fn a_silent_stream_leaves_no_file() {
+    let f = Fixture::new();
+    let outcome = f.run_sh("echo only-err >&2", None).unwrap();
+    assert!(outcome.success());
+    assert!(!f.path("stdout").exists());
+    assert_eq!(f.read("stderr"), "only-err\n");
 }
 
 #[test]
