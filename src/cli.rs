@@ -9,7 +9,7 @@ use clap_complete::engine::ArgValueCandidates;
 
 use crate::config::Dur;
 use crate::lock::Wait;
-use crate::schedule::Backend;
+use crate::schedule;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -214,6 +214,31 @@ pub struct ListArgs {
     pub status: Vec<StatusFilter>,
     #[command(flatten)]
     pub json: JsonArg,
+}
+
+/// The OS schedulers `schedule install` and `remove` take (see
+/// [`schedule::Backend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// A systemd user timer and service
+    Systemd,
+    /// A launchd agent
+    Launchd,
+    /// A line in the user's crontab
+    Cron,
+    /// A Windows Task Scheduler task
+    Schtasks,
+}
+
+impl From<Backend> for schedule::Backend {
+    fn from(b: Backend) -> schedule::Backend {
+        match b {
+            Backend::Systemd => schedule::Backend::Systemd,
+            Backend::Launchd => schedule::Backend::Launchd,
+            Backend::Cron => schedule::Backend::Cron,
+            Backend::Schtasks => schedule::Backend::Schtasks,
+        }
+    }
 }
 
 /// What `list --status` selects.

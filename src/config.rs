@@ -115,7 +115,7 @@ pub struct Dur(pub Duration);
 
 impl Dur {
     pub fn parse(s: &str) -> Result<Dur, String> {
-        humantime::parse_duration(s).map(Dur).map_err(|e| {
+        crate::duration::parse(s).map(Dur).map_err(|e| {
             format!("invalid duration {s:?} ({e}); write it like \"30s\", \"15m\" or \"1h 30m\"")
         })
     }
@@ -123,7 +123,7 @@ impl Dur {
 
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_duration(self.0))
+        f.write_str(&crate::duration::format(self.0))
     }
 }
 
@@ -212,9 +212,70 @@ impl TryFrom<RawSchedule> for Schedule {
             jitter: r.jitter,
             timezone: r.timezone,
         };
-        // What the daemon and the OS schedulers can run is theirs to say.
-        crate::schedule::check(&schedule)?;
+        schedule.check()?;
         Ok(schedule)
+    }
+}
+
+impl Schedule {
+    /// Refuses a schedule that cannot do what it says: a cron expression
+    /// that is not valid or never fires, an unknown time zone, a `timezone`
+    /// on an `every` cadence, and a jitter not shorter than the cadence
+    /// (which would change the cadence rather than spread it). Whether an
+    /// OS scheduler can express it is that backend's to say.
+    pub fn check(&self) -> Result<(), String> {
+        let shortest = match &self.cadence {
+            Cadence::Every(_) if self.timezone.is_some() => {
+                return Err("`timezone` applies to `cron` cadences; `every` counts real time".into());
+            }
+            Cadence::Every(d) => d.0,
+            Cadence::Cron(expr) => {
+                let cron = crate::cron::parse(expr).map_err(|why| format!("cron = {expr:?}: {why}"))?;
+                let tz = time_zone(self.timezone.as_deref())?;
+                crate::cron::shortest_gap(&cron, &tz)
+                    .ok_or_else(|| format!("cron = {expr:?}: it never fires (no date matches)"))?
+            }
+        };
+        if let Some(j) = self.jitter
+            && j.0 >= shortest
+        {
+            return Err(format!(
+                "`jitter = \"{j}\"` must be shorter than the cadence ({}, at its closest {}): \
+                 a jitter that long changes the cadence instead of spreading it",
+                Schedule {
+                    jitter: None,
+                    ..self.clone()
+                }
+                .describe(),
+                crate::duration::format(shortest)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The schedule as loop.toml writes it: `every = "5m"`, `cron = "…"`,
+    /// with its jitter and time zone.
+    pub fn describe(&self) -> String {
+        let mut text = match &self.cadence {
+            Cadence::Every(d) => format!("every = \"{d}\""),
+            Cadence::Cron(c) => format!("cron = \"{c}\""),
+        };
+        if let Some(j) = self.jitter {
+            text += &format!(", jitter = \"{j}\"");
+        }
+        if let Some(tz) = &self.timezone {
+            text += &format!(", timezone = \"{tz}\"");
+        }
+        text
+    }
+}
+
+/// The zone `[schedule] timezone` names, or the system's when it names none.
+pub fn time_zone(name: Option<&str>) -> Result<jiff::tz::TimeZone, String> {
+    match name {
+        None => Ok(jiff::tz::TimeZone::system()),
+        Some(name) => jiff::tz::TimeZone::get(name)
+            .map_err(|e| format!("timezone = {name:?}: not an IANA time zone here ({e})")),
     }
 }
 
@@ -223,7 +284,7 @@ impl TryFrom<RawSchedule> for Schedule {
 fn min_every() -> Duration {
     std::env::var("AUTOMATON_MIN_EVERY")
         .ok()
-        .and_then(|v| humantime::parse_duration(&v).ok())
+        .and_then(|v| crate::duration::parse(&v).ok())
         .unwrap_or(Duration::from_secs(1))
 }
 

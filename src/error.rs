@@ -133,6 +133,18 @@ pub enum Error {
     },
 }
 
+/// `e` and each of its causes, joined by `": "`: how `main` says an error,
+/// and how a tick's failure is kept as its reason.
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
 fn describe_holder(holder: Option<&Holder>) -> String {
     match holder {
         Some(h) => format!("held by {}", h.describe()),
@@ -163,6 +175,8 @@ impl Error {
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
             Error::CasesJson { .. } => 2,
+            // A schedule record that does not parse is bad state on disk.
+            Error::Schedule(crate::schedule::ScheduleError::BadRecord { .. }) => 5,
             // A cadence a backend cannot say, a scheduler command that failed.
             Error::Schedule(_) => 1,
             Error::InstallFailed { error, .. } => error.exit_code(),

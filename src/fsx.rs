@@ -148,6 +148,39 @@ pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
     Ok(Some((file, len)))
 }
 
+/// Renames `from` to `to` only when nothing is at `to` (an
+/// `AlreadyExists` error otherwise), in one step: `renameat2` with
+/// `RENAME_NOREPLACE` on Linux, `renamex_np` with `RENAME_EXCL` on macOS.
+/// Elsewhere the name is claimed with an empty directory that the rename
+/// then replaces (POSIX replaces an empty directory in one step), so for a
+/// moment the name shows an empty directory; `from` must be a directory.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE).map_err(io::Error::from)
+    }
+    #[cfg(target_vendor = "apple")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let from = CString::new(from.as_os_str().as_bytes())?;
+        let to = CString::new(to.as_os_str().as_bytes())?;
+        // SAFETY: two NUL-terminated paths that outlive the call.
+        match unsafe { nix::libc::renamex_np(from.as_ptr(), to.as_ptr(), nix::libc::RENAME_EXCL) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+    {
+        std::fs::create_dir(to)?;
+        std::fs::rename(from, to).inspect_err(|_| {
+            let _ = std::fs::remove_dir(to);
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

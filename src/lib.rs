@@ -9,6 +9,8 @@ pub mod bounds;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod cron;
+pub mod duration;
 pub mod error;
 pub mod fsx;
 pub mod gate;

@@ -50,7 +50,7 @@ impl Holder {
     /// `pid 4242 (tick 17, running 3m12s)`.
     pub fn describe(&self) -> String {
         let running = Timestamp::now().duration_since(self.since).as_secs().max(0) as u64;
-        let running = humantime::format_duration(Duration::from_secs(running));
+        let running = crate::duration::format(Duration::from_secs(running));
         let host = if self.host == who::host() {
             String::new()
         } else {

@@ -1,7 +1,6 @@
 //! The `automaton` binary: parse the command line, set up logging, run the
 //! command, and report an error once, with its causes, as an exit code.
 
-use std::error::Error as _;
 use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 
@@ -29,13 +28,7 @@ fn main() -> ExitCode {
         Err(err) => {
             let code = err.exit_code();
             if code != 0 {
-                let mut text = format!("error: {err}");
-                let mut source = err.source();
-                while let Some(cause) = source {
-                    text += &format!(": {cause}");
-                    source = cause.source();
-                }
-                eprintln!("{text}");
+                eprintln!("error: {}", automaton::error::with_causes(&err));
             }
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }

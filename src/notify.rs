@@ -87,7 +87,7 @@ fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
                 let _ = child.wait();
                 tracing::warn!(
                     "loop {name:?}: its notify command was killed after {}",
-                    humantime::format_duration(limit)
+                    crate::duration::format(limit)
                 );
                 return;
             }

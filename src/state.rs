@@ -49,15 +49,8 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// An operator's approval, waiting to be used by a tick.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Approval {
-    pub id: String,
-    pub by: String,
-    pub at: Timestamp,
-    #[serde(default)]
-    pub note: Option<String>,
-}
+/// An operator's approval: a gate type, since gates see the pending ones.
+pub use crate::gate::Approval;
 
 /// How a step or verifier process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +74,7 @@ impl ProcessOutcome {
 /// `killed by SIGKILL after 3s`, `timed out after 30m`.
 impl std::fmt::Display for ProcessOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let took = humantime::format_duration(std::time::Duration::from_millis(self.duration_ms));
+        let took = crate::duration::format(std::time::Duration::from_millis(self.duration_ms));
         match (self.timed_out, self.exit_code, self.signal) {
             (true, ..) => write!(f, "timed out after {took}"),
             (false, Some(code), _) => write!(f, "exited {code} in {took}"),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use jiff::{Timestamp, tz::TimeZone};
+use unicode_width::UnicodeWidthStr;
 
 /// `3m ago`, `just now`, `in 2h`, to the coarsest unit.
 pub fn ago(then: Timestamp) -> String {
@@ -51,14 +52,16 @@ pub fn left(t: Timestamp) -> String {
     format!("in {}", coarse(Duration::from_secs(secs.unsigned_abs())))
 }
 
-/// Left-aligned columns separated by two spaces; the last column is not padded.
+/// Left-aligned columns separated by two spaces; the last column is not
+/// padded. Columns are measured in terminal cells, so wide characters (CJK,
+/// most emoji) and combining marks line up.
 pub fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
             rows.iter()
                 .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
+                .map(|s| s.width())
                 .max()
                 .unwrap_or(0)
         })
@@ -67,10 +70,9 @@ pub fn table(rows: &[Vec<String>]) -> String {
     for row in rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
-            if c + 1 == row.len() {
-                line += cell;
-            } else {
-                line += &format!("{cell:<w$}  ", w = widths[c]);
+            line += cell;
+            if c + 1 < row.len() {
+                line.extend(std::iter::repeat_n(' ', widths[c] - cell.width() + 2));
             }
         }
         out += line.trim_end();
@@ -99,5 +101,15 @@ mod tests {
             vec!["aaa".into(), "b".into(), "".into()],
         ]);
         assert_eq!(t, "A    BB  C\naaa  b\n");
+    }
+
+    #[test]
+    fn tables_line_up_by_display_width() {
+        let rows = vec![
+            vec!["名前".to_owned(), "x".to_owned()],
+            vec!["ab".to_owned(), "y".to_owned()],
+            vec!["e\u{301}".to_owned(), "z".to_owned()],
+        ];
+        assert_eq!(table(&rows), "名前  x\nab    y\ne\u{301}     z\n");
     }
 }

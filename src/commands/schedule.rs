@@ -73,10 +73,12 @@ fn dry_run(record: &Record, actions: &[Action], verb: &str, json: bool, out: &mu
 
 fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Result<u8> {
     if args.dry_run {
-        let (record, actions) = schedule::plan_install(root, &args.name, args.backend)?;
+        let (record, actions) = schedule::plan_install(root, &args.name, args.backend.map(Into::into))?;
         return dry_run(&record, &actions, "install", args.json.json, out);
     }
-    let backend = args.backend.unwrap_or_else(schedule::Backend::default_here);
+    let backend = args
+        .backend
+        .map_or_else(schedule::Backend::default_here, Into::into);
     let r = schedule::install(root, &args.name, Some(backend)).map_err(|e| match e {
         // A scheduler command or a write failed part-way: something may be
         // left behind with no record of it. (Refusals come before any write.)
@@ -105,8 +107,14 @@ fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Resu
 }
 
 fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result<u8> {
-    let recorded = record::read(root, LoopName::new(&args.name)?.as_str())?;
-    let (r, actions) = match (recorded, args.backend) {
+    let recorded = match record::read(root, LoopName::new(&args.name)?.as_str()) {
+        // An unreadable record is replaced by what the named backend says.
+        Err(crate::Error::Schedule(schedule::ScheduleError::BadRecord { .. })) if args.backend.is_some() => {
+            None
+        }
+        other => other?,
+    };
+    let (r, actions) = match (recorded, args.backend.map(schedule::Backend::from)) {
         (Some(r), Some(b)) if r.backend != b => {
             return Err(crate::Error::Refused {
                 name: args.name.clone(),
@@ -116,7 +124,7 @@ fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result
         // Nothing recorded, but the operator names the backend: remove what
         // an install there would have made.
         (None, Some(b)) => {
-            let (r, _) = schedule::plan_install(root, &args.name, Some(b))?;
+            let (r, _) = schedule::plan_fresh(root, &args.name, b)?;
             let actions = schedule::removal(&r);
             (r, actions)
         }

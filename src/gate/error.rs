@@ -48,7 +48,7 @@ impl fmt::Display for GateErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GateErrorKind::Timeout { limit } => {
-                write!(f, "timed out after {}", humantime::format_duration(*limit))
+                write!(f, "timed out after {}", crate::duration::format(*limit))
             }
             GateErrorKind::MemoryCap { limit } => {
                 write!(f, "exceeded its memory limit of {}", human_bytes(*limit))
@@ -101,15 +101,13 @@ fn tail(text: &str, max: usize) -> &str {
     &text[start..]
 }
 
+/// `64 MiB`, `1.5 KiB`, `512 B`: a size as messages say it.
 pub(crate) fn human_bytes(n: u64) -> String {
-    const MIB: u64 = 1024 * 1024;
-    if n >= MIB && n.is_multiple_of(MIB) {
-        format!("{} MiB", n / MIB)
-    } else if n >= 1024 && n.is_multiple_of(1024) {
-        format!("{} KiB", n / 1024)
-    } else {
-        format!("{n} bytes")
-    }
+    bytesize::ByteSize(n)
+        .display()
+        .iec()
+        .to_string()
+        .replace(".0 ", " ")
 }
 
 /// A gate error: the gate's label (`stock:NAME` or its path), its name and

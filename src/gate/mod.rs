@@ -17,5 +17,5 @@ pub use error::{GateError, GateErrorKind, decide_on_error};
 pub use host::{Evaluation, Gate, GateHost, GateInfo, GateInterface};
 pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
 pub use stock::{StockGate, stock_gates};
-pub use types::{Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
+pub use types::{Approval, Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
 pub use verdict::Verdict;

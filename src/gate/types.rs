@@ -9,7 +9,16 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::state::Approval;
+/// An operator's approval, waiting to be used by a tick: gates see the
+/// pending ones in their context, and the loop's state keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: String,
+    pub by: String,
+    pub at: Timestamp,
+    #[serde(default)]
+    pub note: Option<String>,
+}
 
 /// When a gate is evaluated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

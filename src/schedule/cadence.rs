@@ -1,7 +1,8 @@
 //! A loop's cadence as the OS schedulers can express it: `cron =` expressions
-//! parsed into their five fields of explicit values, and `every =` intervals
-//! turned into crontab lines when that is exact. Each backend renders from
-//! these; anything a backend cannot say exactly is refused, never rounded.
+//! read (by croner, the one grammar) into their five fields of explicit
+//! values, and `every =` intervals turned into crontab lines when that is
+//! exact. Each backend renders from these, and only says whether it can:
+//! anything a backend cannot say exactly is refused, never rounded.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -51,31 +52,40 @@ pub struct CronSpec {
     pub weekday: Field,
 }
 
-const MONTHS: [&str; 12] = [
-    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
-];
-const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-
 impl CronSpec {
-    /// Parses `expr`; the error says which field is not crontab(5) syntax
-    /// (extensions such as `L`, `W`, `#` and `?` are refused here).
+    /// Reads `expr` with the one cron grammar ([`crate::cron`]) into the
+    /// fields a backend renders. Croner's extensions (`L`, `W`, `#`) are
+    /// refused here: no OS scheduler says them, so they are the daemon's.
     pub fn parse(expr: &str) -> Result<CronSpec, String> {
-        let parts: Vec<&str> = expr.split_whitespace().collect();
-        let [m, h, d, mo, w] = parts[..] else {
-            return Err(format!(
-                "{expr:?} needs five fields: minute hour day month weekday"
-            ));
+        let cron = crate::cron::parse(expr)?;
+        let p = &cron.pattern;
+        let text: Vec<&str> = expr.split_whitespace().collect();
+        for (what, c, t) in [("day", &p.days, text[2]), ("weekday", &p.days_of_week, text[4])] {
+            if c.has_modifiers() {
+                return Err(format!(
+                    "{what} field {t:?}: `L`, `W` and `#` are for the daemon only; no OS scheduler says them"
+                ));
+            }
+        }
+        let field = |c: &croner::CronComponent, t: &str| Field {
+            values: c
+                .values()
+                .into_iter()
+                .filter_map(|v| u8::try_from(v).ok())
+                .collect(),
+            star: t == "*",
+            starts_with_star: t.starts_with('*'),
         };
-        let mut weekday = field(w, "weekday", 0, 7, &WEEKDAYS)?;
+        let mut weekday = field(&p.days_of_week, text[4]);
         if weekday.values.remove(&7) {
             weekday.values.insert(0);
         }
-        weekday.star = weekday.star || weekday.values.len() == 7 && w.starts_with('*');
+        weekday.star = weekday.star || weekday.values.len() == 7 && weekday.starts_with_star;
         Ok(CronSpec {
-            minute: field(m, "minute", 0, 59, &[])?,
-            hour: field(h, "hour", 0, 23, &[])?,
-            day: field(d, "day", 1, 31, &[])?,
-            month: field(mo, "month", 1, 12, &MONTHS)?,
+            minute: field(&p.minutes, text[0]),
+            hour: field(&p.hours, text[1]),
+            day: field(&p.days, text[2]),
+            month: field(&p.months, text[3]),
             weekday,
         })
     }
@@ -93,62 +103,11 @@ impl CronSpec {
     }
 }
 
-fn field(text: &str, what: &str, min: u8, max: u8, names: &[&str]) -> Result<Field, String> {
-    let bad = |why: &str| format!("{what} field {text:?}: {why}");
-    let value = |s: &str| -> Result<u8, String> {
-        let lower = s.to_ascii_lowercase();
-        if let Some(i) = names.iter().position(|n| *n == lower) {
-            // Months are named from 1, weekdays from 0.
-            return Ok(i as u8 + if min == 1 { 1 } else { 0 });
-        }
-        let n: u8 = s
-            .parse()
-            .map_err(|_| bad("use numbers, names, `*`, `a-b`, `/step` and commas"))?;
-        if n < min || n > max {
-            return Err(bad(&format!("{n} is outside {min}-{max}")));
-        }
-        Ok(n)
-    };
-    let mut values = BTreeSet::new();
-    for item in text.split(',') {
-        let (range, step) = match item.split_once('/') {
-            Some((r, s)) => {
-                let step: u8 = s.parse().map_err(|_| bad("a step must be a number"))?;
-                if step == 0 {
-                    return Err(bad("a step of 0"));
-                }
-                (r, step)
-            }
-            None => (item, 1),
-        };
-        let (lo, hi) = match range {
-            "*" => (min, max),
-            r => match r.split_once('-') {
-                Some((a, b)) => (value(a)?, value(b)?),
-                None if step > 1 => return Err(bad("a step follows `*` or a range, as in `5-59/10`")),
-                None => {
-                    let v = value(r)?;
-                    (v, v)
-                }
-            },
-        };
-        if lo > hi {
-            return Err(bad(&format!("the range {lo}-{hi} runs backwards")));
-        }
-        values.extend((lo..=hi).step_by(usize::from(step)));
-    }
-    Ok(Field {
-        star: text == "*",
-        starts_with_star: text.starts_with('*'),
-        values,
-    })
-}
-
 /// `every = D` as a crontab schedule: only when D is whole minutes that
 /// divide an hour, or whole hours that divide a day; anything else would
 /// drift at the hour or day boundary.
 pub fn every_as_cron(backend: &'static str, every: Duration) -> Result<String, Unsupported> {
-    let cadence = format!("every = {:?}", humantime::format_duration(every).to_string());
+    let cadence = format!("every = {:?}", crate::duration::format(every));
     let refuse = |why: String| Unsupported::new(backend, cadence.clone(), why);
     let secs = every.as_secs();
     if every.subsec_nanos() != 0 || !secs.is_multiple_of(60) || secs == 0 {

@@ -21,6 +21,16 @@ pub enum Edit {
     Enable { marker: String },
 }
 
+/// Whether a failed `crontab -l` (its exit code and stderr) means the user
+/// has no crontab yet, which installing treats as an empty one. crontab(1)
+/// has no exit status of its own for this (it exits 1, as it does when the
+/// user is denied cron), so its message is the only sign; Vixie cron,
+/// cronie, busybox and macOS all say `no crontab for USER`. This is the one
+/// place that reads it.
+pub fn says_none(code: Option<i32>, stderr: &str) -> bool {
+    code == Some(1) && stderr.to_ascii_lowercase().contains("no crontab")
+}
+
 /// The start of the marker line of the schedule named `name`.
 fn marker(name: &str) -> String {
     format!("# automaton {name}:")
@@ -122,6 +132,17 @@ pub fn apply(current: &str, edit: &Edit) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_crontab_is_told_from_other_failures() {
+        assert!(says_none(Some(1), "no crontab for alice"));
+        assert!(says_none(Some(1), "crontab: no crontab for alice"));
+        assert!(!says_none(
+            Some(1),
+            "You (alice) are not allowed to use this program"
+        ));
+        assert!(!says_none(None, "no crontab for alice"), "killed by a signal");
+    }
 
     fn add(name: &str) -> Edit {
         Edit::Add {

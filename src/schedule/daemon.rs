@@ -312,7 +312,7 @@ impl<'a> Dispatcher<'a> {
                         n => tracing::info!(
                             "{name}: no more ticks are started; waiting up to {} for {n} running \
                              (a second signal stops their steps now)",
-                            humantime::format_duration(self.opts.grace)
+                            crate::duration::format(self.opts.grace)
                         ),
                     }
                     stop = Some(Instant::now() + self.opts.grace);
@@ -631,7 +631,7 @@ impl<'a> Dispatcher<'a> {
                  {} firings overdue, the oldest by {} ms; {}/{} workers busy. \
                  Raise --max-concurrent or lengthen cadences",
                 record.window_ticks,
-                humantime::format_duration(LATE),
+                crate::duration::format(LATE),
                 record.lag_p50_ms,
                 record.lag_p99_ms,
                 record.overdue,

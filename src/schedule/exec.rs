@@ -95,14 +95,7 @@ pub fn perform(actions: &[Action]) -> Result<()> {
                 }
             }
             Action::Crontab(edit) => {
-                let current = match output(&["crontab".into(), "-l".into()], None) {
-                    Ok(text) => text,
-                    // Every cron says so, in these words, when the user has none.
-                    Err(ScheduleError::Command { stderr, .. }) if stderr.contains("no crontab") => {
-                        String::new()
-                    }
-                    Err(e) => return Err(e.into()),
-                };
+                let current = current_crontab()?.unwrap_or_default();
                 let changed = crontab::apply(&current, edit);
                 if changed.is_empty() && !current.is_empty() {
                     // Our last line gone: no crontab, as before the install,
@@ -131,8 +124,17 @@ fn write(path: &std::path::Path, text: &str) -> Result<()> {
     f.write_all(text.as_bytes()).map_err(Error::io("writing", path))
 }
 
+/// The user's crontab (`crontab -l`), or `None` when they have none.
+fn current_crontab() -> Result<Option<String>, ScheduleError> {
+    match output(&["crontab".into(), "-l".into()], None) {
+        Ok(text) => Ok(Some(text)),
+        Err(ScheduleError::Command { code, stderr, .. }) if crontab::says_none(code, &stderr) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs `argv` (with `stdin`), returning its stdout; a failure carries its
-/// stderr.
+/// exit code and stderr.
 fn output(argv: &[String], stdin: Option<&str>) -> Result<String, ScheduleError> {
     let command = argv.join(" ");
     let mut cmd = Command::new(&argv[0]);
@@ -158,6 +160,7 @@ fn output(argv: &[String], stdin: Option<&str>) -> Result<String, ScheduleError>
         return Err(ScheduleError::Command {
             command,
             status: out.status.to_string(),
+            code: out.status.code(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
     }

@@ -3,7 +3,8 @@
 //! gui/<uid>`. `every` becomes StartInterval; `cron` becomes
 //! StartCalendarInterval (one dict per combination of the restricted
 //! fields, so cron's either-day rule is kept exactly), refused when that
-//! would take more than `MAX_ENTRIES` dicts. launchd has no jitter.
+//! would take more than `MAX_ENTRIES` dicts. launchd has no jitter. The
+//! plist is written by the plist crate.
 
 use super::cadence::{CronSpec, Field, Unsupported};
 use super::exec::Action;
@@ -34,46 +35,44 @@ pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
 }
 
 fn plist(job: &Job, label: &str) -> Result<String, Unsupported> {
-    let mut p = String::from(concat!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
-        "<!DOCTYPE plist PUBLIC \"-//Apple//DTD PLIST 1.0//EN\" ",
-        "\"http://www.apple.com/DTDs/PropertyList-1.0.dtd\">\n",
-        "<plist version=\"1.0\">\n<dict>\n"
-    ));
-    p += &format!("  <key>Label</key>\n  <string>{}</string>\n", escape(label));
-    p += "  <key>ProgramArguments</key>\n  <array>\n";
-    for a in &job.command {
-        p += &format!("    <string>{}</string>\n", escape(a));
-    }
-    p += "  </array>\n";
+    use plist::{Dictionary, Value};
+    let mut d = Dictionary::new();
+    d.insert("Label".into(), label.into());
+    let args = job.command.iter().map(|a| Value::from(a.as_str())).collect();
+    d.insert("ProgramArguments".into(), Value::Array(args));
     match &job.schedule.cadence {
-        Cadence::Every(d) => {
-            let secs = d.0.as_secs();
-            if d.0.subsec_nanos() != 0 {
+        Cadence::Every(every) => {
+            if every.0.subsec_nanos() != 0 {
                 return Err(Unsupported::new(
                     "launchd",
-                    format!("every = \"{d}\""),
+                    format!("every = \"{every}\""),
                     "StartInterval counts whole seconds",
                 ));
             }
-            p += &format!("  <key>StartInterval</key>\n  <integer>{secs}</integer>\n");
+            d.insert("StartInterval".into(), every.0.as_secs().into());
         }
         Cadence::Cron(expr) => {
-            p += "  <key>StartCalendarInterval</key>\n  <array>\n";
-            for entry in calendar(expr)? {
-                p += "    <dict>\n";
-                for (k, v) in entry {
-                    p += &format!("      <key>{k}</key>\n      <integer>{v}</integer>\n");
-                }
-                p += "    </dict>\n";
-            }
-            p += "  </array>\n";
+            let entries = calendar(expr)?
+                .into_iter()
+                .map(|entry| {
+                    let dict: Dictionary = entry
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), Value::from(u64::from(v))))
+                        .collect();
+                    Value::Dictionary(dict)
+                })
+                .collect();
+            d.insert("StartCalendarInterval".into(), Value::Array(entries));
         }
     }
-    p += "  <key>RunAtLoad</key>\n  <false/>\n";
-    p += "  <key>ProcessType</key>\n  <string>Background</string>\n";
-    p += "</dict>\n</plist>\n";
-    Ok(p)
+    d.insert("RunAtLoad".into(), false.into());
+    d.insert("ProcessType".into(), "Background".into());
+    let mut out = Vec::new();
+    Value::Dictionary(d)
+        .to_writer_xml(&mut out)
+        .expect("a plist of strings and numbers writes to memory");
+    out.push(b'\n');
+    Ok(String::from_utf8(out).expect("plist writes UTF-8"))
 }
 
 /// The StartCalendarInterval dicts (key, value) for a cron expression: a
@@ -121,10 +120,6 @@ pub fn calendar(expr: &str) -> Result<Vec<Vec<(&'static str, u8)>>, Unsupported>
         out.extend(entries);
     }
     Ok(out)
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 fn target(r: &Record) -> String {

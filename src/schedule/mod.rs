@@ -22,19 +22,19 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Cadence, Schedule};
+use crate::config::Schedule;
 use crate::error::Result;
 use crate::root::{LoopName, Root};
 use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
-pub use due::{check, next_due};
+pub use due::next_due;
 pub use exec::Action;
 pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 pub use record::Record;
 
 /// The OS schedulers a loop's schedule can be installed into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// A systemd user timer and service (`~/.config/systemd/user/`).
@@ -93,6 +93,8 @@ pub enum ScheduleError {
     Command {
         command: String,
         status: String,
+        /// The exit code, when it exited rather than died by a signal.
+        code: Option<i32>,
         stderr: String,
     },
     #[error("cannot run `{command}`")]
@@ -100,6 +102,16 @@ pub enum ScheduleError {
         command: String,
         #[source]
         source: io::Error,
+    },
+    #[error(
+        "schedule record {} is unreadable; it was left untouched (`automaton schedule remove {name} --backend B` removes the schedule and its record)",
+        path.display()
+    )]
+    BadRecord {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
     },
     #[error("cannot find the home directory: HOME is not set")]
     NoHome,
@@ -124,17 +136,7 @@ pub struct Job<'a> {
 
 /// `cadence` as loop.toml writes it: `every = "5m"` or `cron = "…"`.
 pub fn describe(s: &Schedule) -> String {
-    let mut text = match &s.cadence {
-        Cadence::Every(d) => format!("every = \"{d}\""),
-        Cadence::Cron(c) => format!("cron = \"{c}\""),
-    };
-    if let Some(j) = s.jitter {
-        text += &format!(", jitter = \"{j}\"");
-    }
-    if let Some(tz) = &s.timezone {
-        text += &format!(", timezone = \"{tz}\"");
-    }
-    text
+    s.describe()
 }
 
 fn home() -> Result<PathBuf, ScheduleError> {
@@ -147,6 +149,17 @@ fn home() -> Result<PathBuf, ScheduleError> {
 /// What `install` would do: the record it would leave, and its actions (an
 /// installed schedule of the loop is removed first).
 pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result<(Record, Vec<Action>)> {
+    plan(root, name, backend, true)
+}
+
+/// What an install of loop `name` with `backend` would make, whatever the
+/// record says (it may be unreadable): what `schedule remove --backend`
+/// removes.
+pub fn plan_fresh(root: &Root, name: &str, backend: Backend) -> Result<(Record, Vec<Action>)> {
+    plan(root, name, Some(backend), false)
+}
+
+fn plan(root: &Root, name: &str, backend: Option<Backend>, replace: bool) -> Result<(Record, Vec<Action>)> {
     let dir = LoopDir::open(root, name)?;
     let config = dir.config()?;
     let schedule = config
@@ -168,9 +181,11 @@ pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result
         schedule: &schedule,
         home: home()?,
     };
-    let mut actions = match record::read(root, name)? {
-        Some(old) => removal(&old),
-        None => Vec::new(),
+    let mut actions = match replace {
+        true => record::read(root, name)?
+            .map(|old| removal(&old))
+            .unwrap_or_default(),
+        false => Vec::new(),
     };
     if let Some(tz) = &schedule.timezone
         && backend != Backend::Systemd

@@ -57,12 +57,13 @@ pub fn read(root: &Root, name: &str) -> Result<Option<Record>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("reading", &path)(e)),
     };
-    serde_json::from_slice(&text)
-        .map(Some)
-        .map_err(|e| Error::CorruptState {
+    serde_json::from_slice(&text).map(Some).map_err(|source| {
+        Error::Schedule(super::ScheduleError::BadRecord {
+            name: name.to_owned(),
             path,
-            reason: e.to_string(),
+            source,
         })
+    })
 }
 
 /// Every record under the root, sorted by loop.

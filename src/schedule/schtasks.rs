@@ -4,11 +4,15 @@
 //! repeated at that interval (whole minutes, at least one); `cron` becomes
 //! daily or weekly calendar triggers, one per time of day, when its day of
 //! month and month are `*`. Jitter becomes the triggers' RandomDelay.
-//! Overlapping runs are ignored (MultipleInstancesPolicy IgnoreNew).
+//! Overlapping runs are ignored (MultipleInstancesPolicy IgnoreNew). The
+//! XML is written by quick-xml, its durations by jiff.
 
+use std::io;
 use std::time::Duration;
 
 use jiff::ZonedDateTime as Zoned;
+use quick_xml::Writer;
+use quick_xml::events::{BytesDecl, BytesText, Event};
 
 use super::cadence::{CronSpec, Unsupported};
 use super::exec::Action;
@@ -41,30 +45,20 @@ pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
     ))
 }
 
-/// ISO 8601 duration, as the task schema writes one.
-fn iso(d: Duration) -> String {
-    let s = d.as_secs();
-    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
-    let mut out = String::from("PT");
-    if h > 0 {
-        out += &format!("{h}H");
-    }
-    if m > 0 {
-        out += &format!("{m}M");
-    }
-    if s > 0 || out == "PT" {
-        out += &format!("{s}S");
-    }
-    out
+/// One trigger of the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Trigger {
+    /// From `start`, again every `interval` (at most 31 days).
+    Repeat { start: String, interval: Duration },
+    /// At `start`'s time of day, every `days` days.
+    Daily { start: String, days: u64 },
+    /// At `start`'s time of day, on these weekdays (0 is Sunday).
+    Weekly { start: String, weekdays: Vec<u8> },
 }
 
 /// The task definition; `now` is the first trigger's start boundary.
 pub fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
-    let delay = job
-        .schedule
-        .jitter
-        .map(|j| format!("      <RandomDelay>{}</RandomDelay>\n", iso(j.0)))
-        .unwrap_or_default();
+    let start = now.strftime("%Y-%m-%dT%H:%M:%S").to_string();
     let triggers = match &job.schedule.cadence {
         Cadence::Every(d) => {
             let secs = d.0.as_secs();
@@ -76,75 +70,132 @@ pub fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
                 ));
             }
             const DAY: u64 = 86_400;
-            if secs > 31 * DAY {
+            if secs <= 31 * DAY {
+                vec![Trigger::Repeat { start, interval: d.0 }]
+            } else if secs % DAY == 0 && secs / DAY <= 365 {
                 // A repetition interval is at most P31D; whole days go as a
                 // daily calendar trigger with an interval (at most 365).
-                if secs % DAY != 0 || secs / DAY > 365 {
-                    return Err(Unsupported::new(
-                        "schtasks",
-                        format!("every = \"{d}\""),
-                        "Task Scheduler repeats at most every 31 days (P31D), or every 32 to 365 \
-                         whole days; write a `cron =` expression, or use the daemon",
-                    ));
-                }
-                return Ok(task_document(
-                    job,
-                    &format!(
-                        "    <CalendarTrigger>\n      <StartBoundary>{}</StartBoundary>\n      \
-                         <Enabled>true</Enabled>\n{delay}      <ScheduleByDay>\n        \
-                         <DaysInterval>{}</DaysInterval>\n      </ScheduleByDay>\n    </CalendarTrigger>\n",
-                        now.strftime("%Y-%m-%dT%H:%M:%S"),
-                        secs / DAY
-                    ),
+                vec![Trigger::Daily {
+                    start,
+                    days: secs / DAY,
+                }]
+            } else {
+                return Err(Unsupported::new(
+                    "schtasks",
+                    format!("every = \"{d}\""),
+                    "Task Scheduler repeats at most every 31 days (P31D), or every 32 to 365 \
+                     whole days; write a `cron =` expression, or use the daemon",
                 ));
             }
-            format!(
-                "    <TimeTrigger>\n      <Repetition>\n        <Interval>{}</Interval>\n        \
-                 <StopAtDurationEnd>false</StopAtDurationEnd>\n      </Repetition>\n      \
-                 <StartBoundary>{}</StartBoundary>\n      <Enabled>true</Enabled>\n{delay}    </TimeTrigger>\n",
-                iso(d.0),
-                now.strftime("%Y-%m-%dT%H:%M:%S")
-            )
         }
-        Cadence::Cron(expr) => calendar_triggers(expr, now, &delay)?,
+        Cadence::Cron(expr) => calendar_triggers(expr, now)?,
     };
-    Ok(task_document(job, &triggers))
+    let delay = job.schedule.jitter.map(|j| j.0);
+    Ok(document(job, &triggers, delay).expect("XML writes to memory"))
 }
 
 /// The whole task around its triggers.
-fn task_document(job: &Job, triggers: &str) -> String {
+fn document(job: &Job, triggers: &[Trigger], delay: Option<Duration>) -> io::Result<String> {
     let args: Vec<String> = job.command[1..].iter().map(|a| arg(a)).collect();
-    format!(
-        concat!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
-            "<Task version=\"1.2\" xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\">\n",
-            "  <RegistrationInfo>\n    <Description>{desc}</Description>\n  </RegistrationInfo>\n",
-            "  <Triggers>\n{triggers}  </Triggers>\n",
-            "  <Settings>\n",
-            "    <MultipleInstancesPolicy>IgnoreNew</MultipleInstancesPolicy>\n",
-            "    <DisallowStartIfOnBatteries>false</DisallowStartIfOnBatteries>\n",
-            "    <StopIfGoingOnBatteries>false</StopIfGoingOnBatteries>\n",
-            "    <StartWhenAvailable>true</StartWhenAvailable>\n",
-            "    <Enabled>true</Enabled>\n",
-            "    <ExecutionTimeLimit>PT0S</ExecutionTimeLimit>\n",
-            "  </Settings>\n",
-            "  <Actions Context=\"Author\">\n    <Exec>\n",
-            "      <Command>{command}</Command>\n      <Arguments>{args}</Arguments>\n",
-            "    </Exec>\n  </Actions>\n</Task>\n"
-        ),
-        desc = escape(&format!(
-            "automaton tick of loop {} in {}",
-            job.loop_name,
-            job.root.display()
-        )),
-        triggers = triggers,
-        command = escape(&job.command[0]),
-        args = escape(&args.join(" ")),
-    )
+    let description = format!(
+        "automaton tick of loop {} in {}",
+        job.loop_name,
+        job.root.display()
+    );
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+    w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+    w.create_element("Task")
+        .with_attributes([
+            ("version", "1.2"),
+            ("xmlns", "http://schemas.microsoft.com/windows/2004/02/mit/task"),
+        ])
+        .write_inner_content(|w| {
+            w.create_element("RegistrationInfo")
+                .write_inner_content(|w| leaf(w, "Description", &description))?;
+            w.create_element("Triggers")
+                .write_inner_content(|w| triggers.iter().try_for_each(|t| trigger(w, t, delay)))?;
+            w.create_element("Settings").write_inner_content(|w| {
+                leaf(w, "MultipleInstancesPolicy", "IgnoreNew")?;
+                leaf(w, "DisallowStartIfOnBatteries", "false")?;
+                leaf(w, "StopIfGoingOnBatteries", "false")?;
+                leaf(w, "StartWhenAvailable", "true")?;
+                leaf(w, "Enabled", "true")?;
+                leaf(w, "ExecutionTimeLimit", "PT0S")
+            })?;
+            w.create_element("Actions")
+                .with_attribute(("Context", "Author"))
+                .write_inner_content(|w| {
+                    w.create_element("Exec").write_inner_content(|w| {
+                        leaf(w, "Command", &job.command[0])?;
+                        leaf(w, "Arguments", &args.join(" "))
+                    })?;
+                    Ok(())
+                })?;
+            Ok(())
+        })?;
+    let mut xml = String::from_utf8(w.into_inner()).expect("the writer writes UTF-8");
+    xml.push('\n');
+    Ok(xml)
+}
+
+/// An element holding text (escaped by the writer).
+fn leaf(w: &mut Writer<Vec<u8>>, name: &str, text: &str) -> io::Result<()> {
+    w.create_element(name).write_text_content(BytesText::new(text))?;
+    Ok(())
+}
+
+/// One trigger element, in the order the task schema requires.
+fn trigger(w: &mut Writer<Vec<u8>>, t: &Trigger, delay: Option<Duration>) -> io::Result<()> {
+    let delay = |w: &mut Writer<Vec<u8>>| match delay {
+        Some(d) => leaf(w, "RandomDelay", &crate::duration::iso8601(d)),
+        None => Ok(()),
+    };
+    match t {
+        Trigger::Repeat { start, interval } => {
+            w.create_element("TimeTrigger").write_inner_content(|w| {
+                w.create_element("Repetition").write_inner_content(|w| {
+                    leaf(w, "Interval", &crate::duration::iso8601(*interval))?;
+                    leaf(w, "StopAtDurationEnd", "false")
+                })?;
+                leaf(w, "StartBoundary", start)?;
+                leaf(w, "Enabled", "true")?;
+                delay(w)
+            })?;
+        }
+        Trigger::Daily { start, days } => {
+            w.create_element("CalendarTrigger").write_inner_content(|w| {
+                leaf(w, "StartBoundary", start)?;
+                leaf(w, "Enabled", "true")?;
+                delay(w)?;
+                w.create_element("ScheduleByDay")
+                    .write_inner_content(|w| leaf(w, "DaysInterval", &days.to_string()))?;
+                Ok(())
+            })?;
+        }
+        Trigger::Weekly { start, weekdays } => {
+            w.create_element("CalendarTrigger").write_inner_content(|w| {
+                leaf(w, "StartBoundary", start)?;
+                leaf(w, "Enabled", "true")?;
+                delay(w)?;
+                w.create_element("ScheduleByWeek").write_inner_content(|w| {
+                    leaf(w, "WeeksInterval", "1")?;
+                    w.create_element("DaysOfWeek").write_inner_content(|w| {
+                        for d in weekdays {
+                            w.create_element(DAYS[usize::from(*d)]).write_empty()?;
+                        }
+                        Ok(())
+                    })?;
+                    Ok(())
+                })?;
+                Ok(())
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Daily (or weekly, on the listed weekdays) triggers, one per time of day.
-fn calendar_triggers(expr: &str, now: &Zoned, delay: &str) -> Result<String, Unsupported> {
+fn calendar_triggers(expr: &str, now: &Zoned) -> Result<Vec<Trigger>, Unsupported> {
     let refuse = |why: String| Unsupported::new("schtasks", format!("cron = {expr:?}"), why);
     let c = CronSpec::parse(expr).map_err(refuse)?;
     if !c.day.star || !c.month.star {
@@ -160,46 +211,52 @@ fn calendar_triggers(expr: &str, now: &Zoned, delay: &str) -> Result<String, Uns
             "it needs {times} triggers (more than {MAX_TRIGGERS}); use `every =` or the daemon"
         )));
     }
-    let schedule = if c.weekday.star {
-        "      <ScheduleByDay>\n        <DaysInterval>1</DaysInterval>\n      </ScheduleByDay>\n".to_owned()
-    } else {
-        let days: String = c
-            .weekday
-            .values
-            .iter()
-            .map(|d| format!("          <{} />\n", DAYS[usize::from(*d)]))
-            .collect();
-        format!(
-            "      <ScheduleByWeek>\n        <WeeksInterval>1</WeeksInterval>\n        \
-             <DaysOfWeek>\n{days}        </DaysOfWeek>\n      </ScheduleByWeek>\n"
-        )
-    };
     let date = now.strftime("%Y-%m-%d");
-    let mut out = String::new();
+    let mut out = Vec::new();
     for h in &c.hour.values {
         for m in &c.minute.values {
-            out += &format!(
-                "    <CalendarTrigger>\n      <StartBoundary>{date}T{h:02}:{m:02}:00</StartBoundary>\n      \
-                 <Enabled>true</Enabled>\n{delay}{schedule}    </CalendarTrigger>\n"
-            );
+            let start = format!("{date}T{h:02}:{m:02}:00");
+            out.push(match c.weekday.star {
+                true => Trigger::Daily { start, days: 1 },
+                false => Trigger::Weekly {
+                    start,
+                    weekdays: c.weekday.values.iter().copied().collect(),
+                },
+            });
         }
     }
     Ok(out)
 }
 
-/// A command-line argument as Windows programs split them.
+/// A command-line argument as Windows programs split them
+/// (CommandLineToArgvW): quoted when it is empty or holds a space, tab or
+/// quote; inside quotes, a quote is preceded by a backslash, and the
+/// backslashes before a quote (or before the closing one) are doubled.
+/// Elsewhere backslashes are literal.
 fn arg(s: &str) -> String {
-    if !s.is_empty() && !s.contains([' ', '\t', '"']) {
+    if !s.is_empty() && !s.contains([' ', '\t', '\n', '\x0b', '"']) {
         return s.to_owned();
     }
-    format!("\"{}\"", s.replace('"', "\\\""))
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::from("\"");
+    let mut backslashes = 0;
+    for c in s.chars() {
+        match c {
+            '\\' => backslashes += 1,
+            '"' => {
+                out.extend(std::iter::repeat_n('\\', backslashes * 2 + 1));
+                out.push('"');
+                backslashes = 0;
+            }
+            c => {
+                out.extend(std::iter::repeat_n('\\', backslashes));
+                out.push(c);
+                backslashes = 0;
+            }
+        }
+    }
+    out.extend(std::iter::repeat_n('\\', backslashes * 2));
+    out.push('"');
+    out
 }
 
 pub fn remove(r: &Record) -> Vec<Action> {
@@ -221,28 +278,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_are_iso_8601() {
-        assert_eq!(iso(Duration::from_secs(300)), "PT5M");
-        assert_eq!(iso(Duration::from_secs(5430)), "PT1H30M30S");
-        assert_eq!(iso(Duration::ZERO), "PT0S");
+    fn arguments_are_quoted_as_command_line_to_argv_w_splits_them() {
+        assert_eq!(arg("tick"), "tick");
+        assert_eq!(
+            arg(r"C:\bin\a.exe"),
+            r"C:\bin\a.exe",
+            "backslashes alone are literal"
+        );
+        assert_eq!(arg(""), r#""""#);
+        assert_eq!(arg("a b"), r#""a b""#);
+        assert_eq!(arg(r#"say "hi""#), r#""say \"hi\"""#);
+        // A backslash before a quote: doubled, then the quote escaped.
+        assert_eq!(arg(r#"a\"b"#), r#""a\\\"b""#);
+        // Trailing backslashes before the closing quote are doubled.
+        assert_eq!(arg(r"C:\my dir\"), r#""C:\my dir\\""#);
     }
 
     #[test]
     fn cron_maps_to_daily_or_weekly_triggers() {
         let now: Zoned = "2026-01-02T03:04:05[UTC]".parse().unwrap();
-        let daily = calendar_triggers("0,30 9 * * *", &now, "").unwrap();
-        assert_eq!(daily.matches("<CalendarTrigger>").count(), 2);
-        assert!(daily.contains("2026-01-02T09:30:00") && daily.contains("<DaysInterval>1"));
-        let weekly = calendar_triggers("0 9 * * mon,fri", &now, "").unwrap();
-        assert!(weekly.contains("<Monday />") && weekly.contains("<Friday />"));
+        let daily = calendar_triggers("0,30 9 * * *", &now).unwrap();
+        assert_eq!(
+            daily,
+            [
+                Trigger::Daily {
+                    start: "2026-01-02T09:00:00".into(),
+                    days: 1
+                },
+                Trigger::Daily {
+                    start: "2026-01-02T09:30:00".into(),
+                    days: 1
+                }
+            ]
+        );
+        let weekly = calendar_triggers("0 9 * * mon,fri", &now).unwrap();
+        assert_eq!(
+            weekly,
+            [Trigger::Weekly {
+                start: "2026-01-02T09:00:00".into(),
+                weekdays: vec![1, 5]
+            }]
+        );
         assert!(
-            calendar_triggers("0 9 1 * *", &now, "")
+            calendar_triggers("0 9 1 * *", &now)
                 .unwrap_err()
                 .why
                 .contains("daily")
         );
         assert!(
-            calendar_triggers("*/5 * * * *", &now, "")
+            calendar_triggers("*/5 * * * *", &now)
                 .unwrap_err()
                 .why
                 .contains("triggers")

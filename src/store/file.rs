@@ -589,19 +589,13 @@ pub fn create_loop(
     write(HISTORY, &history)?;
     write(STATE, &state_bytes(state))?;
     sync_dir(tmp.path())?;
-    match nix::fcntl::renameat2(
-        nix::fcntl::AT_FDCWD,
-        tmp.path(),
-        nix::fcntl::AT_FDCWD,
-        target.path(),
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    ) {
+    match crate::fsx::rename_noreplace(tmp.path(), target.path()) {
         Ok(()) => {
             // The directory now lives at its final name; nothing to clean up.
             let _ = tmp.keep();
         }
-        Err(nix::errno::Errno::EEXIST) => return Err(exists()),
-        Err(e) => return Err(Error::io("renaming into place", target.path())(e.into())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(exists()),
+        Err(e) => return Err(Error::io("renaming into place", target.path())(e)),
     }
     sync_dir(&loops)?;
     Ok(target)

@@ -26,7 +26,7 @@ use crate::store::{Durability, Loaded, LoopDir, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
-pub use process::{Cancel, cancel_file, output_file, pgid_file};
+pub use process::{Cancel, Failure, cancel_file, output_file, pgid_file};
 
 /// How a tick was asked to run. The command line sets `timeout`; the
 /// daemon sets the rest.
@@ -209,8 +209,9 @@ impl Tick<'_> {
         session.set_tick(self.number);
         let worktree = match self.ensure_worktree(state) {
             Ok(w) => w,
-            Err(reason) => {
-                tracing::error!("loop {:?}: {reason}", self.store.name().as_str());
+            Err(failure) => {
+                let reason = failure.reason();
+                tracing::debug!("loop {:?}: {reason}", self.store.name().as_str());
                 state.consecutive_failures += 1;
                 return self.end_early(session, state, true, Outcome::Failed, reason);
             }
@@ -293,7 +294,7 @@ impl Tick<'_> {
         } else {
             Outcome::Ran
         };
-        let mut reason = ran.failure.clone();
+        let mut reason = ran.failure.as_ref().map(process::Failure::reason);
         if let Some(stopped) = state.apply(&after.combined, Moment::AfterStep) {
             (outcome, reason) = (stopped, Some(after.combined.reason().to_owned()));
         }
@@ -357,7 +358,10 @@ impl Tick<'_> {
     }
 
     /// Step 5: the worktree the step runs in, made on first use.
-    fn ensure_worktree(&mut self, state: &mut State) -> std::result::Result<Option<PathBuf>, String> {
+    fn ensure_worktree(
+        &mut self,
+        state: &mut State,
+    ) -> std::result::Result<Option<PathBuf>, process::Failure> {
         let Some(w) = &self.config.worktree else {
             return Ok(None);
         };
@@ -388,7 +392,7 @@ impl Tick<'_> {
                 }
                 Ok(Some(path))
             }
-            Err(e) => Err(format!("worktree: {e}")),
+            Err(e) => Err(process::Failure::Worktree(e)),
         }
     }
 

@@ -6,9 +6,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use thiserror::Error;
+
 use crate::config::{CommandLine, LoopConfig};
 use crate::state::ProcessOutcome;
-use crate::step::{self, Canceller, StepSpec};
+use crate::step::{self, Canceller, StepError, StepSpec};
+use crate::worktree::WorktreeError;
 
 /// The file in `runs/<tick>/` that `AUTOMATON_METRICS` names.
 pub const METRICS_FILE: &str = "metrics";
@@ -74,13 +77,67 @@ impl Env<'_> {
     }
 }
 
+/// Why a tick failed: its causes (the OS error of a spawn that failed, git's
+/// complaint) stay attached as sources, and [`Failure::reason`] says them
+/// all in the one line the state and history keep.
+#[derive(Debug, Error)]
+pub enum Failure {
+    /// The tick's `runs/<tick>/` could not be made.
+    #[error("cannot prepare the run directory")]
+    RunDir(#[source] Box<crate::error::Error>),
+    /// The step or verifier could not be started or supervised.
+    #[error("{what}")]
+    Start {
+        what: &'static str,
+        #[source]
+        source: StepError,
+    },
+    /// It ran past its timeout; said as configured, not as measured.
+    #[error("{what} timed out after {}", crate::duration::format(*timeout))]
+    TimedOut { what: &'static str, timeout: Duration },
+    /// It exited unsuccessfully or was killed by a signal.
+    #[error("{what} {outcome}")]
+    Exited {
+        what: &'static str,
+        outcome: ProcessOutcome,
+    },
+    /// `automaton cancel` stopped it; `ended` is how it ended.
+    #[error("cancelled by {by} ({ended})")]
+    Cancelled { by: String, ended: Box<Failure> },
+    /// The daemon's grace period ended between the step and the verifier.
+    #[error("cancelled before the verifier ran")]
+    CancelledBeforeVerifier,
+    /// The loop's worktree could not be made or checked.
+    #[error("worktree")]
+    Worktree(#[source] WorktreeError),
+}
+
+impl Failure {
+    /// How `what` ended when that is a failure (a timeout, a bad exit).
+    fn ended(what: &'static str, o: &ProcessOutcome, timeout: Duration) -> Failure {
+        if o.timed_out {
+            Failure::TimedOut { what, timeout }
+        } else {
+            Failure::Exited {
+                what,
+                outcome: o.clone(),
+            }
+        }
+    }
+
+    /// The failure with its causes, as one line: the tick's reason.
+    pub fn reason(&self) -> String {
+        crate::error::with_causes(self)
+    }
+}
+
 /// How the step and verifier went.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Ran {
     pub step: Option<ProcessOutcome>,
     pub verifier: Option<ProcessOutcome>,
     /// Why the tick failed, if it did.
-    pub failure: Option<String>,
+    pub failure: Option<Failure>,
 }
 
 impl Ran {
@@ -91,7 +148,7 @@ impl Ran {
     /// How the step and verifier ended, in a few words.
     pub fn describe(&self) -> String {
         match (&self.failure, &self.step) {
-            (Some(why), _) => why.clone(),
+            (Some(why), _) => why.reason(),
             (None, Some(step)) => format!("step {step}"),
             (None, None) => "it did not start".to_owned(),
         }
@@ -138,7 +195,7 @@ impl Cancel {
 pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, cancel: Option<&Cancel>) -> Ran {
     if let Err(e) = crate::store::create_dirs(env.run_dir) {
         return Ran {
-            failure: Some(e.to_string()),
+            failure: Some(Failure::RunDir(Box::new(e))),
             ..Ran::default()
         };
     }
@@ -161,17 +218,17 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
     };
     if let Some(by) = cancelled_by(env.run_dir) {
         return Ran {
-            failure: Some(format!(
-                "cancelled by {by} ({})",
-                describe_failure("step", &step, timeout)
-            )),
+            failure: Some(Failure::Cancelled {
+                by,
+                ended: Box::new(Failure::ended("step", &step, timeout)),
+            }),
             step: Some(step),
             verifier: None,
         };
     }
     if !step.success() {
         return Ran {
-            failure: Some(describe_failure("step", &step, timeout)),
+            failure: Some(Failure::ended("step", &step, timeout)),
             step: Some(step),
             verifier: None,
         };
@@ -184,7 +241,7 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
     };
     if cancel.is_some_and(Cancel::is_cancelled) {
         return Ran {
-            failure: Some("cancelled before the verifier ran".into()),
+            failure: Some(Failure::CancelledBeforeVerifier),
             step: Some(step),
             verifier: None,
         };
@@ -193,11 +250,11 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
     match runner.run("verifier", &v.command, timeout) {
         Ok(o) => Ran {
             failure: match cancelled_by(env.run_dir) {
-                Some(by) => Some(format!(
-                    "cancelled by {by} ({})",
-                    describe_failure("verifier", &o, timeout)
-                )),
-                None => (!o.success()).then(|| describe_failure("verifier", &o, timeout)),
+                Some(by) => Some(Failure::Cancelled {
+                    by,
+                    ended: Box::new(Failure::ended("verifier", &o, timeout)),
+                }),
+                None => (!o.success()).then(|| Failure::ended("verifier", &o, timeout)),
             },
             step: Some(step),
             verifier: Some(o),
@@ -222,7 +279,12 @@ struct Runner<'a> {
 impl Runner<'_> {
     /// Runs `command` as `what` (`step`, `verifier`), its output in
     /// `runs/<tick>/<what>.out` and `.err`.
-    fn run(&self, what: &str, command: &CommandLine, timeout: Duration) -> Result<ProcessOutcome, String> {
+    fn run(
+        &self,
+        what: &'static str,
+        command: &CommandLine,
+        timeout: Duration,
+    ) -> Result<ProcessOutcome, Failure> {
         let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
         let (program, args) = argv.split_first().expect("commands are never empty");
         let spec = StepSpec {
@@ -248,7 +310,7 @@ impl Runner<'_> {
                 tracing::debug!("cannot write {}: {e}", pgid.display());
             }
         })
-        .map_err(|e| format!("{what}: {e}"))
+        .map_err(|source| Failure::Start { what, source })
     }
 }
 
@@ -265,10 +327,40 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .write_all(bytes)
 }
 
-fn describe_failure(what: &str, o: &ProcessOutcome, timeout: Duration) -> String {
-    // A timeout is said as configured, not as measured.
-    if o.timed_out {
-        return format!("{what} timed out after {}", humantime::format_duration(timeout));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_keeps_its_causes_in_its_reason() {
+        let f = Failure::Start {
+            what: "step",
+            source: StepError::Spawn {
+                program: "x".into(),
+                source: std::io::Error::from_raw_os_error(nix::libc::E2BIG),
+            },
+        };
+        assert!(std::error::Error::source(&f).is_some());
+        assert_eq!(
+            f.reason(),
+            format!(
+                "step: cannot start program x: {}",
+                std::io::Error::from_raw_os_error(nix::libc::E2BIG)
+            )
+        );
+        let timed_out = ProcessOutcome {
+            exit_code: None,
+            signal: Some(9),
+            duration_ms: 1234,
+            timed_out: true,
+        };
+        let cancelled = Failure::Cancelled {
+            by: "ops".into(),
+            ended: Box::new(Failure::ended("step", &timed_out, Duration::from_secs(90))),
+        };
+        assert_eq!(
+            cancelled.reason(),
+            "cancelled by ops (step timed out after 1m 30s)"
+        );
     }
-    format!("{what} {o}")
 }

@@ -37,13 +37,60 @@ fn build(lang: &str, toolchain: &str, present: bool, out: &Path) -> Option<PathB
         );
         return None;
     }
+    // Built once per version of its sources, and kept in the target
+    // directory for the next run.
+    let built = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("example-gates")
+        .join(format!(
+            "office-hours-{lang}-{}.wasm",
+            sources_hash(&example_dir(lang))
+        ));
+    if !built.is_file() {
+        std::fs::create_dir_all(built.parent().unwrap()).unwrap();
+        let partial = built.with_extension("partial");
+        let status = build_script(&example_dir(lang).join("build.sh"))
+            .arg(&partial)
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the {lang} example gate: {status}");
+        std::fs::rename(&partial, &built).unwrap();
+    }
     let wasm = out.join(format!("office-hours-{lang}.wasm"));
-    let status = build_script(&example_dir(lang).join("build.sh"))
-        .arg(&wasm)
-        .status()
-        .unwrap();
-    assert!(status.success(), "building the {lang} example gate: {status}");
+    std::fs::copy(&built, &wasm).unwrap();
     Some(wasm)
+}
+
+/// A hash of an example's sources: every file but what its build makes or
+/// fetches (`target/`, `node_modules/`, `.venv/`, `__pycache__/`, C
+/// `bindings/`, wasm).
+fn sources_hash(dir: &Path) -> String {
+    fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy();
+            if ["target", "node_modules", ".venv", "__pycache__", "bindings"].contains(&name.as_ref())
+                || name.ends_with(".wasm")
+            {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, files);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    files.sort();
+    let mut all = Vec::new();
+    for f in files {
+        all.extend(f.strip_prefix(dir).unwrap().to_string_lossy().as_bytes());
+        all.push(0);
+        all.extend(std::fs::read(&f).unwrap());
+        all.push(0);
+    }
+    automaton::gate::sha256_hex(&all)[..16].to_owned()
 }
 
 /// A build script's command. The C gate's tool (tools/, the same crates

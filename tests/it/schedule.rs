@@ -583,8 +583,11 @@ fn a_time_zone_goes_to_systemd_and_is_refused_where_it_cannot_be_said() {
 fn new_refuses_schedules_that_cannot_run_as_written() {
     let env = Env::new();
     for (schedule, says) in [
-        ("cron = \"61 * * * *\"", "minute field \"61\": 61 is outside 0-59"),
-        ("cron = \"*/0 * * * *\"", "a step of 0"),
+        (
+            "cron = \"61 * * * *\"",
+            "minute field \"61\": number out of bounds (0-59)",
+        ),
+        ("cron = \"*/0 * * * *\"", "minute field \"*/0\": "),
         ("cron = \"0 0 31 2 *\"", "never fires"),
         ("every = \"1s\"\njitter = \"10s\"", "shorter than the cadence"),
         (
@@ -609,5 +612,28 @@ fn new_refuses_schedules_that_cannot_run_as_written() {
     env.new_loop(
         "good",
         "step = \"true\"\n[schedule]\ncron = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\njitter = \"1m\"\n",
+    );
+}
+
+#[test]
+fn an_unreadable_schedule_record_is_said_as_such_and_remove_with_a_backend_clears_it() {
+    let f = Fake::new();
+    looped(&f, "hello", "every = \"5m\"");
+    f.ok(&["schedule", "install", "hello", "--backend", "cron"]);
+    let record = f.env.root.join("schedules/hello.json");
+    std::fs::write(&record, "{ not json").unwrap();
+    let (code, _, err) = f.run(&["schedule", "show", "hello"]);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(
+        err.contains("schedule record") && err.contains("hello.json"),
+        "{err}"
+    );
+    assert!(!err.contains("state file"), "{err}");
+    f.ok(&["schedule", "remove", "hello", "--backend", "cron"]);
+    assert!(!record.exists());
+    assert!(
+        !std::fs::read_to_string(&f.crontab)
+            .unwrap_or_default()
+            .contains("tick hello")
     );
 }
