@@ -9,15 +9,15 @@ use std::time::Duration;
 use crate::cli::LogsArgs;
 use crate::error::{Error, Result};
 use crate::root::Root;
-use crate::store::LoopDir;
+
 use crate::tick::output_file;
 
 /// How often `--follow` looks for more output.
 const POLL: Duration = Duration::from_millis(100);
 
 pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &args.name)?;
-    let state = dir.read_state()?;
+    let dir = crate::store::open(root, &args.name)?;
+    let state = dir.load()?;
     let running = state.in_flight.as_ref().map(|f| f.tick);
     let Some(tick) = args
         .tick
@@ -33,7 +33,7 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
     let run_dir = dir.runs_dir().join(tick.to_string());
     let file = output_file(&run_dir, what, args.stderr);
     let in_flight = || {
-        dir.read_state()
+        dir.load()
             .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == tick))
     };
     if args.follow {
@@ -43,6 +43,21 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
         }
     }
     if !file.exists() {
+        let elsewhere = state
+            .last_tick
+            .as_ref()
+            .filter(|t| t.number == tick)
+            .and_then(|t| t.host.clone())
+            .filter(|h| *h != crate::who::host());
+        if let Some(host) = elsewhere {
+            return Err(Error::Refused {
+                name: dir.name().to_string(),
+                message: format!(
+                    "tick {tick} ran on host {host}; its output is in {} there",
+                    run_dir.display()
+                ),
+            });
+        }
         let missing = if run_dir.is_dir() { &file } else { &run_dir };
         return Err(Error::NoOutput {
             name: dir.name().to_string(),

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Cadence, Schedule};
 use crate::error::Result;
 use crate::root::{LoopName, Root};
-use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
 pub use due::{check, next_due};
@@ -147,7 +146,7 @@ fn home() -> Result<PathBuf, ScheduleError> {
 /// What `install` would do: the record it would leave, and its actions (an
 /// installed schedule of the loop is removed first).
 pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result<(Record, Vec<Action>)> {
-    let dir = LoopDir::open(root, name)?;
+    let dir = crate::store::open(root, name)?;
     let config = dir.config()?;
     let schedule = config
         .schedule
