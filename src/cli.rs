@@ -26,6 +26,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
 
+    /// Where the root's loops live: `file` (its loops/ directory), or a
+    /// postgres://USER@HOST/DB URL [default: $AUTOMATON_STORE, else `store`
+    /// in <root>/automaton.toml, else file]
+    #[arg(long, global = true, value_name = "URL", hide_env_values = true)]
+    pub store: Option<String>,
+
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
@@ -115,6 +121,12 @@ names come from $AUTOMATON_ROOT (or --root on the line being completed).")]
     Man,
     /// Check a root or a loop for damage and stale leftovers; `--fix` repairs what is safe
     Doctor(DoctorArgs),
+    /// Move loops, with their state and history, between a root's directory and PostgreSQL
+    #[command(
+        after_help = "Examples:\n  automaton migrate --from ~/.local/share/automaton --to postgres://ann@db/automaton\n  \
+automaton migrate --from postgres://ann@db/automaton --to ./.automaton nightly"
+    )]
+    Migrate(MigrateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -396,6 +408,20 @@ pub struct RmArgs {
     /// file that no longer reads
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Where the loops are: a root directory (its file store), or a postgres:// URL
+    #[arg(long, value_name = "DIR|URL")]
+    pub from: String,
+    /// Where they go: a root directory, or a postgres:// URL
+    #[arg(long, value_name = "DIR|URL")]
+    pub to: String,
+    /// The loops to move (default: every loop in --from)
+    pub names: Vec<String>,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]

@@ -43,6 +43,24 @@ pub struct LoopConfig {
     pub history: HistoryLimits,
     #[serde(default)]
     pub notify: Option<Notify>,
+    #[serde(default)]
+    pub runner: Runner,
+}
+
+/// `[runner]`: which hosts may run the loop's ticks (a loop whose worktree
+/// lives on one machine, say). Empty: any host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runner {
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+impl Runner {
+    /// Whether `host` may run the loop's ticks.
+    pub fn allows(&self, host: &str) -> bool {
+        self.hosts.is_empty() || self.hosts.iter().any(|h| h == host)
+    }
 }
 
 /// `[notify]`: a command run when a tick leaves the loop awaiting approval

@@ -26,6 +26,29 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
 
+    #[error("unknown store {value:?} (from {from}): write `file`, or a postgres:// URL")]
+    BadStore { value: String, from: String },
+
+    #[error("{}PostgreSQL store {url}: {action}", loop_prefix(name.as_deref()))]
+    Database {
+        /// The loop being worked on, if any.
+        name: Option<String>,
+        /// The store's URL, its password redacted.
+        url: String,
+        action: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    #[error(
+        "PostgreSQL store {url} has schema version {found}, but this automaton knows versions up to {known}; \
+         nothing was changed (a newer automaton wrote it: upgrade this one)"
+    )]
+    SchemaTooNew { url: String, found: i32, known: i32 },
+
+    #[error("loop {name:?} cannot be moved: {reason}")]
+    NotMoved { name: String, reason: String },
+
     #[error("{error}; {} was left unchanged, and the edit is kept in {}", config.display(), kept.display())]
     EditRejected {
         /// Why the edited copy was refused (it names the copy, line and column).
@@ -145,6 +168,10 @@ pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+fn loop_prefix(name: Option<&str>) -> String {
+    name.map(|n| format!("loop {n:?}: ")).unwrap_or_default()
+}
+
 fn describe_holder(holder: Option<&Holder>) -> String {
     match holder {
         Some(h) => format!("held by {}", h.describe()),
@@ -165,6 +192,9 @@ impl Error {
             | Error::NotRegular { .. }
             | Error::TooLarge { .. } => 5,
             Error::EditRejected { .. } => 5,
+            Error::BadStore { .. } => 2,
+            Error::Database { .. } | Error::NotMoved { .. } => 1,
+            Error::SchemaTooNew { .. } => 5,
             Error::Editor { .. } => 1,
             Error::Conflict { .. } => 1,
             // The step ran: a scheduler that retries on failure must not

@@ -118,6 +118,9 @@ pub enum EventKind {
         verifier: Option<ProcessOutcome>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worktree_changed: Option<bool>,
+        /// The host whose `runs/<tick>/` holds the step's output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
 }
 

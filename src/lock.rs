@@ -129,17 +129,39 @@ impl Drop for Held {
 /// refused without blocking.
 pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
     let file = crate::fsx::open_rw(path)?;
+    poll(
+        name,
+        wait,
+        MAX_POLL,
+        || match file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(TryLockError::WouldBlock) => Ok(false),
+            Err(TryLockError::Error(e)) => Err(Error::io("locking", path)(e)),
+        },
+        || read_holder(path),
+    )?;
+    write_holder(&file, &holder);
+    Ok(Held { file, holder })
+}
+
+/// The one waiting discipline of every loop lock, whatever holds it (a
+/// lock file here, a database's advisory lock in the PostgreSQL store):
+/// calls `try_take` until it takes the lock, as `wait` allows, pausing at
+/// most `max_pause` between attempts; after a moment says on stderr whom
+/// it waits for (`holder`), and on giving up names them in the error.
+pub fn poll(
+    name: &str,
+    wait: Wait,
+    max_pause: Duration,
+    mut try_take: impl FnMut() -> Result<bool, Error>,
+    holder: impl Fn() -> Option<Holder>,
+) -> Result<(), Error> {
     let started = Instant::now();
     let mut announced = false;
     let mut pause = Duration::from_millis(1);
     loop {
-        match file.try_lock() {
-            Ok(()) => {
-                write_holder(&file, &holder);
-                return Ok(Held { file, holder });
-            }
-            Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(e)) => return Err(Error::io("locking", path)(e)),
+        if try_take()? {
+            return Ok(());
         }
         let waited = started.elapsed();
         let give_up = match wait {
@@ -150,18 +172,18 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
         if give_up {
             return Err(Error::LockNotObtained {
                 name: name.to_owned(),
-                holder: read_holder(path),
+                holder: holder(),
             });
         }
         if !announced && waited >= ANNOUNCE_AFTER {
             announced = true;
-            match read_holder(path) {
+            match holder() {
                 Some(h) => tracing::warn!("waiting for loop {name:?}: held by {}", h.describe()),
                 None => tracing::warn!("waiting for loop {name:?}: its lock is held"),
             }
         }
         thread::sleep(pause);
-        pause = (pause * 2).min(MAX_POLL);
+        pause = (pause * 2).min(max_pause);
     }
 }
 

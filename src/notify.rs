@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::config::LoopConfig;
 use crate::root::Root;
 use crate::state::Outcome;
-use crate::store::{LoopDir, LoopStore};
+
 use crate::tick::TickReport;
 
 /// A notify command's timeout when loop.toml sets none.
@@ -27,7 +27,7 @@ pub fn after_tick(root: &Root, report: &TickReport) {
     if !report.notifies() {
         return;
     }
-    let config = match LoopDir::open(root, &report.loop_name).and_then(|d| Ok((d.config()?, d))) {
+    let config = match crate::store::open(root, &report.loop_name).and_then(|d| Ok((d.config()?, d))) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("loop {:?}: cannot read its notify command: {e}", report.loop_name);

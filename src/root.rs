@@ -1,16 +1,107 @@
-//! Finding the root (SPEC §3) and validating loop names before any file is
-//! touched.
+//! Finding the root (SPEC §3) and the store it uses, and validating loop
+//! names before any file is touched.
 
 use std::env;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
-/// The directory that holds `loops/` and `cache/`.
+/// The directory that holds `loops/` and `cache/`, and the store its loops
+/// live in.
 #[derive(Debug, Clone)]
 pub struct Root {
     path: PathBuf,
+    store: StoreChoice,
+}
+
+/// Where a root's loops live: in its `loops/` directory (the default), or
+/// in a PostgreSQL database (docs/postgres.md).
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    File,
+    /// A `postgres://` or `postgresql://` URL, which may carry a password:
+    /// shown only through [`redact`].
+    Postgres(String),
+}
+
+impl fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreChoice::File => f.write_str("File"),
+            StoreChoice::Postgres(url) => write!(f, "Postgres({})", redact(url)),
+        }
+    }
+}
+
+impl StoreChoice {
+    /// Reads a `--store` value: `file`, or a PostgreSQL URL.
+    pub fn parse(value: &str, from: &str) -> Result<StoreChoice> {
+        let value = value.trim();
+        if value == "file" {
+            Ok(StoreChoice::File)
+        } else if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+            Ok(StoreChoice::Postgres(value.to_owned()))
+        } else {
+            Err(Error::BadStore {
+                value: redact(value),
+                from: from.to_owned(),
+            })
+        }
+    }
+}
+
+/// A store URL with its password (in the user-info part or a `password=`
+/// parameter) replaced by `***`, for every message that names it.
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
+            }
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    out
+}
+
+/// `<root>/automaton.toml`: settings of the root itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RootConfig {
+    /// `file`, or a PostgreSQL URL.
+    store: Option<String>,
+}
+
+/// The root's config file.
+pub const ROOT_CONFIG: &str = "automaton.toml";
+
+static STORE_FLAG: OnceLock<Option<String>> = OnceLock::new();
+
+/// Records the `--store` flag for this process, before any root is opened
+/// (the flag, then `$AUTOMATON_STORE`, then the root's automaton.toml
+/// choose the store).
+pub fn set_store_flag(flag: Option<String>) {
+    let _ = STORE_FLAG.set(flag);
 }
 
 /// Where a root was found, for messages and `init`.
@@ -38,7 +129,9 @@ impl Root {
         } else {
             (default_root(), Origin::Default)
         };
-        Ok((Root { path: cwd.join(path) }, origin))
+        let path = cwd.join(path);
+        let store = choose_store(&path)?;
+        Ok((Root { path, store }, origin))
     }
 
     /// Resolves the root and checks that it has been initialised.
@@ -50,8 +143,23 @@ impl Root {
         Ok(root)
     }
 
+    /// The root at `path`, with the file store.
     pub fn at(path: impl Into<PathBuf>) -> Root {
-        Root { path: path.into() }
+        Root {
+            path: path.into(),
+            store: StoreChoice::File,
+        }
+    }
+
+    /// The same root with another store.
+    pub fn with_store(mut self, store: StoreChoice) -> Root {
+        self.store = store;
+        self
+    }
+
+    /// The store the root's loops live in.
+    pub fn store(&self) -> &StoreChoice {
+        &self.store
     }
 
     pub fn path(&self) -> &Path {
@@ -64,6 +172,38 @@ impl Root {
 
     pub fn cache_dir(&self) -> PathBuf {
         self.path.join("cache")
+    }
+}
+
+/// The `--store` flag of this process, if one was given.
+pub fn store_flag() -> Option<&'static str> {
+    STORE_FLAG.get().and_then(Option::as_deref)
+}
+
+/// The store for the root at `path`: `--store`, else `$AUTOMATON_STORE`,
+/// else the `store` key of `<root>/automaton.toml`, else the file store.
+fn choose_store(path: &Path) -> Result<StoreChoice> {
+    if let Some(flag) = STORE_FLAG.get().and_then(Option::as_deref) {
+        return StoreChoice::parse(flag, "--store");
+    }
+    if let Some(v) = env::var("AUTOMATON_STORE").ok().filter(|v| !v.trim().is_empty()) {
+        return StoreChoice::parse(&v, "$AUTOMATON_STORE");
+    }
+    let file = path.join(ROOT_CONFIG);
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StoreChoice::File),
+        Err(e) => return Err(Error::io("reading", file)(e)),
+    };
+    let config: RootConfig = toml::from_str(&text).map_err(|e| crate::config::ConfigError::Invalid {
+        path: file.clone(),
+        line: e.span().map_or(1, |s| text[..s.start].matches('\n').count() + 1),
+        column: 1,
+        message: e.message().trim_end().to_owned(),
+    })?;
+    match config.store {
+        Some(v) => StoreChoice::parse(&v, &file.display().to_string()),
+        None => Ok(StoreChoice::File),
     }
 }
 
@@ -119,6 +259,18 @@ impl fmt::Display for LoopName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacts_passwords_wherever_a_url_carries_them() {
+        assert_eq!(redact("postgres://ann:s3cret@db/x"), "postgres://ann:***@db/x");
+        assert_eq!(redact("postgres://ann@db/x"), "postgres://ann@db/x");
+        assert_eq!(
+            redact("postgresql:///x?host=/run&password=s3cret&user=a"),
+            "postgresql:///x?host=/run&password=***&user=a"
+        );
+        assert_eq!(redact("postgres://a:p@ss@h:5/d"), "postgres://a:***@h:5/d");
+        assert!(!format!("{:?}", StoreChoice::Postgres("postgres://a:pw@h/d".into())).contains("pw"));
+    }
 
     #[test]
     fn accepts_plain_names() {

@@ -146,6 +146,9 @@ pub struct LastTick {
     pub verifier: Option<ProcessOutcome>,
     #[serde(default)]
     pub worktree_changed: Option<bool>,
+    /// The host that ran it: its output is in `runs/<number>/` there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Set just before the step starts and cleared when the tick's state is

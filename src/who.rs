@@ -22,10 +22,18 @@ pub fn user() -> String {
     }
 }
 
-/// This machine's host name.
+/// This machine's host name: `$AUTOMATON_HOST` when set (runners that
+/// share a machine but should be told apart, as in a multi-host test, or a
+/// container whose host name changes), else the OS host name.
 pub fn host() -> String {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
+        if let Some(h) = std::env::var("AUTOMATON_HOST")
+            .ok()
+            .filter(|h| !h.trim().is_empty())
+        {
+            return h.trim().to_owned();
+        }
         nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())

@@ -17,7 +17,7 @@ use crate::cli::CancelArgs;
 use crate::error::{Error, Result};
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::store::{LoopDir, LoopStore};
+use crate::store::LoopStore;
 use crate::tick::{cancel_file, pgid_file};
 use crate::who;
 
@@ -36,8 +36,9 @@ struct Cancelled {
 }
 
 pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &args.name)?;
-    let state = dir.read_state()?;
+    let dir = crate::store::open(root, &args.name)?;
+    let dir = &*dir;
+    let state = dir.load()?;
     let by = who::user();
     let mut report = Cancelled {
         name: dir.name().to_string(),
@@ -73,7 +74,7 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
     if !lock_free(Wait::For(args.timeout))? {
         return Err(Error::LockNotObtained {
             name: dir.name().to_string(),
-            holder: LoopStore::holder(&dir),
+            holder: LoopStore::holder(dir),
         });
     }
     finish(&report, args.json.json, out)

@@ -13,7 +13,7 @@ use crate::history::EventKind;
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Moment, Outcome, Status};
-use crate::store::{Durability, LoopDir, LoopStore};
+use crate::store::Durability;
 use crate::tick::gates::{self, PhaseResult, Verdict};
 use crate::who;
 
@@ -30,7 +30,7 @@ struct Report {
 
 pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
-    let dir = LoopDir::open(root, &t.name)?;
+    let dir = crate::store::open(root, &t.name)?;
     let config = dir.config()?;
     let host = match config.gates.is_empty() {
         true => None,
@@ -43,7 +43,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
             Some(h) => gates::evaluate_phase(
                 h,
                 dir.name().as_str(),
-                dir.path(),
+                dir.base_dir(),
                 &config,
                 &state,
                 Phase::BeforeStep,

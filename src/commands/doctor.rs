@@ -20,7 +20,7 @@ use crate::gate::GateSource;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::schedule::{self, record};
-use crate::store::{self, Finding, Level, LoopDir, LoopStore};
+use crate::store::{self, Finding, Level, LoopStore};
 
 #[derive(Serialize)]
 struct Report {
@@ -35,12 +35,14 @@ struct LoopReport {
 }
 
 pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
+    let stores = store::Stores::open(root)?;
     let dirs = match &args.name {
-        Some(name) => vec![LoopDir::open(root, name)?],
-        None => store::list_loops(root)?,
+        Some(name) => vec![stores.get(name)?],
+        None => stores.list()?,
     };
     let mut loops = Vec::new();
     for dir in &dirs {
+        let dir = dir.as_ref();
         let mut findings = check_loop(root, dir);
         if args.fix && findings.iter().any(|f| f.fixable) {
             findings = match repair(dir) {
@@ -61,7 +63,7 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
             findings,
         });
     }
-    let root_findings = check_root(root, args.fix, args.name.is_none());
+    let root_findings = check_root(root, &stores, args.fix, args.name.is_none());
     let report = Report {
         loops,
         root: root_findings,
@@ -85,18 +87,18 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
 /// Takes the loop's lock and loads it: the recovery every locking command
 /// runs (cut an unfinished commit, remove temporary files, record a dead
 /// tick), and nothing else.
-fn repair(dir: &LoopDir) -> Result<()> {
+fn repair(dir: &dyn LoopStore) -> Result<()> {
     let mut session = dir.lock(Holder::me("doctor"), Wait::For(Duration::from_secs(10)))?;
     session.load()?;
     Ok(())
 }
 
-fn check_loop(root: &Root, dir: &LoopDir) -> Vec<Finding> {
+fn check_loop(root: &Root, dir: &dyn LoopStore) -> Vec<Finding> {
     let mut findings = dir.check();
     match LoopStore::config(dir) {
         Ok(config) => {
             findings.push(Finding::ok("config", "valid"));
-            findings.extend(check_gates(dir.path(), &config));
+            findings.extend(check_gates(dir.base_dir(), &config));
             findings.extend(check_schedule(root, dir, Some(&config)));
         }
         Err(e) => {
@@ -147,7 +149,7 @@ fn check_gates(loop_dir: &Path, config: &LoopConfig) -> Vec<Finding> {
 }
 
 /// An installed OS schedule that no longer matches its loop.
-fn check_schedule(root: &Root, dir: &LoopDir, config: Option<&LoopConfig>) -> Vec<Finding> {
+fn check_schedule(root: &Root, dir: &dyn LoopStore, config: Option<&LoopConfig>) -> Vec<Finding> {
     let name = dir.name().as_str();
     let installed = match record::read(root, name) {
         Ok(Some(r)) => r,
@@ -208,14 +210,17 @@ fn check_schedule(root: &Root, dir: &LoopDir, config: Option<&LoopConfig>) -> Ve
 
 /// The root: the gate cache's permissions, schedules of loops that are
 /// gone, leftovers of a killed `new` or `rm`.
-fn check_root(root: &Root, fix: bool, whole_root: bool) -> Vec<Finding> {
+fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) -> Vec<Finding> {
     let mut out = vec![check_cache(&root.cache_dir(), fix)];
     if !whole_root {
         return out;
     }
     if let Ok(records) = record::all(root) {
         for r in records {
-            if !LoopDir::new_checked(root, &r.loop_name).is_some_and(|d| d.exists()) {
+            if matches!(
+                stores.get(&r.loop_name),
+                Err(crate::Error::NoSuchLoop { .. } | crate::Error::InvalidName { .. })
+            ) {
                 out.push(Finding::new(
                     "schedule",
                     Level::Warning,

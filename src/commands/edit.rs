@@ -13,17 +13,26 @@ use crate::cli::EditArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Result};
 use crate::root::Root;
-use crate::store::{self, LoopDir};
+use crate::store::{self, LoopStore, Stores};
 
 pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &args.name)?;
+    let stores = Stores::open(root)?;
+    let dir = stores.get(&args.name)?;
     let config_path = dir.config_path();
-    let original = std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?;
+    let read = || -> Result<Vec<u8>> {
+        match stores.is_shared() {
+            true => Ok(dir.config_text()?.into_bytes()),
+            false => std::fs::read(&config_path).map_err(Error::io("reading", &config_path)),
+        }
+    };
+    let original = read()?;
+    // A shared store's loop may have no directory on this host yet.
+    store::create_dirs(dir.base_dir())?;
     let copy = tempfile::Builder::new()
         .prefix(".loop.toml.edit-")
         .suffix(".toml")
-        .tempfile_in(dir.path())
-        .map_err(Error::io("creating a temporary file in", dir.path()))?;
+        .tempfile_in(dir.base_dir())
+        .map_err(Error::io("creating a temporary file in", dir.base_dir()))?;
     std::fs::write(copy.path(), &original).map_err(Error::io("writing", copy.path()))?;
     let edited = loop {
         run_editor(copy.path())?;
@@ -32,7 +41,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
             super::emit(out, &format!("no changes to {}\n", config_path.display()))?;
             return Ok(0);
         }
-        match check(root, &dir, copy.path(), &edited) {
+        match check(root, dir.as_ref(), copy.path(), &edited) {
             Ok(()) => break edited,
             Err(e) if ask_again(&e) => continue,
             Err(e) => {
@@ -48,7 +57,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
         }
     };
     // Someone else may have changed it meanwhile: theirs is not overwritten.
-    let now = std::fs::read(&config_path).map_err(Error::io("reading", &config_path))?;
+    let now = read()?;
     if now != original {
         let (_, kept) = copy
             .keep()
@@ -58,18 +67,21 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
             message: format!("it was left as it is now; the edit is kept in {}", kept.display()),
         });
     }
-    store::write_file(dir.path(), &config_path, &edited)?;
+    match stores.set_config(dir.name(), &String::from_utf8_lossy(&edited)) {
+        Some(saved) => saved?,
+        None => store::write_file(dir.base_dir(), &config_path, &edited)?,
+    }
     super::emit(out, &format!("saved {}\n", config_path.display()))?;
     Ok(0)
 }
 
 /// Checks edited loop.toml text as a tick would load it (errors name `copy`,
 /// the file the editor saw, so line numbers match what was typed).
-fn check(root: &Root, dir: &LoopDir, copy: &Path, text: &[u8]) -> Result<()> {
+fn check(root: &Root, dir: &dyn LoopStore, copy: &Path, text: &[u8]) -> Result<()> {
     let text = String::from_utf8_lossy(text);
     let config = LoopConfig::parse(&text, copy)?;
     check_schedule(&config, copy)?;
-    check_gates(root, dir.path(), &config, copy, MissingGate::Error)
+    check_gates(root, dir.base_dir(), &config, copy, MissingGate::Error)
 }
 
 /// Runs the editor on `path`, through `sh` so `EDITOR="code --wait"` works.

@@ -7,10 +7,9 @@ use crate::cli::HistoryArgs;
 use crate::error::Result;
 use crate::history;
 use crate::root::Root;
-use crate::store::{LoopDir, LoopStore};
 
 pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &args.name)?;
+    let dir = crate::store::open(root, &args.name)?;
     let history::History { events, bad } = dir.history()?;
     for b in &bad {
         tracing::warn!(

@@ -4,11 +4,12 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::Result;
-use crate::root::{Origin, Root};
+use crate::root::{self, Origin, Root, StoreChoice};
 use crate::store;
 
 pub fn run(flag: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
     let (located, origin) = Root::locate(flag)?;
+    let located_store = located.store().clone();
     // Without --root or $AUTOMATON_ROOT, init makes ./.automaton, as `git
     // init` makes ./.git: the nearest-parent and per-user defaults are for
     // finding a root, not for choosing where to make one.
@@ -20,12 +21,30 @@ pub fn run(flag: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
             Root::at(cwd.join(".automaton"))
         }
     };
+    let root = root.with_store(located_store);
     let fresh = store::init_root(&root)?;
     let verb = if fresh {
         "initialised"
     } else {
         "already initialised:"
     };
-    super::emit(out, &format!("{verb} {}\n", root.path().display()))?;
+    let mut line = format!("{verb} {}", root.path().display());
+    if let StoreChoice::Postgres(_) = root.store() {
+        // Connecting brings the database's schema up to date.
+        let stores = store::Stores::open(&root)?;
+        line += &format!(" (loops in {})", stores.describe());
+        // A store named on the command line is the root's from now on,
+        // for every command and schedule that uses the root.
+        if let Some(flag) = root::store_flag() {
+            let file = root.path().join(root::ROOT_CONFIG);
+            let text = format!(
+                "# Where this root's loops live (docs/postgres.md).\nstore = {}\n",
+                toml::Value::String(flag.to_owned())
+            );
+            store::write_file(root.path(), &file, text.as_bytes())?;
+            line += &format!("; recorded in {}", file.display());
+        }
+    }
+    super::emit(out, &format!("{line}\n"))?;
     Ok(0)
 }

@@ -10,15 +10,15 @@ use crate::cli::LogsArgs;
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::root::Root;
-use crate::store::{LoopDir, LoopStore};
+use crate::store::LoopStore;
 use crate::tick::output_file;
 
 /// How often `--follow` looks for more output.
 const POLL: Duration = Duration::from_millis(100);
 
 pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &args.name)?;
-    let state = dir.read_state()?;
+    let dir = crate::store::open(root, &args.name)?;
+    let state = dir.load()?;
     let running = state.in_flight.as_ref().map(|f| f.tick);
     let Some(tick) = args
         .tick
@@ -34,7 +34,7 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
     let run_dir = dir.runs_dir().join(tick.to_string());
     let file = output_file(&run_dir, what, args.stderr);
     let in_flight = || {
-        dir.read_state()
+        dir.load()
             .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == tick))
     };
     if args.follow {
@@ -45,8 +45,24 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
     }
     // A stream that said nothing leaves no file (it is made at its first
     // byte), so a missing file is no output when the process ran.
-    let ran = run_dir.is_dir() && (!args.verifier || running == Some(tick) || verifier_ran(&dir, tick));
+    let ran =
+        run_dir.is_dir() && (!args.verifier || running == Some(tick) || verifier_ran(dir.as_ref(), tick));
     if !ran {
+        let elsewhere = state
+            .last_tick
+            .as_ref()
+            .filter(|t| t.number == tick)
+            .and_then(|t| t.host.clone())
+            .filter(|h| *h != crate::who::host());
+        if let Some(host) = elsewhere {
+            return Err(Error::Refused {
+                name: dir.name().to_string(),
+                message: format!(
+                    "tick {tick} ran on host {host}; its output is in {} there",
+                    run_dir.display()
+                ),
+            });
+        }
         let missing = if run_dir.is_dir() { &file } else { &run_dir };
         return Err(Error::NoOutput {
             name: dir.name().to_string(),
@@ -74,8 +90,8 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
 }
 
 /// Whether the history records a verifier for tick `tick`.
-fn verifier_ran(dir: &LoopDir, tick: u64) -> bool {
-    LoopStore::history(dir).is_ok_and(|h| {
+fn verifier_ran(dir: &dyn LoopStore, tick: u64) -> bool {
+    dir.history().is_ok_and(|h| {
         h.events
             .iter()
             .any(|e| matches!(&e.kind, EventKind::Tick { tick: t, verifier: Some(_), .. } if *t == tick))

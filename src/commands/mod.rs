@@ -10,6 +10,7 @@ pub mod gate;
 mod history;
 mod init;
 mod logs;
+mod migrate;
 mod new;
 mod ops;
 mod render;
@@ -35,6 +36,7 @@ use crate::store::{Durability, LoopStore};
 /// Runs the parsed command line, writing its output to `out`; returns the
 /// exit code of a command that succeeded.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
+    crate::root::set_store_flag(cli.store.clone());
     let root = cli.root.as_deref();
     match cli.command {
         Command::Init => init::run(root, out),
@@ -60,6 +62,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args, out),
         Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
+        Command::Migrate(args) => migrate::run(root, &args, out),
         Command::Completions(args) => shell::completions(args.shell, out),
         Command::Man => shell::man(out),
     }

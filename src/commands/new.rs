@@ -39,11 +39,11 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     let mut state = State::new(now);
     state.version = 1;
     let created = EventKind::Created { by: who::user() };
-    let dir = store::create_loop(root, &name, &text, &state, vec![created])?;
+    let dir = store::Stores::open(root)?.create(&name, &text, &state, vec![created])?;
     if args.json.json {
-        super::emit_json(out, &super::status::view(&dir, &state))?;
+        super::emit_json(out, &super::status::view(dir.as_ref(), &state))?;
     } else {
-        super::emit(out, &format!("created loop {name} in {}\n", dir.path().display()))?;
+        super::emit(out, &format!("created loop {name} in {}\n", dir.location()))?;
     }
     Ok(0)
 }

@@ -11,17 +11,17 @@ use crate::history::EventKind;
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Refusal, State, Status};
-use crate::store::{LoopDir, LoopStore};
+use crate::store::LoopStore;
 use crate::{bounds, who};
 
-fn refused(dir: &LoopDir) -> impl FnOnce(Refusal) -> Error + '_ {
+fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
     move |r| Error::Refused {
         name: dir.name().to_string(),
         message: r.0,
     }
 }
 
-fn report(dir: &LoopDir, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<u8> {
+fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<u8> {
     if json {
         super::emit_json(out, &super::status::view(dir, state))?;
     } else {
@@ -32,16 +32,17 @@ fn report(dir: &LoopDir, state: &State, json: bool, line: String, out: &mut dyn 
 
 pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
-    let dir = LoopDir::open(root, &t.name)?;
+    let dir = crate::store::open(root, &t.name)?;
+    let dir = &*dir;
     let reason = bounds::opt_text(args.reason.clone());
     let mut already = false;
-    let state = super::update_loop(&dir, "pause", t.wait.wait(), |s| {
+    let state = super::update_loop(dir, "pause", t.wait.wait(), |s| {
         // Paused already: nothing changes, nothing is recorded.
         if s.status == Status::Paused {
             already = true;
             return Ok(Vec::new());
         }
-        s.pause(reason.clone()).map_err(refused(&dir))?;
+        s.pause(reason.clone()).map_err(refused(dir))?;
         Ok(vec![EventKind::Paused {
             by: who::user(),
             reason,
@@ -52,13 +53,14 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
         (true, None) => format!("loop {} is already paused; nothing changed", dir.name()),
         (false, _) => format!("paused loop {}", dir.name()),
     };
-    report(&dir, &state, t.json.json, line, out)
+    report(dir, &state, t.json.json, line, out)
 }
 
 pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &t.name)?;
+    let dir = crate::store::open(root, &t.name)?;
+    let dir = &*dir;
     let mut from = Status::Active;
-    let state = super::update_loop(&dir, "resume", t.wait.wait(), |s| {
+    let state = super::update_loop(dir, "resume", t.wait.wait(), |s| {
         // Active already: nothing changes (not even the failure count) and
         // nothing is recorded.
         if s.status == Status::Active {
@@ -77,16 +79,17 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         format!("resumed loop {} (was {from})", dir.name())
     };
-    report(&dir, &state, t.json.json, line, out)
+    report(dir, &state, t.json.json, line, out)
 }
 
 pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
-    let dir = LoopDir::open(root, &t.name)?;
+    let dir = crate::store::open(root, &t.name)?;
+    let dir = &*dir;
     let by = who::user();
     let mut id = String::new();
     let mut required = 1;
-    let state = super::update_loop(&dir, "approve", t.wait.wait(), |s| {
+    let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
         let rules = dir.config()?.approval;
         required = rules.required;
         let now = Timestamp::now();
@@ -104,7 +107,7 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
         // refused by `approve` itself.)
         let may_approve = rules.approvers.as_deref().is_none_or(|a| a.contains(&by));
         if may_approve && matches!(s.status, Status::Active | Status::Paused) && !args.ahead {
-            return Err(refused(&dir)(Refusal(format!(
+            return Err(refused(dir)(Refusal(format!(
                 "it is {}, not awaiting approval; pass --ahead to approve its next await in advance",
                 s.status
             ))));
@@ -116,7 +119,7 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
                 now,
                 rules.approvers.as_deref(),
             )
-            .map_err(refused(&dir))?;
+            .map_err(refused(dir))?;
         id = approval.id.clone();
         events.push(EventKind::Approved {
             by: by.clone(),
@@ -129,15 +132,16 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
     if required > 1 {
         line += &format!("; {} of {required} approvers so far", state.distinct_approvers());
     }
-    report(&dir, &state, t.json.json, line, out)
+    report(dir, &state, t.json.json, line, out)
 }
 
 pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
-    let dir = LoopDir::open(root, &t.name)?;
+    let dir = crate::store::open(root, &t.name)?;
+    let dir = &*dir;
     let by = who::user();
     let reason = bounds::opt_text(args.reason.clone());
-    let state = super::update_loop(&dir, "reject", t.wait.wait(), |s| {
+    let state = super::update_loop(dir, "reject", t.wait.wait(), |s| {
         s.reject(&by, reason.as_deref());
         Ok(vec![EventKind::Rejected {
             by: by.clone(),
@@ -145,7 +149,7 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8>
         }])
     })?;
     report(
-        &dir,
+        dir,
         &state,
         t.json.json,
         format!("rejected loop {}: it is halted", dir.name()),
@@ -155,7 +159,8 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8>
 
 pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
     let t = &args.target;
-    let dir = LoopDir::open(root, &t.name)?;
+    let dir = crate::store::open(root, &t.name)?;
+    let dir = &*dir;
     let mut session = dir.lock(Holder::me("rm"), t.wait.wait())?;
     if !args.force {
         let state = session.load()?.state;

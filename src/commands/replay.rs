@@ -12,7 +12,6 @@ use crate::error::Result;
 use crate::gate::{self, Decision, GateHost, Limits, Phase};
 use crate::history::EventKind;
 use crate::root::Root;
-use crate::store::{LoopDir, LoopStore};
 
 #[derive(Serialize)]
 struct Row {
@@ -27,7 +26,7 @@ struct Row {
 }
 
 pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, &req.name)?;
+    let dir = crate::store::open(root, &req.name)?;
     let source = super::gate::parse_target(&req.gate);
     let events = dir.history()?.events;
     let mut recorded: Vec<_> = events

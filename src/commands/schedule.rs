@@ -10,7 +10,6 @@ use crate::cli::{ScheduleCommand, ScheduleInstallArgs, ScheduleRemoveArgs, Sched
 use crate::error::Result;
 use crate::root::{LoopName, Root};
 use crate::schedule::{self, Action, Record, record};
-use crate::store::LoopDir;
 
 pub fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<u8> {
     match cmd {
@@ -154,7 +153,7 @@ fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result
 fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8> {
     let records = match &args.name {
         Some(name) => {
-            let dir = LoopDir::open(root, name)?;
+            let dir = crate::store::open(root, name)?;
             match record::read(root, dir.name().as_str())? {
                 Some(r) => vec![r],
                 None => {

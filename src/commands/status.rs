@@ -17,7 +17,7 @@ use crate::lock::Holder;
 use crate::root::Root;
 use crate::schedule::When;
 use crate::state::{Outcome, State};
-use crate::store::{self, LoopDir, LoopStore};
+use crate::store::{self, LoopStore};
 
 /// A loop as `status --json` and `list --json` show it: its name, what its
 /// config says, its state, when it is next due and who holds its lock.
@@ -65,7 +65,7 @@ impl LoopView<'_> {
     }
 }
 
-pub fn view<'a>(dir: &'a LoopDir, state: &'a State) -> LoopView<'a> {
+pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
     let (config, config_error) = match dir.config() {
         Ok(c) => (Some(c), None),
         Err(e) => (None, Some(e.to_string())),
@@ -121,9 +121,10 @@ fn next_due(schedule: &Schedule, state: &State, now: Timestamp) -> Result<Option
 }
 
 pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u8> {
-    let dir = LoopDir::open(root, name)?;
-    let state = dir.read_state()?;
-    let v = view(&dir, &state);
+    let dir = crate::store::open(root, name)?;
+    let dir = &*dir;
+    let state = dir.load()?;
+    let v = view(dir, &state);
     if json {
         super::emit_json(out, &v)?;
     } else {
@@ -141,11 +142,11 @@ enum Listed<'a> {
 }
 
 pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<u8> {
-    let dirs = store::list_loops(root)?;
+    let dirs = store::Stores::open(root)?.list()?;
     let mut states = Vec::with_capacity(dirs.len());
     let mut first_error: Option<Error> = None;
     for dir in &dirs {
-        match dir.read_state() {
+        match dir.load() {
             Ok(state) => states.push(Ok(state)),
             Err(e) => {
                 states.push(Err(e.to_string()));
@@ -157,7 +158,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
         .iter()
         .zip(&states)
         .map(|(dir, s)| match s {
-            Ok(state) => Listed::Loop(view(dir, state)),
+            Ok(state) => Listed::Loop(view(dir.as_ref(), state)),
             Err(e) => Listed::Unreadable {
                 name: dir.name().as_str(),
                 error: e.clone(),
@@ -279,8 +280,15 @@ fn detail(v: &LoopView<'_>) -> String {
     match &s.last_tick {
         Some(t) => {
             row("last tick", describe_last(t));
-            if v.last_run_dir.is_some() {
-                row("output", format!("automaton logs {} {}", v.name, t.number));
+            match t.host.as_deref().filter(|h| *h != crate::who::host()) {
+                Some(h) => row(
+                    "output",
+                    format!("on host {h}: automaton logs {} {} there", v.name, t.number),
+                ),
+                None if v.last_run_dir.is_some() => {
+                    row("output", format!("automaton logs {} {}", v.name, t.number));
+                }
+                None => {}
             }
         }
         None => row("last tick", "never".into()),

@@ -9,9 +9,22 @@ use crate::state::Outcome;
 use crate::tick::{self, Options, TickReport};
 
 pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
-    let report = tick::run(
+    let store = crate::store::open(root, &args.name)?;
+    // A loop pinned to other hosts does not run here.
+    let runner = store.config()?.runner;
+    let here = crate::who::host();
+    if !runner.allows(&here) {
+        return Err(crate::Error::Refused {
+            name: args.name.clone(),
+            message: format!(
+                "its [runner] hosts are {}; this is host {here}",
+                runner.hosts.join(", ")
+            ),
+        });
+    }
+    let report = tick::run_on(
         root,
-        &args.name,
+        store.as_ref(),
         &Options {
             timeout: args.timeout,
             ..Options::default()

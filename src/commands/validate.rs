@@ -11,7 +11,7 @@ use crate::cli::ValidateArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Result};
 use crate::root::{LoopName, Root};
-use crate::store::{self, LoopDir};
+use crate::store::{self, LoopStore};
 
 /// One config checked.
 #[derive(Serialize)]
@@ -42,11 +42,11 @@ pub fn run(root_flag: Option<&Path>, args: &ValidateArgs, out: &mut dyn Write) -
     match &args.target {
         None => {
             let root = Root::open(root_flag)?;
-            for dir in store::list_loops(&root)? {
+            for dir in store::Stores::open(&root)?.list()? {
                 record(
                     Some(dir.name().to_string()),
                     dir.config_path(),
-                    check_loop(&root, &dir),
+                    check_loop(&root, dir.as_ref()),
                 );
             }
         }
@@ -55,7 +55,7 @@ pub fn run(root_flag: Option<&Path>, args: &ValidateArgs, out: &mut dyn Write) -
                 record(
                     Some(dir.name().to_string()),
                     dir.config_path(),
-                    check_loop(&root, &dir),
+                    check_loop(&root, dir.as_ref()),
                 );
             }
             None => {
@@ -90,20 +90,20 @@ pub fn run(root_flag: Option<&Path>, args: &ValidateArgs, out: &mut dyn Write) -
 
 /// The loop `target` names, when it is a loop name and the loop exists;
 /// otherwise `target` is taken for a file.
-fn loop_named(root_flag: Option<&Path>, target: &str) -> Result<Option<(Root, LoopDir)>> {
+fn loop_named(root_flag: Option<&Path>, target: &str) -> Result<Option<(Root, Box<dyn LoopStore>)>> {
     if LoopName::new(target).is_err() || Path::new(target).exists() {
         return Ok(None);
     }
     let root = Root::open(root_flag)?;
-    let dir = LoopDir::open(&root, target)?;
+    let dir = store::open(&root, target)?;
     Ok(Some((root, dir)))
 }
 
-fn check_loop(root: &Root, dir: &LoopDir) -> Result<()> {
+fn check_loop(root: &Root, dir: &dyn LoopStore) -> Result<()> {
     let path = dir.config_path();
-    let config = LoopConfig::load(&path)?;
+    let config = dir.config()?;
     check_schedule(&config, &path)?;
-    check_gates(root, dir.path(), &config, &path, MissingGate::Error)
+    check_gates(root, dir.base_dir(), &config, &path, MissingGate::Error)
 }
 
 /// A loop.toml not (yet) a loop's: gate paths are relative to its directory.

@@ -37,7 +37,7 @@ use crate::error::Result;
 use crate::gate::GateHost;
 use crate::root::Root;
 use crate::state::Outcome;
-use crate::store::{self, LoopDir};
+use crate::store::{LoopStore, Stores};
 use crate::tick::{self, Cancel, TickReport};
 
 /// How the daemon runs.
@@ -84,17 +84,22 @@ enum Msg {
         name: Arc<str>,
         result: Result<TickReport>,
     },
+    /// A shared store said these loops changed (a commit, a new loop, an
+    /// edit, a removal), possibly on another host.
+    Changed(Vec<String>),
 }
 
 /// A tick for a worker.
 struct Job {
     name: Arc<str>,
     cancel: Cancel,
+    /// With a shared store: a tick started since then ran this firing.
+    ran_since: Option<Timestamp>,
 }
 
 /// A loop the daemon knows.
 struct Entry {
-    dir: LoopDir,
+    dir: Box<dyn LoopStore>,
     /// The config's mtime when last read; `None` before the first read.
     config_mtime: Option<Option<SystemTime>>,
     /// The schedule as last read; `None` when it has none or its config is invalid.
@@ -112,12 +117,15 @@ struct Entry {
     /// Which turn of the rescans looks at its config.
     turn: u64,
     config_path: PathBuf,
+    /// A file whose mtime moves with every commit (the file store).
+    state_path: Option<PathBuf>,
 }
 
 impl Entry {
-    fn new(dir: LoopDir) -> Entry {
+    fn new(dir: Box<dyn LoopStore>) -> Entry {
         Entry {
             config_path: dir.config_path(),
+            state_path: dir.commit_marker(),
             dir,
             config_mtime: None,
             schedule: None,
@@ -157,11 +165,13 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         }
     };
     let max = opts.max_concurrent.max(1);
+    let stores = Stores::open(root)?;
     let presence = Presence::claim(root);
     tracing::info!(
         "daemon started on {} (at most {max} ticks at once)",
         root.path().display()
     );
+    let listening = std::sync::atomic::AtomicBool::new(true);
     let result = thread::scope(|scope| {
         let (jobs, queue) = mpsc::channel::<Job>();
         let queue = Arc::new(Mutex::new(queue));
@@ -169,13 +179,42 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
             let queue = Arc::clone(&queue);
             let tx = tx.clone();
             let host = host.as_ref();
+            let stores = &stores;
             thread::Builder::new()
                 .name(format!("tick-{i}"))
-                .spawn_scoped(scope, move || worker(root, host, &queue, &tx))
+                .spawn_scoped(scope, move || worker(root, stores, host, &queue, &tx))
                 .map_err(ScheduleError::Signals)?;
         }
-        let mut d = Dispatcher::new(root, opts, max, presence);
+        if let Some(listener) = stores.listen() {
+            let (stores, tx, listening) = (&stores, tx.clone(), &listening);
+            let mut listener = listener?;
+            thread::Builder::new()
+                .name("listen".into())
+                .spawn_scoped(scope, move || {
+                    while listening.load(std::sync::atomic::Ordering::Relaxed) {
+                        match stores.wait_changes(&mut listener, MAX_SLEEP) {
+                            Ok(names) if names.is_empty() => {}
+                            Ok(names) => {
+                                if tx.send(Msg::Changed(names)).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!("{e}; changes are seen at the next scan");
+                                thread::sleep(MAX_SLEEP);
+                                match stores.listen() {
+                                    Some(Ok(l)) => listener = l,
+                                    _ => continue,
+                                }
+                            }
+                        }
+                    }
+                })
+                .map_err(ScheduleError::Signals)?;
+        }
+        let mut d = Dispatcher::new(root, &stores, opts, max, presence);
         d.run(&jobs, &rx);
+        listening.store(false, std::sync::atomic::Ordering::Relaxed);
         drop(jobs);
         d.presence.release(root);
         Ok(())
@@ -187,22 +226,36 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
 
 /// A worker: runs the ticks it is handed, one at a time, until the
 /// dispatcher hangs up. It blocks while there is nothing to run.
-fn worker(root: &Root, host: Option<&GateHost>, queue: &Mutex<mpsc::Receiver<Job>>, tx: &mpsc::Sender<Msg>) {
+fn worker(
+    root: &Root,
+    stores: &Stores,
+    host: Option<&GateHost>,
+    queue: &Mutex<mpsc::Receiver<Job>>,
+    tx: &mpsc::Sender<Msg>,
+) {
     loop {
         let job = match queue.lock() {
             Ok(q) => q.recv(),
             Err(_) => return,
         };
-        let Ok(Job { name, cancel }) = job else {
+        let Ok(Job {
+            name,
+            cancel,
+            ran_since,
+        }) = job
+        else {
             return;
         };
         let opts = tick::Options {
             never_wait: true,
             host,
             cancel: Some(&cancel),
+            ran_since,
             ..tick::Options::default()
         };
-        let result = tick::run(root, &name, &opts);
+        let result = stores
+            .get(&name)
+            .and_then(|dir| tick::run_on(root, dir.as_ref(), &opts));
         // In the worker, outside the lock, before the firing counts as
         // done: a halt or completion disables the loop's OS schedule, and
         // the notify command hears of it.
@@ -244,6 +297,7 @@ impl Lags {
 
 struct Dispatcher<'a> {
     root: &'a Root,
+    stores: &'a Stores,
     opts: &'a Options,
     max: usize,
     presence: Presence,
@@ -261,9 +315,16 @@ struct Dispatcher<'a> {
 }
 
 impl<'a> Dispatcher<'a> {
-    fn new(root: &'a Root, opts: &'a Options, max: usize, presence: Presence) -> Dispatcher<'a> {
+    fn new(
+        root: &'a Root,
+        stores: &'a Stores,
+        opts: &'a Options,
+        max: usize,
+        presence: Presence,
+    ) -> Dispatcher<'a> {
         Dispatcher {
             root,
+            stores,
             opts,
             max,
             presence,
@@ -319,6 +380,11 @@ impl<'a> Dispatcher<'a> {
                 }
                 Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
                 Ok(Msg::Done { name, result }) => self.done(name, &result),
+                Ok(Msg::Changed(names)) => {
+                    if self.changed(&names) {
+                        next_scan = Instant::now();
+                    }
+                }
                 Err(_) => {}
             }
             if let Some(deadline) = stop
@@ -351,7 +417,7 @@ impl<'a> Dispatcher<'a> {
             entry.fired = entry.nominal.take().or(Some(now));
             if entry
                 .inactive
-                .is_some_and(|m| mtime(&entry.dir.state_path()) == Some(m))
+                .is_some_and(|m| entry.state_path.as_deref().and_then(mtime) == Some(m))
             {
                 // Paused, halted or completed, and unchanged since a tick
                 // said so: nothing to fire. Look again at the next firing.
@@ -363,19 +429,56 @@ impl<'a> Dispatcher<'a> {
             self.ticks += 1;
             let cancel = Cancel::default();
             self.running.insert(Arc::clone(&name), cancel.clone());
-            if jobs.send(Job { name, cancel }).is_err() {
+            // Daemons on other hosts fire the same loop: a tick started
+            // within half a cadence of this firing ran it already.
+            let ran_since = match (self.stores.is_shared(), &entry.schedule, entry.fired) {
+                (true, Some((_, when)), Some(fired)) => {
+                    let half = SignedDuration::try_from(when.period(now) / 2).unwrap_or_default();
+                    fired.checked_sub(half).ok()
+                }
+                _ => None,
+            };
+            if jobs
+                .send(Job {
+                    name,
+                    cancel,
+                    ran_since,
+                })
+                .is_err()
+            {
                 break;
             }
         }
     }
 
+    /// Loops a shared store said changed: their config is read again and a
+    /// paused one looked at again; an unknown name means a new loop, and
+    /// asks for a scan now (the answer).
+    fn changed(&mut self, names: &[String]) -> bool {
+        let mut scan = false;
+        for name in names {
+            match self.loops.get_mut(name.as_str()) {
+                Some(e) => {
+                    e.config_mtime = None;
+                    e.inactive = None;
+                    scan = true;
+                }
+                None => {
+                    self.listing = None;
+                    scan = true;
+                }
+            }
+        }
+        scan
+    }
+
     fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
         self.running.remove(&name);
-        log_tick(&name, result);
+        log_tick(&name, result, self.stores.is_shared());
         let now = Timestamp::now();
         if let Some(entry) = self.loops.get_mut(&name) {
             entry.inactive = match result {
-                Ok(r) if r.outcome == Outcome::Inactive => mtime(&entry.dir.state_path()),
+                Ok(r) if r.outcome == Outcome::Inactive => entry.state_path.as_deref().and_then(mtime),
                 _ => None,
             };
             reschedule(&mut self.queue, &name, entry, now);
@@ -431,7 +534,7 @@ impl<'a> Dispatcher<'a> {
             _ => true,
         };
         if relist {
-            let dirs = match store::list_loops(self.root) {
+            let dirs = match self.stores.list() {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::warn!("cannot list the loops: {e}");
@@ -469,7 +572,7 @@ impl<'a> Dispatcher<'a> {
                 continue;
             }
             entry.config_mtime = Some(modified);
-            let schedule = read_schedule(name, &entry.dir);
+            let schedule = read_schedule(name, entry.dir.as_ref());
             let same = match (&entry.schedule, &schedule) {
                 (Some((a, _)), Some((b, _))) => a == b,
                 (None, None) => true,
@@ -491,7 +594,7 @@ impl<'a> Dispatcher<'a> {
                     let last = entry.fired.or_else(|| {
                         entry
                             .dir
-                            .read_state()
+                            .load()
                             .ok()
                             .and_then(|st| st.last_tick.map(|t| t.started_at))
                     });
@@ -659,8 +762,15 @@ fn reschedule(queue: &mut Queue<Arc<str>>, name: &Arc<str>, entry: &mut Entry, n
     }
 }
 
-fn read_schedule(name: &str, dir: &LoopDir) -> Option<(Schedule, When)> {
+fn read_schedule(name: &str, dir: &dyn LoopStore) -> Option<(Schedule, When)> {
     let schedule = match dir.config() {
+        Ok(c) if !c.runner.allows(&crate::who::host()) => {
+            tracing::info!(
+                "loop {name:?} runs on {} only; not scheduled on this host",
+                c.runner.hosts.join(", ")
+            );
+            None
+        }
         Ok(c) => c.schedule,
         Err(e) => {
             tracing::warn!("loop {name:?} is not scheduled: {e}");
@@ -680,8 +790,16 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn log_tick(name: &str, result: &Result<TickReport>) {
+fn log_tick(name: &str, result: &Result<TickReport>, shared: bool) {
     match result {
+        // With daemons on several hosts, losing a firing to another is normal.
+        Ok(r) if shared && r.outcome == Outcome::Busy => {
+            tracing::debug!(
+                "{name} tick {}: busy: {}",
+                r.tick,
+                r.reason.as_deref().unwrap_or("")
+            );
+        }
         Ok(r) => {
             let mut line = format!("{name} tick {}: {}", r.tick, r.outcome);
             let mut said = None;

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::Schedule;
 use crate::error::Result;
 use crate::root::{LoopName, Root};
-use crate::store::LoopDir;
 
 pub use cadence::Unsupported;
 pub use due::next_due;
@@ -160,7 +159,7 @@ pub fn plan_fresh(root: &Root, name: &str, backend: Backend) -> Result<(Record, 
 }
 
 fn plan(root: &Root, name: &str, backend: Option<Backend>, replace: bool) -> Result<(Record, Vec<Action>)> {
-    let dir = LoopDir::open(root, name)?;
+    let dir = crate::store::open(root, name)?;
     let config = dir.config()?;
     let schedule = config
         .schedule

@@ -184,8 +184,33 @@ impl LoopStore for LoopDir {
         LoopDir::runs_dir(self)
     }
 
+    fn config_path(&self) -> PathBuf {
+        LoopDir::config_path(self)
+    }
+
+    fn commit_marker(&self) -> Option<PathBuf> {
+        Some(self.state_path())
+    }
+
     fn config(&self) -> Result<LoopConfig> {
         LoopDir::config(self)
+    }
+
+    fn config_text(&self) -> Result<String> {
+        let path = self.config_path();
+        let text = fsx::read_regular(&path, CONFIG_MAX)?.ok_or_else(|| ConfigError::Read {
+            path: path.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
+        String::from_utf8(text).map_err(|_| {
+            ConfigError::Invalid {
+                path,
+                line: 1,
+                column: 1,
+                message: "the file is not UTF-8 text".to_owned(),
+            }
+            .into()
+        })
     }
 
     fn load(&self) -> Result<State> {
@@ -453,6 +478,23 @@ impl Session for FileSession<'_> {
         Ok(())
     }
 
+    fn forget(self: Box<Self>) -> Result<()> {
+        let dir = self.dir;
+        // The state first: without it the loop no longer exists here.
+        let mut files = vec![dir.state_path()];
+        files.extend(dir.history_files());
+        files.push(dir.config_path());
+        for path in files {
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io("removing", &path)(e));
+                }
+                _ => {}
+            }
+        }
+        sync_dir(&dir.dir)
+    }
+
     fn remove(self: Box<Self>) -> Result<()> {
         let dir = self.dir;
         let parent = dir.path().parent().unwrap_or(Path::new("."));
@@ -598,6 +640,37 @@ pub fn create_loop(
         Err(e) => return Err(Error::io("renaming into place", target.path())(e)),
     }
     sync_dir(&loops)?;
+    Ok(target)
+}
+
+/// Writes a loop moved here from another store into `<root>/loops/<name>/`,
+/// which may hold the loop's files already (step output, gate files): its
+/// loop.toml and history as given (each event keeps its version), then its
+/// state, the commit point. Fails if the loop exists here.
+pub fn adopt_loop(
+    root: &Root,
+    name: &LoopName,
+    config_text: &str,
+    state: &State,
+    events: &[Event],
+) -> Result<LoopDir> {
+    let target = LoopDir::new(root, name.clone());
+    if target.exists() {
+        return Err(Error::LoopExists {
+            name: name.to_string(),
+            root: root.path().to_owned(),
+        });
+    }
+    create_dirs(target.path())?;
+    let history: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
+    write_file(target.path(), &target.config_path(), config_text.as_bytes())?;
+    write_file(target.path(), &target.history_path(), &history)?;
+    write_atomic(
+        target.path(),
+        &target.state_path(),
+        &state_bytes(state),
+        Durability::Full,
+    )?;
     Ok(target)
 }
 

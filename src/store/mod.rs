@@ -11,14 +11,17 @@
 //! what a dead holder left (a torn record, stray temporary files, a tick
 //! that died mid-way, recorded as crashed in a commit of its own), and its
 //! [`Session::commit`] checks the version and commits. The file store
-//! ([`LoopDir`]) is the first implementation; the shape fits a database
-//! too, where the session is a server connection holding an advisory lock
-//! and a commit is a transaction.
+//! ([`LoopDir`]) is the first implementation; the PostgreSQL store
+//! (`pg/`) is the second, where the session is a server connection holding
+//! an advisory lock and a commit is a transaction. [`Stores`] opens
+//! whichever one a root uses.
 
 mod file;
 mod journal;
+mod pg;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -26,10 +29,162 @@ use crate::config::LoopConfig;
 use crate::error::Result;
 use crate::history::{Event, EventKind, History};
 use crate::lock::{Holder, Wait};
-use crate::root::LoopName;
+use crate::root::{LoopName, Root, StoreChoice};
 use crate::state::{InFlight, State};
 
-pub use file::{LoopDir, create_dirs, create_loop, init_root, list_loops, parse_state, write_file};
+pub use file::{
+    LoopDir, adopt_loop, create_dirs, create_loop, init_root, list_loops, parse_state, write_file,
+};
+pub use pg::Listener;
+
+/// The loops of a root, in whichever store it uses (`--store`,
+/// `$AUTOMATON_STORE`, or `store` in `<root>/automaton.toml`): the one way
+/// commands find, list, create and remove loops.
+pub struct Stores {
+    root: Root,
+    pg: Option<Arc<pg::Database>>,
+}
+
+impl Stores {
+    /// Opens the root's store: for PostgreSQL, connects and brings the
+    /// schema up to date.
+    pub fn open(root: &Root) -> Result<Stores> {
+        let pg = match root.store() {
+            StoreChoice::File => None,
+            StoreChoice::Postgres(url) => Some(pg::Database::open(url, root.loops_dir())?),
+        };
+        Ok(Stores {
+            root: root.clone(),
+            pg,
+        })
+    }
+
+    /// Where the loops are, for messages: the root's loops directory or the
+    /// store's URL (its password redacted).
+    pub fn describe(&self) -> String {
+        match &self.pg {
+            Some(db) => db.url().to_owned(),
+            None => self.root.loops_dir().display().to_string(),
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.pg.is_some()
+    }
+
+    /// The loop `name`, which must exist.
+    pub fn get(&self, name: &str) -> Result<Box<dyn LoopStore>> {
+        let store: Box<dyn LoopStore> = match &self.pg {
+            Some(db) => Box::new(db.open_loop(name)?),
+            None => Box::new(LoopDir::open(&self.root, name)?),
+        };
+        Ok(store)
+    }
+
+    /// Every loop, sorted by name.
+    pub fn list(&self) -> Result<Vec<Box<dyn LoopStore>>> {
+        Ok(match &self.pg {
+            Some(db) => db
+                .list()?
+                .into_iter()
+                .map(|l| Box::new(l) as Box<dyn LoopStore>)
+                .collect(),
+            None => list_loops(&self.root)?
+                .into_iter()
+                .map(|l| Box::new(l) as Box<dyn LoopStore>)
+                .collect(),
+        })
+    }
+
+    /// Makes a loop from its config text, first state and first events;
+    /// fails if it exists.
+    pub fn create(
+        &self,
+        name: &LoopName,
+        config_text: &str,
+        state: &State,
+        events: Vec<EventKind>,
+    ) -> Result<Box<dyn LoopStore>> {
+        let store: Box<dyn LoopStore> = match &self.pg {
+            Some(db) => Box::new(db.create(name, config_text, state, events)?),
+            None => Box::new(create_loop(&self.root, name, config_text, state, events)?),
+        };
+        Ok(store)
+    }
+
+    /// Replaces a loop's config text; `None` for the file store, whose
+    /// loop.toml is a file the caller replaces itself.
+    pub fn set_config(&self, name: &LoopName, text: &str) -> Option<Result<()>> {
+        self.pg.as_ref().map(|db| db.set_config(name, text))
+    }
+
+    /// A connection told of every change to a loop (a commit, a new loop, a
+    /// removal), for a shared store; `None` for the file store.
+    pub fn listen(&self) -> Option<Result<Listener>> {
+        self.pg.as_ref().map(|db| db.listen())
+    }
+
+    /// Waits up to `timeout` for changes on `listener`; the loops named.
+    pub fn wait_changes(&self, listener: &mut Listener, timeout: std::time::Duration) -> Result<Vec<String>> {
+        match &self.pg {
+            Some(db) => db.wait_changes(listener, timeout),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+impl Stores {
+    /// Moves loop `name` from this store to `to` with its config, state and
+    /// history (each event keeps its version), under the loop's lock here:
+    /// a loop whose lock is held is refused. A tick that died mid-way is
+    /// recorded first. Returns the events moved.
+    pub fn move_loop(&self, to: &Stores, name: &str) -> Result<usize> {
+        let src = self.get(name)?;
+        let mut session = src.lock(Holder::me("migrate"), Wait::No).map_err(|e| match e {
+            crate::Error::LockNotObtained { name, holder } => crate::Error::NotMoved {
+                reason: match holder {
+                    Some(h) => format!(
+                        "it is locked, held by {}; try again when it is free",
+                        h.describe()
+                    ),
+                    None => "it is locked; try again when it is free".to_owned(),
+                },
+                name,
+            },
+            e => e,
+        })?;
+        let state = session.load()?.state;
+        let history = src.history()?;
+        if let Some(bad) = history.bad.first() {
+            return Err(crate::Error::NotMoved {
+                name: name.to_owned(),
+                reason: format!(
+                    "{}:{} cannot be read ({}); mend or remove it first (`automaton doctor`)",
+                    bad.path.display(),
+                    bad.line,
+                    bad.reason
+                ),
+            });
+        }
+        let config = src.config_text()?;
+        let loop_name = src.name().clone();
+        match &to.pg {
+            Some(db) => {
+                db.import(&loop_name, &config, &state, &history.events)?;
+            }
+            None => {
+                adopt_loop(&to.root, &loop_name, &config, &state, &history.events)?;
+            }
+        }
+        session.forget()?;
+        Ok(history.events.len())
+    }
+}
+
+/// The loop `name` in the store `root` uses; it must exist.
+pub fn open(root: &Root, name: &str) -> Result<Box<dyn LoopStore>> {
+    Stores::open(root)?.get(name)
+}
 
 /// One loop in a store.
 pub trait LoopStore: Send + Sync {
@@ -42,8 +197,26 @@ pub trait LoopStore: Send + Sync {
     /// Where this host keeps the loop's step and verifier output.
     fn runs_dir(&self) -> PathBuf;
 
+    /// What messages call the loop's loop.toml.
+    fn config_path(&self) -> PathBuf;
+
+    /// Where the loop lives, for messages.
+    fn location(&self) -> String {
+        self.base_dir().display().to_string()
+    }
+
+    /// A file whose modification time moves with every commit, for
+    /// watchers that poll (the daemon); `None` for a store that notifies
+    /// instead ([`Stores::listen`]).
+    fn commit_marker(&self) -> Option<PathBuf> {
+        None
+    }
+
     /// The loop's config, read and validated.
     fn config(&self) -> Result<LoopConfig>;
+
+    /// The loop's config as written.
+    fn config_text(&self) -> Result<String>;
 
     /// The last committed state, read without the lock.
     fn load(&self) -> Result<State>;
@@ -147,6 +320,11 @@ pub trait Session {
     /// Deletes the loop. Needs no `load` first, so a loop whose state is
     /// unreadable can still be removed.
     fn remove(self: Box<Self>) -> Result<()>;
+
+    /// Deletes the loop's record (config, state, history) from this store
+    /// but keeps this host's files of it (step output, gate files): the
+    /// last step of moving it to another store.
+    fn forget(self: Box<Self>) -> Result<()>;
 }
 
 /// The state a session loaded, and the crash it recorded on the way.

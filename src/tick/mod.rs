@@ -22,7 +22,7 @@ use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::state::{InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
-use crate::store::{Durability, Loaded, LoopDir, LoopStore, Session};
+use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
@@ -41,6 +41,10 @@ pub struct Options<'a> {
     pub host: Option<&'a GateHost>,
     /// Lets another thread stop this tick's step or verifier.
     pub cancel: Option<&'a Cancel>,
+    /// For daemons sharing a loop: a tick that started at or after this
+    /// time (on any host) ran this firing already, and this tick answers
+    /// `busy` without running.
+    pub ran_since: Option<Timestamp>,
 }
 
 /// What a tick did; `--json` prints it.
@@ -86,8 +90,8 @@ impl TickReport {
 
 /// Runs one tick of loop `name`.
 pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
-    let dir = LoopDir::open(root, name)?;
-    run_on(root, &dir, opts)
+    let dir = crate::store::open(root, name)?;
+    run_on(root, dir.as_ref(), opts)
 }
 
 /// Runs one tick of the loop `store`.
@@ -109,6 +113,7 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<
         shared_host: opts.host,
         own_host: None,
         cancel: opts.cancel,
+        ran_since: opts.ran_since,
         number: peek.tick + 1,
         recovered: None,
         events: Vec::new(),
@@ -150,6 +155,7 @@ struct Tick<'a> {
     /// before any gate runs (inactive, a crash recorded) never build one.
     own_host: Option<GateHost>,
     cancel: Option<&'a Cancel>,
+    ran_since: Option<Timestamp>,
     /// This tick's number: the one that runs, or would have.
     number: u64,
     /// A tick found dead mid-way and recorded by this one's session.
@@ -189,6 +195,22 @@ impl Tick<'_> {
         let Loaded { mut state, recovered } = session.load()?;
         self.recovered = recovered.map(|dead| dead.tick);
         self.number = state.tick + 1;
+        if let (Some(since), Some(last)) = (self.ran_since, &state.last_tick)
+            && last.started_at >= since
+        {
+            let host = last.host.as_deref().unwrap_or("another host");
+            return Ok(TickReport {
+                loop_name: self.store.name().to_string(),
+                tick: self.number,
+                outcome: Outcome::Busy,
+                reason: Some(format!("tick {} ran this firing on {host}", last.number)),
+                decisions: Vec::new(),
+                step: None,
+                verifier: None,
+                recovered_crash: self.recovered,
+                started_waiting: false,
+            });
+        }
         let session = &mut *session;
         let (worktree, decision) = match self.before_step(session, &mut state)? {
             Before::Run(worktree, decision) => (worktree, decision),
@@ -328,6 +350,7 @@ impl Tick<'_> {
             step: ran.step.clone(),
             verifier: ran.verifier.clone(),
             worktree_changed,
+            host: Some(crate::who::host()),
         });
         let events = std::mem::take(&mut self.events);
         if let Err(e) = session.commit(&mut state, events, Durability::Full) {
@@ -524,6 +547,7 @@ impl Tick<'_> {
             step: ran.step.clone(),
             verifier: ran.verifier.clone(),
             worktree_changed,
+            host: Some(crate::who::host()),
         });
     }
 
@@ -552,6 +576,7 @@ impl Tick<'_> {
                 step: None,
                 verifier: None,
                 worktree_changed: None,
+                host: None,
             });
         }
         if changed || !self.events.is_empty() {

@@ -14,18 +14,41 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_automaton");
 pub struct Env {
     _dir: TempDir,
     pub root: PathBuf,
+    /// The PostgreSQL store the root's loops live in, when the suite runs
+    /// against one (`AUTOMATON_TEST_STORE`).
+    pub pg: Option<PgStore>,
 }
 
 impl Env {
     /// A fresh, initialised root. (Its gate cache starts empty: the cache
     /// seals each entry to the file it wrote, so entries copied from another
-    /// root would not be used.)
+    /// root would not be used.) With `AUTOMATON_TEST_STORE` set to a
+    /// postgres:// URL, its loops live in a schema of their own there.
     pub fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
-        let env = Env { _dir: dir, root };
+        let pg = test_store().map(|url| PgStore::new(&url));
+        let env = Env { _dir: dir, root, pg };
         env.ok(&["init"]);
         env
+    }
+
+    /// A fresh root whose loops live in PostgreSQL, or `None` (the test is
+    /// then skipped, said on stderr) when no server is configured.
+    pub fn postgres() -> Option<Env> {
+        let Some(url) = test_store() else {
+            skip_without_postgres();
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let env = Env {
+            _dir: dir,
+            root,
+            pg: Some(PgStore::new(&url)),
+        };
+        env.ok(&["init"]);
+        Some(env)
     }
 
     /// The binary with `--root` set and a clean environment.
@@ -33,6 +56,9 @@ impl Env {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
         isolate(&mut c);
+        if let Some(pg) = &self.pg {
+            c.env("AUTOMATON_STORE", &pg.url);
+        }
         c.env("AUTOMATON_USER", "operator")
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
@@ -83,11 +109,17 @@ impl Env {
     }
 
     pub fn state(&self, name: &str) -> serde_json::Value {
+        if let Some(pg) = &self.pg {
+            return pg.state(name);
+        }
         let text = std::fs::read(self.loop_dir(name).join(".state.loop")).unwrap();
         serde_json::from_slice(&text).unwrap()
     }
 
     pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
+        if let Some(pg) = &self.pg {
+            return pg.history(name);
+        }
         std::fs::read_to_string(self.loop_dir(name).join("history.jsonl"))
             .unwrap()
             .lines()
@@ -181,12 +213,89 @@ pub fn empty_home() -> &'static Path {
 }
 
 /// Points a command at `empty_home` and clears the variables that choose a
-/// root or a log level.
+/// root, a store, a host name or a log level.
 pub fn isolate(cmd: &mut Command) -> &mut Command {
     cmd.env("HOME", empty_home())
         .env("XDG_DATA_HOME", empty_home().join(".local/share"))
         .env_remove("AUTOMATON_ROOT")
+        .env_remove("AUTOMATON_STORE")
+        .env_remove("AUTOMATON_HOST")
         .env_remove("RUST_LOG")
+}
+
+/// The PostgreSQL server the suite runs against: `AUTOMATON_TEST_STORE`, a
+/// postgres:// URL of a database the tests may create schemas in.
+pub fn test_store() -> Option<String> {
+    std::env::var("AUTOMATON_TEST_STORE")
+        .ok()
+        .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
+}
+
+/// Says a PostgreSQL test was skipped, or fails it when
+/// `AUTOMATON_REQUIRE_POSTGRES=1` (as CI sets).
+pub fn skip_without_postgres() {
+    assert!(
+        std::env::var("AUTOMATON_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+        "AUTOMATON_REQUIRE_POSTGRES=1, but AUTOMATON_TEST_STORE names no postgres:// URL"
+    );
+    eprintln!("skipped: no PostgreSQL server (set AUTOMATON_TEST_STORE=postgres://...)");
+}
+
+/// One test's schema in the test database: its URL (which makes every
+/// connection use the schema), and direct reads of what the store wrote.
+pub struct PgStore {
+    pub url: String,
+    pub schema: String,
+    base: String,
+}
+
+impl PgStore {
+    fn new(base: &str) -> PgStore {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let schema = format!("t_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+        let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
+        client.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+        PgStore {
+            url,
+            schema,
+            base: base.to_owned(),
+        }
+    }
+
+    pub fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
+    }
+
+    pub fn state(&self, name: &str) -> serde_json::Value {
+        let row = self
+            .client()
+            .query_one("SELECT state::text FROM loops WHERE name = $1", &[&name])
+            .unwrap();
+        serde_json::from_str(&row.get::<_, String>(0)).unwrap()
+    }
+
+    pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
+        self.client()
+            .query(
+                "SELECT event::text FROM events WHERE loop = $1 ORDER BY v, n",
+                &[&name],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_str(&r.get::<_, String>(0)).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema));
+        }
+    }
 }
 
 /// A gate cache (a root's `cache/`) holding the eight stock gates, compiled

@@ -14,6 +14,7 @@ mod locking;
 mod loops;
 mod operator;
 mod parsers;
+mod pg;
 mod schedule;
 mod snapshots;
 mod stock_gates;

@@ -121,6 +121,7 @@ fn lines() -> Vec<Vec<u8>> {
             }),
             verifier: None,
             worktree_changed: Some(true),
+            host: None,
         },
     ];
     kinds

@@ -1,0 +1,119 @@
+//! `migrate`: move loops between stores — a root's directory and a
+//! PostgreSQL database, either way — with their config, state and history,
+//! refusing a loop whose lock is held. Step output and gate files stay in
+//! the root's `loops/<name>/` on this host, where both stores look for them.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::cli::MigrateArgs;
+use crate::error::{Error, Result};
+use crate::root::{Root, StoreChoice};
+use crate::store::Stores;
+
+/// One side of a move.
+enum Side {
+    Dir(PathBuf),
+    Url(String),
+}
+
+impl Side {
+    fn parse(value: &str) -> Result<Side> {
+        match StoreChoice::parse(value, "the command line") {
+            Ok(StoreChoice::Postgres(url)) => Ok(Side::Url(url)),
+            _ => {
+                let cwd = std::env::current_dir().map_err(Error::io("reading the working directory", "."))?;
+                Ok(Side::Dir(cwd.join(value)))
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Moved {
+    name: String,
+    moved: bool,
+    events: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+pub fn run(root_flag: Option<&Path>, args: &MigrateArgs, out: &mut dyn Write) -> Result<u8> {
+    let (from, to) = (Side::parse(&args.from)?, Side::parse(&args.to)?);
+    // The root whose loops/<name>/ directories hold the loops' files here.
+    let local = match (&from, &to) {
+        (Side::Dir(d), _) | (_, Side::Dir(d)) => Root::at(d),
+        _ => Root::open(root_flag)?,
+    };
+    let open = |side: &Side| -> Result<Stores> {
+        match side {
+            Side::Dir(d) => {
+                let root = Root::at(d);
+                if !root.loops_dir().is_dir() {
+                    return Err(Error::NoRoot { path: d.clone() });
+                }
+                Stores::open(&root)
+            }
+            Side::Url(u) => Stores::open(&local.clone().with_store(StoreChoice::Postgres(u.clone()))),
+        }
+    };
+    let (source, target) = (open(&from)?, open(&to)?);
+    let names: Vec<String> = match args.names.is_empty() {
+        true => source.list()?.iter().map(|l| l.name().to_string()).collect(),
+        false => args.names.clone(),
+    };
+    let mut report = Vec::new();
+    let mut first_error = None;
+    for name in names {
+        match source.move_loop(&target, &name) {
+            Ok(events) => {
+                tracing::info!("moved loop {name} ({events} events)");
+                report.push(Moved {
+                    name,
+                    moved: true,
+                    events,
+                    error: None,
+                });
+            }
+            Err(e) => {
+                report.push(Moved {
+                    name,
+                    moved: false,
+                    events: 0,
+                    error: Some(e.to_string()),
+                });
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if args.json.json {
+        super::emit_json(out, &report)?;
+    } else {
+        let mut text = String::new();
+        for m in &report {
+            match &m.error {
+                None => {
+                    text += &format!(
+                        "moved loop {} ({} events) from {} to {}\n",
+                        m.name,
+                        m.events,
+                        source.describe(),
+                        target.describe()
+                    )
+                }
+                Some(e) => text += &format!("not moved: {e}\n"),
+            }
+        }
+        if report.is_empty() {
+            text += &format!("no loops in {}\n", source.describe());
+        }
+        super::emit(out, &text)?;
+    }
+    // Every loop was tried; the first that could not move is the exit status.
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(0),
+    }
+}

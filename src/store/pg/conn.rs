@@ -1,0 +1,184 @@
+//! Connecting to the PostgreSQL store: the URL read into a connection
+//! config, with what libpq users expect filled in where the URL is silent
+//! (`PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`, then
+//! `PGPASSFILE` or `~/.pgpass`), TCP keepalives so a dead peer is noticed,
+//! and a connect timeout. No TLS: the `postgres` crate is built without a
+//! TLS connector (docs/postgres.md says how to reach a server that needs
+//! one). rust-postgres reads none of libpq's environment itself; the
+//! `.pgpass` format is written out here because no well-kept crate reads it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use postgres::config::Host;
+use postgres::{Client, Config, NoTls};
+
+use crate::error::{Error, Result};
+
+/// How long a connection attempt may take when the URL does not say.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP keepalives: a peer silent this long is probed...
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// ...this often...
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// ...and given up after this many unanswered probes (about a minute in all).
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// Reads `url` into a connection config; `shown` is the redacted URL, for
+/// messages.
+pub fn config(url: &str, shown: &str) -> Result<Config> {
+    let mut config: Config = url.parse().map_err(|e: postgres::Error| Error::Database {
+        name: None,
+        url: shown.to_owned(),
+        action: "the URL does not read".to_owned(),
+        source: Box::new(e),
+    })?;
+    fill_from_env(&mut config);
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES);
+    if config.get_application_name().is_none() {
+        config.application_name("automaton");
+    }
+    if config.get_password().is_none()
+        && let Some(p) = password_from_env(&config)
+    {
+        config.password(p);
+    }
+    Ok(config)
+}
+
+/// Opens one connection.
+pub fn connect(config: &Config) -> Result<Client, postgres::Error> {
+    config.connect(NoTls)
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// What libpq would take from the environment where the URL is silent.
+fn fill_from_env(config: &mut Config) {
+    if config.get_hosts().is_empty() {
+        match var("PGHOST") {
+            Some(h) => {
+                config.host(&h);
+            }
+            None => {
+                let socket = ["/var/run/postgresql", "/tmp"]
+                    .into_iter()
+                    .find(|d| Path::new(d).is_dir())
+                    .unwrap_or("/tmp");
+                config.host_path(socket);
+            }
+        }
+    }
+    if config.get_ports().is_empty()
+        && let Some(p) = var("PGPORT").and_then(|p| p.parse().ok())
+    {
+        config.port(p);
+    }
+    if config.get_user().is_none() {
+        let user = var("PGUSER").or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+        });
+        if let Some(u) = user {
+            config.user(&u);
+        }
+    }
+    if config.get_dbname().is_none()
+        && let Some(d) = var("PGDATABASE")
+    {
+        config.dbname(&d);
+    }
+}
+
+/// `PGPASSWORD`, else the first matching line of the password file.
+fn password_from_env(config: &Config) -> Option<String> {
+    if let Some(p) = var("PGPASSWORD") {
+        return Some(p);
+    }
+    let file = var("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+    let text = std::fs::read_to_string(&file).ok()?;
+    let user = config.get_user().unwrap_or_default();
+    let db = config.get_dbname().unwrap_or(user);
+    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        // libpq matches a Unix socket against `localhost`.
+        _ => "localhost".to_owned(),
+    };
+    pgpass_lookup(&text, [host.as_str(), &port, db, user])
+}
+
+/// The password of the first `host:port:database:user:password` line whose
+/// fields match `want` (`*` matches anything; `\:` and `\\` are escapes).
+fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_escaped(line);
+        if fields.len() != 5 {
+            continue;
+        }
+        if fields[..4].iter().zip(want).all(|(f, w)| f == "*" || f == w) {
+            return Some(fields[4].clone());
+        }
+    }
+    None
+}
+
+fn split_escaped(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    fields.last_mut().expect("one field").push(n);
+                }
+            }
+            // The password is the rest of the line, colons and all.
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut().expect("one field").push(c),
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgpass_lines_match_field_by_field() {
+        let text = "# comment\n\
+                    db.example:5432:prod:ann:first\n\
+                    *:*:*:bob:b\\:ob:pw\n\
+                    localhost:5433:*:*:sock\n";
+        assert_eq!(
+            pgpass_lookup(text, ["db.example", "5432", "prod", "ann"]).as_deref(),
+            Some("first")
+        );
+        assert_eq!(
+            pgpass_lookup(text, ["x", "1", "y", "bob"]).as_deref(),
+            Some("b:ob:pw")
+        );
+        assert_eq!(
+            pgpass_lookup(text, ["localhost", "5433", "any", "carl"]).as_deref(),
+            Some("sock")
+        );
+        assert_eq!(pgpass_lookup(text, ["db.example", "5432", "prod", "dan"]), None);
+    }
+}

@@ -1,0 +1,757 @@
+//! The PostgreSQL store: loops shared by runner hosts and operators on
+//! several machines (docs/postgres.md). A loop is a row of `loops` (its
+//! loop.toml text, its state as JSON, its version), its history the rows
+//! of `events`. A session is a connection of its own holding a
+//! session-level advisory lock on the loop, so the server releases it when
+//! the runner dies or its connection drops; the holder (pid, host,
+//! command, tick, since) is a row of `holders`, read as stale once its
+//! session no longer holds the lock. A commit is one transaction: the
+//! state row updated `WHERE version = $old` (so a lost update is
+//! impossible even without the lock) and the commit's events inserted.
+//! Step output and relative gate files stay on the host, in
+//! `<root>/loops/<name>/`. This folder is the only code that sees a
+//! `postgres` type.
+
+mod conn;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use postgres::Client;
+
+use super::{Durability, Finding, Level, Loaded, LoopStore, Session};
+use crate::config::LoopConfig;
+use crate::error::{Error, Result};
+use crate::history::{BadLine, Event, EventKind, History};
+use crate::lock::{self, Holder, Wait};
+use crate::root::LoopName;
+use crate::state::State;
+
+/// The longest pause between two attempts to take a held lock (each is a
+/// round trip to the server, so fewer than the file store's).
+const MAX_POLL: Duration = Duration::from_millis(100);
+/// Idle connections kept for reuse (the daemon's workers, a command's
+/// reads and its session).
+const IDLE_MAX: usize = 8;
+/// The advisory-lock key of a loop: its name in the schema its tables live
+/// in, so roots sharing a database (in different schemas) never contend.
+const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $1, 0)";
+/// The notification channel: a loop's name, sent on every commit, create
+/// and removal.
+pub const CHANNEL: &str = "automaton_loops";
+
+/// One PostgreSQL store: how to connect, and the connections kept idle.
+pub struct Database {
+    /// The URL with its password redacted: the only form ever shown.
+    url: String,
+    config: postgres::Config,
+    /// Where this host keeps each loop's local files.
+    loops_dir: PathBuf,
+    idle: Mutex<Vec<Client>>,
+}
+
+impl Database {
+    /// Connects to the store at `url`, bringing its schema up to date (or
+    /// refusing one newer than this binary knows).
+    pub fn open(url: &str, loops_dir: PathBuf) -> Result<Arc<Database>> {
+        let shown = crate::root::redact(url);
+        let config = conn::config(url, &shown)?;
+        let db = Database {
+            url: shown,
+            config,
+            loops_dir,
+            idle: Mutex::new(Vec::new()),
+        };
+        let mut client = db.connect(None)?;
+        schema::ensure(&mut client, &db.url)?;
+        db.put_back(client);
+        Ok(Arc::new(db))
+    }
+
+    /// The redacted URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn connect(&self, name: Option<&str>) -> Result<Client> {
+        conn::connect(&self.config).map_err(self.fail(name, "cannot connect"))
+    }
+
+    /// An error about loop `name` (or the store) while doing `action`.
+    fn fail(&self, name: Option<&str>, action: &str) -> impl FnOnce(postgres::Error) -> Error {
+        let (name, url, action) = (name.map(str::to_owned), self.url.clone(), action.to_owned());
+        move |e| Error::Database {
+            name,
+            url,
+            action,
+            source: Box::new(e),
+        }
+    }
+
+    /// An idle connection, or a new one.
+    fn take(&self, name: Option<&str>) -> Result<Client> {
+        let idle = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+        match idle {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => self.connect(name),
+        }
+    }
+
+    fn put_back(&self, client: Client) {
+        if client.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < IDLE_MAX
+        {
+            idle.push(client);
+        }
+    }
+
+    /// Runs `f` on a connection; a connection that failed is not reused.
+    fn with<T>(
+        &self,
+        name: Option<&str>,
+        action: &str,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let mut client = self.take(name)?;
+        let out = f(&mut client).map_err(self.fail(name, action))?;
+        self.put_back(client);
+        Ok(out)
+    }
+
+    /// The loop `name`, which must exist.
+    pub fn open_loop(self: &Arc<Self>, name: &str) -> Result<PgLoop> {
+        let lp = self.handle(LoopName::new(name)?);
+        if !lp.exists()? {
+            return Err(lp.no_such());
+        }
+        Ok(lp)
+    }
+
+    fn handle(self: &Arc<Self>, name: LoopName) -> PgLoop {
+        PgLoop {
+            base: self.loops_dir.join(name.as_str()),
+            config_path: PathBuf::from(format!("{}/loops/{name}/loop.toml", self.url)),
+            db: Arc::clone(self),
+            name,
+        }
+    }
+
+    /// The loops in the store, sorted by name.
+    pub fn list(self: &Arc<Self>) -> Result<Vec<PgLoop>> {
+        let names = self.with(None, "cannot list the loops", |c| {
+            c.query("SELECT name FROM loops ORDER BY name", &[])
+        })?;
+        Ok(names
+            .iter()
+            .filter_map(|r| r.try_get::<_, String>(0).ok())
+            .filter_map(|n| LoopName::new(&n).ok())
+            .map(|n| self.handle(n))
+            .collect())
+    }
+
+    /// Makes a loop from its config text and first state and events; fails
+    /// if it exists.
+    pub fn create(
+        self: &Arc<Self>,
+        name: &LoopName,
+        config_text: &str,
+        state: &State,
+        events: Vec<EventKind>,
+    ) -> Result<PgLoop> {
+        let lp = self.handle(name.clone());
+        let events = super::stamp(events, state.version, state.updated_at);
+        let made = self.with(Some(name.as_str()), "cannot create the loop", |c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "INSERT INTO loops (name, config, state, version) VALUES ($1, $2, $3::text::json, $4)
+                 ON CONFLICT (name) DO NOTHING",
+                &[
+                    &name.as_str(),
+                    &config_text,
+                    &state_text(state),
+                    &(state.version as i64),
+                ],
+            )?;
+            if n == 0 {
+                return Ok(false);
+            }
+            insert_events(&mut tx, name.as_str(), state.version, &events)?;
+            notify(&mut tx, name.as_str())?;
+            tx.commit()?;
+            Ok(true)
+        })?;
+        if !made {
+            return Err(Error::LoopExists {
+                name: name.to_string(),
+                root: PathBuf::from(&self.url),
+            });
+        }
+        Ok(lp)
+    }
+
+    /// Writes a loop moved here from another store: its config, state and
+    /// history, each event keeping its version, in one transaction. Fails
+    /// if the loop exists here.
+    pub fn import(&self, name: &LoopName, config_text: &str, state: &State, events: &[Event]) -> Result<()> {
+        let made = self.with(Some(name.as_str()), "cannot import the loop", |c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "INSERT INTO loops (name, config, state, version) VALUES ($1, $2, $3::text::json, $4)
+                 ON CONFLICT (name) DO NOTHING",
+                &[
+                    &name.as_str(),
+                    &config_text,
+                    &state_text(state),
+                    &(state.version as i64),
+                ],
+            )?;
+            if n == 0 {
+                return Ok(false);
+            }
+            for chunk in events.chunk_by(|a, b| a.v == b.v) {
+                insert_events(&mut tx, name.as_str(), chunk[0].v, chunk)?;
+            }
+            notify(&mut tx, name.as_str())?;
+            tx.commit()?;
+            Ok(true)
+        })?;
+        if !made {
+            return Err(Error::LoopExists {
+                name: name.to_string(),
+                root: PathBuf::from(&self.url),
+            });
+        }
+        Ok(())
+    }
+
+    /// Replaces loop `name`'s config text (as `edit` does with loop.toml).
+    pub fn set_config(&self, name: &LoopName, text: &str) -> Result<()> {
+        self.with(Some(name.as_str()), "cannot save the config", |c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
+                "UPDATE loops SET config = $2 WHERE name = $1",
+                &[&name.as_str(), &text],
+            )?;
+            notify(&mut tx, name.as_str())?;
+            tx.commit()
+        })
+    }
+
+    /// Waits up to `timeout` for a loop to change (a commit, a new loop, a
+    /// removal) on the listening connection `listener`, opened by
+    /// [`Database::listen`]; returns the names notified.
+    pub fn wait_changes(&self, listener: &mut Listener, timeout: Duration) -> Result<Vec<String>> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let lost = || self.fail(None, "lost the notification connection");
+        let mut names = Vec::new();
+        let first = listener
+            .0
+            .notifications()
+            .timeout_iter(timeout)
+            .next()
+            .map_err(lost())?;
+        if let Some(n) = first {
+            names.push(n.payload().to_owned());
+            // Whatever else has arrived, without waiting.
+            let mut notes = listener.0.notifications();
+            let mut rest = notes.iter();
+            while let Some(n) = rest.next().map_err(lost())? {
+                names.push(n.payload().to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    /// A connection listening for changes to loops.
+    pub fn listen(&self) -> Result<Listener> {
+        let mut client = self.connect(None)?;
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .map_err(self.fail(None, "cannot listen for changes"))?;
+        Ok(Listener(client))
+    }
+}
+
+/// A connection that listens for changes to loops.
+pub struct Listener(Client);
+
+fn notify(tx: &mut postgres::Transaction<'_>, name: &str) -> Result<(), postgres::Error> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &name])
+        .map(drop)
+}
+
+fn state_text(state: &State) -> String {
+    serde_json::to_string(state).expect("state serialises")
+}
+
+fn insert_events(
+    tx: &mut postgres::Transaction<'_>,
+    name: &str,
+    version: u64,
+    events: &[Event],
+) -> Result<(), postgres::Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<String> = events
+        .iter()
+        .map(|e| serde_json::to_string(e).expect("events serialise"))
+        .collect();
+    let at = events[0].at.to_string();
+    tx.execute(
+        "INSERT INTO events (loop, v, n, at, event)
+         SELECT $1, $2, t.i::integer, $3::text::timestamptz, t.e::json
+         FROM unnest($4::text[]) WITH ORDINALITY AS t(e, i)",
+        &[&name, &(version as i64), &at, &texts],
+    )
+    .map(drop)
+}
+
+/// One loop in a PostgreSQL store.
+pub struct PgLoop {
+    db: Arc<Database>,
+    name: LoopName,
+    /// `<root>/loops/<name>/` on this host: step output, relative gate files.
+    base: PathBuf,
+    /// What config errors call loop.toml.
+    config_path: PathBuf,
+}
+
+impl PgLoop {
+    fn n(&self) -> Option<&str> {
+        Some(self.name.as_str())
+    }
+
+    fn no_such(&self) -> Error {
+        Error::NoSuchLoop {
+            name: self.name.to_string(),
+            root: PathBuf::from(&self.db.url),
+        }
+    }
+
+    fn exists(&self) -> Result<bool> {
+        self.db.with(self.n(), "cannot read the loop", |c| {
+            c.query_opt("SELECT 1 FROM loops WHERE name = $1", &[&self.name.as_str()])
+                .map(|r| r.is_some())
+        })
+    }
+
+    /// The loop's state text and version column, if the loop exists.
+    fn read(&self, client: &mut Client) -> Result<Option<(String, i64)>, postgres::Error> {
+        let row = client.query_opt(
+            "SELECT state::text, version FROM loops WHERE name = $1",
+            &[&self.name.as_str()],
+        )?;
+        row.map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()
+    }
+
+    fn parse(&self, text: Option<(String, i64)>) -> Result<State> {
+        let (text, _) = text.ok_or_else(|| self.no_such())?;
+        let shown = PathBuf::from(format!("{}/loops/{}/state", self.db.url, self.name));
+        super::parse_state(text.as_bytes(), &shown)
+    }
+
+    /// The holder row, if its session still holds the lock.
+    fn live_holder(&self, client: &mut Client) -> Result<Option<Holder>, postgres::Error> {
+        let row = client.query_opt(
+            "SELECT h.pid, h.host, h.command, h.tick,
+                    to_char(h.since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+             FROM holders h
+             WHERE h.loop = $1 AND EXISTS (
+                 SELECT 1 FROM pg_locks l
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                   AND l.pid = h.backend_pid
+                   AND l.classid::bigint = ((h.lock_key >> 32) & 4294967295)
+                   AND l.objid::bigint = (h.lock_key & 4294967295))",
+            &[&self.name.as_str()],
+        )?;
+        Ok(row.and_then(|r| {
+            Some(Holder {
+                pid: u32::try_from(r.try_get::<_, i64>(0).ok()?).ok()?,
+                host: r.try_get(1).ok()?,
+                command: r.try_get(2).ok()?,
+                tick: r.try_get::<_, Option<i64>>(3).ok()?.map(|t| t as u64),
+                since: r.try_get::<_, String>(4).ok()?.parse().ok()?,
+            })
+        }))
+    }
+}
+
+impl LoopStore for PgLoop {
+    fn name(&self) -> &LoopName {
+        &self.name
+    }
+
+    fn base_dir(&self) -> &Path {
+        &self.base
+    }
+
+    fn runs_dir(&self) -> PathBuf {
+        self.base.join("runs")
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.config_path.clone()
+    }
+
+    fn location(&self) -> String {
+        format!("{} (files on this host in {})", self.db.url, self.base.display())
+    }
+
+    fn config(&self) -> Result<LoopConfig> {
+        let text: Option<String> = self.db.with(self.n(), "cannot read the config", |c| {
+            c.query_opt("SELECT config FROM loops WHERE name = $1", &[&self.name.as_str()])?
+                .map(|r| r.try_get(0))
+                .transpose()
+        })?;
+        let text = text.ok_or_else(|| self.no_such())?;
+        Ok(LoopConfig::parse(&text, &self.config_path)?)
+    }
+
+    fn config_text(&self) -> Result<String> {
+        let text: Option<String> = self.db.with(self.n(), "cannot read the config", |c| {
+            c.query_opt("SELECT config FROM loops WHERE name = $1", &[&self.name.as_str()])?
+                .map(|r| r.try_get(0))
+                .transpose()
+        })?;
+        text.ok_or_else(|| self.no_such())
+    }
+
+    fn load(&self) -> Result<State> {
+        let text = self
+            .db
+            .with(self.n(), "cannot read the state", |c| self.read(c))?;
+        self.parse(text)
+    }
+
+    fn history(&self) -> Result<History> {
+        let rows = self.db.with(self.n(), "cannot read the history", |c| {
+            c.query(
+                "SELECT v, n, event::text FROM events WHERE loop = $1 ORDER BY v, n",
+                &[&self.name.as_str()],
+            )
+        })?;
+        let mut history = History::default();
+        for (i, row) in rows.iter().enumerate() {
+            let text: String = row.get(2);
+            match serde_json::from_str::<Event>(&text) {
+                Ok(e) => history.events.push(e),
+                Err(e) => history.bad.push(BadLine {
+                    path: PathBuf::from(format!("{}/loops/{}/events", self.db.url, self.name)),
+                    line: i + 1,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        Ok(history)
+    }
+
+    fn holder(&self) -> Option<Holder> {
+        self.db
+            .with(self.n(), "cannot read the lock holder", |c| self.live_holder(c))
+            .ok()
+            .flatten()
+    }
+
+    fn check(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let state = match self.load() {
+            Ok(s) => {
+                out.push(Finding::ok(
+                    "state",
+                    format!("version {}, {}", s.version, s.status),
+                ));
+                Some(s)
+            }
+            Err(e) => {
+                out.push(Finding::new(
+                    "state",
+                    Level::Error,
+                    e.to_string(),
+                    "restore the row from a backup, or remove the loop with `automaton rm --force`",
+                ));
+                None
+            }
+        };
+        let holder = self.holder();
+        out.push(match &holder {
+            Some(h) => Finding::ok("lock", format!("held by {}", h.describe())),
+            None => Finding::ok("lock", "free"),
+        });
+        if let Some(f) = state.as_ref().and_then(|s| s.in_flight.as_ref()) {
+            let running = holder.as_ref().is_some_and(|h| h.command == "tick");
+            out.push(if running {
+                Finding::ok("in-flight", format!("tick {} is running", f.tick))
+            } else {
+                Finding::new(
+                    "in-flight",
+                    Level::Warning,
+                    format!(
+                        "tick {} (pid {} on {}) died mid-way and is not recorded yet",
+                        f.tick, f.pid, f.host
+                    ),
+                    "the next command on the loop records it as crashed; `--fix` does it now",
+                )
+                .fixable()
+            });
+        }
+        match self.history() {
+            Ok(h) if h.bad.is_empty() => {
+                out.push(Finding::ok("history", format!("{} events", h.events.len())))
+            }
+            Ok(h) => out.extend(h.bad.iter().take(5).map(|b| {
+                Finding::new(
+                    "history",
+                    Level::Warning,
+                    format!("event {} cannot be read: {}", b.line, b.reason),
+                    "readers pass over it",
+                )
+            })),
+            Err(e) => out.push(Finding::new(
+                "history",
+                Level::Error,
+                e.to_string(),
+                "check the server",
+            )),
+        }
+        out
+    }
+
+    fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>> {
+        // The step's workdir and output live here, on whichever host runs it.
+        super::create_dirs(&self.base)?;
+        let mut client = self.db.take(self.n())?;
+        let name = self.name.as_str();
+        let mut key = 0i64;
+        let db = &self.db;
+        let try_take = |client: &mut Client, key: &mut i64| -> Result<bool> {
+            let row = client
+                .query_one(
+                    &format!("SELECT pg_try_advisory_lock(k), k FROM (SELECT {KEY} AS k) s"),
+                    &[&name],
+                )
+                .map_err(db.fail(Some(name), "cannot take the loop's lock"))?;
+            *key = row.get(1);
+            Ok(row.get(0))
+        };
+        // The holder is read on a connection of its own: ours is polling.
+        lock::poll(
+            name,
+            wait,
+            MAX_POLL,
+            || try_take(&mut client, &mut key),
+            || self.holder(),
+        )?;
+        let mut session = PgSession {
+            lp: self,
+            client: Some(client),
+            key,
+            holder,
+            version: None,
+        };
+        // The loop may have been removed while we waited.
+        let exists = session
+            .client()
+            .query_opt("SELECT 1 FROM loops WHERE name = $1", &[&name])
+            .map_err(self.db.fail(self.n(), "cannot read the loop"))?;
+        if exists.is_none() {
+            return Err(self.no_such());
+        }
+        session.write_holder()?;
+        Ok(Box::new(session))
+    }
+}
+
+/// A held advisory lock on one loop, on a connection of its own.
+struct PgSession<'a> {
+    lp: &'a PgLoop,
+    /// Taken back on drop.
+    client: Option<Client>,
+    key: i64,
+    holder: Holder,
+    /// The version loaded or last committed: a commit must build on it.
+    version: Option<u64>,
+}
+
+impl PgSession<'_> {
+    fn client(&mut self) -> &mut Client {
+        self.client
+            .as_mut()
+            .expect("a session has its connection until dropped")
+    }
+
+    fn write_holder(&mut self) -> Result<()> {
+        let h = self.holder.clone();
+        let (name, key) = (self.lp.name.as_str().to_owned(), self.key);
+        self.client()
+            .execute(
+                "INSERT INTO holders (loop, pid, host, command, tick, since, backend_pid, lock_key)
+                 VALUES ($1, $2, $3, $4, $5, $6::text::timestamptz, pg_backend_pid(), $7)
+                 ON CONFLICT (loop) DO UPDATE SET pid = $2, host = $3, command = $4, tick = $5,
+                     since = $6::text::timestamptz, backend_pid = pg_backend_pid(), lock_key = $7",
+                &[
+                    &name,
+                    &i64::from(h.pid),
+                    &h.host,
+                    &h.command,
+                    &h.tick.map(|t| t as i64),
+                    &h.since.to_string(),
+                    &key,
+                ],
+            )
+            .map(drop)
+            .map_err(self.lp.db.fail(self.lp.n(), "cannot record the lock holder"))
+    }
+}
+
+impl PgSession<'_> {
+    /// Deletes the loop's rows in one transaction.
+    fn delete_rows(&mut self, name: &str) -> Result<(), postgres::Error> {
+        let mut tx = self.client().transaction()?;
+        tx.execute("DELETE FROM events WHERE loop = $1", &[&name])?;
+        tx.execute("DELETE FROM loops WHERE name = $1", &[&name])?;
+        notify(&mut tx, name)?;
+        tx.commit()
+    }
+}
+
+impl Drop for PgSession<'_> {
+    fn drop(&mut self) {
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
+        let released = client
+            .execute(
+                "DELETE FROM holders WHERE loop = $1 AND backend_pid = pg_backend_pid()",
+                &[&self.lp.name.as_str()],
+            )
+            .and_then(|_| client.query_one("SELECT pg_advisory_unlock($1)", &[&self.key]));
+        // A connection that could not say it let go is closed: the server
+        // then releases the lock itself.
+        if released.is_ok() {
+            self.lp.db.put_back(client);
+        }
+    }
+}
+
+impl Session for PgSession<'_> {
+    fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    fn set_tick(&mut self, tick: u64) {
+        self.holder.tick = Some(tick);
+        // Best effort: the record only informs waiters; the lock is what counts.
+        let name = self.lp.name.as_str().to_owned();
+        let _ = self.client().execute(
+            "UPDATE holders SET tick = $2 WHERE loop = $1 AND backend_pid = pg_backend_pid()",
+            &[&name, &(tick as i64)],
+        );
+    }
+
+    fn load(&mut self) -> Result<Loaded> {
+        let lp = self.lp;
+        let text = lp
+            .read(self.client())
+            .map_err(lp.db.fail(lp.n(), "cannot read the state"))?;
+        let mut state = lp.parse(text)?;
+        self.version = Some(state.version);
+        let recovered = state.in_flight.take();
+        if let Some(dead) = &recovered {
+            tracing::warn!(
+                "loop {:?}: tick {} (pid {} on {}) died mid-way; recorded as crashed",
+                lp.name.as_str(),
+                dead.tick,
+                dead.pid,
+                dead.host
+            );
+            let event = super::record_crash(&mut state, dead);
+            self.commit(&mut state, vec![event], Durability::Full)?;
+        }
+        Ok(Loaded { state, recovered })
+    }
+
+    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()> {
+        let lp = self.lp;
+        if self.version != Some(state.version) {
+            return Err(Error::Conflict {
+                name: lp.name.to_string(),
+                expected: self.version,
+                found: state.version,
+            });
+        }
+        let now = Timestamp::now();
+        let next = state.version + 1;
+        let events = super::stamp(events, next, now);
+        let mut next_state = state.clone();
+        next_state.version = next;
+        next_state.updated_at = now;
+        let name = lp.name.as_str();
+        let text = state_text(&next_state);
+        let result = (|| -> Result<u64, postgres::Error> {
+            let mut tx = self.client().transaction()?;
+            if durability == Durability::Relaxed {
+                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            }
+            let n = tx.execute(
+                "UPDATE loops SET state = $2::text::json, version = $3 WHERE name = $1 AND version = $4",
+                &[&name, &text, &(next as i64), &(state.version as i64)],
+            )?;
+            if n == 0 {
+                return Ok(0);
+            }
+            insert_events(&mut tx, name, next, &events)?;
+            notify(&mut tx, name)?;
+            tx.commit()?;
+            Ok(n)
+        })();
+        match result {
+            Ok(0) => {
+                self.version = None;
+                Err(Error::Conflict {
+                    name: name.to_owned(),
+                    expected: None,
+                    found: state.version,
+                })
+            }
+            Ok(_) => {
+                *state = next_state;
+                self.version = Some(next);
+                Ok(())
+            }
+            Err(e) => {
+                // Whether it committed is unknown if the connection broke at
+                // the commit; the version check makes a retry safe either way.
+                self.version = None;
+                Err(lp.db.fail(lp.n(), "cannot commit")(e))
+            }
+        }
+    }
+
+    fn forget(mut self: Box<Self>) -> Result<()> {
+        let lp = self.lp;
+        let name = lp.name.as_str().to_owned();
+        self.delete_rows(&name)
+            .map_err(lp.db.fail(lp.n(), "cannot remove the loop's record"))
+    }
+
+    fn remove(mut self: Box<Self>) -> Result<()> {
+        let lp = self.lp;
+        let name = lp.name.as_str().to_owned();
+        self.delete_rows(&name)
+            .map_err(lp.db.fail(lp.n(), "cannot remove the loop"))?;
+        drop(self);
+        // This host's files of the loop; other hosts keep theirs.
+        match std::fs::remove_dir_all(&lp.base) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("removing", &lp.base)(e)),
+            _ => Ok(()),
+        }
+    }
+}
