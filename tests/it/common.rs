@@ -1,6 +1,7 @@
 //! A small builder for tests: a temporary root, loops in it, and the real
 //! binary run against it.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -20,11 +21,18 @@ pub struct Env {
 }
 
 impl Env {
-    /// A fresh, initialised root. (Its gate cache starts empty: the cache
-    /// seals each entry to the file it wrote, so entries copied from another
-    /// root would not be used.) With `AUTOMATON_TEST_STORE` set to a
+    /// A fresh, initialised root whose `cache/` is the run's shared gate
+    /// cache (see `shared_cache`). With `AUTOMATON_TEST_STORE` set to a
     /// postgres:// URL, its loops live in a schema of their own there.
     pub fn new() -> Env {
+        let env = Env::with_own_cache();
+        share_cache(&env.root);
+        env
+    }
+
+    /// A fresh, initialised root with an empty gate cache of its own, for
+    /// tests of the cache itself (its permissions, a first compile).
+    pub fn with_own_cache() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let pg = test_store().map(|url| PgStore::new(&url));
@@ -48,6 +56,7 @@ impl Env {
             pg: Some(PgStore::new(&url)),
         };
         env.ok(&["init"]);
+        share_cache(&env.root);
         Some(env)
     }
 
@@ -97,6 +106,7 @@ impl Env {
 
     /// Creates a loop from loop.toml text.
     pub fn new_loop(&self, name: &str, toml: &str) -> &Env {
+        warm_stock_gates(toml);
         let file = self.root.join(format!("{name}.toml"));
         std::fs::write(&file, toml).unwrap();
         self.ok(&["new", name, "--from", file.to_str().unwrap()]);
@@ -298,24 +308,78 @@ impl Drop for PgStore {
     }
 }
 
-/// A gate cache (a root's `cache/`) holding the eight stock gates, compiled
-/// once per run of the test binary: compiling is most of what a stock gate
-/// costs a test, and every root would otherwise compile its own. Emptied
-/// when a run first asks for it, so a run never sees an older build's
-/// artefacts.
-pub fn stock_gate_cache() -> &'static Path {
+/// The gate cache every test root shares: a root's `cache/` is a
+/// symbolic link to it, so a gate is compiled once per run of the test
+/// binary rather than once per root. The product's checks all still apply:
+/// the link is followed like any path, the directory is this user's and
+/// private, and each entry is sealed with the directory's own key to the
+/// file written (copying entries into each root would break those seals,
+/// so they would be compiled again). Loops of many roots sharing it are
+/// like many loops of one root.
+///
+/// One directory per process, under the target directory, so a run never
+/// sees an older build's artefacts and two runs side by side do not share
+/// one; those of processes that have ended are removed.
+pub fn shared_cache() -> &'static Path {
     static CACHE: OnceLock<PathBuf> = OnceLock::new();
     CACHE.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stock-gate-cache");
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{}: {e}", dir.display()),
-            _ => {}
+        let parent = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gate-cache");
+        std::fs::create_dir_all(&parent).unwrap();
+        for e in std::fs::read_dir(&parent).unwrap() {
+            let path = e.unwrap().path();
+            let pid = path.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok());
+            let ended = pid.is_some_and(|pid| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH)
+            });
+            if ended || pid == Some(std::process::id() as i32) {
+                match std::fs::remove_dir_all(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        panic!("{}: {e}", path.display())
+                    }
+                    _ => {}
+                }
+            }
         }
-        let host = GateHost::new(Some(dir.clone())).unwrap();
-        for gate in stock_gates() {
-            host.load(&GateSource::Stock(gate.name.into())).unwrap();
-        }
-        assert_eq!(host.cache_stats().compiled, stock_gates().len() as u64);
+        let dir = parent.join(std::process::id().to_string());
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
         dir
     })
+}
+
+/// Replaces `root`'s own (empty) `cache/` with a link to `shared_cache`.
+pub fn share_cache(root: &Path) {
+    let cache = root.join("cache");
+    std::fs::remove_dir(&cache).unwrap();
+    std::os::unix::fs::symlink(shared_cache(), &cache).unwrap();
+}
+
+/// Compiles the stock gates a loop.toml names into `shared_cache`, each
+/// once per run, before the loop is made: tests that start at once then
+/// never race to compile the same gate (which would only cost a second
+/// compile, but says so on stderr).
+pub fn warm_stock_gates(loop_toml: &str) {
+    let Ok(config) = loop_toml.parse::<toml::Table>() else {
+        return;
+    };
+    let names = config
+        .get("gate")
+        .and_then(|g| g.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("stock")?.as_str());
+    for name in names {
+        warm_stock_gate(name);
+    }
+}
+
+/// Compiles one stock gate into `shared_cache`, once per run.
+pub fn warm_stock_gate(name: &str) {
+    static WARM: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warm = WARM.lock().unwrap_or_else(|e| e.into_inner());
+    if warm.iter().any(|w| w == name) || !stock_gates().iter().any(|g| g.name == name) {
+        return;
+    }
+    let host = GateHost::new(Some(shared_cache().to_path_buf())).unwrap();
+    host.load(&GateSource::Stock(name.into())).unwrap();
+    warm.push(name.to_owned());
 }

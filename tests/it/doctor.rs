@@ -127,7 +127,7 @@ fn a_damaged_state_and_a_changed_pinned_gate_are_errors_fix_leaves_alone() {
 
 #[test]
 fn a_cache_others_can_write_is_made_private_by_fix() {
-    let env = Env::new();
+    let env = Env::with_own_cache();
     let cache = env.root.join("cache");
     fs::set_permissions(&cache, fs::Permissions::from_mode(0o777)).unwrap();
     let (code, report) = doctor(&env, &[]);

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::common::BIN;
+use crate::common::{BIN, share_cache, warm_stock_gates};
 
 /// A root in a temporary directory, possibly copied from a template.
 pub struct Scratch {
@@ -19,12 +19,13 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// A fresh, initialised root.
+    /// A fresh, initialised root on the run's shared gate cache.
     pub fn new() -> Scratch {
         let dir = tempfile::tempdir().unwrap();
         let s = Scratch::at(dir.path().join("root"));
         let s = Scratch { _dir: Some(dir), ..s };
         s.ok(&["init"]);
+        share_cache(&s.root);
         s
     }
 
@@ -33,7 +34,8 @@ impl Scratch {
         Scratch { _dir: None, root }
     }
 
-    /// A copy of `template`'s root, its loops, their state and its cache.
+    /// A copy of `template`'s root, its loops and their state, on the same
+    /// gate cache.
     pub fn copy_of(template: &Scratch) -> Scratch {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
@@ -74,6 +76,7 @@ impl Scratch {
 
     /// Creates a loop from loop.toml text.
     pub fn new_loop(&self, name: &str, toml: &str) {
+        warm_stock_gates(toml);
         let file = self.root.join(format!("{name}.toml"));
         std::fs::write(&file, toml).unwrap();
         self.ok(&["new", name, "--from", file.to_str().unwrap()]);
@@ -95,6 +98,8 @@ fn copy_tree(from: &Path, to: &Path) {
             copy_tree(&e.path(), &target);
         } else if kind.is_file() {
             std::fs::copy(e.path(), &target).unwrap();
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &target).unwrap();
         }
     }
 }

@@ -8,11 +8,14 @@ use automaton::gate::{
 };
 use serde_json::json;
 
-use crate::common::{Env, stock_gate_cache};
+use crate::common::{Env, shared_cache, warm_stock_gate};
 
-/// A host on the test run's shared cache: loads, never compiles.
+/// A host on the test run's shared cache, every stock gate compiled there.
 fn host() -> GateHost {
-    GateHost::new(Some(stock_gate_cache().to_path_buf())).unwrap()
+    for name in NAMES {
+        warm_stock_gate(name);
+    }
+    GateHost::new(Some(shared_cache().to_path_buf())).unwrap()
 }
 
 const NAMES: [&str; 8] = [
@@ -262,6 +265,9 @@ fn stock_gates_reject_bad_params() {
 #[test]
 fn stock_gate_decisions_through_gate_test() {
     let env = Env::new();
+    for name in NAMES {
+        warm_stock_gate(name);
+    }
     let mut seen = std::collections::BTreeSet::new();
     for (name, params, ctx, expected) in cases() {
         if !seen.insert(name) {
