@@ -20,6 +20,25 @@ pub enum GateErrorKind {
     /// The gate trapped (a panic, `unreachable`, a stack overflow, a bad
     /// value returned to the host…). `guest_output` is what it printed.
     Trap { message: String, guest_output: String },
+    /// The gate's code raised an exception it did not catch (a Python
+    /// gate): `ValueError: bad hour`, and where (`app.py, line 18, in
+    /// evaluate`). `trap` and `guest_output` are the raw detail, logged at
+    /// debug level.
+    Exception {
+        exception: String,
+        at: Option<String>,
+        trap: String,
+        guest_output: String,
+    },
+    /// The gate's code panicked (a Rust gate): the panic's message, and
+    /// where (`src/lib.rs:41:9`). `trap` and `guest_output` are the raw
+    /// detail, logged at debug level.
+    Panic {
+        message: String,
+        at: Option<String>,
+        trap: String,
+        guest_output: String,
+    },
     /// The file is not a WebAssembly component (not wasm, or a core module).
     NotAComponent { detail: String },
     /// The component does not target the `gate` world: an import the host
@@ -58,10 +77,19 @@ impl fmt::Display for GateErrorKind {
                 guest_output,
             } => {
                 write!(f, "trapped: {message}")?;
-                if !guest_output.is_empty() {
-                    write!(f, "; gate output: {}", tail(guest_output, 2048))?;
+                let output = super::fault::without_boilerplate(guest_output);
+                if !output.is_empty() {
+                    write!(f, "; gate output: {}", tail(&output, 2048))?;
                 }
                 Ok(())
+            }
+            GateErrorKind::Exception { exception, at, .. } => {
+                write!(f, "raised {}", tail(exception, 2048))?;
+                at.iter().try_for_each(|at| write!(f, " (at {at})"))
+            }
+            GateErrorKind::Panic { message, at, .. } => {
+                write!(f, "panicked: {}", tail(message, 2048))?;
+                at.iter().try_for_each(|at| write!(f, " (at {at})"))
             }
             GateErrorKind::NotAComponent { detail } => {
                 write!(f, "is not a WebAssembly component: {detail}")

@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde::Serialize;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, Store, Trap, WasmBacktrace};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, WasmBacktrace,
+};
 
 use super::cache::{Cache, CacheStats, sha256_hex};
 use super::error::{GateError, GateErrorKind};
+use super::fault::{self, Fault};
 use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::sandbox::{self, GateLog, HostState};
 use super::seal::Fingerprint;
@@ -143,6 +146,82 @@ pub struct GateHost {
     /// then load an unchanged gate without reading it.
     seen: Mutex<HashMap<PathBuf, (Fingerprint, String)>>,
     ticker: Ticker,
+    /// In a long-lived host, the calls that may run at once: the pool's
+    /// size. A call waits for a free slot rather than fail.
+    slots: Option<Slots>,
+}
+
+/// A counting semaphore over the instance pool's slots.
+struct Slots {
+    free: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl Slots {
+    fn take(&self) -> SlotGuard<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        SlotGuard(self)
+    }
+}
+
+struct SlotGuard<'a>(&'a Slots);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// Linear memory a pooled slot keeps mapped between calls: its dirty pages
+/// are copied back from the component's image (or zeroed) instead of being
+/// unmapped, so the next instance does not fault them in again. An
+/// interpreter's heap image dirties a few MiB per call.
+const KEEP_RESIDENT: usize = 32 << 20;
+
+/// The most core instances one component may have in a pooled slot (an
+/// interpreter component has about a dozen), and the most memories and
+/// tables (it has two or three: each reserves 4 GiB of address space).
+const INSTANCES_PER_COMPONENT: u32 = 64;
+const MEMORIES_PER_COMPONENT: u32 = 8;
+
+/// Elements a pooled table may hold (an interpreter's function table holds
+/// tens of thousands); growth past it is refused like any other.
+const TABLE_ELEMENTS: usize = 1 << 20;
+
+/// The engine's settings. Both kinds of host compile the same code (so they
+/// share cached artefacts); a long-lived one allocates instances from a pool
+/// of `pooled` slots that stay mapped between calls.
+fn config(pooled: Option<u32>) -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    if let Some(slots) = pooled {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * INSTANCES_PER_COMPONENT)
+            .total_memories(slots * MEMORIES_PER_COMPONENT)
+            .total_tables(slots * MEMORIES_PER_COMPONENT)
+            .max_core_instances_per_component(INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(MEMORIES_PER_COMPONENT)
+            .max_memories_per_module(MEMORIES_PER_COMPONENT)
+            .max_tables_per_module(MEMORIES_PER_COMPONENT)
+            .max_core_instance_size(16 << 20)
+            .max_component_instance_size(16 << 20)
+            // A memory may grow to the wasm32 maximum: the memory budget,
+            // not the pool, is the limit a gate meets.
+            .max_memory_size(1 << 32)
+            .table_elements(TABLE_ELEMENTS)
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(1 << 20)
+            .pagemap_scan(Enabled::Auto);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
 }
 
 /// The text of a wasmtime error: its causes, without the wasm backtrace
@@ -176,9 +255,36 @@ impl GateHost {
     /// granted, plus `host.log`) and the epoch thread. `cache_dir` is the
     /// root's `cache/`; `None` compiles every gate in memory.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<GateHost, GateError> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(|e| host_error("host", error_text(&e)))?;
+        let engine = Engine::new(&config(None)).map_err(|e| host_error("host", error_text(&e)))?;
+        GateHost::with_engine(engine, cache_dir, None)
+    }
+
+    /// A host for a long-lived process (the daemon) that runs at most
+    /// `concurrent` calls at once: instances come from a pool whose slots
+    /// keep their memory mapped between calls, so a gate's fresh instance
+    /// costs resetting the pages the last call dirtied rather than mapping
+    /// and faulting in its memory image again. Each call is still a fresh
+    /// instance with the same limits. Falls back to [`GateHost::new`] when
+    /// the pool cannot be reserved.
+    pub fn resident(cache_dir: Option<PathBuf>, concurrent: usize) -> Result<GateHost, GateError> {
+        let slots = u32::try_from(concurrent.clamp(1, 256)).unwrap_or(256);
+        match Engine::new(&config(Some(slots))) {
+            Ok(engine) => GateHost::with_engine(engine, cache_dir, Some(slots as usize)),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot reserve the gate instance pool ({}); instances are allocated per call",
+                    error_text(&e)
+                );
+                GateHost::new(cache_dir)
+            }
+        }
+    }
+
+    fn with_engine(
+        engine: Engine,
+        cache_dir: Option<PathBuf>,
+        slots: Option<usize>,
+    ) -> Result<GateHost, GateError> {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("host", error_text(&e)))?;
         GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
@@ -191,6 +297,10 @@ impl GateHost {
             loaded: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             ticker,
+            slots: slots.map(|n| Slots {
+                free: Mutex::new(n),
+                freed: std::sync::Condvar::new(),
+            }),
         })
     }
 
@@ -417,6 +527,8 @@ impl GateHost {
         now: Timestamp,
         f: impl FnOnce(&mut Store<HostState>, &GateWorld) -> wasmtime::Result<R>,
     ) -> Result<(R, Vec<GateLog>, Duration), GateError> {
+        // Held until the store (and its instance) is dropped, at return.
+        let _slot = self.slots.as_ref().map(Slots::take);
         let mut store = Store::new(&self.engine, HostState::new(limits.memory, now));
         store.limiter(|s| &mut s.budget);
         let _running = self.ticker.running();
@@ -432,6 +544,19 @@ impl GateHost {
             Ok(r) => Ok((r, store.data_mut().take_logs(), elapsed)),
             Err(e) => {
                 let kind = classify(&e, store.data(), limits);
+                if matches!(
+                    kind,
+                    GateErrorKind::Trap { .. }
+                        | GateErrorKind::Exception { .. }
+                        | GateErrorKind::Panic { .. }
+                ) {
+                    tracing::debug!(
+                        gate = gate.label(),
+                        error = %error_text(&e),
+                        output = %store.data().guest_output(),
+                        "gate trapped"
+                    );
+                }
                 Err(gate.error(kind).with_logs(store.data_mut().take_logs()))
             }
         }
@@ -485,9 +610,26 @@ fn classify(e: &wasmtime::Error, state: &HostState, limits: &Limits) -> GateErro
             limit: limits.timeout,
         };
     }
-    GateErrorKind::Trap {
-        message: error_text(e),
-        guest_output: state.guest_output(),
+    let raw = error_text(e);
+    let trap = raw.strip_prefix("wasm trap: ").unwrap_or(&raw).to_owned();
+    let guest_output = state.guest_output();
+    match fault::read(&guest_output) {
+        Some(Fault::Exception { exception, at }) => GateErrorKind::Exception {
+            exception,
+            at,
+            trap,
+            guest_output,
+        },
+        Some(Fault::Panic { message, at }) => GateErrorKind::Panic {
+            message,
+            at,
+            trap,
+            guest_output,
+        },
+        None => GateErrorKind::Trap {
+            message: trap,
+            guest_output,
+        },
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod cache;
 mod error;
+mod fault;
 mod host;
 mod sandbox;
 mod seal;

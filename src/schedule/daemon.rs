@@ -157,7 +157,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         .map_err(ScheduleError::Signals)?;
     // One gate host for every tick; if it cannot be built, each tick of a
     // loop with gates builds its own (and reports why that fails).
-    let host = match GateHost::new(Some(root.cache_dir())) {
+    let host = match GateHost::resident(Some(root.cache_dir()), opts.max_concurrent.max(1)) {
         Ok(h) => Some(h),
         Err(e) => {
             tracing::warn!("cannot build the shared gate host: {e}");

@@ -273,3 +273,62 @@ fn scaffold_and_build(lang: &str, toolchain: &str, present: bool) {
     assert!(out.contains("(night-owl 1.0.0)"), "{out}");
     assert!(out.ends_with("12 passed, 0 failed\n"), "{out}");
 }
+
+/// A Python gate's uncaught exception, from the real interpreter runtime,
+/// reads as the exception and where it was raised: not the runtime's own
+/// panic, which `-vv` still shows.
+#[test]
+fn a_python_gates_exception_is_named_not_the_runtimes_panic() {
+    let present = has("componentize-py", "--version");
+    let env = Env::new();
+    // The office-hours example, failing for one loop name.
+    let src = env.root.join("crashing-python");
+    std::fs::create_dir_all(src.join("wit")).unwrap();
+    let example = example_dir("python");
+    for f in ["build.sh", "requirements.txt", "wit/gate.wit"] {
+        std::fs::copy(example.join(f), src.join(f)).unwrap();
+    }
+    let app = std::fs::read_to_string(example.join("app.py")).unwrap();
+    std::fs::write(
+        src.join("app.py"),
+        format!(
+            "{app}\n\n_evaluate = WitWorld.evaluate\n\n\ndef _failing(self, ctx):\n    \
+             if ctx.loop_name == \"crash\":\n        raise ValueError(\"the office calendar is unreadable\")\n    \
+             return _evaluate(self, ctx)\n\n\nWitWorld.evaluate = _failing\n"
+        ),
+    )
+    .unwrap();
+    if !present {
+        // Says it was skipped (or fails when toolchains are required).
+        let _ = build("python", "componentize-py 0.25.1", false, &env.root);
+        return;
+    }
+    let line = app.lines().count() + 8; // the `raise` above
+    let wasm = env.root.join("crashing.wasm");
+    let status = build_script(&src.join("build.sh")).arg(&wasm).status().unwrap();
+    assert!(status.success(), "{status}");
+    let ctx = env.root.join("crash.json");
+    std::fs::write(&ctx, r#"{"loop_name": "crash", "now": "2026-11-30T10:00:00Z"}"#).unwrap();
+    let args = [
+        "gate",
+        "test",
+        wasm.to_str().unwrap(),
+        "--context",
+        ctx.to_str().unwrap(),
+    ];
+    let out = env.cmd().args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let expected = format!(
+        "crashing.wasm (office-hours 1.0.0) raised ValueError: the office calendar is unreadable \
+         (at app.py, line {line}, in _failing)"
+    );
+    assert!(stderr.trim_end().ends_with(&expected), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let out = env.cmd().arg("-vv").args(args).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("Python function threw an unexpected exception"),
+        "{stderr}"
+    );
+}

@@ -716,3 +716,239 @@ fn a_gate_error_reads_the_same_in_gate_test_and_in_a_tick() {
     );
     assert_eq!(from_test, from_tick);
 }
+
+/// Writes `text` to stderr, then traps: what a gate's runtime does when the
+/// gate's code fails.
+fn prints_then_traps(text: &str) -> Vec<u8> {
+    fx::WatGate::new(&format!(
+        "(i32.store (i32.const 600) (i32.const 1024))
+    (i32.store (i32.const 604) (i32.const {}))
+    (drop (call $fd_write (i32.const 2) (i32.const 600) (i32.const 1) (i32.const 608)))
+    (unreachable)",
+        text.len()
+    ))
+    .data(1024, text)
+    .wasi()
+    .build()
+}
+
+/// What componentize-py's runtime prints for an uncaught exception.
+const PYTHON_EXCEPTION: &str = "Traceback (most recent call last):
+  File \"/0/app.py\", line 18, in evaluate
+ValueError: the office calendar is unreadable
+
+thread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:
+Python function threw an unexpected exception
+note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace
+";
+
+#[test]
+fn an_uncaught_python_exception_reads_as_the_exception_not_the_runtime_panic() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&fx.write("py.wasm", &prints_then_traps(PYTHON_EXCEPTION))))
+        .unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("gate ")
+            && msg.ends_with(
+                "py.wasm (test-gate 0.1.0) raised ValueError: the office calendar is unreadable \
+                 (at app.py, line 18, in evaluate)"
+            ),
+        "{msg}"
+    );
+    // The raw detail is kept on the error (and logged at debug level).
+    match err.kind() {
+        GateErrorKind::Exception {
+            exception,
+            trap,
+            guest_output,
+            ..
+        } => {
+            assert_eq!(exception, "ValueError: the office calendar is unreadable");
+            assert!(trap.contains("unreachable"), "{trap}");
+            assert!(guest_output.contains("Python function threw"), "{guest_output}");
+        }
+        other => panic!("expected an exception, got {other:?}"),
+    }
+    assert_host_still_works(&host, &fx);
+}
+
+#[test]
+fn a_rust_panic_reads_as_its_message_and_a_bare_trap_as_its_reason() {
+    let fx = Fixture::new();
+    let host = GateHost::new(None).unwrap();
+    let panics = prints_then_traps(
+        "thread '<unnamed>' panicked at src/lib.rs:41:9:\nstart_hour out of range: 25\n\
+         note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n",
+    );
+    let gate = host.load(&file(&fx.write("rs.wasm", &panics))).unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::Panic { .. }), "{err:?}");
+    assert!(
+        err.to_string().ends_with(
+            "rs.wasm (test-gate 0.1.0) panicked: start_hour out of range: 25 (at src/lib.rs:41:9)"
+        ),
+        "{err}"
+    );
+
+    let bare = host
+        .load(&file(&fx.write("bare.wasm", &prints_then_traps(""))))
+        .unwrap();
+    let err = host
+        .evaluate(&bare, &Context::default(), &Limits::default())
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("bare.wasm (test-gate 0.1.0) trapped: wasm `unreachable` instruction executed"),
+        "{err}"
+    );
+}
+
+/// A Python gate's exception reads the same in `gate test`, in a tick's
+/// history and in `status`, and `gate test -vv` shows the raw detail.
+#[test]
+fn a_python_exception_reads_the_same_in_gate_test_a_tick_and_status() {
+    let env = crate::common::Env::new();
+    env.new_loop("office", "step = \"true\"\n[[gate]]\npath = \"gates/py.wasm\"\n");
+    let dir = env.loop_dir("office");
+    std::fs::create_dir_all(dir.join("gates")).unwrap();
+    std::fs::write(dir.join("gates/py.wasm"), prints_then_traps(PYTHON_EXCEPTION)).unwrap();
+    let expected = "gate gates/py.wasm (test-gate 0.1.0) raised ValueError: the office calendar \
+                    is unreadable (at app.py, line 18, in evaluate)";
+
+    let out = env
+        .cmd()
+        .current_dir(&dir)
+        .args(["gate", "test", "gates/py.wasm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim_end(), format!("error: {expected}"));
+
+    let out = env
+        .cmd()
+        .current_dir(&dir)
+        .args(["-vv", "gate", "test", "gates/py.wasm"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("Python function threw an unexpected exception"),
+        "{stderr}"
+    );
+
+    // The gate fails closed: the tick halts with the error as its reason.
+    let out = env.cmd().args(["tick", "office", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "a halted tick");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decisions"][0]["error"], expected, "{v}");
+    let recorded = env
+        .history("office")
+        .into_iter()
+        .find_map(|e| e["error"].as_str().map(str::to_owned))
+        .expect("history records the gate's error");
+    assert_eq!(recorded, expected);
+    let status = env.ok(&["status", "office"]);
+    assert!(status.contains(expected), "{status}");
+}
+
+/// Halts when it finds what an earlier call left behind (a changed data
+/// byte, a flag, grown memory); otherwise leaves all three and proceeds.
+fn remembers() -> Vec<u8> {
+    fx::WatGate::new(
+        "(if (i32.ne (i32.load8_u (i32.const 1100)) (i32.const 111))
+      (then (return (call $decide (i32.const 3) (i32.const 1024) (i32.const 6)))))
+    (if (i32.load (i32.const 4000))
+      (then (return (call $decide (i32.const 3) (i32.const 1024) (i32.const 6)))))
+    (if (i32.gt_u (memory.size) (i32.const 1))
+      (then (return (call $decide (i32.const 3) (i32.const 1024) (i32.const 6)))))
+    (i32.store8 (i32.const 1100) (i32.const 88))
+    (i32.store (i32.const 4000) (i32.const 1))
+    (drop (memory.grow (i32.const 1)))
+    (i32.store (i32.const 70000) (i32.const 7))
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))",
+    )
+    .data(1024, "leaked")
+    .data(1100, "original")
+    .build()
+}
+
+/// A long-lived host reuses pooled instance slots: every call still starts
+/// from the component's own memory image, under the same limits, and calls
+/// past the pool's size wait for a slot rather than fail.
+#[test]
+fn a_resident_host_gives_every_call_a_fresh_instance_under_the_same_limits() {
+    let fx = Fixture::new();
+    let host = GateHost::resident(None, 2).unwrap();
+    let gate = host
+        .load(&file(&fx.write("remembers.wasm", &remembers())))
+        .unwrap();
+    for _ in 0..5 {
+        let e = host
+            .evaluate(&gate, &Context::default(), &Limits::default())
+            .unwrap();
+        assert_eq!(
+            e.decision,
+            Decision::Proceed,
+            "an earlier call leaked into this one"
+        );
+    }
+    std::thread::scope(|s| {
+        for _ in 0..5 {
+            s.spawn(|| {
+                for _ in 0..4 {
+                    let e = host
+                        .evaluate(&gate, &Context::default(), &Limits::default())
+                        .unwrap();
+                    assert_eq!(e.decision, Decision::Proceed);
+                }
+            });
+        }
+    });
+
+    let bomb = host
+        .load(&file(&fx.write("bomb.wasm", &fx::memory_bomb())))
+        .unwrap();
+    let err = host
+        .evaluate(&bomb, &Context::default(), &limits(5_000, 8 << 20))
+        .unwrap_err();
+    assert_eq!(err.kind(), &GateErrorKind::MemoryCap { limit: 8 << 20 });
+    let spin = host
+        .load(&file(&fx.write("spin.wasm", &fx::infinite_loop())))
+        .unwrap();
+    let err = host
+        .evaluate(&spin, &Context::default(), &limits(50, 16 << 20))
+        .unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::Timeout { .. }), "{err:?}");
+    assert_host_still_works(&host, &fx);
+    let e = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+}
+
+/// The daemon's pooled host and a one-shot process share compiled gates.
+#[test]
+fn a_resident_host_loads_what_a_one_shot_host_compiled() {
+    let fx = Fixture::new();
+    let path = fx.write("good.wasm", &fx::good());
+    let once = GateHost::new(Some(fx.cache())).unwrap();
+    once.load(&file(&path)).unwrap();
+    assert_eq!(once.cache_stats().compiled, 1);
+    let resident = GateHost::resident(Some(fx.cache()), 4).unwrap();
+    let gate = resident.load(&file(&path)).unwrap();
+    let stats = resident.cache_stats();
+    assert_eq!((stats.hits, stats.compiled), (1, 0), "{stats:?}");
+    let e = resident
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+}
