@@ -678,7 +678,11 @@ impl Session for PgSession<'_> {
         Ok(Loaded { state, recovered })
     }
 
-    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()> {
+    /// Every commit is synchronous, `Durability::Relaxed` included: an
+    /// asynchronous commit is lost when the server restarts, not only on a
+    /// power loss, and a lost `in_flight` marker would let a tick whose
+    /// step ran go unrecorded and its run number be used again.
+    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, _durability: Durability) -> Result<()> {
         let lp = self.lp;
         if self.version != Some(state.version) {
             return Err(Error::Conflict {
@@ -697,9 +701,6 @@ impl Session for PgSession<'_> {
         let text = state_text(&next_state);
         let result = (|| -> Result<u64, postgres::Error> {
             let mut tx = self.client().transaction()?;
-            if durability == Durability::Relaxed {
-                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
-            }
             let n = tx.execute(
                 "UPDATE loops SET state = $2::text::json, version = $3 WHERE name = $1 AND version = $4",
                 &[&name, &text, &(next as i64), &(state.version as i64)],
