@@ -298,3 +298,239 @@ fn the_store_is_recorded_in_the_root_and_used_without_the_flag() {
     let out = cmd(&["--store", "file", "status", "via-config"]);
     assert_eq!(out.status.code(), Some(3));
 }
+
+/// Loops moved from a root's files into PostgreSQL and back keep their
+/// config, state, history and versions, and go on ticking where they were.
+#[test]
+fn migrate_moves_loops_to_postgres_and_back_keeping_state_history_and_versions() {
+    let Some(pg) = Env::postgres() else { return };
+    let url = pg.pg.as_ref().unwrap().url.clone();
+    let files = Env::file();
+    let dir = files.root.to_str().unwrap();
+    files.new_loop("nightly", "step = \"echo nightly\"\n[runs]\nkeep = 5\n");
+    files.ok(&["tick", "nightly"]);
+    files.ok(&["tick", "nightly"]);
+    files.ok(&["pause", "nightly", "--reason", "moving house"]);
+    files.new_loop("stays", "step = \"true\"\n");
+    let (state, history) = (files.state("nightly"), files.history("nightly"));
+    let config = std::fs::read_to_string(files.loop_dir("nightly").join("loop.toml")).unwrap();
+
+    let out = files.ok(&["migrate", "--from", dir, "--to", &url, "nightly"]);
+    assert!(
+        out.contains(&format!("moved loop nightly ({} events)", history.len())),
+        "{out}"
+    );
+    assert_eq!(pg.state("nightly"), state, "the state, version and all");
+    assert_eq!(
+        pg.history("nightly"),
+        history,
+        "every event, each keeping its version"
+    );
+    let moved_config: String = pg
+        .pg
+        .as_ref()
+        .unwrap()
+        .client()
+        .query_one("SELECT config FROM loops WHERE name = 'nightly'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(moved_config, config);
+    assert_eq!(
+        files.run(&["status", "nightly"]).status.code(),
+        Some(3),
+        "gone from the files"
+    );
+    assert!(
+        files.loop_dir("nightly").join("runs/2").is_dir(),
+        "its step output stays"
+    );
+    assert!(files.ok(&["list"]).contains("stays"), "only the loop named moved");
+
+    // It goes on in PostgreSQL from where it was.
+    pg.ok(&["resume", "nightly"]);
+    pg.ok(&["tick", "nightly"]);
+    let state = pg.state("nightly");
+    assert_eq!(state["tick"], 3);
+    let history = pg.history("nightly");
+
+    // And back: every loop of the database, into the root's files.
+    let out = files.ok(&["migrate", "--from", &url, "--to", dir, "--json"]);
+    let moved = json(&out);
+    assert_eq!(moved[0]["name"], "nightly", "{out}");
+    assert_eq!(moved[0]["moved"], true, "{out}");
+    assert_eq!(files.state("nightly"), state);
+    assert_eq!(files.history("nightly"), history);
+    assert_eq!(
+        std::fs::read_to_string(files.loop_dir("nightly").join("loop.toml")).unwrap(),
+        config
+    );
+    assert_eq!(
+        pg.run(&["status", "nightly"]).status.code(),
+        Some(3),
+        "gone from the database"
+    );
+    files.ok(&["tick", "nightly"]);
+    assert_eq!(files.state("nightly")["tick"], 4);
+    assert_eq!(
+        files.history("nightly").last().unwrap()["v"],
+        files.state("nightly")["version"]
+    );
+}
+
+/// A loop whose lock is held (a tick is running) is refused, in either
+/// direction, and stays where it was, untouched; once free it moves.
+#[test]
+fn migrate_refuses_a_locked_loop_and_leaves_it_where_it_was() {
+    let Some(pg) = Env::postgres() else { return };
+    let url = pg.pg.as_ref().unwrap().url.clone();
+    let files = Env::file();
+    let dir = files.root.to_str().unwrap();
+    let gate = tempfile::tempdir().unwrap();
+    files.new_loop("busy", &gated_step(gate.path()));
+    let mut runner = files
+        .cmd()
+        .args(["tick", "busy"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+    let err = files.fails(1, &["migrate", "--from", dir, "--to", &url]);
+    assert!(
+        err.contains("loop \"busy\"") && err.contains(&format!("held by pid {}", runner.id())),
+        "{err}"
+    );
+    assert_eq!(
+        pg.run(&["status", "busy"]).status.code(),
+        Some(3),
+        "nothing reached the target"
+    );
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    assert!(runner.wait().unwrap().success());
+    assert_eq!(files.state("busy")["tick"], 1, "the tick committed where it ran");
+    assert!(files.state("busy")["in_flight"].is_null());
+
+    // Moved once free; then locked in the database, it is refused back.
+    files.ok(&["migrate", "--from", dir, "--to", &url, "busy"]);
+    std::fs::remove_file(gate.path().join("started")).unwrap();
+    std::fs::remove_file(gate.path().join("go")).unwrap();
+    let mut runner = pg
+        .cmd()
+        .args(["tick", "busy"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+    let err = files.fails(1, &["migrate", "--from", &url, "--to", dir, "busy"]);
+    assert!(err.contains(&format!("held by pid {}", runner.id())), "{err}");
+    assert_eq!(files.run(&["status", "busy"]).status.code(), Some(3));
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    assert!(runner.wait().unwrap().success());
+    let state = pg.state("busy");
+    assert_eq!(state["tick"], 2);
+    assert!(state["in_flight"].is_null());
+}
+
+/// A daemon on one host hears of what another host changes through the
+/// store's notifications: a new cadence (which no rescan would find: a
+/// loop's config in the database has no file whose time could move), a
+/// new loop, and a pause, after which the loop never ticks again.
+#[test]
+fn a_daemon_hears_of_changes_made_on_another_host() {
+    let Some(env) = Env::postgres() else { return };
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_root = other_dir.path().join("root");
+    let url = env.pg.as_ref().unwrap().url.clone();
+    let other = |args: &[&str]| -> String {
+        let out = isolate(&mut Command::new(BIN))
+            .arg("--root")
+            .arg(&other_root)
+            .env("AUTOMATON_STORE", &url)
+            .env("AUTOMATON_HOST", "ops-laptop")
+            .env("AUTOMATON_MIN_EVERY", "100ms")
+            .env(
+                "EDITOR",
+                format!("cp '{}'", other_dir.path().join("new.toml").display()),
+            )
+            .env_remove("VISUAL")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    other(&["init"]);
+    let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap();
+    env.new_loop("slow", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    let log = env.root.with_file_name("daemon.log");
+    let mut daemon = on_host(&env, "runner-1")
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    until(&log, "the first tick", || ticks("slow") >= 1);
+
+    std::fs::write(
+        other_dir.path().join("new.toml"),
+        "step = \"true\"\n[schedule]\nevery = \"200ms\"\n",
+    )
+    .unwrap();
+    other(&["edit", "slow"]);
+    until(&log, "ticks on the cadence set on the other host", || {
+        ticks("slow") >= 4
+    });
+
+    std::fs::write(
+        other_dir.path().join("late.toml"),
+        "step = \"true\"\n[schedule]\nevery = \"1h\"\n",
+    )
+    .unwrap();
+    other(&[
+        "new",
+        "late",
+        "--from",
+        other_dir.path().join("late.toml").to_str().unwrap(),
+    ]);
+    until(&log, "the loop made on the other host ticks", || {
+        ticks("late") >= 1
+    });
+
+    other(&["pause", "slow"]);
+    let paused = env.state("slow");
+    let (tick, version) = (paused["tick"].clone(), paused["version"].clone());
+    // Until the daemon has seen the pause, the loop would tick 5 times a second.
+    env.new_loop("clock", "step = \"true\"\n[schedule]\nevery = \"1s\"\n");
+    until(&log, "a few ticks of another loop", || ticks("clock") >= 3);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let after = env.state("slow");
+    assert_eq!(
+        (&after["tick"], &after["version"]),
+        (&tick, &version),
+        "no tick after the pause"
+    );
+    assert_eq!(after["status"], "paused");
+}
+
+/// Waits until `cond` holds, or fails the test with the daemon's log.
+fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
