@@ -534,3 +534,218 @@ fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A PostgreSQL server of the test's own, which it stops and starts: a
+/// throw-away cluster in a temporary directory on a Unix socket (no TCP),
+/// run as user `postgres` when the tests run as root (initdb refuses root).
+struct Cluster {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    /// Who runs the server: `postgres` under root, else the test's user.
+    owner: Option<(u32, u32)>,
+}
+
+impl Cluster {
+    /// A running cluster, or `None` (skipped, said on stderr) when the
+    /// suite has no PostgreSQL: like every test here, it runs when
+    /// `AUTOMATON_TEST_STORE` is set, and needs the server's programs
+    /// (`/usr/lib/postgresql/*/bin`, or `AUTOMATON_TEST_PGBIN`).
+    fn start() -> Option<Cluster> {
+        crate::common::test_store().or_else(|| {
+            crate::common::skip_without_postgres();
+            None
+        })?;
+        let bin = std::env::var_os("AUTOMATON_TEST_PGBIN")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                let mut found: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+                    .ok()?
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .collect();
+                found.sort();
+                Some(format!("/usr/lib/postgresql/{}/bin", found.last()?).into())
+            })
+            .filter(|b: &std::path::PathBuf| b.join("initdb").is_file())
+            .expect("no PostgreSQL server programs: set AUTOMATON_TEST_PGBIN");
+        let dir = tempfile::tempdir().unwrap();
+        let owner = nix::unistd::getuid().is_root().then(|| {
+            let pg = nix::unistd::User::from_name("postgres")
+                .unwrap()
+                .expect("a user postgres to run the server as");
+            std::os::unix::fs::chown(dir.path(), Some(pg.uid.as_raw()), Some(pg.gid.as_raw())).unwrap();
+            (pg.uid.as_raw(), pg.gid.as_raw())
+        });
+        let cluster = Cluster { dir, bin, owner };
+        let data = cluster.dir.path().join("data");
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "automaton",
+                "--no-sync",
+            ],
+        );
+        cluster.up();
+        Some(cluster)
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        use std::os::unix::process::CommandExt;
+        let mut c = Command::new(self.bin.join(program));
+        c.args(args).current_dir(self.dir.path());
+        if let Some((uid, gid)) = self.owner {
+            c.uid(uid).gid(gid);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let data = self.dir.path().join("data");
+        let mut all = vec!["-D", data.to_str().unwrap(), "-w"];
+        all.extend_from_slice(args);
+        self.run("pg_ctl", &all);
+    }
+
+    fn up(&self) {
+        let opts = format!(
+            "-k {} -c listen_addresses='' -c fsync=off",
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log");
+        self.pg_ctl(&["-l", log.to_str().unwrap(), "-o", &opts, "start"]);
+    }
+
+    /// Stops the server as a crash would: no checkpoint, every session cut.
+    fn crash(&self) {
+        self.pg_ctl(&["-m", "immediate", "stop"]);
+    }
+
+    /// Its URL, with a password (which trust authentication ignores) that
+    /// no message may show.
+    fn url(&self) -> String {
+        format!(
+            "postgresql://automaton:hunter2secret@/postgres?host={}",
+            self.dir.path().display()
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let mut c = Command::new(self.bin.join("pg_ctl"));
+        c.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"]);
+        if let Some((uid, gid)) = self.owner {
+            c.uid(uid).gid(gid);
+        }
+        let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
+    }
+}
+
+/// The server crashes and restarts while a step runs: the step finishes,
+/// its result cannot be recorded (exit 8), nothing is half-written (the
+/// state still says the tick is in flight, no tick event), the lock is free
+/// at once, and the next tick records the crash. While the server is down,
+/// a command fails cleanly naming the cause; no message shows the password.
+#[test]
+fn a_server_restart_mid_step_fails_the_tick_cleanly_and_frees_the_lock() {
+    let Some(cluster) = Cluster::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let gate = tempfile::tempdir().unwrap();
+    let url = cluster.url();
+    let cmd = || {
+        let mut c = Command::new(BIN);
+        isolate(&mut c)
+            .arg("--root")
+            .arg(&root)
+            .env("AUTOMATON_STORE", &url)
+            .stdin(Stdio::null());
+        c
+    };
+    let ok = |args: &[&str]| {
+        let out = cmd().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&["init"]);
+    let config = dir.path().join("fragile.toml");
+    std::fs::write(&config, gated_step(gate.path())).unwrap();
+    ok(&["new", "fragile", "--from", config.to_str().unwrap()]);
+    let runner = cmd()
+        .args(["tick", "fragile"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+
+    cluster.crash();
+    let down = cmd().args(["status", "fragile"]).output().unwrap();
+    let err = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(down.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot connect") && err.contains("automaton:***@"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    cluster.up();
+
+    // The restart ended the runner's session, and with it the lock.
+    let status = json(&ok(&["status", "fragile", "--json"]));
+    assert!(status["lock"].is_null(), "{status}");
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    let out = runner.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "the step ran, unrecorded: {err}");
+    assert!(err.contains("loop \"fragile\": tick 1 ran its step"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+
+    // Nothing half-written: the marker of the tick in flight, no tick event.
+    let status = json(&ok(&["status", "fragile", "--json"]));
+    assert_eq!(status["in_flight"]["tick"], 1, "{status}");
+    let history = json(&ok(&["history", "fragile", "--json"]));
+    let kinds: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["created"]);
+
+    // The next tick records the crash, and runs.
+    let next = json(&ok(&["tick", "fragile", "--json"]));
+    assert_eq!(
+        (&next["outcome"], &next["tick"]),
+        (&"ran".into(), &2.into()),
+        "{next}"
+    );
+    let history = json(&ok(&["history", "fragile", "--json"]));
+    let kinds: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["created", "crashed", "tick"]);
+    assert_eq!(history[1]["tick"], 1);
+    let status = json(&ok(&["status", "fragile", "--json"]));
+    assert!(
+        status["in_flight"].is_null() && status["lock"].is_null(),
+        "{status}"
+    );
+}
