@@ -527,28 +527,25 @@ impl LoopStore for PgLoop {
     fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>> {
         // The step's workdir and output live here, on whichever host runs it.
         super::create_dirs(&self.base)?;
-        let mut client = self.db.take(self.n())?;
+        // One connection polls for the lock and, between attempts, reads
+        // who holds it: a waiting command holds one connection, not two.
+        let client = std::cell::RefCell::new(self.db.take(self.n())?);
         let name = self.name.as_str();
-        let mut key = 0i64;
-        let db = &self.db;
-        let try_take = |client: &mut Client, key: &mut i64| -> Result<bool> {
+        let key = std::cell::Cell::new(0i64);
+        let try_take = || -> Result<bool> {
             let row = client
+                .borrow_mut()
                 .query_one(
                     &format!("SELECT pg_try_advisory_lock(k), k FROM (SELECT {KEY} AS k) s"),
                     &[&name],
                 )
-                .map_err(db.fail(Some(name), "cannot take the loop's lock"))?;
-            *key = row.get(1);
+                .map_err(self.db.fail(Some(name), "cannot take the loop's lock"))?;
+            key.set(row.get(1));
             Ok(row.get(0))
         };
-        // The holder is read on a connection of its own: ours is polling.
-        lock::poll(
-            name,
-            wait,
-            MAX_POLL,
-            || try_take(&mut client, &mut key),
-            || self.holder(),
-        )?;
+        let holder_now = || self.live_holder(&mut client.borrow_mut()).ok().flatten();
+        lock::poll(name, wait, MAX_POLL, try_take, holder_now)?;
+        let (client, key) = (client.into_inner(), key.get());
         let mut session = PgSession {
             lp: self,
             client: Some(client),
