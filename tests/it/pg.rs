@@ -19,7 +19,7 @@ fn json(text: &str) -> serde_json::Value {
 }
 
 #[test]
-fn ticks_from_two_hosts_serialize_and_lose_nothing() {
+fn ticks_from_three_hosts_serialize_and_lose_nothing() {
     let Some(env) = Env::postgres() else { return };
     let log = env.root.join("ran.log");
     // Each step notes it began and ended: two steps at once would interleave.
@@ -32,7 +32,7 @@ fn ticks_from_two_hosts_serialize_and_lose_nothing() {
     );
     const EACH: usize = 6;
     std::thread::scope(|scope| {
-        for host in ["host-a", "host-b"] {
+        for host in ["host-a", "host-b", "host-c"] {
             let env = &env;
             scope.spawn(move || {
                 for _ in 0..EACH {
@@ -47,13 +47,13 @@ fn ticks_from_two_hosts_serialize_and_lose_nothing() {
     });
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4 * EACH, "every step ran once");
+    assert_eq!(lines.len(), 6 * EACH, "every step ran once");
     assert!(
         lines.chunks(2).all(|p| p == ["begin", "end"]),
         "steps never overlapped: {lines:?}"
     );
     let state = env.state("shared");
-    assert_eq!(state["tick"], 2 * EACH as u64);
+    assert_eq!(state["tick"], 3 * EACH as u64);
     let history = env.history("shared");
     let ticks: Vec<u64> = history
         .iter()
@@ -62,9 +62,16 @@ fn ticks_from_two_hosts_serialize_and_lose_nothing() {
         .collect();
     assert_eq!(
         ticks,
-        (1..=2 * EACH as u64).collect::<Vec<_>>(),
+        (1..=3 * EACH as u64).collect::<Vec<_>>(),
         "one record a tick, in order"
     );
+    for host in ["host-a", "host-b", "host-c"] {
+        let ran = history
+            .iter()
+            .filter(|e| e["kind"] == "tick" && e["host"] == host)
+            .count();
+        assert_eq!(ran, EACH, "each host's ticks are recorded as its own: {host}");
+    }
     let versions: Vec<u64> = history.iter().map(|e| e["v"].as_u64().unwrap()).collect();
     assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
     assert_eq!(*versions.last().unwrap(), state["version"].as_u64().unwrap());
