@@ -58,7 +58,9 @@ pub fn complete_loop_names() -> Vec<CompletionCandidate> {
     let Ok(root) = Root::open(flag.as_deref()) else {
         return Vec::new();
     };
-    store::list_loops(&root)
+    // The root's store, so a root in PostgreSQL completes its loops too.
+    store::Stores::open(&root)
+        .and_then(|s| s.list())
         .unwrap_or_default()
         .into_iter()
         .map(|d| CompletionCandidate::new(d.name().as_str()))

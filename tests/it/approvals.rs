@@ -6,7 +6,7 @@ use crate::common::Env;
 
 #[test]
 fn allowlist_refuses_anyone_else_and_changes_nothing() {
-    let env = Env::new();
+    let env = crate::files_only!("compares .state.loop bytes");
     env.new_loop(
         "demo",
         "step = \"true\"\n[approval]\napprovers = [\"ann\", \"bob\"]\n",
@@ -62,7 +62,7 @@ fn required_counts_distinct_approvers() {
 
 #[test]
 fn stale_approvals_are_dropped_and_logged() {
-    let env = Env::new();
+    let env = crate::files_only!("ages an approval in .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n[approval]\nexpires = \"1h\"\n");
     env.ok(&["approve", "demo", "--ahead", "--note", "old"]);
     // Age the approval by rewriting its time, as if it were given yesterday.

@@ -41,6 +41,32 @@ impl Env {
         env
     }
 
+    /// A fresh root for a test of the file store's own files (it reads or
+    /// writes them by hand), or `None` when the suite runs against
+    /// PostgreSQL: the test is then skipped, saying `why` on stderr. Tests
+    /// use it through [`files_only!`](crate::files_only).
+    pub fn files_only(why: &str) -> Option<Env> {
+        if test_store().is_some() {
+            eprintln!("skipped against PostgreSQL: {why}");
+            return None;
+        }
+        Some(Env::new())
+    }
+
+    /// A fresh, initialised root in the file store, whichever store the
+    /// suite runs against: for tests that move loops between the two.
+    pub fn file() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let env = Env {
+            _dir: dir,
+            root,
+            pg: None,
+        };
+        env.ok(&["init"]);
+        env
+    }
+
     /// A fresh root whose loops live in PostgreSQL, or `None` (the test is
     /// then skipped, said on stderr) when no server is configured.
     pub fn postgres() -> Option<Env> {
@@ -143,6 +169,19 @@ impl Env {
             .map(|e| e["kind"].as_str().unwrap().to_owned())
             .collect()
     }
+}
+
+/// `let env = crate::files_only!("why");` begins a test of the file
+/// store's own files: a fresh root, or, against PostgreSQL, a skip that
+/// says why and returns from the test.
+#[macro_export]
+macro_rules! files_only {
+    ($why:expr) => {
+        match $crate::common::Env::files_only($why) {
+            Some(env) => env,
+            None => return,
+        }
+    };
 }
 
 /// Every path under `dir`, relative, sorted: to show a command made nothing.

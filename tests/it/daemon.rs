@@ -181,7 +181,7 @@ fn age_last_tick(env: &Env, name: &str) {
 
 #[test]
 fn after_downtime_a_loop_gets_exactly_one_catch_up_tick() {
-    let env = Env::new();
+    let env = crate::files_only!("ages .state.loop by hand");
     new_loop(&env, "hourly", &scheduled("true", "1h"));
     env.ok(&["tick", "hourly"]);
     age_last_tick(&env, "hourly");
@@ -236,7 +236,7 @@ fn a_paused_loop_is_not_ticked() {
 
 #[test]
 fn a_loop_busy_in_another_process_is_skipped_not_waited_for() {
-    let env = Env::new();
+    let env = crate::files_only!("a shared store logs a busy loop at debug level");
     let d = dir(&env);
     // Even a loop that asks ticks to wait for its lock is skipped: the
     // daemon never blocks a worker on a lock.
@@ -295,7 +295,7 @@ fn a_halted_loop_stays_halted_and_the_daemon_keeps_going() {
 
 #[test]
 fn a_changed_cadence_is_picked_up() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     new_loop(&env, "slow", &scheduled("true", "1h"));
     let d = Daemon::start(&env, &[]);
     until("the first tick", || ticks(&env, "slow") >= 1);
@@ -306,7 +306,7 @@ fn a_changed_cadence_is_picked_up() {
 
 #[test]
 fn a_schedule_the_daemon_cannot_read_is_logged_and_the_rest_go_on() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     // `new` refuses it; a config edited by hand can still say it. Beside it,
     // a cron loop that does fire: both ticked once long ago, so the one
     // gets its catch-up tick and the other, with no date to come, none.
@@ -421,7 +421,7 @@ fn reschedule(env: &Env, name: &str, every: &str) {
 
 #[test]
 fn a_removed_loop_is_logged_and_never_ticked_again() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     new_loop(&env, "doomed", &scheduled("true", OFTEN));
     new_loop(&env, "clock", &scheduled("true", OFTEN));
     let d = Daemon::start(&env, &[]);
@@ -442,7 +442,7 @@ fn a_removed_loop_is_logged_and_never_ticked_again() {
 
 #[test]
 fn a_shorter_cadence_is_picked_up_at_once() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     new_loop(&env, "slow", &scheduled("true", "1h"));
     let d = Daemon::start(&env, &[]);
     until("the first tick", || ticks(&env, "slow") >= 1);
@@ -458,7 +458,7 @@ fn a_shorter_cadence_is_picked_up_at_once() {
 
 #[test]
 fn daemon_status_names_the_daemon_serving_the_root_and_a_second_one_is_told() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     new_loop(&env, "clock", &scheduled("true", OFTEN));
     let out = env.run(&["daemon", "--status"]);
     assert_eq!(out.status.code(), Some(1), "no daemon yet");
@@ -489,7 +489,7 @@ fn daemon_status_names_the_daemon_serving_the_root_and_a_second_one_is_told() {
 
 #[test]
 fn many_loops_found_due_at_once_are_spread_over_their_cadence() {
-    let env = Env::new();
+    let env = crate::files_only!("copies loop directories by hand");
     new_loop(&env, "l0", &scheduled("true", "1h"));
     for i in 1..8 {
         let from = env.loop_dir("l0");

@@ -52,7 +52,7 @@ fn a_healthy_root_exits_0() {
 
 #[test]
 fn what_a_dead_writer_left_is_found_and_fixed_under_the_lock() {
-    let env = Env::new();
+    let env = crate::files_only!("leaves a dead writer's files by hand");
     env.new_loop("demo", "step = \"true\"\n");
     env.ok(&["tick", "demo"]);
     let dir = env.loop_dir("demo");
@@ -89,7 +89,7 @@ fn what_a_dead_writer_left_is_found_and_fixed_under_the_lock() {
 
 #[test]
 fn a_damaged_state_and_a_changed_pinned_gate_are_errors_fix_leaves_alone() {
-    let env = Env::new();
+    let env = crate::files_only!("damages and pins files by hand");
     let gate = env.root.join("gate.wasm");
     fs::write(&gate, crate::gate_fixtures::good()).unwrap();
     let pin = "0".repeat(64);

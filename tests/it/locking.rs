@@ -13,7 +13,7 @@ use crate::common::Env;
 
 #[test]
 fn a_held_lock_is_named_and_waited_for() {
-    let env = Env::new();
+    let env = crate::files_only!("holds the lock file through the library");
     env.new_loop("demo", "step = \"true\"\n");
     let root = Root::at(&env.root);
     let dir = LoopDir::open(&root, "demo").unwrap();

@@ -8,7 +8,7 @@ use crate::common::{Env, tree};
 
 #[test]
 fn new_builds_a_loop_without_a_lock_file() {
-    let env = Env::new();
+    let env = crate::files_only!("looks at the loop directory's files");
     env.ok(&["new", "demo", "--step", "echo hi"]);
     let dir = env.loop_dir("demo");
     assert!(dir.join("loop.toml").is_file());
@@ -37,7 +37,7 @@ fn new_builds_a_loop_without_a_lock_file() {
 
 #[test]
 fn new_refuses_an_existing_loop_and_keeps_it() {
-    let env = Env::new();
+    let env = crate::files_only!("compares loop.toml bytes");
     env.ok(&["new", "demo", "--step", "first"]);
     let before = fs::read(env.loop_dir("demo").join("loop.toml")).unwrap();
     let err = env.fails(1, &["new", "demo", "--step", "second"]);
@@ -103,7 +103,7 @@ fn unknown_config_key_is_named_with_its_line() {
 
 #[test]
 fn a_bad_loop_toml_edited_later_is_exit_5_for_approve() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     env.new_loop("demo", "step = \"true\"\n");
     fs::write(
         env.loop_dir("demo").join("loop.toml"),
@@ -121,7 +121,7 @@ fn a_bad_loop_toml_edited_later_is_exit_5_for_approve() {
 
 #[test]
 fn corrupt_state_is_exit_5_and_never_overwritten() {
-    let env = Env::new();
+    let env = crate::files_only!("corrupts .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n");
     let path = env.loop_dir("demo").join(".state.loop");
     let good = fs::read(&path).unwrap();
@@ -164,7 +164,7 @@ fn corrupt_state_is_exit_5_and_never_overwritten() {
 
 #[test]
 fn status_lists_every_readable_loop_even_when_one_is_corrupt() {
-    let env = Env::new();
+    let env = crate::files_only!("corrupts .state.loop by hand");
     env.new_loop("good", "step = \"true\"\n")
         .new_loop("bad", "step = \"true\"\n");
     fs::write(env.loop_dir("bad").join(".state.loop"), "{").unwrap();
@@ -225,7 +225,7 @@ fn rm_refuses_an_active_loop_unless_forced() {
 
 #[test]
 fn history_limit_and_json() {
-    let env = Env::new();
+    let env = crate::files_only!("tears history.jsonl by hand");
     env.new_loop("demo", "step = \"true\"\n");
     env.ok(&["pause", "demo", "--reason", "night"]);
     env.ok(&["resume", "demo"]);

@@ -61,7 +61,7 @@ fn logs_follow_prints_the_running_tick_until_it_ends() {
 
 #[test]
 fn validate_checks_a_loop_a_file_and_every_loop() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     env.new_loop(
         "good",
         "step = \"true\"\n[[gate]]\nstock = \"max-failures\"\nparams = { max = 3 }\n",
@@ -96,7 +96,7 @@ fn validate_checks_a_loop_a_file_and_every_loop() {
 
 #[test]
 fn edit_refuses_a_bad_config_and_leaves_the_file_unchanged() {
-    let env = Env::new();
+    let env = crate::files_only!("compares loop.toml bytes");
     env.new_loop("demo", "step = \"true\"\n");
     let config = env.loop_dir("demo").join("loop.toml");
     let before = fs::read(&config).unwrap();
@@ -163,7 +163,7 @@ fn edit_refuses_a_bad_config_and_leaves_the_file_unchanged() {
 
 #[test]
 fn list_filters_by_status_and_shows_an_invalid_config() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     env.new_loop("a", "step = \"true\"\n")
         .new_loop("b", "step = \"exit 1\"\n")
         .new_loop("c", "step = \"true\"\n");
@@ -229,7 +229,7 @@ fn list_and_status_json_agree_on_keys_and_their_order() {
 
 #[test]
 fn rm_force_removes_a_loop_whose_state_is_corrupt() {
-    let env = Env::new();
+    let env = crate::files_only!("corrupts .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n");
     fs::write(env.loop_dir("demo").join(".state.loop"), "{\"sche").unwrap();
     let err = env.fails(5, &["rm", "demo"]);

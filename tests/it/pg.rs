@@ -19,7 +19,7 @@ fn json(text: &str) -> serde_json::Value {
 }
 
 #[test]
-fn ticks_from_two_hosts_serialize_and_lose_nothing() {
+fn ticks_from_three_hosts_serialize_and_lose_nothing() {
     let Some(env) = Env::postgres() else { return };
     let log = env.root.join("ran.log");
     // Each step notes it began and ended: two steps at once would interleave.
@@ -32,7 +32,7 @@ fn ticks_from_two_hosts_serialize_and_lose_nothing() {
     );
     const EACH: usize = 6;
     std::thread::scope(|scope| {
-        for host in ["host-a", "host-b"] {
+        for host in ["host-a", "host-b", "host-c"] {
             let env = &env;
             scope.spawn(move || {
                 for _ in 0..EACH {
@@ -47,13 +47,13 @@ fn ticks_from_two_hosts_serialize_and_lose_nothing() {
     });
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4 * EACH, "every step ran once");
+    assert_eq!(lines.len(), 6 * EACH, "every step ran once");
     assert!(
         lines.chunks(2).all(|p| p == ["begin", "end"]),
         "steps never overlapped: {lines:?}"
     );
     let state = env.state("shared");
-    assert_eq!(state["tick"], 2 * EACH as u64);
+    assert_eq!(state["tick"], 3 * EACH as u64);
     let history = env.history("shared");
     let ticks: Vec<u64> = history
         .iter()
@@ -62,9 +62,16 @@ fn ticks_from_two_hosts_serialize_and_lose_nothing() {
         .collect();
     assert_eq!(
         ticks,
-        (1..=2 * EACH as u64).collect::<Vec<_>>(),
+        (1..=3 * EACH as u64).collect::<Vec<_>>(),
         "one record a tick, in order"
     );
+    for host in ["host-a", "host-b", "host-c"] {
+        let ran = history
+            .iter()
+            .filter(|e| e["kind"] == "tick" && e["host"] == host)
+            .count();
+        assert_eq!(ran, EACH, "each host's ticks are recorded as its own: {host}");
+    }
     let versions: Vec<u64> = history.iter().map(|e| e["v"].as_u64().unwrap()).collect();
     assert!(versions.windows(2).all(|w| w[0] <= w[1]), "{versions:?}");
     assert_eq!(*versions.last().unwrap(), state["version"].as_u64().unwrap());
@@ -217,10 +224,17 @@ fn credentials_are_never_printed_nor_stored() {
     let pg = env.pg.as_ref().unwrap();
     // Trust or password authentication alike: a password in the URL must
     // never be shown. (A server that checks it would refuse a wrong one.)
-    let with_password = pg.url.replacen("://", "://postgres:hunter2secret@", 1);
-    if with_password.contains("@@") || !with_password.contains("hunter2secret@") {
+    // The URL's user, given a password; a URL without one names no user to
+    // give it to.
+    let (scheme, rest) = pg.url.split_once("://").unwrap();
+    let Some((user, host)) = rest
+        .split_once('@')
+        .filter(|(u, _)| !u.is_empty() && !u.contains([':', '/']))
+    else {
+        eprintln!("skipped: the test store's URL names no user without a password");
         return;
-    }
+    };
+    let with_password = format!("{scheme}://{user}:hunter2secret@{host}");
     let run = |args: &[&str]| {
         let out = env
             .cmd()
@@ -236,8 +250,8 @@ fn credentials_are_never_printed_nor_stored() {
         assert!(!all.contains("hunter2"), "{args:?}: {all}");
         out
     };
-    run(&["new", "quiet", "--step", "true"]);
-    run(&["tick", "quiet", "--json"]);
+    assert!(run(&["new", "quiet", "--step", "true"]).status.success());
+    assert!(run(&["tick", "quiet", "--json"]).status.success());
     run(&["status", "quiet", "--json"]);
     run(&["history", "quiet", "--json"]);
     run(&["list", "-v"]);
@@ -297,4 +311,455 @@ fn the_store_is_recorded_in_the_root_and_used_without_the_flag() {
     // And the file store, asked for by name, does not.
     let out = cmd(&["--store", "file", "status", "via-config"]);
     assert_eq!(out.status.code(), Some(3));
+}
+
+/// Loops moved from a root's files into PostgreSQL and back keep their
+/// config, state, history and versions, and go on ticking where they were.
+#[test]
+fn migrate_moves_loops_to_postgres_and_back_keeping_state_history_and_versions() {
+    let Some(pg) = Env::postgres() else { return };
+    let url = pg.pg.as_ref().unwrap().url.clone();
+    let files = Env::file();
+    let dir = files.root.to_str().unwrap();
+    files.new_loop("nightly", "step = \"echo nightly\"\n[runs]\nkeep = 5\n");
+    files.ok(&["tick", "nightly"]);
+    files.ok(&["tick", "nightly"]);
+    files.ok(&["pause", "nightly", "--reason", "moving house"]);
+    files.new_loop("stays", "step = \"true\"\n");
+    let (state, history) = (files.state("nightly"), files.history("nightly"));
+    let config = std::fs::read_to_string(files.loop_dir("nightly").join("loop.toml")).unwrap();
+
+    let out = files.ok(&["migrate", "--from", dir, "--to", &url, "nightly"]);
+    assert!(
+        out.contains(&format!("moved loop nightly ({} events)", history.len())),
+        "{out}"
+    );
+    assert_eq!(pg.state("nightly"), state, "the state, version and all");
+    assert_eq!(
+        pg.history("nightly"),
+        history,
+        "every event, each keeping its version"
+    );
+    let moved_config: String = pg
+        .pg
+        .as_ref()
+        .unwrap()
+        .client()
+        .query_one("SELECT config FROM loops WHERE name = 'nightly'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(moved_config, config);
+    assert_eq!(
+        files.run(&["status", "nightly"]).status.code(),
+        Some(3),
+        "gone from the files"
+    );
+    assert!(
+        files.loop_dir("nightly").join("runs/2").is_dir(),
+        "its step output stays"
+    );
+    assert!(files.ok(&["list"]).contains("stays"), "only the loop named moved");
+
+    // It goes on in PostgreSQL from where it was.
+    pg.ok(&["resume", "nightly"]);
+    pg.ok(&["tick", "nightly"]);
+    let state = pg.state("nightly");
+    assert_eq!(state["tick"], 3);
+    let history = pg.history("nightly");
+
+    // And back: every loop of the database, into the root's files.
+    let out = files.ok(&["migrate", "--from", &url, "--to", dir, "--json"]);
+    let moved = json(&out);
+    assert_eq!(moved[0]["name"], "nightly", "{out}");
+    assert_eq!(moved[0]["moved"], true, "{out}");
+    assert_eq!(files.state("nightly"), state);
+    assert_eq!(files.history("nightly"), history);
+    assert_eq!(
+        std::fs::read_to_string(files.loop_dir("nightly").join("loop.toml")).unwrap(),
+        config
+    );
+    assert_eq!(
+        pg.run(&["status", "nightly"]).status.code(),
+        Some(3),
+        "gone from the database"
+    );
+    files.ok(&["tick", "nightly"]);
+    assert_eq!(files.state("nightly")["tick"], 4);
+    assert_eq!(
+        files.history("nightly").last().unwrap()["v"],
+        files.state("nightly")["version"]
+    );
+}
+
+/// A loop whose lock is held (a tick is running) is refused, in either
+/// direction, and stays where it was, untouched; once free it moves.
+#[test]
+fn migrate_refuses_a_locked_loop_and_leaves_it_where_it_was() {
+    let Some(pg) = Env::postgres() else { return };
+    let url = pg.pg.as_ref().unwrap().url.clone();
+    let files = Env::file();
+    let dir = files.root.to_str().unwrap();
+    let gate = tempfile::tempdir().unwrap();
+    files.new_loop("busy", &gated_step(gate.path()));
+    let mut runner = files
+        .cmd()
+        .args(["tick", "busy"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+    let err = files.fails(1, &["migrate", "--from", dir, "--to", &url]);
+    assert!(
+        err.contains("loop \"busy\"") && err.contains(&format!("held by pid {}", runner.id())),
+        "{err}"
+    );
+    assert_eq!(
+        pg.run(&["status", "busy"]).status.code(),
+        Some(3),
+        "nothing reached the target"
+    );
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    assert!(runner.wait().unwrap().success());
+    assert_eq!(files.state("busy")["tick"], 1, "the tick committed where it ran");
+    assert!(files.state("busy")["in_flight"].is_null());
+
+    // Moved once free; then locked in the database, it is refused back.
+    files.ok(&["migrate", "--from", dir, "--to", &url, "busy"]);
+    std::fs::remove_file(gate.path().join("started")).unwrap();
+    std::fs::remove_file(gate.path().join("go")).unwrap();
+    let mut runner = pg
+        .cmd()
+        .args(["tick", "busy"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+    let err = files.fails(1, &["migrate", "--from", &url, "--to", dir, "busy"]);
+    assert!(err.contains(&format!("held by pid {}", runner.id())), "{err}");
+    assert_eq!(files.run(&["status", "busy"]).status.code(), Some(3));
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    assert!(runner.wait().unwrap().success());
+    let state = pg.state("busy");
+    assert_eq!(state["tick"], 2);
+    assert!(state["in_flight"].is_null());
+}
+
+/// A daemon on one host hears of what another host changes through the
+/// store's notifications: a new cadence (which no rescan would find: a
+/// loop's config in the database has no file whose time could move), a
+/// new loop, and a pause, after which the loop never ticks again.
+#[test]
+fn a_daemon_hears_of_changes_made_on_another_host() {
+    let Some(env) = Env::postgres() else { return };
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_root = other_dir.path().join("root");
+    let url = env.pg.as_ref().unwrap().url.clone();
+    let other = |args: &[&str]| -> String {
+        let out = isolate(&mut Command::new(BIN))
+            .arg("--root")
+            .arg(&other_root)
+            .env("AUTOMATON_STORE", &url)
+            .env("AUTOMATON_HOST", "ops-laptop")
+            .env("AUTOMATON_MIN_EVERY", "100ms")
+            .env(
+                "EDITOR",
+                format!("cp '{}'", other_dir.path().join("new.toml").display()),
+            )
+            .env_remove("VISUAL")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    other(&["init"]);
+    let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap();
+    env.new_loop("slow", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    let log = env.root.with_file_name("daemon.log");
+    let mut daemon = on_host(&env, "runner-1")
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    until(&log, "the first tick", || ticks("slow") >= 1);
+
+    std::fs::write(
+        other_dir.path().join("new.toml"),
+        "step = \"true\"\n[schedule]\nevery = \"200ms\"\n",
+    )
+    .unwrap();
+    other(&["edit", "slow"]);
+    until(&log, "ticks on the cadence set on the other host", || {
+        ticks("slow") >= 4
+    });
+
+    std::fs::write(
+        other_dir.path().join("late.toml"),
+        "step = \"true\"\n[schedule]\nevery = \"1h\"\n",
+    )
+    .unwrap();
+    other(&[
+        "new",
+        "late",
+        "--from",
+        other_dir.path().join("late.toml").to_str().unwrap(),
+    ]);
+    until(&log, "the loop made on the other host ticks", || {
+        ticks("late") >= 1
+    });
+
+    other(&["pause", "slow"]);
+    let paused = env.state("slow");
+    let (tick, version) = (paused["tick"].clone(), paused["version"].clone());
+    // Until the daemon has seen the pause, the loop would tick 5 times a second.
+    env.new_loop("clock", "step = \"true\"\n[schedule]\nevery = \"1s\"\n");
+    until(&log, "a few ticks of another loop", || ticks("clock") >= 3);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let after = env.state("slow");
+    assert_eq!(
+        (&after["tick"], &after["version"]),
+        (&tick, &version),
+        "no tick after the pause"
+    );
+    assert_eq!(after["status"], "paused");
+}
+
+/// Waits until `cond` holds, or fails the test with the daemon's log.
+fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A PostgreSQL server of the test's own, which it stops and starts: a
+/// throw-away cluster in a temporary directory on a Unix socket (no TCP),
+/// run as user `postgres` when the tests run as root (initdb refuses root).
+struct Cluster {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    /// Who runs the server: `postgres` under root, else the test's user.
+    owner: Option<(u32, u32)>,
+}
+
+impl Cluster {
+    /// A running cluster, or `None` (skipped, said on stderr) when the
+    /// suite has no PostgreSQL: like every test here, it runs when
+    /// `AUTOMATON_TEST_STORE` is set, and needs the server's programs
+    /// (`/usr/lib/postgresql/*/bin`, or `AUTOMATON_TEST_PGBIN`).
+    fn start() -> Option<Cluster> {
+        crate::common::test_store().or_else(|| {
+            crate::common::skip_without_postgres();
+            None
+        })?;
+        let bin = std::env::var_os("AUTOMATON_TEST_PGBIN")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                let mut found: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+                    .ok()?
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .collect();
+                found.sort();
+                Some(format!("/usr/lib/postgresql/{}/bin", found.last()?).into())
+            })
+            .filter(|b: &std::path::PathBuf| b.join("initdb").is_file())
+            .expect("no PostgreSQL server programs: set AUTOMATON_TEST_PGBIN");
+        let dir = tempfile::tempdir().unwrap();
+        let owner = nix::unistd::getuid().is_root().then(|| {
+            let pg = nix::unistd::User::from_name("postgres")
+                .unwrap()
+                .expect("a user postgres to run the server as");
+            std::os::unix::fs::chown(dir.path(), Some(pg.uid.as_raw()), Some(pg.gid.as_raw())).unwrap();
+            (pg.uid.as_raw(), pg.gid.as_raw())
+        });
+        let cluster = Cluster { dir, bin, owner };
+        let data = cluster.dir.path().join("data");
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "automaton",
+                "--no-sync",
+            ],
+        );
+        cluster.up();
+        Some(cluster)
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        use std::os::unix::process::CommandExt;
+        let mut c = Command::new(self.bin.join(program));
+        c.args(args).current_dir(self.dir.path());
+        if let Some((uid, gid)) = self.owner {
+            c.uid(uid).gid(gid);
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let data = self.dir.path().join("data");
+        let mut all = vec!["-D", data.to_str().unwrap(), "-w"];
+        all.extend_from_slice(args);
+        self.run("pg_ctl", &all);
+    }
+
+    fn up(&self) {
+        let opts = format!(
+            "-k {} -c listen_addresses='' -c fsync=off",
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log");
+        self.pg_ctl(&["-l", log.to_str().unwrap(), "-o", &opts, "start"]);
+    }
+
+    /// Stops the server as a crash would: no checkpoint, every session cut.
+    fn crash(&self) {
+        self.pg_ctl(&["-m", "immediate", "stop"]);
+    }
+
+    /// Its URL, with a password (which trust authentication ignores) that
+    /// no message may show.
+    fn url(&self) -> String {
+        format!(
+            "postgresql://automaton:hunter2secret@/postgres?host={}",
+            self.dir.path().display()
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let mut c = Command::new(self.bin.join("pg_ctl"));
+        c.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"]);
+        if let Some((uid, gid)) = self.owner {
+            c.uid(uid).gid(gid);
+        }
+        let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
+    }
+}
+
+/// The server crashes and restarts while a step runs: the step finishes,
+/// its result cannot be recorded (exit 8), nothing is half-written (the
+/// state still says the tick is in flight, no tick event), the lock is free
+/// at once, and the next tick records the crash. While the server is down,
+/// a command fails cleanly naming the cause; no message shows the password.
+#[test]
+fn a_server_restart_mid_step_fails_the_tick_cleanly_and_frees_the_lock() {
+    let Some(cluster) = Cluster::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let gate = tempfile::tempdir().unwrap();
+    let url = cluster.url();
+    let cmd = || {
+        let mut c = Command::new(BIN);
+        isolate(&mut c)
+            .arg("--root")
+            .arg(&root)
+            .env("AUTOMATON_STORE", &url)
+            .stdin(Stdio::null());
+        c
+    };
+    let ok = |args: &[&str]| {
+        let out = cmd().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&["init"]);
+    let config = dir.path().join("fragile.toml");
+    std::fs::write(&config, gated_step(gate.path())).unwrap();
+    ok(&["new", "fragile", "--from", config.to_str().unwrap()]);
+    let runner = cmd()
+        .args(["tick", "fragile"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+
+    cluster.crash();
+    let down = cmd().args(["status", "fragile"]).output().unwrap();
+    let err = String::from_utf8_lossy(&down.stderr);
+    assert_eq!(down.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot connect") && err.contains("automaton:***@"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    cluster.up();
+
+    // The restart ended the runner's session, and with it the lock.
+    let status = json(&ok(&["status", "fragile", "--json"]));
+    assert!(status["lock"].is_null(), "{status}");
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    let out = runner.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(8), "the step ran, unrecorded: {err}");
+    assert!(err.contains("loop \"fragile\": tick 1 ran its step"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+
+    // Nothing half-written: the marker of the tick in flight, no tick event.
+    let status = json(&ok(&["status", "fragile", "--json"]));
+    assert_eq!(status["in_flight"]["tick"], 1, "{status}");
+    let history = json(&ok(&["history", "fragile", "--json"]));
+    let kinds: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["created"]);
+
+    // The next tick records the crash, and runs.
+    let next = json(&ok(&["tick", "fragile", "--json"]));
+    assert_eq!(
+        (&next["outcome"], &next["tick"]),
+        (&"ran".into(), &2.into()),
+        "{next}"
+    );
+    let history = json(&ok(&["history", "fragile", "--json"]));
+    let kinds: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["created", "crashed", "tick"]);
+    assert_eq!(history[1]["tick"], 1);
+    let status = json(&ok(&["status", "fragile", "--json"]));
+    assert!(
+        status["in_flight"].is_null() && status["lock"].is_null(),
+        "{status}"
+    );
 }

@@ -55,7 +55,7 @@ fn status_views() {
 
 #[test]
 fn error_messages() {
-    let env = Env::new();
+    let env = crate::files_only!("corrupts .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n[approval]\napprovers = [\"ann\"]\n");
     let mut errors = String::new();
     let mut record = |code: i32, args: &[&str]| {
@@ -108,7 +108,7 @@ fn error_messages() {
 
 #[test]
 fn a_failed_tick_and_its_output() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     env.new_loop(
         "flaky",
         "description = \"fails on purpose\"\nstep = \"echo building; echo 'no space left' >&2; exit 3\"\n\

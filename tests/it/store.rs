@@ -45,7 +45,7 @@ fn every_event_carries_the_version_it_was_committed_with() {
 
 #[test]
 fn a_dead_tick_is_recorded_by_the_first_command_that_finds_it() {
-    let env = Env::new();
+    let env = crate::files_only!("leaves a dead tick in .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n");
     env.ok(&["tick", "demo"]);
     leave_in_flight(&env, "demo", 2);
@@ -65,7 +65,7 @@ fn a_dead_tick_is_recorded_by_the_first_command_that_finds_it() {
 
 #[test]
 fn events_of_an_unfinished_commit_are_never_read_and_are_cut_by_the_next_holder() {
-    let env = Env::new();
+    let env = crate::files_only!("tears history.jsonl by hand");
     env.new_loop("demo", "step = \"true\"\n");
     let version = env.state("demo")["version"].as_u64().unwrap();
     let path = env.loop_dir("demo").join("history.jsonl");
@@ -96,7 +96,7 @@ fn events_of_an_unfinished_commit_are_never_read_and_are_cut_by_the_next_holder(
 
 #[test]
 fn stray_temporary_files_are_removed_by_the_next_locking_command() {
-    let env = Env::new();
+    let env = crate::files_only!("leaves temporary files by hand");
     env.new_loop("demo", "step = \"true\"\n");
     let dir = env.loop_dir("demo");
     for n in 0..3 {
@@ -116,7 +116,7 @@ fn stray_temporary_files_are_removed_by_the_next_locking_command() {
 
 #[test]
 fn a_state_file_that_is_a_fifo_is_refused_without_blocking() {
-    let env = Env::new();
+    let env = crate::files_only!("puts a fifo in place of .state.loop");
     env.new_loop("demo", "step = \"true\"\n");
     env.new_loop("other", "step = \"true\"\n");
     let state = env.loop_dir("demo").join(".state.loop");
@@ -139,7 +139,7 @@ fn a_state_file_that_is_a_fifo_is_refused_without_blocking() {
 
 #[test]
 fn history_and_lock_files_that_are_not_regular_files_are_refused() {
-    let env = Env::new();
+    let env = crate::files_only!("puts odd files in the loop directory");
     env.new_loop("demo", "step = \"true\"\n");
     let dir = env.loop_dir("demo");
     fs::remove_file(dir.join("history.jsonl")).unwrap();
@@ -172,7 +172,7 @@ fn metric_totals_that_would_overflow_leave_a_valid_state() {
 
 #[test]
 fn a_huge_gate_reason_and_a_huge_operator_reason_are_cut_with_a_marker() {
-    let env = Env::new();
+    let env = crate::files_only!("measures the loop's files");
     // Skips with a reason of 1 MiB of "r".
     let gate = crate::gate_fixtures::WatGate::new(
         "(drop (memory.grow (i32.const 17)))
@@ -209,7 +209,7 @@ fn a_huge_gate_reason_and_a_huge_operator_reason_are_cut_with_a_marker() {
 
 #[test]
 fn a_step_whose_result_cannot_be_recorded_exits_8_and_the_next_command_records_a_crash() {
-    let env = Env::new();
+    let env = crate::files_only!("breaks history.jsonl from the step");
     // The step makes the history file unwritable (a directory in its place),
     // so the tick's commit fails after the step ran.
     env.new_loop(
@@ -234,7 +234,7 @@ fn a_step_whose_result_cannot_be_recorded_exits_8_and_the_next_command_records_a
 fn a_fifo_in_one_loop_does_not_stall_the_daemons_other_loops() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    let env = Env::new();
+    let env = crate::files_only!("puts fifos in place of the loop's files");
     env.new_loop("good", "step = \"true\"\n[schedule]\nevery = \"1s\"\n");
     env.new_loop("bad", "step = \"true\"\n[schedule]\nevery = \"1s\"\n");
     let bad = env.loop_dir("bad");

@@ -371,7 +371,7 @@ fn race_check_gate_against_pause_serialise() {
 
 #[test]
 fn a_runner_killed_mid_step_takes_its_step_along_and_is_recorded_as_crashed() {
-    let env = Env::new();
+    let env = crate::files_only!("edits loop.toml by hand");
     let sync = tempfile::tempdir().unwrap();
     let pids = sync.path().join("pids");
     env.new_loop(

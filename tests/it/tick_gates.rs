@@ -305,7 +305,7 @@ fn new_refuses_gate_params_the_gate_rejects() {
 
 #[test]
 fn history_is_rotated_and_read_across_its_files() {
-    let env = Env::new();
+    let env = crate::files_only!("rotates history.jsonl files");
     env.new_loop(
         "demo",
         "step = \"true\"\n[history]\nmax_size = \"4KiB\"\nkeep = 2\n\

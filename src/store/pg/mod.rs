@@ -527,28 +527,25 @@ impl LoopStore for PgLoop {
     fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>> {
         // The step's workdir and output live here, on whichever host runs it.
         super::create_dirs(&self.base)?;
-        let mut client = self.db.take(self.n())?;
+        // One connection polls for the lock and, between attempts, reads
+        // who holds it: a waiting command holds one connection, not two.
+        let client = std::cell::RefCell::new(self.db.take(self.n())?);
         let name = self.name.as_str();
-        let mut key = 0i64;
-        let db = &self.db;
-        let try_take = |client: &mut Client, key: &mut i64| -> Result<bool> {
+        let key = std::cell::Cell::new(0i64);
+        let try_take = || -> Result<bool> {
             let row = client
+                .borrow_mut()
                 .query_one(
                     &format!("SELECT pg_try_advisory_lock(k), k FROM (SELECT {KEY} AS k) s"),
                     &[&name],
                 )
-                .map_err(db.fail(Some(name), "cannot take the loop's lock"))?;
-            *key = row.get(1);
+                .map_err(self.db.fail(Some(name), "cannot take the loop's lock"))?;
+            key.set(row.get(1));
             Ok(row.get(0))
         };
-        // The holder is read on a connection of its own: ours is polling.
-        lock::poll(
-            name,
-            wait,
-            MAX_POLL,
-            || try_take(&mut client, &mut key),
-            || self.holder(),
-        )?;
+        let holder_now = || self.live_holder(&mut client.borrow_mut()).ok().flatten();
+        lock::poll(name, wait, MAX_POLL, try_take, holder_now)?;
+        let (client, key) = (client.into_inner(), key.get());
         let mut session = PgSession {
             lp: self,
             client: Some(client),
@@ -678,7 +675,11 @@ impl Session for PgSession<'_> {
         Ok(Loaded { state, recovered })
     }
 
-    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()> {
+    /// Every commit is synchronous, `Durability::Relaxed` included: an
+    /// asynchronous commit is lost when the server restarts, not only on a
+    /// power loss, and a lost `in_flight` marker would let a tick whose
+    /// step ran go unrecorded and its run number be used again.
+    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, _durability: Durability) -> Result<()> {
         let lp = self.lp;
         if self.version != Some(state.version) {
             return Err(Error::Conflict {
@@ -697,9 +698,6 @@ impl Session for PgSession<'_> {
         let text = state_text(&next_state);
         let result = (|| -> Result<u64, postgres::Error> {
             let mut tx = self.client().transaction()?;
-            if durability == Durability::Relaxed {
-                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
-            }
             let n = tx.execute(
                 "UPDATE loops SET state = $2::text::json, version = $3 WHERE name = $1 AND version = $4",
                 &[&name, &text, &(next as i64), &(state.version as i64)],
