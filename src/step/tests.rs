@@ -250,11 +250,7 @@ fn the_guard_outlives_signals_to_its_group() {
                 let guard = st.pgid;
                 std::thread::sleep(Duration::from_millis(100));
                 assert!(alive(guard), "the guard died of a signal to its group");
-                #[cfg(target_os = "linux")]
-                {
-                    let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap_or_default();
-                    assert!(cmdline.starts_with(b"automaton-guard"), "{cmdline:?}");
-                }
+
                 st.canceller().cancel();
             },
         )
