@@ -15,6 +15,9 @@
 # usage: bench/daemon.sh
 # env:   SIZES ("100 1000 5000")  SECONDS_PER (60)  MAX_CONCURRENT (8)
 #        MEMORY_RUN (0: skip; else seconds of the memory run)  BIN (a built binary)
+#        BEFORE (an older build: measured at each size just before BIN, one
+#        row each, for a side-by-side run)
+#        BASELINE (1; 0 skips the bash + flock baseline)  IDLE (1; 0 skips it)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 sizes=${SIZES:-100 1000 5000}
@@ -70,8 +73,8 @@ next_record() {
 }
 
 printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up\n\n' "$workers" "$secs"
-printf '| loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
-printf '|---|---|---|---|---|---|---|\n'
+printf '| build | loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
 cat > "$work/loop.toml" <<TOML
 step = ["true"]
 [schedule]
@@ -80,7 +83,8 @@ every = "${cadence}s"
 stock = "max-failures"
 params = { max = 3 }
 TOML
-for n in $sizes; do
+measure() { # LABEL N
+  local label=$1 n=$2
   root="$work/r$n"
   make_root "$root" "$n" "$work/loop.toml"
   start_daemon "$root" "$work/d$n.log"
@@ -107,16 +111,24 @@ for n in $sizes; do
   ticks1=$(record_field "$root/daemon.json" ticks)
   stop_daemon
   p50=$(printf '%s\n' "${p50s[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  awk -v n="$n" -v c="$cadence" -v t0="$t0" -v t1="$t1" -v k0="$ticks0" -v k1="$ticks1" \
+  awk -v label="$label" -v n="$n" -v c="$cadence" -v t0="$t0" -v t1="$t1" -v k0="$ticks0" -v k1="$ticks1" \
       -v o0="$own0" -v o1="$own1" -v c0="$kids0" -v c1="$kids1" -v hz="$hz" \
       -v p50="$p50" -v p99="$p99" -v r0="$rss0" -v r1="$rss1" 'BEGIN {
     ticks = k1 - k0; el = t1 - t0
-    printf "| %d | %.0f | %.1f | %d ms / %d ms | %.3f ms | %.3f ms | %.1f → %.1f MiB |\n",
-      n, n / c, ticks / el, p50, p99, (o1 - o0) * 1000 / hz / ticks, (c1 - c0) * 1000 / hz / ticks,
+    printf "| %s | %d | %.0f | %.1f | %d ms / %d ms | %.3f ms | %.3f ms | %.1f → %.1f MiB |\n",
+      label, n, n / c, ticks / el, p50, p99, (o1 - o0) * 1000 / hz / ticks, (c1 - c0) * 1000 / hz / ticks,
       r0 / 1024, r1 / 1024 }'
   rm -rf "$root"
+}
+builds=("after=$BIN")
+[ -n "${BEFORE:-}" ] && builds=("before=$BEFORE" "after=$BIN")
+for n in $sizes; do
+  for build in "${builds[@]}"; do
+    BIN=${build#*=} measure "${build%%=*}" "$n"
+  done
 done
 
+if [ "${BASELINE:-1}" = 1 ]; then
 # The baseline: a bash scheduler firing `flock -n <loop>/lock true` for each
 # due loop, the loops spread over the cadence as the daemon spreads them.
 cat > "$work/flock.sh" <<'SH'
@@ -165,7 +177,9 @@ for n in $sizes; do
         a[int((NR + 1) / 2)], a[int(NR * 0.99 + 0.99)], o * 1000 / hz / f, k * 1000 / hz / f }'
   rm -rf "$dir"
 done
+fi
 
+if [ "${IDLE:-1}" = 1 ]; then
 # Idle: 5,000 loops whose cron expression fires once a year.
 printf '\n## idle daemon over 5,000 loops, %s s\n\n' "$secs"
 cat > "$work/idle.toml" <<'TOML'
@@ -189,6 +203,7 @@ stop_daemon
 awk -v o0="$own0" -v o1="$own1" -v t0="$t0" -v t1="$t1" -v hz="$hz" -v r="$rss" 'BEGIN {
   printf "CPU: %.3f %% of a core; RSS %.1f MiB\n", (o1 - o0) / hz / (t1 - t0) * 100, r / 1024 }'
 rm -rf "$root"
+fi
 
 if [ "$memory_run" -gt 0 ]; then
   printf '\n## memory over %s s: 5,000 loops every 10 s, RSS each minute (MiB)\n\n' "$memory_run"

@@ -3,54 +3,72 @@
 //! is killed.
 //!
 //! Per step, the runner starts a tiny guard that leads a new process group;
-//! the step is then spawned *into* that group. The guard is `/bin/sh`
-//! running `read line; kill -KILL 0`: its standard input is the read end of
-//! a pipe whose write end the runner keeps (close-on-exec), so it blocks
-//! until the kernel closes the write end, when the runner dies or is done,
-//! and then kills its whole group, step included.
+//! the step is then spawned *into* that group. The guard holds the read end
+//! of a pipe whose write end the runner keeps (close-on-exec), blocks reading
+//! it until the kernel closes the write end, when the runner dies or is done,
+//! and then kills its whole group (`kill(0, SIGKILL)`), step included.
 //!
-//! It is started with `posix_spawn` (a vfork: the runner's memory is never
-//! copied, however large it is) with every signal blocked, and keeps them
-//! blocked: a step's `kill 0` (a common `trap 'kill 0' EXIT`) or the
-//! runner's SIGTERM on timeout cannot take the guard down before the group,
-//! from its first instruction on; only SIGKILL ends it. It holds no other
-//! descriptor and runs in `/`, with an empty environment.
+//! On Linux x86_64 the guard is a `clone` of the runner that shares its
+//! memory and execs nothing: a few raw system calls on a stack of its own
+//! (no C library, no allocation, no thread-local state), named
+//! `automaton-guard` (its `comm`). Starting it costs a process, not a
+//! program: no exec, no dynamic loader, no copy of the runner's page tables.
+//! Elsewhere the guard is `/bin/sh` running `read line; kill -KILL 0`,
+//! started with `posix_spawn` (a vfork: the runner's memory is never
+//! copied).
+//!
+//! Either way it starts with every signal blocked and keeps them blocked: a
+//! step's `kill 0` (a common `trap 'kill 0' EXIT`) or the runner's SIGTERM on
+//! timeout cannot take the guard down before the group, from its first
+//! instruction on; only SIGKILL ends it. It holds no other descriptor and
+//! runs in `/`.
 //!
 //! Because the guard leads the group and is reaped last, the group's id stays
 //! valid (it cannot be reused by an unrelated group) for as long as the
 //! runner signals it, even after the step itself has exited.
 
-use std::ffi::{CStr, c_char};
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
-
-/// The guard's program: a POSIX shell is on every system a step runs on.
-const SHELL: &CStr = c"/bin/sh";
-/// Its `argv[0]`, so operators can tell it from the runner in `ps`.
-const NAME: &CStr = c"automaton-guard";
-/// Its whole life: wait for EOF, then kill the group, itself included.
-const SCRIPT: &CStr = c"cd /; read line; kill -KILL 0";
 
 /// A running guard; dropping it kills the whole group and reaps the guard.
 pub(super) struct Guard {
     pid: Pid,
     /// The write end of the pipe; the guard sees EOF once every copy is closed.
     pipe: Option<OwnedFd>,
+    /// The stack the cloned guard runs on, unmapped once it is reaped.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    stack: Option<cloned::Stack>,
 }
 
 impl Guard {
     /// Starts the guard as the leader of a new process group. The group
     /// exists when this returns.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     pub(super) fn spawn() -> io::Result<Guard> {
         let (read, write) = cloexec_pipe()?;
-        let pid = spawn_guard(read.as_raw_fd())?;
+        let (pid, stack) = cloned::spawn(&read, &write)?;
+        Ok(Guard {
+            pid,
+            pipe: Some(write),
+            stack: Some(stack),
+        })
+    }
+
+    /// Starts the guard as the leader of a new process group. The group
+    /// exists when this returns.
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    pub(super) fn spawn() -> io::Result<Guard> {
+        let (read, write) = cloexec_pipe()?;
+        let pid = shell::spawn_guard(read.as_raw_fd())?;
         Ok(Guard {
             pid,
             pipe: Some(write),
@@ -77,109 +95,345 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.signal_group(Signal::SIGKILL);
         drop(self.pipe.take());
-        while let Err(Errno::EINTR) = waitpid(self.pid, None) {}
+        let reaped = loop {
+            match waitpid(self.pid, None) {
+                Err(Errno::EINTR) => continue,
+                result => break result.is_ok(),
+            }
+        };
+        // A guard not known to be gone may still be running on its stack.
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        if !reaped && let Some(stack) = self.stack.take() {
+            std::mem::forget(stack);
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        let _ = reaped;
     }
 }
 
-/// `posix_spawn`s the guard: `stdin` as its fd 0, `/dev/null` as 1 and 2,
-/// nothing else open (where the C library can close the rest), every
-/// signal blocked, in a new process group it leads.
-fn spawn_guard(stdin: RawFd) -> io::Result<Pid> {
-    let mut actions = FileActions::new()?;
-    // SAFETY: `actions` is initialised; the paths are NUL-terminated.
-    unsafe {
-        check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, stdin, 0))?;
-        check(libc::posix_spawn_file_actions_addopen(
-            &mut actions.0,
-            1,
-            c"/dev/null".as_ptr(),
-            libc::O_WRONLY,
-            0,
-        ))?;
-        check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, 1, 2))?;
-        // Descriptors the runner inherited without close-on-exec; its own
-        // are all close-on-exec.
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        check(libc::posix_spawn_file_actions_addclosefrom_np(&mut actions.0, 3))?;
+/// The guard as a clone of the runner sharing its memory (Linux x86_64).
+///
+/// The child runs `guard_main` on a stack mapped for it, with every signal
+/// blocked (the mask is inherited from the spawning thread, which blocks
+/// everything around the `clone`). It shares the runner's memory but not
+/// its descriptor table, so it closes every descriptor but the pipe's read
+/// end, the write end included. It must not touch the C library: its thread
+/// pointer is the spawning thread's, so `errno`, locks or thread-local
+/// storage would be that thread's. It makes raw system calls only and
+/// writes nothing but its own stack.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod cloned {
+    use std::ffi::{c_int, c_void};
+    use std::io;
+    use std::mem::MaybeUninit;
+    use std::os::fd::{AsRawFd, OwnedFd};
+
+    use nix::libc;
+    use nix::unistd::Pid;
+
+    /// Room for `guard_main`'s few words of stack, many times over.
+    const STACK_SIZE: usize = 64 * 1024;
+    /// Below the stack: an inaccessible page, so an overflow faults.
+    const GUARD_PAGE: usize = 4096;
+
+    /// The guard's own name (`comm`, 15 bytes at most), seen in `ps`.
+    const NAME: &[u8; 16] = b"automaton-guard\0";
+
+    /// What the guard needs, copied onto its stack before it starts.
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct Args {
+        read_fd: c_int,
+        /// Where the fallback close loop stops, when `close_range` is missing.
+        fd_limit: c_int,
     }
-    let mut attr = SpawnAttr::new()?;
-    // SAFETY: `attr` is initialised; `all` is initialised by sigfillset.
-    unsafe {
+
+    /// A mapping the guard runs on; unmapped on drop.
+    pub(super) struct Stack {
+        base: *mut c_void,
+        len: usize,
+    }
+
+    // SAFETY: a plain mapping, owned by one `Guard`.
+    unsafe impl Send for Stack {}
+
+    impl Drop for Stack {
+        fn drop(&mut self) {
+            // SAFETY: mapped in `Stack::new`, unmapped once.
+            unsafe { libc::munmap(self.base, self.len) };
+        }
+    }
+
+    impl Stack {
+        fn new() -> io::Result<Stack> {
+            let len = STACK_SIZE + GUARD_PAGE;
+            // SAFETY: a fresh anonymous mapping; checked below.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                    -1,
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let stack = Stack { base, len };
+            // SAFETY: the lowest page of the mapping just made.
+            if unsafe { libc::mprotect(base, GUARD_PAGE, libc::PROT_NONE) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(stack)
+        }
+
+        /// The top of the stack, 16-byte aligned, with `args` just above
+        /// where the child's frames begin.
+        fn top_with(&self, args: Args) -> (*mut c_void, *mut Args) {
+            let end = self.base as usize + self.len;
+            let args_at = (end - std::mem::size_of::<Args>()) & !15;
+            // SAFETY: inside the writable part of the mapping.
+            unsafe { std::ptr::write(args_at as *mut Args, args) };
+            ((args_at - 64) as *mut c_void, args_at as *mut Args)
+        }
+    }
+
+    /// Clones the guard; returns its pid (the new group's id) and its stack.
+    pub(super) fn spawn(read: &OwnedFd, write: &OwnedFd) -> io::Result<(Pid, Stack)> {
+        let _ = write; // closed in the child by the descriptor sweep
+        let stack = Stack::new()?;
+        let fd_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map(|(soft, _)| soft.min(1 << 16) as c_int)
+            .unwrap_or(1024);
+        let (top, args) = stack.top_with(Args {
+            read_fd: read.as_raw_fd(),
+            fd_limit,
+        });
+
+        // Block every signal in this thread for the clone, so the child starts
+        // with all of them blocked; restore the mask after.
         let mut all = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigfillset(all.as_mut_ptr());
-        check(libc::posix_spawnattr_setsigmask(&mut attr.0, all.as_ptr()))?;
-        check(libc::posix_spawnattr_setpgroup(&mut attr.0, 0))?;
-        let flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETPGROUP;
-        check(libc::posix_spawnattr_setflags(
-            &mut attr.0,
-            flags as libc::c_short,
-        ))?;
+        let mut old = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigfillset initialises `all`; pthread_sigmask fills `old`.
+        let rc = unsafe {
+            libc::sigfillset(all.as_mut_ptr());
+            libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr())
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        // SAFETY: `guard_main` touches only its stack (mapped above, with its
+        // arguments on it) and makes raw system calls; SIGCHLD makes it a
+        // child this process reaps with waitpid.
+        let pid = unsafe { libc::clone(guard_main, top, libc::CLONE_VM | libc::SIGCHLD, args.cast()) };
+        let clone_error = io::Error::last_os_error();
+        // SAFETY: `old` was filled by the call above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
+        if pid == -1 {
+            return Err(clone_error);
+        }
+        // The child does the same; whichever runs first makes the group, so it
+        // exists before the step is spawned into it.
+        // SAFETY: a plain system call on our own child.
+        if unsafe { libc::setpgid(pid, pid) } != 0 {
+            let e = io::Error::last_os_error();
+            // EACCES cannot happen (the guard never execs); ESRCH would mean
+            // it is gone already. Either way the step must not start.
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(e);
+        }
+        Ok((Pid::from_raw(pid), stack))
     }
-    let argv: [*const c_char; 4] = [NAME.as_ptr(), c"-c".as_ptr(), SCRIPT.as_ptr(), std::ptr::null()];
-    let envp: [*const c_char; 1] = [std::ptr::null()];
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: every pointer is valid for the call; argv and envp are
-    // NULL-terminated arrays of NUL-terminated strings that outlive it.
-    check(unsafe {
-        libc::posix_spawn(
-            &mut pid,
-            SHELL.as_ptr(),
-            &actions.0,
-            &attr.0,
-            argv.as_ptr().cast(),
-            envp.as_ptr().cast(),
-        )
-    })?;
-    Ok(Pid::from_raw(pid))
-}
 
-/// `posix_spawn`'s functions return the error number instead of setting errno.
-fn check(rc: libc::c_int) -> io::Result<()> {
-    match rc {
-        0 => Ok(()),
-        e => Err(io::Error::from_raw_os_error(e)),
-    }
-}
-
-/// File actions, destroyed on drop.
-struct FileActions(libc::posix_spawn_file_actions_t);
-
-impl FileActions {
-    fn new() -> io::Result<FileActions> {
-        let mut a = MaybeUninit::uninit();
-        // SAFETY: init fills the value, which is used only once it succeeded.
+    /// A raw system call with up to three arguments; returns `-errno` on error.
+    ///
+    /// # Safety
+    /// The call and its arguments must be valid for the calling context.
+    #[inline(always)]
+    unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the x86_64 Linux system call convention; rcx and r11 are
+        // clobbered by `syscall`.
         unsafe {
-            check(libc::posix_spawn_file_actions_init(a.as_mut_ptr()))?;
-            Ok(FileActions(a.assume_init()))
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") n as isize => ret,
+                in("rdi") a,
+                in("rsi") b,
+                in("rdx") c,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    /// The guard's whole life. Raw system calls only (see the module's note).
+    extern "C" fn guard_main(arg: *mut c_void) -> c_int {
+        // SAFETY: `arg` points at the `Args` written on this stack before the
+        // clone; every call below is a plain system call on our own state.
+        unsafe {
+            let args = std::ptr::read(arg.cast::<Args>());
+            let fd = args.read_fd as usize;
+            sys(
+                libc::SYS_prctl,
+                libc::PR_SET_NAME as usize,
+                NAME.as_ptr() as usize,
+                0,
+            );
+            sys(libc::SYS_setpgid, 0, 0, 0);
+            sys(libc::SYS_chdir, c"/".as_ptr() as usize, 0, 0);
+            // Every descriptor but the pipe's read end.
+            let swept = (fd == 0 || sys(libc::SYS_close_range, 0, fd - 1, 0) == 0)
+                && sys(libc::SYS_close_range, fd + 1, u32::MAX as usize, 0) == 0;
+            if !swept {
+                for other in 0..args.fd_limit.max(0) as usize {
+                    if other != fd {
+                        sys(libc::SYS_close, other, 0, 0);
+                    }
+                }
+            }
+            let mut buf = [0u8; 16];
+            loop {
+                let n = sys(libc::SYS_read, fd, buf.as_mut_ptr() as usize, buf.len());
+                if n == 0 || (n < 0 && n != -(libc::EINTR as isize)) {
+                    break;
+                }
+            }
+            sys(libc::SYS_kill, 0, libc::SIGKILL as usize, 0);
+            // Not reached: the kill includes this process.
+            sys(libc::SYS_exit, 0, 0, 0);
+        }
+        0
+    }
+}
+
+/// The guard as `/bin/sh`, started with `posix_spawn` (where there is no
+/// cloned guard).
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+mod shell {
+    use std::ffi::{CStr, c_char};
+    use std::io;
+    use std::mem::MaybeUninit;
+    use std::os::fd::RawFd;
+
+    use nix::libc;
+    use nix::unistd::Pid;
+
+    /// The guard's program: a POSIX shell is on every system a step runs on.
+    const SHELL: &CStr = c"/bin/sh";
+    /// Its `argv[0]`, so operators can tell it from the runner in `ps`.
+    const NAME: &CStr = c"automaton-guard";
+    /// Its whole life: wait for EOF, then kill the group, itself included.
+    const SCRIPT: &CStr = c"cd /; read line; kill -KILL 0";
+
+    /// `posix_spawn`s the guard: `stdin` as its fd 0, `/dev/null` as 1 and 2,
+    /// nothing else open (where the C library can close the rest), every
+    /// signal blocked, in a new process group it leads.
+    pub(super) fn spawn_guard(stdin: RawFd) -> io::Result<Pid> {
+        let mut actions = FileActions::new()?;
+        // SAFETY: `actions` is initialised; the paths are NUL-terminated.
+        unsafe {
+            check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, stdin, 0))?;
+            check(libc::posix_spawn_file_actions_addopen(
+                &mut actions.0,
+                1,
+                c"/dev/null".as_ptr(),
+                libc::O_WRONLY,
+                0,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, 1, 2))?;
+            // Descriptors the runner inherited without close-on-exec; its own
+            // are all close-on-exec.
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            check(libc::posix_spawn_file_actions_addclosefrom_np(&mut actions.0, 3))?;
+        }
+        let mut attr = SpawnAttr::new()?;
+        // SAFETY: `attr` is initialised; `all` is initialised by sigfillset.
+        unsafe {
+            let mut all = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigfillset(all.as_mut_ptr());
+            check(libc::posix_spawnattr_setsigmask(&mut attr.0, all.as_ptr()))?;
+            check(libc::posix_spawnattr_setpgroup(&mut attr.0, 0))?;
+            let flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETPGROUP;
+            check(libc::posix_spawnattr_setflags(
+                &mut attr.0,
+                flags as libc::c_short,
+            ))?;
+        }
+        let argv: [*const c_char; 4] = [NAME.as_ptr(), c"-c".as_ptr(), SCRIPT.as_ptr(), std::ptr::null()];
+        let envp: [*const c_char; 1] = [std::ptr::null()];
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: every pointer is valid for the call; argv and envp are
+        // NULL-terminated arrays of NUL-terminated strings that outlive it.
+        check(unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                SHELL.as_ptr(),
+                &actions.0,
+                &attr.0,
+                argv.as_ptr().cast(),
+                envp.as_ptr().cast(),
+            )
+        })?;
+        Ok(Pid::from_raw(pid))
+    }
+
+    /// `posix_spawn`'s functions return the error number instead of setting errno.
+    fn check(rc: libc::c_int) -> io::Result<()> {
+        match rc {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
         }
     }
-}
 
-impl Drop for FileActions {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
-    }
-}
+    /// File actions, destroyed on drop.
+    struct FileActions(libc::posix_spawn_file_actions_t);
 
-/// Spawn attributes, destroyed on drop.
-struct SpawnAttr(libc::posix_spawnattr_t);
-
-impl SpawnAttr {
-    fn new() -> io::Result<SpawnAttr> {
-        let mut a = MaybeUninit::uninit();
-        // SAFETY: init fills the value, which is used only once it succeeded.
-        unsafe {
-            check(libc::posix_spawnattr_init(a.as_mut_ptr()))?;
-            Ok(SpawnAttr(a.assume_init()))
+    impl FileActions {
+        fn new() -> io::Result<FileActions> {
+            let mut a = MaybeUninit::uninit();
+            // SAFETY: init fills the value, which is used only once it succeeded.
+            unsafe {
+                check(libc::posix_spawn_file_actions_init(a.as_mut_ptr()))?;
+                Ok(FileActions(a.assume_init()))
+            }
         }
     }
-}
 
-impl Drop for SpawnAttr {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+    impl Drop for FileActions {
+        fn drop(&mut self) {
+            // SAFETY: initialised in `new`, destroyed once.
+            unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+        }
+    }
+
+    /// Spawn attributes, destroyed on drop.
+    struct SpawnAttr(libc::posix_spawnattr_t);
+
+    impl SpawnAttr {
+        fn new() -> io::Result<SpawnAttr> {
+            let mut a = MaybeUninit::uninit();
+            // SAFETY: init fills the value, which is used only once it succeeded.
+            unsafe {
+                check(libc::posix_spawnattr_init(a.as_mut_ptr()))?;
+                Ok(SpawnAttr(a.assume_init()))
+            }
+        }
+    }
+
+    impl Drop for SpawnAttr {
+        fn drop(&mut self) {
+            // SAFETY: initialised in `new`, destroyed once.
+            unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+        }
     }
 }
 

@@ -15,13 +15,14 @@ mod tests;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, mpsc};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 use thiserror::Error;
 
@@ -72,20 +73,24 @@ impl Started {
 
 /// Stops a running step as a timeout would (SIGTERM to the group, the grace
 /// period, then SIGKILL). The outcome then reports the signal, not a timeout.
+///
+/// It writes a byte to a pipe the runner polls; it keeps both ends, so a
+/// late cancel writes into a pipe nobody reads rather than a closed one.
 #[derive(Debug, Clone)]
-pub struct Canceller(mpsc::Sender<Event>);
+pub struct Canceller(Arc<CancelPipe>);
+
+#[derive(Debug)]
+struct CancelPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
 
 impl Canceller {
     /// Asks for the step to be stopped; does nothing once it has ended.
     pub fn cancel(&self) {
-        let _ = self.0.send(Event::Cancel);
+        // Non-blocking: a full pipe already asks for the stop.
+        let _ = nix::unistd::write(&self.0.write, &[1]);
     }
-}
-
-#[derive(Debug)]
-enum Event {
-    Exited(io::Result<ExitStatus>),
-    Cancel,
 }
 
 #[derive(Debug, Error)]
@@ -126,7 +131,12 @@ pub fn run(spec: &StepSpec) -> Result<ProcessOutcome, StepError> {
 }
 
 /// Like [`run`], calling `on_start` once the step is running (to record its
-/// pid, or keep a [`Canceller`]).
+/// pid, or keep a [`Canceller`]). `on_start` runs on the supervising thread,
+/// before any output is read: it must not wait for the step.
+///
+/// The calling thread supervises the step alone: one `poll` over the step's
+/// exit (a pidfd where there is one), its two output pipes and the cancel
+/// pipe, with the timeout as poll's.
 pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<ProcessOutcome, StepError> {
     let program = resolve_program(spec.program, spec.cwd);
     let supervise = |source| StepError::Supervise {
@@ -137,28 +147,21 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
 
     // Everything that can fail is set up before the step exists, so an error
     // never leaves a step running or unreaped.
-    let (stop_read, stop_write) = guard::cloexec_pipe().map_err(supervise)?;
-    let stop = Arc::new(stop_read);
     let mut drains = Vec::with_capacity(2);
     let mut write_ends = Vec::with_capacity(2);
     for path in [spec.stdout, spec.stderr] {
         let (read, write) = guard::cloexec_pipe().map_err(supervise)?;
-        let handle =
-            output::spawn(read, path.to_owned(), spec.output_limit, stop.clone()).map_err(supervise)?;
-        drains.push((handle, path));
+        drains.push(output::Drain::new(read, path.to_owned(), spec.output_limit).map_err(supervise)?);
         write_ends.push(write);
     }
-    let (tx, rx) = mpsc::channel();
-    let (child_tx, child_rx) = mpsc::channel::<Child>();
-    let waiter = tx.clone();
-    std::thread::Builder::new()
-        .name("step-wait".into())
-        .spawn(move || {
-            if let Ok(mut child) = child_rx.recv() {
-                let _ = waiter.send(Event::Exited(child.wait()));
-            }
-        })
-        .map_err(supervise)?;
+    let (cancel_read, cancel_write) = guard::cloexec_pipe().map_err(supervise)?;
+    for fd in [&cancel_read, &cancel_write] {
+        set_nonblocking(fd).map_err(supervise)?;
+    }
+    let canceller = Canceller(Arc::new(CancelPipe {
+        read: cancel_read,
+        write: cancel_write,
+    }));
     let guard = guard::Guard::spawn().map_err(supervise)?;
 
     let [stdout_w, stderr_w]: [OwnedFd; 2] = write_ends.try_into().expect("two streams");
@@ -170,44 +173,94 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
     drop(cmd);
     let child = spawned.map_err(|e| spawn_error(&program, e))?;
     let pid = child.id();
-    child_tx.send(child).expect("the waiter thread is running");
+    // On failure the guard's drop kills the group, step included, and the
+    // watch reaps it.
+    let watch = exit::Watch::new(child).map_err(supervise)?;
     tracing::debug!(program = %program.display(), pid, pgid = guard.pgid().as_raw(), "step started");
     on_start(&Started {
         pid,
         pgid: guard.pgid().as_raw(),
-        canceller: Canceller(tx),
+        canceller: canceller.clone(),
     });
 
     let deadline = spec.timeout.map(|t| start + t);
-    let mut timed_out = false;
-    let event = match deadline {
-        Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-            Ok(event) => event,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = true;
-                Event::Cancel
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("a sender is held"),
-        },
-        None => rx.recv().expect("a sender is held"),
+    let mut supervisor = Supervisor {
+        guard: &guard,
+        grace: spec.kill_grace,
+        kill_at: None,
+        killed: false,
     };
-    let status = match event {
-        Event::Exited(status) => status,
-        Event::Cancel => terminate(&guard, &rx, spec.kill_grace),
+    let mut timed_out = false;
+    let mut buf = vec![0u8; 64 * 1024];
+    let status = loop {
+        let now = Instant::now();
+        if !timed_out && supervisor.kill_at.is_none() && deadline.is_some_and(|d| now >= d) {
+            timed_out = true;
+            supervisor.stop(now);
+        }
+        supervisor.kill_if_due(now);
+        let wake = match (
+            deadline.filter(|_| supervisor.kill_at.is_none()),
+            supervisor.kill_at.filter(|_| !supervisor.killed),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut fds = vec![
+            PollFd::new(watch.fd(), PollFlags::POLLIN),
+            PollFd::new(canceller.0.read.as_fd(), PollFlags::POLLIN),
+        ];
+        let streams: Vec<usize> = (0..drains.len()).filter(|&i| drains[i].fd().is_some()).collect();
+        for &i in &streams {
+            fds.push(PollFd::new(drains[i].fd().expect("open"), PollFlags::POLLIN));
+        }
+        let timeout = match wake {
+            None => PollTimeout::NONE,
+            Some(at) => {
+                // Rounded up, so a wake-up is never early.
+                let ms = at.saturating_duration_since(now).as_micros().div_ceil(1000);
+                PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                drop(fds);
+                drop(guard);
+                let _ = watch.wait();
+                return Err(supervise(e.into()));
+            }
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        for (k, &i) in streams.iter().enumerate() {
+            if ready[2 + k] {
+                drains[i].read_ready(&mut buf);
+            }
+        }
+        if ready[1] {
+            while nix::unistd::read(&canceller.0.read, &mut buf).is_ok_and(|n| n > 0) {}
+            if supervisor.kill_at.is_none() {
+                supervisor.stop(Instant::now());
+            }
+        }
+        if ready[0] {
+            break watch.wait();
+        }
     };
     let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     tracing::debug!(pid, ?status, timed_out, duration_ms, "step ended");
 
-    // Whatever the step left in its group dies now; then the output threads
-    // read what is left in the pipes and stop.
+    // Whatever the step left in its group dies now; then what is left in the
+    // pipes is read, without waiting for writers that escaped the group.
     drop(guard);
-    drop(stop_write);
     let mut output_error = None;
-    for (handle, path) in drains {
-        let result = handle
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("output thread panicked")));
-        if let Err(source) = result {
+    for (drain, path) in drains.into_iter().zip([spec.stdout, spec.stderr]) {
+        if let Err(source) = drain.finish(&mut buf) {
             output_error.get_or_insert(StepError::Output {
                 path: path.to_owned(),
                 source,
@@ -224,6 +277,126 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
         duration_ms,
         timed_out,
     })
+}
+
+/// Stopping a step's group: SIGTERM, a grace period, then SIGKILL.
+struct Supervisor<'a> {
+    guard: &'a guard::Guard,
+    grace: Duration,
+    /// When the SIGKILL is due, once the SIGTERM is sent.
+    kill_at: Option<Instant>,
+    killed: bool,
+}
+
+impl Supervisor<'_> {
+    fn stop(&mut self, now: Instant) {
+        tracing::debug!(pgid = self.guard.pgid().as_raw(), "stopping step group");
+        self.guard.signal_group(Signal::SIGTERM);
+        self.kill_at = Some(now + self.grace);
+    }
+
+    fn kill_if_due(&mut self, now: Instant) {
+        if !self.killed && self.kill_at.is_some_and(|at| now >= at) {
+            self.guard.signal_group(Signal::SIGKILL);
+            self.killed = true;
+        }
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Knowing when the step has exited without a thread waiting for it.
+mod exit {
+    use std::io;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+    use std::process::{Child, ExitStatus};
+    use std::thread::JoinHandle;
+
+    /// The step's exit as a descriptor that becomes readable: a pidfd on
+    /// Linux; elsewhere (or on a kernel without pidfds) a pipe that a
+    /// waiting thread closes.
+    pub(super) enum Watch {
+        #[cfg(target_os = "linux")]
+        Pidfd { fd: OwnedFd, child: Child },
+        Thread {
+            fd: OwnedFd,
+            thread: JoinHandle<io::Result<ExitStatus>>,
+        },
+    }
+
+    impl Watch {
+        pub(super) fn new(child: Child) -> io::Result<Watch> {
+            #[cfg(target_os = "linux")]
+            let child = match pidfd_open(child.id()) {
+                Ok(fd) => return Ok(Watch::Pidfd { fd, child }),
+                Err(_) => child,
+            };
+            Watch::thread(child)
+        }
+
+        fn thread(mut child: Child) -> io::Result<Watch> {
+            let (read, write) = super::guard::cloexec_pipe()?;
+            let (tx, rx) = std::sync::mpsc::channel::<(Child, OwnedFd)>();
+            let spawned = std::thread::Builder::new()
+                .name("step-wait".into())
+                .spawn(move || {
+                    let (mut child, write) = rx.recv().expect("sent below");
+                    let status = child.wait();
+                    drop(write);
+                    status
+                });
+            match spawned {
+                Ok(thread) => {
+                    tx.send((child, write)).expect("the thread is running");
+                    Ok(Watch::Thread { fd: read, thread })
+                }
+                Err(e) => {
+                    // The caller's guard kills the group; reap the step here.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    Err(e)
+                }
+            }
+        }
+
+        pub(super) fn fd(&self) -> BorrowedFd<'_> {
+            match self {
+                #[cfg(target_os = "linux")]
+                Watch::Pidfd { fd, .. } => fd.as_fd(),
+                Watch::Thread { fd, .. } => fd.as_fd(),
+            }
+        }
+
+        /// The step's status, waiting for it if it has not exited yet.
+        pub(super) fn wait(self) -> io::Result<ExitStatus> {
+            match self {
+                #[cfg(target_os = "linux")]
+                Watch::Pidfd { mut child, .. } => child.wait(),
+                Watch::Thread { thread, .. } => thread
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("waiting thread panicked"))),
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+        use nix::libc;
+        use std::os::fd::FromRawFd;
+        // SAFETY: a plain system call; a non-negative result is a new
+        // descriptor (close-on-exec, as pidfds always are) that we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: see above.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
 }
 
 /// The step's command: its own group (led by the guard) and no stdin. It
@@ -249,26 +422,6 @@ fn check_cwd(cwd: &Path) -> Result<(), StepError> {
         path: cwd.to_owned(),
         source,
     })
-}
-
-/// SIGTERM to the group, up to `grace` for the step to exit, then SIGKILL.
-fn terminate(guard: &guard::Guard, rx: &mpsc::Receiver<Event>, grace: Duration) -> io::Result<ExitStatus> {
-    tracing::debug!(pgid = guard.pgid().as_raw(), "stopping step group");
-    guard.signal_group(Signal::SIGTERM);
-    let until = Instant::now() + grace;
-    loop {
-        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok(Event::Exited(status)) => return status,
-            Ok(Event::Cancel) => continue,
-            Err(_) => break,
-        }
-    }
-    guard.signal_group(Signal::SIGKILL);
-    loop {
-        if let Event::Exited(status) = rx.recv().expect("a sender is held") {
-            return status;
-        }
-    }
 }
 
 fn resolve_program(program: &OsStr, cwd: &Path) -> PathBuf {

@@ -4,78 +4,79 @@
 //! The file is made when the first byte arrives: most ticks of most steps
 //! say nothing on one stream or both, and a file made and later pruned for
 //! nothing is a cost every tick pays.
+//!
+//! A [`Drain`] owns the read end of a stream's pipe, non-blocking; the
+//! runner's one supervising loop polls both streams with the step's exit
+//! and reads whatever is ready, so a step costs no thread of its own.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-/// Starts a thread copying `src` into the file at `path`.
-///
-/// The thread ends at EOF, or once `stop` becomes readable (its write end is
-/// closed) and what is already in the pipe has been read: a process that
-/// escaped the step's group and still holds the pipe cannot hang the runner.
-pub(super) fn spawn(
-    src: OwnedFd,
-    path: PathBuf,
-    limit: u64,
-    stop: Arc<OwnedFd>,
-) -> io::Result<JoinHandle<io::Result<()>>> {
-    std::thread::Builder::new()
-        .name("step-output".into())
-        .spawn(move || drain(src, path, limit, &stop))
+/// One stream being copied into its file.
+pub(super) struct Drain {
+    /// `None` once the stream has reached its end.
+    src: Option<File>,
+    sink: Sink,
 }
 
-fn drain(src: OwnedFd, path: PathBuf, limit: u64, stop: &OwnedFd) -> io::Result<()> {
-    let mut sink = Sink {
-        path,
-        file: None,
-        limit,
-        written: 0,
-        dropped: 0,
-        ends_with_newline: true,
-        error: None,
-    };
-    let mut stopping = false;
-    let mut src = File::from(src);
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        if !stopping {
-            let mut fds = [
-                PollFd::new(src.as_fd(), PollFlags::POLLIN),
-                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
-            ];
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-            if !ready(&fds[0]) {
-                if ready(&fds[1]) {
-                    // Read what is left without waiting for writers to go away.
-                    let flags = OFlag::from_bits_retain(fcntl(&src, FcntlArg::F_GETFL)?);
-                    fcntl(&src, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
-                    stopping = true;
-                }
-                continue;
-            }
-        }
-        match src.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => sink.take(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if stopping && e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) => return Err(e),
-        }
+impl Drain {
+    /// Takes the read end of the stream's pipe and makes it non-blocking.
+    pub(super) fn new(src: OwnedFd, path: PathBuf, limit: u64) -> io::Result<Drain> {
+        let flags = OFlag::from_bits_retain(fcntl(&src, FcntlArg::F_GETFL)?);
+        fcntl(&src, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        Ok(Drain {
+            src: Some(File::from(src)),
+            sink: Sink {
+                path,
+                file: None,
+                limit,
+                written: 0,
+                dropped: 0,
+                ends_with_newline: true,
+                error: None,
+            },
+        })
     }
-    sink.finish()
+
+    /// The pipe to poll, while the stream is open.
+    pub(super) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.src.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Reads what the pipe holds now, into `buf`'s room at a time, until it
+    /// would block; closes the stream at its end. A read error closes it
+    /// too, and is reported by [`Drain::finish`].
+    pub(super) fn read_ready(&mut self, buf: &mut [u8]) {
+        let Some(src) = self.src.as_mut() else {
+            return;
+        };
+        loop {
+            match src.read(buf) {
+                Ok(0) => break,
+                Ok(n) => self.sink.take(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    self.sink.error.get_or_insert(e);
+                    break;
+                }
+            }
+        }
+        self.src = None;
+    }
+
+    /// Reads what is left in the pipe without waiting for writers that are
+    /// still there (a process that escaped the step's group cannot hang the
+    /// runner), then writes the marker if anything was dropped.
+    pub(super) fn finish(mut self, buf: &mut [u8]) -> io::Result<()> {
+        self.read_ready(buf);
+        self.sink.finish()
+    }
 }
 
 struct Sink {

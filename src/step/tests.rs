@@ -215,12 +215,17 @@ fn started_reports_the_step_and_its_own_group() {
     let f = Fixture::new();
     let mut seen = None;
     let outcome = f
-        .run_sh_with("echo $$; exec sleep 1000", None, 1024, |st| {
-            let pid = nix::unistd::Pid::from_raw(st.pid as i32);
-            seen = Some((st.pid, st.pgid, nix::unistd::getpgid(Some(pid)).unwrap()));
-            f.pids("stdout", 1);
-            st.canceller().cancel();
-        })
+        .run_sh_with(
+            "echo $$; echo $$ > \"$OUT_DIR/pids\"; exec sleep 1000",
+            None,
+            1024,
+            |st| {
+                let pid = nix::unistd::Pid::from_raw(st.pid as i32);
+                seen = Some((st.pid, st.pgid, nix::unistd::getpgid(Some(pid)).unwrap()));
+                f.pids("pids", 1);
+                st.canceller().cancel();
+            },
+        )
         .unwrap();
     assert_eq!(outcome.signal, Some(Signal::SIGTERM as i32));
     let (pid, pgid, actual_pgid) = seen.expect("on_start was called");
@@ -237,11 +242,11 @@ fn the_guard_outlives_signals_to_its_group() {
     let f = Fixture::new();
     let outcome = f
         .run_sh_with(
-            "trap '' TERM INT HUP USR1; echo $$; exec sleep 1000",
+            "trap '' TERM INT HUP USR1; echo $$ > \"$OUT_DIR/pids\"; exec sleep 1000",
             None,
             1024,
             |st| {
-                f.pids("stdout", 1);
+                f.pids("pids", 1);
                 let group = nix::unistd::Pid::from_raw(st.pgid);
                 for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGUSR1] {
                     nix::sys::signal::killpg(group, sig).unwrap();
@@ -250,7 +255,14 @@ fn the_guard_outlives_signals_to_its_group() {
                 let guard = st.pgid;
                 std::thread::sleep(Duration::from_millis(100));
                 assert!(alive(guard), "the guard died of a signal to its group");
-                #[cfg(target_os = "linux")]
+                // Named in `ps`: its own name where it is a clone of the
+                // runner, its argv[0] where it is a shell.
+                #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+                {
+                    let comm = std::fs::read(format!("/proc/{guard}/comm")).unwrap_or_default();
+                    assert_eq!(comm, b"automaton-guard\n", "{comm:?}");
+                }
+                #[cfg(all(target_os = "linux", not(target_arch = "x86_64")))]
                 {
                     let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap_or_default();
                     assert!(cmdline.starts_with(b"automaton-guard"), "{cmdline:?}");

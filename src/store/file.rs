@@ -514,8 +514,19 @@ fn state_bytes(state: &State) -> Vec<u8> {
     bytes
 }
 
-/// Parses state text, checking the schema before the shape.
+/// Parses state text, checking the schema before the shape. A state of this
+/// build's schema is parsed once; anything else is parsed again to say
+/// what is wrong with it.
 pub fn parse_state(text: &[u8], path: &Path) -> Result<State> {
+    match serde_json::from_slice::<State>(text) {
+        Ok(state) if state.schema == SCHEMA => Ok(state),
+        _ => state_error(text, path),
+    }
+}
+
+/// Why `text` is not a state of this build's schema: the schema first, then
+/// the shape.
+fn state_error(text: &[u8], path: &Path) -> Result<State> {
     #[derive(Deserialize)]
     struct Probe {
         schema: Option<serde_json::Value>,
