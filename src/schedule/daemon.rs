@@ -87,6 +87,9 @@ enum Msg {
     /// A shared store said these loops changed (a commit, a new loop, an
     /// edit, a removal), possibly on another host.
     Changed(Vec<String>),
+    /// The shared store's notifications had a gap (their connection was
+    /// lost and made again): any loop may have changed unseen.
+    Resync,
 }
 
 /// A tick for a worker.
@@ -203,7 +206,15 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                                 tracing::warn!("{e}; changes are seen at the next scan");
                                 thread::sleep(MAX_SLEEP);
                                 match stores.listen() {
-                                    Some(Ok(l)) => listener = l,
+                                    Some(Ok(l)) => {
+                                        listener = l;
+                                        tracing::info!(
+                                            "listening for changes again; every loop's config is read anew"
+                                        );
+                                        if tx.send(Msg::Resync).is_err() {
+                                            return;
+                                        }
+                                    }
                                     _ => continue,
                                 }
                             }
@@ -385,6 +396,10 @@ impl<'a> Dispatcher<'a> {
                         next_scan = Instant::now();
                     }
                 }
+                Ok(Msg::Resync) => {
+                    self.resync();
+                    next_scan = Instant::now();
+                }
                 Err(_) => {}
             }
             if let Some(deadline) = stop
@@ -470,6 +485,16 @@ impl<'a> Dispatcher<'a> {
             }
         }
         scan
+    }
+
+    /// Forgets every config read and the listing, so the next scans read
+    /// them all again: what a gap in the notifications may have hidden.
+    fn resync(&mut self) {
+        for e in self.loops.values_mut() {
+            e.config_mtime = None;
+            e.inactive = None;
+        }
+        self.listing = None;
     }
 
     fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {

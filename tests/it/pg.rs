@@ -536,6 +536,56 @@ fn a_daemon_hears_of_changes_made_on_another_host() {
     assert_eq!(after["status"], "paused");
 }
 
+/// A daemon whose notification connection is cut listens again and then
+/// reads every loop anew, so a change it could not hear in the gap is not
+/// lost: here a cadence written straight into the database (which notifies
+/// nobody) in the second before the daemon reconnects.
+#[test]
+fn a_daemon_whose_notifications_were_cut_reads_every_loop_again() {
+    let Some(env) = Env::postgres() else { return };
+    let pg = env.pg.as_ref().unwrap();
+    let app = format!("automaton-{}", pg.schema);
+    let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap();
+    env.new_loop("slow", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    let log = env.root.with_file_name("daemon.log");
+    let mut daemon = on_host(&env, "runner-1")
+        .env("AUTOMATON_STORE", format!("{}&application_name={app}", pg.url))
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .arg("-v")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    until(&log, "the first tick", || ticks("slow") >= 1);
+    let mut admin = pg.client();
+    let cut = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+            &[&app],
+        )
+        .unwrap();
+    assert_eq!(cut.len(), 1, "the daemon's one listening connection");
+    admin
+        .execute(
+            "UPDATE loops SET config = $1 WHERE name = 'slow'",
+            &[&"step = \"true\"\n[schedule]\nevery = \"200ms\"\n"],
+        )
+        .unwrap();
+    until(&log, "ticks on the cadence changed in the gap", || {
+        ticks("slow") >= 3
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("listening for changes again"), "{log}");
+}
+
 /// Waits until `cond` holds, or fails the test with the daemon's log.
 fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
