@@ -241,24 +241,8 @@ impl LoopStore for LoopDir {
 
     fn check(&self) -> Vec<Finding> {
         let mut out = Vec::new();
-        let state = match self.read_state() {
-            Ok(s) => {
-                out.push(Finding::ok(
-                    "state",
-                    format!("version {}, {}", s.version, s.status),
-                ));
-                Some(s)
-            }
-            Err(e) => {
-                out.push(Finding::new(
-                    "state",
-                    Level::Error,
-                    e.to_string(),
-                    "restore .state.loop from a backup, or remove the loop with `automaton rm --force`",
-                ));
-                None
-            }
-        };
+        let (found, state) = Finding::state(self.read_state(), ".state.loop");
+        out.push(found);
         let holder = lock::recorded_holder(&self.lock_path());
         match &holder {
             Some((h, true)) => out.push(Finding::ok("lock", format!("held by {}", h.describe()))),
@@ -276,20 +260,7 @@ impl LoopStore for LoopDir {
         if let Some(s) = &state {
             if let Some(f) = &s.in_flight {
                 let running = matches!(&holder, Some((h, true)) if h.command == "tick");
-                out.push(if running {
-                    Finding::ok("in-flight", format!("tick {} is running", f.tick))
-                } else {
-                    Finding::new(
-                        "in-flight",
-                        Level::Warning,
-                        format!(
-                            "tick {} (pid {} on {}) died mid-way and is not recorded yet",
-                            f.tick, f.pid, f.host
-                        ),
-                        "the next command on the loop records it as crashed; `--fix` does it now",
-                    )
-                    .fixable()
-                });
+                out.push(Finding::in_flight(f, running));
             }
             out.extend(self.check_history(s.version));
         }

@@ -282,6 +282,47 @@ impl Finding {
         self.fixable = true;
         self
     }
+
+    /// The state as a store read it; `restore` says what to restore from
+    /// when it could not be read.
+    fn state(read: Result<State>, restore: &str) -> (Finding, Option<State>) {
+        match read {
+            Ok(s) => (
+                Finding::ok("state", format!("version {}, {}", s.version, s.status)),
+                Some(s),
+            ),
+            Err(e) => (
+                Finding::new(
+                    "state",
+                    Level::Error,
+                    e.to_string(),
+                    format!(
+                        "restore {restore} from a backup, or remove the loop with `automaton rm --force`"
+                    ),
+                ),
+                None,
+            ),
+        }
+    }
+
+    /// The tick the state says is in flight: running when its holder is a
+    /// tick, else dead and not recorded yet.
+    fn in_flight(f: &InFlight, running: bool) -> Finding {
+        if running {
+            Finding::ok("in-flight", format!("tick {} is running", f.tick))
+        } else {
+            Finding::new(
+                "in-flight",
+                Level::Warning,
+                format!(
+                    "tick {} (pid {} on {}) died mid-way and is not recorded yet",
+                    f.tick, f.pid, f.host
+                ),
+                "the next command on the loop records it as crashed; `--fix` does it now",
+            )
+            .fixable()
+        }
+    }
 }
 
 /// How much a finding matters.

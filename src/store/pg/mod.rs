@@ -168,17 +168,7 @@ impl Database {
         let events = super::stamp(events, state.version, state.updated_at);
         let made = self.with(Some(name.as_str()), "cannot create the loop", |c| {
             let mut tx = c.transaction()?;
-            let n = tx.execute(
-                "INSERT INTO loops (name, config, state, version) VALUES ($1, $2, $3::text::json, $4)
-                 ON CONFLICT (name) DO NOTHING",
-                &[
-                    &name.as_str(),
-                    &config_text,
-                    &state_text(state),
-                    &(state.version as i64),
-                ],
-            )?;
-            if n == 0 {
+            if !insert_loop(&mut tx, name, config_text, state)? {
                 return Ok(false);
             }
             insert_events(&mut tx, name.as_str(), state.version, &events)?;
@@ -201,17 +191,7 @@ impl Database {
     pub fn import(&self, name: &LoopName, config_text: &str, state: &State, events: &[Event]) -> Result<()> {
         let made = self.with(Some(name.as_str()), "cannot import the loop", |c| {
             let mut tx = c.transaction()?;
-            let n = tx.execute(
-                "INSERT INTO loops (name, config, state, version) VALUES ($1, $2, $3::text::json, $4)
-                 ON CONFLICT (name) DO NOTHING",
-                &[
-                    &name.as_str(),
-                    &config_text,
-                    &state_text(state),
-                    &(state.version as i64),
-                ],
-            )?;
-            if n == 0 {
+            if !insert_loop(&mut tx, name, config_text, state)? {
                 return Ok(false);
             }
             for chunk in events.chunk_by(|a, b| a.v == b.v) {
@@ -280,6 +260,26 @@ impl Database {
 
 /// A connection that listens for changes to loops.
 pub struct Listener(Client);
+
+/// Inserts loop `name`'s row; false when a loop of that name exists.
+fn insert_loop(
+    tx: &mut postgres::Transaction<'_>,
+    name: &LoopName,
+    config_text: &str,
+    state: &State,
+) -> Result<bool, postgres::Error> {
+    let n = tx.execute(
+        "INSERT INTO loops (name, config, state, version) VALUES ($1, $2, $3::text::json, $4)
+         ON CONFLICT (name) DO NOTHING",
+        &[
+            &name.as_str(),
+            &config_text,
+            &state_text(state),
+            &(state.version as i64),
+        ],
+    )?;
+    Ok(n == 1)
+}
 
 fn notify(tx: &mut postgres::Transaction<'_>, name: &str) -> Result<(), postgres::Error> {
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &name])
@@ -462,24 +462,8 @@ impl LoopStore for PgLoop {
 
     fn check(&self) -> Vec<Finding> {
         let mut out = Vec::new();
-        let state = match self.load() {
-            Ok(s) => {
-                out.push(Finding::ok(
-                    "state",
-                    format!("version {}, {}", s.version, s.status),
-                ));
-                Some(s)
-            }
-            Err(e) => {
-                out.push(Finding::new(
-                    "state",
-                    Level::Error,
-                    e.to_string(),
-                    "restore the row from a backup, or remove the loop with `automaton rm --force`",
-                ));
-                None
-            }
-        };
+        let (found, state) = Finding::state(self.load(), "the row");
+        out.push(found);
         let holder = self.holder();
         out.push(match &holder {
             Some(h) => Finding::ok("lock", format!("held by {}", h.describe())),
@@ -487,20 +471,7 @@ impl LoopStore for PgLoop {
         });
         if let Some(f) = state.as_ref().and_then(|s| s.in_flight.as_ref()) {
             let running = holder.as_ref().is_some_and(|h| h.command == "tick");
-            out.push(if running {
-                Finding::ok("in-flight", format!("tick {} is running", f.tick))
-            } else {
-                Finding::new(
-                    "in-flight",
-                    Level::Warning,
-                    format!(
-                        "tick {} (pid {} on {}) died mid-way and is not recorded yet",
-                        f.tick, f.pid, f.host
-                    ),
-                    "the next command on the loop records it as crashed; `--fix` does it now",
-                )
-                .fixable()
-            });
+            out.push(Finding::in_flight(f, running));
         }
         match self.history() {
             Ok(h) if h.bad.is_empty() => {
