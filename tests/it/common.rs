@@ -387,9 +387,14 @@ pub fn shared_cache() -> &'static Path {
 
 /// Replaces `root`'s own (empty) `cache/` with a link to `shared_cache`.
 pub fn share_cache(root: &Path) {
+    link_cache(root, shared_cache());
+}
+
+/// Replaces `root`'s own (empty) `cache/` with a link to `dir`.
+pub fn link_cache(root: &Path, dir: &Path) {
     let cache = root.join("cache");
     std::fs::remove_dir(&cache).unwrap();
-    std::os::unix::fs::symlink(shared_cache(), &cache).unwrap();
+    std::os::unix::fs::symlink(dir, &cache).unwrap();
 }
 
 /// Compiles the stock gates a loop.toml names into `shared_cache`, each

@@ -3,12 +3,14 @@
 //! then a real tick. A missing toolchain skips a language (and says so),
 //! unless AUTOMATON_REQUIRE_GATE_TOOLCHAINS=1, as CI sets, makes it fail.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use jiff::Timestamp;
 
-use crate::common::Env;
+use crate::common::{Env, link_cache};
 
 fn example_dir(lang: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -37,27 +39,64 @@ fn build(lang: &str, toolchain: &str, present: bool, out: &Path) -> Option<PathB
         );
         return None;
     }
-    // Built once per version of its sources, and kept in the target
-    // directory for the next run.
-    let built = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("example-gates")
-        .join(format!(
-            "office-hours-{lang}-{}.wasm",
-            sources_hash(&example_dir(lang))
-        ));
-    if !built.is_file() {
-        std::fs::create_dir_all(built.parent().unwrap()).unwrap();
-        let partial = built.with_extension("partial");
-        let status = build_script(&example_dir(lang).join("build.sh"))
-            .arg(&partial)
-            .status()
-            .unwrap();
-        assert!(status.success(), "building the {lang} example gate: {status}");
-        std::fs::rename(&partial, &built).unwrap();
-    }
+    let built = built(&format!("office-hours-{lang}"), &example_dir(lang));
     let wasm = out.join(format!("office-hours-{lang}.wasm"));
     std::fs::copy(&built, &wasm).unwrap();
     Some(wasm)
+}
+
+/// The component `src`'s build script makes, built once per version of
+/// its sources and kept in the target directory for the next run.
+fn built(name: &str, src: &Path) -> PathBuf {
+    let built = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("example-gates")
+        .join(format!("{name}-{}.wasm", sources_hash(src)));
+    if !built.is_file() {
+        std::fs::create_dir_all(built.parent().unwrap()).unwrap();
+        let partial = built.with_extension("partial");
+        let status = build_script(&src.join("build.sh"))
+            .arg(&partial)
+            .status()
+            .unwrap();
+        assert!(status.success(), "building {name}: {status}");
+        std::fs::rename(&partial, &built).unwrap();
+    }
+    built
+}
+
+/// The compiled-gate cache of the Python and JavaScript gates, kept in the
+/// target directory from one run to the next. Compiling one of their
+/// 12-18 MB components costs 15-20 s of CPU in a debug build, most of this
+/// file's cost, and they change only when their sources do. An entry is
+/// found by what the product keys it on (the component's sha256, the
+/// wasmtime version, the engine's settings), so a new build of a gate or a
+/// change to the engine compiles again, and every load still passes the
+/// product's checks: the directory is private and this user's, and the
+/// entry's seal binds it to that component. The first compile runs in
+/// every run all the same: the stock gates and the Rust and C examples are
+/// compiled into the run's own cache (`common::shared_cache`).
+fn kept_cache() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("example-gate-cache");
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                panic!("{}: {e}", dir.display())
+            }
+            _ => dir,
+        }
+    })
+}
+
+/// A fresh root for a test of `lang`'s gate: the Python and JavaScript
+/// ones compile into `kept_cache`, the others into the run's own cache.
+fn env_for(lang: &str) -> Env {
+    if !["python", "javascript"].contains(&lang) {
+        return Env::new();
+    }
+    let env = Env::with_own_cache();
+    link_cache(&env.root, kept_cache());
+    env
 }
 
 /// A hash of an example's sources: every file but what its build makes or
@@ -144,7 +183,7 @@ fn expected_at(now: Timestamp) -> (&'static str, &'static str) {
 }
 
 fn run_example(lang: &str, toolchain: &str, present: bool) {
-    let env = Env::new();
+    let env = env_for(lang);
     let Some(wasm) = build(lang, toolchain, present, &env.root) else {
         return;
     };
@@ -280,7 +319,7 @@ fn scaffold_and_build(lang: &str, toolchain: &str, present: bool) {
 #[test]
 fn a_python_gates_exception_is_named_not_the_runtimes_panic() {
     let present = has("componentize-py", "--version");
-    let env = Env::new();
+    let env = env_for("python");
     // The office-hours example, failing for one loop name.
     let src = env.root.join("crashing-python");
     std::fs::create_dir_all(src.join("wit")).unwrap();
@@ -305,8 +344,7 @@ fn a_python_gates_exception_is_named_not_the_runtimes_panic() {
     }
     let line = app.lines().count() + 8; // the `raise` above
     let wasm = env.root.join("crashing.wasm");
-    let status = build_script(&src.join("build.sh")).arg(&wasm).status().unwrap();
-    assert!(status.success(), "{status}");
+    std::fs::copy(built("crashing-python", &src), &wasm).unwrap();
     let ctx = env.root.join("crash.json");
     std::fs::write(&ctx, r#"{"loop_name": "crash", "now": "2026-11-30T10:00:00Z"}"#).unwrap();
     let args = [
