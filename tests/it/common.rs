@@ -185,6 +185,8 @@ macro_rules! files_only {
 }
 
 /// Every path under `dir`, relative, sorted: to show a command made nothing.
+/// A symbolic link is listed, not followed: a root's `cache/` links to the
+/// run's shared cache, which other tests fill at the same time.
 pub fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -193,9 +195,10 @@ pub fn tree(dir: &Path) -> Vec<String> {
             continue;
         };
         for e in entries {
-            let p = e.unwrap().path();
+            let e = e.unwrap();
+            let p = e.path();
             out.push(p.strip_prefix(dir).unwrap().display().to_string());
-            if p.is_dir() {
+            if e.file_type().unwrap().is_dir() {
                 stack.push(p);
             }
         }
