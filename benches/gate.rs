@@ -1,11 +1,14 @@
 //! Gate host benchmarks: a fresh-instance evaluation of each stock gate (the
 //! per-tick cost; target ≤ 100 µs), a fresh host with a cached load (what a
-//! tick process pays before its first evaluation), and a cold compile.
-//! Run with `cargo bench --bench gate`.
+//! tick process pays before its first evaluation), a cold compile, and a
+//! component file's load + evaluation under the daemon's resident host.
+//! Run with `cargo bench --bench gate`; for the last, point
+//! `AUTOMATON_BENCH_GATE` at a component (e.g. an example gate's build).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use automaton::gate::{Context, GateHost, GateSource, Limits, RunResult, stock_gates};
+use automaton::gate::{Context, GateHost, GateSource, Limits, Phase, RunResult, stock_gates};
 use divan::Bencher;
 use serde_json::json;
 
@@ -93,5 +96,34 @@ fn cold_compile(bencher: Bencher) {
     bencher.bench_local(|| {
         let host = GateHost::new(None).unwrap();
         host.load(&GateSource::Stock("budget".into())).unwrap();
+    });
+}
+
+/// What the daemon pays per tick for a gate file it has loaded before: a
+/// `stat`, then a fresh instance from the pool and `evaluate`. The gate is
+/// `AUTOMATON_BENCH_GATE` (an office-hours example gate: its params keep it
+/// proceeding on weekdays); skipped when that is unset.
+#[divan::bench(sample_count = 200)]
+fn resident_file_gate(bencher: Bencher) {
+    let Some(path) = std::env::var_os("AUTOMATON_BENCH_GATE").map(PathBuf::from) else {
+        eprintln!("resident_file_gate: skipped (AUTOMATON_BENCH_GATE is not set)");
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let host = GateHost::resident(Some(cache.path().to_owned()), 4).unwrap();
+    let source = GateSource::File { path, sha256: None };
+    let ctx = Context {
+        loop_name: "bench".into(),
+        phase: Phase::BeforeStep,
+        now: "2026-11-30T10:00:00Z".parse().unwrap(), // a Monday
+        params: json!({"start_hour": 0, "end_hour": 24}),
+        ..context("office-hours")
+    };
+    let limits = Limits::default();
+    let gate = host.load(&source).unwrap();
+    host.evaluate(&gate, &ctx, &limits).unwrap();
+    bencher.bench_local(|| {
+        let gate = host.load(&source).unwrap();
+        host.evaluate(&gate, &ctx, &limits).unwrap()
     });
 }

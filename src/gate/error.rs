@@ -39,6 +39,17 @@ pub enum GateErrorKind {
         trap: String,
         guest_output: String,
     },
+    /// The gate's code threw a value that is not a string (a JavaScript
+    /// gate; a thrown string is a refusal): the value as the gate printed
+    /// it (`42`, `{"code":1}`, `TypeError: bad hour`), and where
+    /// (`gate.js:27:25, in evaluate`). `trap` and `guest_output` are the
+    /// raw detail, logged at debug level.
+    Thrown {
+        value: String,
+        at: Option<String>,
+        trap: String,
+        guest_output: String,
+    },
     /// The file is not a WebAssembly component (not wasm, or a core module).
     NotAComponent { detail: String },
     /// The component does not target the `gate` world: an import the host
@@ -89,6 +100,10 @@ impl fmt::Display for GateErrorKind {
             }
             GateErrorKind::Panic { message, at, .. } => {
                 write!(f, "panicked: {}", tail(message, 2048))?;
+                at.iter().try_for_each(|at| write!(f, " (at {at})"))
+            }
+            GateErrorKind::Thrown { value, at, .. } => {
+                write!(f, "threw {}", tail(value, 2048))?;
                 at.iter().try_for_each(|at| write!(f, " (at {at})"))
             }
             GateErrorKind::NotAComponent { detail } => {

@@ -549,6 +549,7 @@ impl GateHost {
                     GateErrorKind::Trap { .. }
                         | GateErrorKind::Exception { .. }
                         | GateErrorKind::Panic { .. }
+                        | GateErrorKind::Thrown { .. }
                 ) {
                     tracing::debug!(
                         gate = gate.label(),
@@ -616,6 +617,12 @@ fn classify(e: &wasmtime::Error, state: &HostState, limits: &Limits) -> GateErro
     match fault::read(&guest_output) {
         Some(Fault::Exception { exception, at }) => GateErrorKind::Exception {
             exception,
+            at,
+            trap,
+            guest_output,
+        },
+        Some(Fault::Thrown { value, at }) => GateErrorKind::Thrown {
+            value,
             at,
             trap,
             guest_output,

@@ -370,3 +370,83 @@ fn a_python_gates_exception_is_named_not_the_runtimes_panic() {
         "{stderr}"
     );
 }
+
+/// A JavaScript gate that throws something other than a string (which
+/// componentize-js cannot pass back, so the call traps) names the value it
+/// threw and where, as the example's `reportingThrows` printed it.
+#[test]
+fn a_javascript_gates_thrown_value_is_named() {
+    let present = has("node", "--version") && has("npm", "--version");
+    let env = Env::new();
+    // The office-hours example, throwing for three loop names.
+    let src = env.root.join("throwing-javascript");
+    std::fs::create_dir_all(src.join("wit")).unwrap();
+    let example = example_dir("javascript");
+    for f in ["build.sh", "package.json", "package-lock.json", "wit/gate.wit"] {
+        std::fs::copy(example.join(f), src.join(f)).unwrap();
+    }
+    let gate = std::fs::read_to_string(example.join("gate.js")).unwrap();
+    let head = "export const evaluate = reportingThrows((ctx) => {\n";
+    let at = gate
+        .find(head)
+        .expect("the example wraps evaluate in reportingThrows")
+        + head.len();
+    let line = gate[..at].lines().count() + 3; // the `ctx.missing.field` below
+    let throwing = format!(
+        "{}  if (ctx.loopName === 'number') throw 42;\n  \
+         if (ctx.loopName === 'object') throw {{ code: 1 }};\n  \
+         if (ctx.loopName === 'error') ctx.missing.field;\n{}",
+        &gate[..at],
+        &gate[at..]
+    );
+    std::fs::write(src.join("gate.js"), throwing).unwrap();
+    if !present {
+        let _ = build("javascript", "node and npm", false, &env.root);
+        return;
+    }
+    // The example's installed packages, when it has them.
+    if example.join("node_modules/.package-lock.json").is_file() {
+        std::os::unix::fs::symlink(example.join("node_modules"), src.join("node_modules")).unwrap();
+    }
+    let wasm = env.root.join("throwing.wasm");
+    let status = build_script(&src.join("build.sh")).arg(&wasm).status().unwrap();
+    assert!(status.success(), "{status}");
+    for (loop_name, expected) in [
+        ("number", "threw 42".to_owned()),
+        ("object", r#"threw {"code":1}"#.to_owned()),
+        (
+            "error",
+            format!(
+                "threw TypeError: can't access property \"field\", ctx.missing is undefined \
+                 (at gate.js:{line}:"
+            ),
+        ),
+    ] {
+        let ctx = env.root.join(format!("{loop_name}.json"));
+        std::fs::write(
+            &ctx,
+            format!(r#"{{"loop_name": "{loop_name}", "now": "2026-11-30T10:00:00Z"}}"#),
+        )
+        .unwrap();
+        let out = env
+            .cmd()
+            .args([
+                "gate",
+                "test",
+                wasm.to_str().unwrap(),
+                "--context",
+                ctx.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let said = stderr
+            .trim_end()
+            .split_once("throwing.wasm (office-hours 1.0.0) ")
+            .map(|(_, said)| said)
+            .unwrap_or_else(|| panic!("{stderr}"));
+        assert!(said.starts_with(&expected), "{loop_name}: {stderr}");
+        assert!(!said.contains("expected a string"), "{loop_name}: {stderr}");
+    }
+}

@@ -10,7 +10,7 @@
 //
 // The shapes componentize-js gives WIT types: records are objects with
 // camelCase fields, u64 is a BigInt, option<T> is T or undefined, a variant
-// is {tag, val}, and a result's error is a thrown value.
+// is {tag, val}, and a result's error is a thrown string.
 import { log } from 'automaton:gate/host@0.1.0';
 
 const SCHEMA = JSON.stringify({
@@ -57,11 +57,36 @@ export function describe() {
   };
 }
 
-export function checkParams(params) {
-  hours(params);
+// A thrown string is the gate's refusal. Anything else thrown (a bug, or
+// `throw 42`) traps, and componentize-js says only its type: this prints
+// the value first, so the host's error reads `threw TypeError: ...
+// (at gate.js:12:5, in evaluate)`.
+function reportingThrows(f) {
+  return (...args) => {
+    try {
+      return f(...args);
+    } catch (e) {
+      if (typeof e !== 'string') console.error(`Uncaught ${shown(e)}`);
+      throw e;
+    }
+  };
 }
 
-export function evaluate(ctx) {
+function shown(e) {
+  if (e instanceof Error) return `${e.name}: ${e.message}\nStack:\n${e.stack}`;
+  if (typeof e === 'bigint') return `${e}n`;
+  try {
+    return JSON.stringify(e) ?? String(e);
+  } catch {
+    return String(e);
+  }
+}
+
+export const checkParams = reportingThrows((params) => {
+  hours(params);
+});
+
+export const evaluate = reportingThrows((ctx) => {
   const [start, end] = hours(ctx.params);
   const days = ctx.nowMs / MS_PER_DAY;
   const weekday = Number((days + 3n) % 7n); // 1970-01-01 was a Thursday; Monday is 0
@@ -78,4 +103,4 @@ export function evaluate(ctx) {
     return { tag: 'await-approval', val: `the last run (tick ${run.tick}) ${how}` };
   }
   return { tag: 'proceed' };
-}
+});
