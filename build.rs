@@ -14,6 +14,13 @@ fn main() {
     let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
     if release && target.ends_with("-linux-gnu") {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+        // The unwinder (backtraces; a panic aborts) linked in from GCC's
+        // static libgcc_eh, ahead of the standard library's libgcc_s, which
+        // the linker then drops as unneeded: one shared library fewer to
+        // load and relocate at every start, and no run of libgcc_s's
+        // constructor, whose CPU-model probe (`cpuid`) traps to the
+        // hypervisor in a VM.
+        println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
     }
     stock_sha256s();
 }
