@@ -1,4 +1,8 @@
-//! Link settings for the `automaton` binary.
+//! Link settings for the `automaton` binary, and the stock gates' sha256s.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -10,5 +14,33 @@ fn main() {
     let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
     if release && target.ends_with("-linux-gnu") {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+        // The unwinder (backtraces; a panic aborts) linked in from GCC's
+        // static libgcc_eh, ahead of the standard library's libgcc_s, which
+        // the linker then drops as unneeded: one shared library fewer to
+        // load and relocate at every start, and no run of libgcc_s's
+        // constructor, whose CPU-model probe (`cpuid`) traps to the
+        // hypervisor in a VM.
+        println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
+    }
+    stock_sha256s();
+}
+
+/// Writes `<OUT_DIR>/stock/<name>.sha256` for each `gates/dist/<name>.wasm`
+/// the binary embeds, so a process names a stock gate's content without
+/// hashing it.
+fn stock_sha256s() {
+    let dist = Path::new("gates/dist");
+    println!("cargo:rerun-if-changed={}", dist.display());
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("stock");
+    std::fs::create_dir_all(&out).expect("OUT_DIR is writable");
+    for entry in std::fs::read_dir(dist).expect("gates/dist/ holds the stock gates") {
+        let path = entry.expect("gates/dist/ lists").path();
+        if path.extension().is_none_or(|e| e != "wasm") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).expect("a stock gate reads");
+        let name = path.file_stem().expect("a file name");
+        let sha256 = format!("{:x}", Sha256::digest(&bytes));
+        std::fs::write(out.join(name).with_extension("sha256"), sha256).expect("OUT_DIR is writable");
     }
 }

@@ -10,8 +10,9 @@ use crate::tick::{self, Options, TickReport};
 
 pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
     let store = crate::store::open(root, &args.name)?;
+    let config = store.config()?;
     // A loop pinned to other hosts does not run here.
-    let runner = store.config()?.runner;
+    let runner = &config.runner;
     let here = crate::who::host();
     if !runner.allows(&here) {
         return Err(crate::Error::Refused {
@@ -22,9 +23,10 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
             ),
         });
     }
-    let report = tick::run_on(
+    let report = tick::run_configured(
         root,
         store.as_ref(),
+        &config,
         &Options {
             timeout: args.timeout,
             ..Options::default()

@@ -7,7 +7,7 @@
 //! matches and the entry is not used.
 
 use std::fs::Metadata;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -145,10 +145,15 @@ impl Key {
     /// key another user could read or write is refused.
     pub(crate) fn load_or_create(path: &Path) -> Result<Key, Untrusted> {
         match std::fs::File::open(path) {
-            Ok(file) => {
+            Ok(mut file) => {
                 let meta = file.metadata().map_err(Untrusted::io(path))?;
                 check_key_file(path, &meta)?;
-                let bytes = std::fs::read(path).map_err(Untrusted::io(path))?;
+                // The file checked is the file read: one open.
+                let mut bytes = Vec::with_capacity(33);
+                (&mut file)
+                    .take(33)
+                    .read_to_end(&mut bytes)
+                    .map_err(Untrusted::io(path))?;
                 let key: [u8; 32] = bytes.try_into().map_err(|_| Untrusted::Kind {
                     path: path.to_owned(),
                     expected: "32-byte key (delete it to make a new one)",

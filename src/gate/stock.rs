@@ -2,26 +2,22 @@
 //! binary, loaded with `stock = "NAME"` in loop.toml or `stock:NAME` on the
 //! command line.
 
-use std::sync::OnceLock;
-
 /// A gate shipped inside the binary.
 #[derive(Debug, Clone, Copy)]
 pub struct StockGate {
     pub name: &'static str,
     /// The component, as built into `gates/dist/<name>.wasm`.
     pub bytes: &'static [u8],
+    /// Its sha256, lower-case hex, taken when the binary was built.
+    sha256: &'static str,
 }
 
 impl StockGate {
-    /// The component's sha256, hashed once per process rather than at
-    /// every load (a daemon loads a loop's gates at each of its ticks).
+    /// The component's sha256: hashed by the build, so no process reads
+    /// the embedded component to name it (a cached stock gate is loaded
+    /// without touching its bytes).
     pub fn sha256(&self) -> String {
-        static HASHES: [OnceLock<String>; COUNT] = [const { OnceLock::new() }; COUNT];
-        let hash = || super::cache::sha256_hex(self.bytes);
-        match STOCK.iter().position(|g| std::ptr::eq(g.bytes, self.bytes)) {
-            Some(i) => HASHES[i].get_or_init(hash).clone(),
-            None => hash(),
-        }
+        self.sha256.to_owned()
     }
 }
 
@@ -30,6 +26,7 @@ macro_rules! stock {
         StockGate {
             name: $name,
             bytes: include_bytes!(concat!("../../gates/dist/", $name, ".wasm")),
+            sha256: include_str!(concat!(env!("OUT_DIR"), "/stock/", $name, ".sha256")),
         }
     };
 }
@@ -55,4 +52,16 @@ pub fn stock_gates() -> &'static [StockGate] {
 /// The stock gate with this name.
 pub fn find(name: &str) -> Option<&'static StockGate> {
     STOCK.iter().find(|g| g.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_time_sha256s_are_the_embedded_components() {
+        for g in stock_gates() {
+            assert_eq!(g.sha256(), super::super::cache::sha256_hex(g.bytes), "{}", g.name);
+        }
+    }
 }

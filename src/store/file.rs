@@ -380,6 +380,10 @@ impl Session for FileSession<'_> {
         self.held.set_tick(tick);
     }
 
+    fn use_config(&mut self, config: &LoopConfig) {
+        self.limits = Some(config.history.clone());
+    }
+
     fn load(&mut self) -> Result<Loaded> {
         let mut state = self.dir.read_state()?;
         let cut = journal::repair(&self.dir.history_path(), state.version)?;

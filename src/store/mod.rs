@@ -347,6 +347,10 @@ pub trait Session {
     /// Records the tick being run, so waiters and `status` can name it.
     fn set_tick(&mut self, tick: u64);
 
+    /// The loop's config as the caller read it, for what a commit needs of
+    /// it (history rotation), so the session does not read it again.
+    fn use_config(&mut self, _config: &LoopConfig) {}
+
     /// Recovers what a dead holder left, then returns the committed state.
     /// A tick found dead mid-way is recorded as crashed (a commit of its
     /// own, made before this returns) and returned in [`Loaded::recovered`].

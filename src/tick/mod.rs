@@ -96,52 +96,66 @@ pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
 
 /// Runs one tick of the loop `store`.
 pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<TickReport> {
-    let name = store.name().as_str();
-    // Read before locking, so a loop that cannot tick fails fast (and a bad
-    // state file is reported, not waited for); it is read again under the lock.
-    let peek = store.load()?;
     let config = store.config()?;
+    run_configured(root, store, &config, opts)
+}
+
+/// Runs one tick of the loop `store`, whose config the caller has read:
+/// loop.toml is read once per tick, and the state once when the lock is
+/// free.
+pub fn run_configured(
+    root: &Root,
+    store: &dyn LoopStore,
+    config: &LoopConfig,
+    opts: &Options<'_>,
+) -> Result<TickReport> {
     let skip = config.overlap == Overlap::Skip || opts.never_wait;
-    let wait = match skip {
-        true => Wait::No,
-        false => opts.timeout.map_or(Wait::Forever, Wait::For),
+    let session = match store.lock(Holder::me("tick"), Wait::No) {
+        Ok(session) => session,
+        Err(Error::LockNotObtained { holder, .. }) if skip => return busy(store, holder),
+        Err(Error::LockNotObtained { .. }) => {
+            // Read before waiting, so a loop that cannot tick fails fast (a
+            // bad state file is reported, not waited for); it is read again
+            // under the lock.
+            store.load()?;
+            let wait = opts.timeout.map_or(Wait::Forever, Wait::For);
+            store.lock(Holder::me("tick"), wait)?
+        }
+        Err(e) => return Err(e),
     };
     let tick = Tick {
         root,
         store,
-        config: &config,
+        config,
         shared_host: opts.host,
         own_host: None,
         cancel: opts.cancel,
         ran_since: opts.ran_since,
-        number: peek.tick + 1,
+        number: 0,
         recovered: None,
         events: Vec::new(),
         verdicts: Vec::new(),
     };
-    let mut report = match store
-        .lock(Holder::me("tick"), wait)
-        .and_then(|session| tick.run(session))
-    {
-        Err(Error::LockNotObtained { holder, .. }) if skip => TickReport {
-            loop_name: name.to_owned(),
-            tick: peek.tick + 1,
-            outcome: Outcome::Busy,
-            reason: Some(match holder {
-                Some(h) => format!("held by {}", h.describe()),
-                None => "the loop's lock is held".to_owned(),
-            }),
-            decisions: Vec::new(),
-            step: None,
-            verifier: None,
-            recovered_crash: None,
-            started_waiting: false,
-        },
-        other => other?,
-    };
-    report.started_waiting =
-        report.outcome == Outcome::AwaitingApproval && peek.status != crate::state::Status::AwaitingApproval;
-    Ok(report)
+    tick.run(session)
+}
+
+/// The report of a tick that found the loop's lock held and did not wait.
+fn busy(store: &dyn LoopStore, holder: Option<Holder>) -> Result<TickReport> {
+    let state = store.load()?;
+    Ok(TickReport {
+        loop_name: store.name().to_string(),
+        tick: state.tick + 1,
+        outcome: Outcome::Busy,
+        reason: Some(match holder {
+            Some(h) => format!("held by {}", h.describe()),
+            None => "the loop's lock is held".to_owned(),
+        }),
+        decisions: Vec::new(),
+        step: None,
+        verifier: None,
+        recovered_crash: None,
+        started_waiting: false,
+    })
 }
 
 /// One tick in progress, under the lock: the context its phases share.
@@ -192,9 +206,11 @@ impl Tick<'_> {
     fn run(mut self, mut session: Box<dyn Session + '_>) -> Result<TickReport> {
         // Step 3: a tick that died mid-way is recorded as crashed by the
         // session, in a commit of its own, before anything else happens.
+        session.use_config(self.config);
         let Loaded { mut state, recovered } = session.load()?;
         self.recovered = recovered.map(|dead| dead.tick);
         self.number = state.tick + 1;
+        let was_awaiting = state.status == crate::state::Status::AwaitingApproval;
         if let (Some(since), Some(last)) = (self.ran_since, &state.last_tick)
             && last.started_at >= since
         {
@@ -212,13 +228,16 @@ impl Tick<'_> {
             });
         }
         let session = &mut *session;
-        let (worktree, decision) = match self.before_step(session, &mut state)? {
-            Before::Run(worktree, decision) => (worktree, decision),
-            Before::Ended(report) => return Ok(report),
+        let mut report = match self.before_step(session, &mut state)? {
+            Before::Run(worktree, decision) => {
+                let stepped = self.step(session, &mut state, worktree.as_deref(), decision)?;
+                let (outcome, reason) = self.after_step(&mut state, &stepped.ran);
+                self.finish(session, state, outcome, reason, stepped)?
+            }
+            Before::Ended(report) => report,
         };
-        let stepped = self.step(session, &mut state, worktree.as_deref(), decision)?;
-        let (outcome, reason) = self.after_step(&mut state, &stepped.ran);
-        self.finish(session, state, outcome, reason, stepped)
+        report.started_waiting = report.outcome == Outcome::AwaitingApproval && !was_awaiting;
+        Ok(report)
     }
 
     /// Steps 4 to 6: an inactive loop ends here; then the worktree and the
