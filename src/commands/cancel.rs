@@ -63,7 +63,8 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
         Err(Error::LockNotObtained { .. }) => Ok(false),
         Err(e) => Err(e),
     };
-    let named = flight.group;
+    // A group id means something on the runner's host only.
+    let named = flight.group.filter(|_| flight.host == who::host());
     if let Some(group) = step_group(&run_dir, named, runner, &lock_free)? {
         signal(group, Signal::SIGTERM, runner);
         report.signals.push("SIGTERM");
