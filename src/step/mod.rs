@@ -511,15 +511,11 @@ pub fn make_run_dir(runs_dir: &Path, tick: u64, keep: usize) -> io::Result<PathB
         }
     }
     if !made {
-        match std::fs::DirBuilder::new()
+        // Recursive: a directory already there is fine, anything else is not.
+        std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&dir)
-        {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
+            .create(&dir)?;
     }
     Ok(dir)
 }

@@ -500,4 +500,7 @@ fn a_run_directory_made_first_by_cancel_is_kept_with_its_note() {
     // keep = 0: the new one is made (the tick removes it once recorded).
     make_run_dir(&runs, 4, 0).unwrap();
     assert_eq!(names_in(&runs), ["4"]);
+    // A file where the directory should be is an error, not a directory.
+    std::fs::write(runs.join("5"), "").unwrap();
+    assert!(make_run_dir(&runs, 5, 2).is_err());
 }
