@@ -18,6 +18,8 @@
 #        BEFORE (an older build: measured at each size just before BIN, one
 #        row each, for a side-by-side run)
 #        BASELINE (1; 0 skips the bash + flock baseline)  IDLE (1; 0 skips it)
+#        STEADY (0; 1 gives every loop `[runs] keep = 5` and five runs already
+#        made, as a daemon that has run a while: each tick then prunes one)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 sizes=${SIZES:-100 1000 5000}
@@ -46,6 +48,10 @@ make_root() {
   "$BIN" --root "$root" init >/dev/null
   "$BIN" --root "$root" new l0 --from "$toml" >/dev/null
   local i
+  if [ "${STEADY:-0}" = 1 ]; then
+    for ((i = 1; i <= 5; i++)); do mkdir -p -m 700 "$root/loops/l0/runs/$i"; done
+    sed -i 's/"tick": 0,/"tick": 5,/' "$root/loops/l0/.state.loop"
+  fi
   for ((i = 1; i < n; i++)); do cp -r "$root/loops/l0" "$root/loops/l$i"; done
 }
 
@@ -72,7 +78,8 @@ next_record() {
   done
 }
 
-printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up\n\n' "$workers" "$secs"
+steady=; [ "${STEADY:-0}" = 1 ] && steady=', every loop at its `[runs] keep` (5)'
+printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s\n\n' "$workers" "$secs" "$steady"
 printf '| build | loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
 cat > "$work/loop.toml" <<TOML
@@ -83,6 +90,7 @@ every = "${cadence}s"
 stock = "max-failures"
 params = { max = 3 }
 TOML
+[ "${STEADY:-0}" = 1 ] && printf '[runs]\nkeep = 5\n' >> "$work/loop.toml"
 measure() { # LABEL N
   local label=$1 n=$2
   root="$work/r$n"

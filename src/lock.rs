@@ -189,10 +189,16 @@ pub fn poll(
 
 fn write_holder(file: &File, holder: &Holder) {
     // Best effort: the record only informs waiters; the lock is what counts.
+    // Written over the last one, then cut to its length if that was longer:
+    // a reader meanwhile finds no valid record (as it would an empty file),
+    // and the file system frees and allocates no block for a rewrite.
     if let Ok(mut text) = serde_json::to_vec(holder) {
         text.push(b'\n');
-        let _ = file.set_len(0);
+        let len = text.len() as u64;
         let _ = file.write_all_at(&text, 0);
+        if file.metadata().is_ok_and(|m| m.len() > len) {
+            let _ = file.set_len(len);
+        }
     }
 }
 

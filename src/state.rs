@@ -159,6 +159,10 @@ pub struct InFlight {
     pub pid: u32,
     pub host: String,
     pub started_at: Timestamp,
+    /// The process group the step runs in (made before this record is
+    /// written, so `cancel` can signal it), when it could be made then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<i32>,
 }
 
 /// The git worktree a loop's step runs in.

@@ -1,9 +1,11 @@
 //! `cancel`: end the tick in flight, as `systemctl stop` ends a unit. The
 //! tick's runner holds the lock, so this works from outside it: it leaves a
 //! note of who asked in the tick's run directory, sends SIGTERM to the
-//! step's process group (whose id the runner wrote there), SIGKILL after a
-//! grace period, and waits for the runner to record the tick (as cancelled
-//! by whom) and free the lock, which it then takes briefly to be sure.
+//! step's process group (named in the `in_flight` record, or written by the
+//! runner into the run directory; the verifier's is written there), SIGKILL
+//! after a grace period, and waits for the runner to record the tick (as
+//! cancelled by whom) and free the lock, which it then takes briefly to be
+//! sure.
 
 use std::io::Write;
 use std::path::Path;
@@ -61,11 +63,13 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
         Err(Error::LockNotObtained { .. }) => Ok(false),
         Err(e) => Err(e),
     };
-    if let Some(group) = step_group(&run_dir, runner, &lock_free)? {
+    // A group id means something on the runner's host only.
+    let named = flight.group.filter(|_| flight.host == who::host());
+    if let Some(group) = step_group(&run_dir, named, runner, &lock_free)? {
         signal(group, Signal::SIGTERM, runner);
         report.signals.push("SIGTERM");
         if !lock_free(Wait::For(args.grace))?
-            && let Some(group) = live_group(&run_dir, runner)
+            && let Some(group) = live_group(&run_dir, named, runner)
         {
             signal(group, Signal::SIGKILL, runner);
             report.signals.push("SIGKILL");
@@ -103,10 +107,17 @@ fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
 }
 
 /// The process group of the tick's step (or verifier) once it runs; none
-/// if the tick ends (the lock comes free) before one starts.
-fn step_group(run_dir: &Path, runner: u32, lock_free: &dyn Fn(Wait) -> Result<bool>) -> Result<Option<Pid>> {
+/// if the tick ends (the lock comes free) before one starts. A group the
+/// `in_flight` record names may not hold the step yet: the runner then
+/// finds the note left before the signal, and stops the step itself.
+fn step_group(
+    run_dir: &Path,
+    named: Option<i32>,
+    runner: u32,
+    lock_free: &dyn Fn(Wait) -> Result<bool>,
+) -> Result<Option<Pid>> {
     loop {
-        if let Some(g) = live_group(run_dir, runner) {
+        if let Some(g) = live_group(run_dir, named, runner) {
             return Ok(Some(g));
         }
         if lock_free(Wait::For(POLL))? {
@@ -115,12 +126,16 @@ fn step_group(run_dir: &Path, runner: u32, lock_free: &dyn Fn(Wait) -> Result<bo
     }
 }
 
-/// The group named in the run directory, if its leader (the runner's guard
-/// process) is still the runner's child: a stale id is never signalled.
-fn live_group(run_dir: &Path, runner: u32) -> Option<Pid> {
-    ["verifier", "step"].into_iter().find_map(|what| {
+/// The verifier's group, else the step's (named in the `in_flight` record
+/// or the run directory), if its leader (the runner's guard process) is
+/// still the runner's child: a stale id is never signalled.
+fn live_group(run_dir: &Path, named: Option<i32>, runner: u32) -> Option<Pid> {
+    let written = |what| {
         let text = std::fs::read_to_string(pgid_file(run_dir, what)).ok()?;
-        let pgid: i32 = text.trim().parse().ok()?;
+        text.trim().parse::<i32>().ok()
+    };
+    let candidates = [written("verifier"), named.or_else(|| written("step"))];
+    candidates.into_iter().flatten().find_map(|pgid| {
         let ours = match Path::new("/proc/self").exists() {
             true => parent_of(pgid) == Some(runner),
             // No /proc to ask: trusted while the tick is in flight.

@@ -44,7 +44,8 @@ pub(super) struct Guard {
     pid: Pid,
     /// The write end of the pipe; the guard sees EOF once every copy is closed.
     pipe: Option<OwnedFd>,
-    /// The stack the cloned guard runs on, unmapped once it is reaped.
+    /// The stack the cloned guard runs on; once the guard is reaped it
+    /// serves the thread's next guard.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     stack: Option<cloned::Stack>,
 }
@@ -101,10 +102,14 @@ impl Drop for Guard {
                 result => break result.is_ok(),
             }
         };
-        // A guard not known to be gone may still be running on its stack.
+        // A guard not known to be gone may still be running on its stack;
+        // a reaped one's stack serves this thread's next guard.
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-        if !reaped && let Some(stack) = self.stack.take() {
-            std::mem::forget(stack);
+        if let Some(stack) = self.stack.take() {
+            match reaped {
+                true => cloned::Stack::put_back(stack),
+                false => std::mem::forget(stack),
+            }
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         let _ = reaped;
@@ -154,6 +159,14 @@ mod cloned {
         len: usize,
     }
 
+    thread_local! {
+        /// The stack of this thread's last guard, once that guard was
+        /// reaped: the next guard runs on it, so a daemon's worker maps
+        /// one stack, not one per step (an unmap interrupts every other
+        /// CPU running the process's threads to flush their TLBs).
+        static SPARE: std::cell::Cell<Option<Stack>> = const { std::cell::Cell::new(None) };
+    }
+
     // SAFETY: a plain mapping, owned by one `Guard`.
     unsafe impl Send for Stack {}
 
@@ -165,6 +178,21 @@ mod cloned {
     }
 
     impl Stack {
+        /// This thread's spare stack, or a new one.
+        fn take() -> io::Result<Stack> {
+            match SPARE.with(std::cell::Cell::take) {
+                Some(stack) => Ok(stack),
+                None => Stack::new(),
+            }
+        }
+
+        /// Keeps the stack of a guard that was reaped for this thread's
+        /// next guard (nothing runs on it any more).
+        pub(super) fn put_back(stack: Stack) {
+            // A spare already there is unmapped as it is dropped.
+            drop(SPARE.with(|s| s.replace(Some(stack))));
+        }
+
         fn new() -> io::Result<Stack> {
             let len = STACK_SIZE + GUARD_PAGE;
             // SAFETY: a fresh anonymous mapping; checked below.
@@ -203,7 +231,7 @@ mod cloned {
     /// Clones the guard; returns its pid (the new group's id) and its stack.
     pub(super) fn spawn(read: &OwnedFd, write: &OwnedFd) -> io::Result<(Pid, Stack)> {
         let _ = write; // closed in the child by the descriptor sweep
-        let stack = Stack::new()?;
+        let stack = Stack::take()?;
         let fd_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map(|(soft, _)| soft.min(1 << 16) as c_int)
             .unwrap_or(1024);

@@ -16,6 +16,7 @@ mod tests;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -130,6 +131,22 @@ pub fn run(spec: &StepSpec) -> Result<ProcessOutcome, StepError> {
     run_with(spec, |_| {})
 }
 
+/// A step's process group, made before the step starts so that its id can
+/// be recorded first (the tick writes it into its `in_flight` record).
+/// Its leader is the guard; dropping an unused group ends it.
+pub struct Group(guard::Guard);
+
+impl Group {
+    pub fn new() -> io::Result<Group> {
+        guard::Guard::spawn().map(Group)
+    }
+
+    /// The process group id.
+    pub fn id(&self) -> i32 {
+        self.0.pgid().as_raw()
+    }
+}
+
 /// Like [`run`], calling `on_start` once the step is running (to record its
 /// pid, or keep a [`Canceller`]). `on_start` runs on the supervising thread,
 /// before any output is read: it must not wait for the step.
@@ -138,6 +155,16 @@ pub fn run(spec: &StepSpec) -> Result<ProcessOutcome, StepError> {
 /// exit (a pidfd where there is one), its two output pipes and the cancel
 /// pipe, with the timeout as poll's.
 pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<ProcessOutcome, StepError> {
+    run_in(spec, None, on_start)
+}
+
+/// Like [`run_with`], in `group` when one was made beforehand (else in a
+/// group of its own).
+pub fn run_in(
+    spec: &StepSpec,
+    group: Option<Group>,
+    on_start: impl FnOnce(&Started),
+) -> Result<ProcessOutcome, StepError> {
     let program = resolve_program(spec.program, spec.cwd);
     let supervise = |source| StepError::Supervise {
         program: program.clone(),
@@ -162,7 +189,10 @@ pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<Proc
         read: cancel_read,
         write: cancel_write,
     }));
-    let guard = guard::Guard::spawn().map_err(supervise)?;
+    let guard = match group {
+        Some(Group(guard)) => guard,
+        None => guard::Guard::spawn().map_err(supervise)?,
+    };
 
     let [stdout_w, stderr_w]: [OwnedFd; 2] = write_ends.try_into().expect("two streams");
     let mut cmd = command(spec, &program, guard.pgid().as_raw());
@@ -446,9 +476,79 @@ fn spawn_error(program: &Path, e: io::Error) -> StepError {
 /// tick number; other entries are left alone). Returns how many it removed;
 /// a missing `runs_dir` has nothing to prune.
 pub fn prune_runs(runs_dir: &Path, keep: usize) -> io::Result<usize> {
+    let mut removed = 0;
+    for (_, path) in runs_newest_first(runs_dir)?.iter().skip(keep) {
+        std::fs::remove_dir_all(path)?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// Makes `runs_dir/<tick>` (mode 0700) for a tick about to run its step,
+/// and leaves at most `keep` run directories with it. When an old one has
+/// to go, the oldest is emptied and renamed to the new tick's name rather
+/// than removed: a rename costs the file system less than removing one
+/// directory and making another. A directory of that tick already there
+/// (`cancel` makes it when it comes first) is kept as it is. Only making
+/// the directory can fail; an old one that cannot be removed is logged and
+/// left for the next tick.
+pub fn make_run_dir(runs_dir: &Path, tick: u64, keep: usize) -> io::Result<PathBuf> {
+    let dir = runs_dir.join(tick.to_string());
+    let mut old = runs_newest_first(runs_dir).unwrap_or_else(|e| {
+        tracing::warn!("cannot list {}: {e}", runs_dir.display());
+        Vec::new()
+    });
+    old.retain(|(t, _)| *t != tick);
+    let doomed = old.split_off(old.len().min(keep.saturating_sub(1)));
+    let mut made = dir.symlink_metadata().is_ok_and(|m| m.is_dir());
+    for (_, path) in doomed.iter().rev() {
+        let done = match made {
+            true => std::fs::remove_dir_all(path),
+            false => recycle(path, &dir).map(|renamed| made = renamed),
+        };
+        if let Err(e) = done {
+            tracing::warn!("cannot prune the old run {}: {e}", path.display());
+        }
+    }
+    if !made {
+        // Recursive: a directory already there is fine, anything else is not.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+    }
+    Ok(dir)
+}
+
+/// Empties the run directory `from` and renames it to `to`; false when
+/// something is at `to` already (`from` is then removed).
+fn recycle(from: &Path, to: &Path) -> io::Result<bool> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        match entry.file_type()?.is_dir() {
+            true => std::fs::remove_dir_all(entry.path())?,
+            false => std::fs::remove_file(entry.path())?,
+        }
+    }
+    // A step may have opened its directory to others; the next one's is
+    // private again.
+    let meta = from.symlink_metadata()?;
+    if meta.permissions().mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(from, std::fs::Permissions::from_mode(0o700))?;
+    }
+    match crate::fsx::rename_noreplace(from, to) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => std::fs::remove_dir(from).map(|()| false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The run directories in `runs_dir` (named by tick number; other entries
+/// are passed over), newest first; none when `runs_dir` is missing.
+fn runs_newest_first(runs_dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let entries = match std::fs::read_dir(runs_dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut runs = Vec::new();
@@ -462,10 +562,5 @@ pub fn prune_runs(runs_dir: &Path, keep: usize) -> io::Result<usize> {
         }
     }
     runs.sort_unstable_by_key(|(tick, _)| std::cmp::Reverse(*tick));
-    let mut removed = 0;
-    for (_, path) in runs.iter().skip(keep) {
-        std::fs::remove_dir_all(path)?;
-        removed += 1;
-    }
-    Ok(removed)
+    Ok(runs)
 }

@@ -444,3 +444,63 @@ fn prune_runs_keeps_the_newest_by_number() {
     assert_eq!(prune_runs(dir.path(), 5).unwrap(), 0);
     assert_eq!(prune_runs(&dir.path().join("missing"), 1).unwrap(), 0);
 }
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_new_run_directory_reuses_the_oldest_emptied_and_keeps_keep() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    assert_eq!(make_run_dir(&runs, 1, 3).unwrap(), runs.join("1"));
+    for tick in [2, 3] {
+        make_run_dir(&runs, tick, 3).unwrap();
+    }
+    // What the oldest run left: output, a metrics file, a note, a folder.
+    let oldest = runs.join("1");
+    std::fs::write(oldest.join("step.out"), "old").unwrap();
+    std::fs::write(oldest.join("metrics"), "cost=1").unwrap();
+    std::fs::create_dir_all(oldest.join("deep/er")).unwrap();
+    std::fs::set_permissions(&oldest, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(runs.join("notes"), "").unwrap();
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&p.symlink_metadata().unwrap());
+    let was = inode(&oldest);
+
+    let made = make_run_dir(&runs, 4, 3).unwrap();
+    assert_eq!(names_in(&runs), ["2", "3", "4", "notes"]);
+    assert_eq!(inode(&made), was, "the oldest directory is reused");
+    assert!(names_in(&made).is_empty(), "and emptied");
+    let mode = made.symlink_metadata().unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o700);
+
+    // Fewer kept now: the oldest are removed, one reused.
+    make_run_dir(&runs, 5, 1).unwrap();
+    assert_eq!(names_in(&runs), ["5", "notes"]);
+}
+
+#[test]
+fn a_run_directory_made_first_by_cancel_is_kept_with_its_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    for tick in [1, 2] {
+        make_run_dir(&runs, tick, 2).unwrap();
+    }
+    std::fs::create_dir(runs.join("3")).unwrap();
+    std::fs::write(runs.join("3/cancel"), "ann\n").unwrap();
+    make_run_dir(&runs, 3, 2).unwrap();
+    assert_eq!(names_in(&runs), ["2", "3"]);
+    assert_eq!(names_in(&runs.join("3")), ["cancel"]);
+    // keep = 0: the new one is made (the tick removes it once recorded).
+    make_run_dir(&runs, 4, 0).unwrap();
+    assert_eq!(names_in(&runs), ["4"]);
+    // A file where the directory should be is an error, not a directory.
+    std::fs::write(runs.join("5"), "").unwrap();
+    assert!(make_run_dir(&runs, 5, 2).is_err());
+}

@@ -12,6 +12,7 @@ use std::fs::{self, DirBuilder, File};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 use serde::Deserialize;
@@ -46,13 +47,21 @@ const CONFIG_MAX: u64 = 1024 * 1024;
 pub struct LoopDir {
     name: LoopName,
     dir: PathBuf,
+    /// The history limits of the config this value last read, so a session
+    /// that follows (a tick reads its config before it locks) does not read
+    /// and parse loop.toml again to commit.
+    limits: Arc<Mutex<Option<HistoryLimits>>>,
 }
 
 impl LoopDir {
     /// The directory of `name` under `root`, whether or not the loop exists.
     pub fn new(root: &Root, name: LoopName) -> LoopDir {
         let dir = root.loops_dir().join(name.as_str());
-        LoopDir { name, dir }
+        LoopDir {
+            name,
+            dir,
+            limits: Arc::default(),
+        }
     }
 
     /// The directory of `name` when it is a valid loop name.
@@ -134,7 +143,9 @@ impl LoopDir {
             column: 1,
             message: "the file is not UTF-8 text".to_owned(),
         })?;
-        Ok(LoopConfig::parse(&text, &path)?)
+        let config = LoopConfig::parse(&text, &path)?;
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = Some(config.history.clone());
+        Ok(config)
     }
 
     /// Reads the state. Missing means no such loop; unparsable or of an
@@ -363,10 +374,16 @@ impl FileSession<'_> {
     }
 
     fn limits(&mut self) -> HistoryLimits {
-        // A config that does not read must not stop an operator's command;
-        // rotation then keeps to the defaults.
+        // Those of the config last read through this loop (a tick's, just
+        // before it locked), else read now. A config that does not read
+        // must not stop an operator's command; rotation then keeps to the
+        // defaults.
+        let dir = self.dir;
         self.limits
-            .get_or_insert_with(|| self.dir.config().map(|c| c.history).unwrap_or_default())
+            .get_or_insert_with(|| {
+                let read = dir.limits.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                read.unwrap_or_else(|| dir.config().map(|c| c.history).unwrap_or_default())
+            })
             .clone()
     }
 }
@@ -425,11 +442,10 @@ impl Session for FileSession<'_> {
         if !events.is_empty() {
             let path = self.dir.history_path();
             let limits = self.limits();
-            if journal::rotate_if_needed(&path, |n| self.dir.rotated_history_path(n), &limits)? {
+            let lines: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
+            if journal::append(&path, &lines, |n| self.dir.rotated_history_path(n), &limits)? {
                 tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
             }
-            let lines: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
-            journal::append(&path, &lines)?;
         }
         let mut next_state = state.clone();
         next_state.version = next;

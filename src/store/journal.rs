@@ -15,20 +15,33 @@ use crate::error::{Error, Result};
 use crate::fsx;
 use crate::history::{BadLine, Event, History};
 
-/// Appends one commit's lines in one write and syncs them. A write cut
-/// short (a full disk, a file size limit) is cut back to where it began,
-/// so the next commit never glues onto half a line; if even that fails,
-/// the next session's repair does it.
-pub fn append(path: &Path, lines: &[u8]) -> Result<()> {
+/// Appends one commit's lines in one write and syncs them, first starting
+/// a new file when this one has passed `limits` (see [`rotate_if_needed`]);
+/// returns whether it did. A write cut short (a full disk, a file size
+/// limit) is cut back to where it began, so the next commit never glues
+/// onto half a line; if even that fails, the next session's repair does it.
+/// Only a lock holder may.
+pub fn append(
+    path: &Path,
+    lines: &[u8],
+    rotated: impl Fn(usize) -> PathBuf,
+    limits: &HistoryLimits,
+) -> Result<bool> {
     if lines.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
-    let (mut file, len) = fsx::open_append(path)?;
+    let (mut file, mut len) = fsx::open_append(path)?;
+    let mut rotate = false;
+    if len >= limits.max_size.as_u64() {
+        drop(file);
+        rotate = rotate_if_needed(path, rotated, limits)?;
+        (file, len) = fsx::open_append(path)?;
+    }
     if let Err(e) = file.write_all(lines).and_then(|()| file.sync_data()) {
         let _ = file.set_len(len);
         return Err(Error::io("appending to", path)(e));
     }
-    Ok(())
+    Ok(rotate)
 }
 
 /// Only the version of a line, to tell committed lines from the rest.

@@ -289,11 +289,16 @@ impl Tick<'_> {
     ) -> Result<Stepped> {
         let number = self.number;
         let started_at = Timestamp::now();
+        // The step's group is made first, so the record names it and no
+        // file has to (if it cannot be made now, the step's start tries
+        // again and says why).
+        let group = crate::step::Group::new().ok();
         state.in_flight = Some(InFlight {
             tick: number,
             pid: std::process::id(),
             host: who::host(),
             started_at,
+            group: group.as_ref().map(crate::step::Group::id),
         });
         let events = std::mem::take(&mut self.events);
         session.commit(state, events, Durability::Relaxed)?;
@@ -311,7 +316,7 @@ impl Tick<'_> {
             worktree,
             run_dir: &run_dir,
         };
-        let ran = process::run_step_and_verifier(self.config, &cwd, &env, self.cancel);
+        let ran = process::run_step_and_verifier(self.config, &cwd, &env, self.cancel, group);
         let worktree_changed = match (worktree, before_snapshot) {
             (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
             _ => None,
@@ -380,7 +385,11 @@ impl Tick<'_> {
                 source: Box::new(e),
             });
         }
-        if let Err(e) = crate::step::prune_runs(&self.store.runs_dir(), self.config.runs.keep) {
+        // The step's run directory was made with `keep - 1` old ones left;
+        // with `keep = 0` it goes too, now that the tick is recorded.
+        if self.config.runs.keep == 0
+            && let Err(e) = crate::step::prune_runs(&self.store.runs_dir(), 0)
+        {
             tracing::warn!(
                 "loop {:?}: could not prune old runs: {e}",
                 self.store.name().as_str()

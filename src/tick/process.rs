@@ -29,7 +29,9 @@ pub fn output_file(run_dir: &Path, what: &str, stderr: bool) -> std::path::PathB
 }
 
 /// The file in `runs/<tick>/` holding the process group id of `what`
-/// while it runs, so `automaton cancel` can signal it from outside.
+/// while it runs, so `automaton cancel` can signal it from outside: the
+/// verifier's, and the step's when its group could not be made before the
+/// tick's `in_flight` record (which names it otherwise).
 pub fn pgid_file(run_dir: &Path, what: &str) -> std::path::PathBuf {
     run_dir.join(format!("{what}.pgid"))
 }
@@ -191,9 +193,19 @@ impl Cancel {
     }
 }
 
-/// Runs the step, then (if it succeeded) the verifier.
-pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, cancel: Option<&Cancel>) -> Ran {
-    if let Err(e) = crate::store::create_dirs(env.run_dir) {
+/// Runs the step (in `group` when the tick made it beforehand), then (if
+/// it succeeded) the verifier. The run directory is made first, old ones
+/// pruned to `[runs] keep`.
+pub fn run_step_and_verifier(
+    config: &LoopConfig,
+    cwd: &Path,
+    env: &Env<'_>,
+    cancel: Option<&Cancel>,
+    group: Option<step::Group>,
+) -> Ran {
+    let runs_dir = env.run_dir.parent().unwrap_or(env.run_dir);
+    if let Err(e) = step::make_run_dir(runs_dir, env.tick, config.runs.keep) {
+        let e = crate::error::Error::io("creating directory", env.run_dir)(e);
         return Ran {
             failure: Some(Failure::RunDir(Box::new(e))),
             ..Ran::default()
@@ -207,7 +219,7 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
         cancel,
     };
     let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
-    let step = match runner.run("step", &config.step, timeout) {
+    let step = match runner.run("step", &config.step, timeout, group) {
         Ok(o) => o,
         Err(failure) => {
             return Ran {
@@ -247,7 +259,7 @@ pub fn run_step_and_verifier(config: &LoopConfig, cwd: &Path, env: &Env<'_>, can
         };
     }
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
-    match runner.run("verifier", &v.command, timeout) {
+    match runner.run("verifier", &v.command, timeout, None) {
         Ok(o) => Ran {
             failure: match cancelled_by(env.run_dir) {
                 Some(by) => Some(Failure::Cancelled {
@@ -278,12 +290,15 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     /// Runs `command` as `what` (`step`, `verifier`), its output in
-    /// `runs/<tick>/<what>.out` and `.err`.
+    /// `runs/<tick>/<what>.out` and `.err`. A `group` made beforehand is
+    /// named in the tick's `in_flight` record; else the group's id is
+    /// written to `runs/<tick>/<what>.pgid` once the command runs in it.
     fn run(
         &self,
         what: &'static str,
         command: &CommandLine,
         timeout: Duration,
+        group: Option<step::Group>,
     ) -> Result<ProcessOutcome, Failure> {
         let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
         let (program, args) = argv.split_first().expect("commands are never empty");
@@ -299,15 +314,23 @@ impl Runner<'_> {
             output_limit: self.limit,
         };
         let pgid = pgid_file(self.run_dir, what);
+        let announced = group.is_some();
         // The file stays (removing it could free the very room a full disk
         // needs to fail the tick's commit visibly); `cancel` signals a group
         // only while its leader is still this runner's child.
-        step::run_with(&spec, |started| {
+        step::run_in(&spec, group, |started| {
             if let Some(c) = self.cancel {
                 c.arm(started.canceller());
             }
-            if let Err(e) = write_private(&pgid, started.pgid.to_string().as_bytes()) {
-                tracing::debug!("cannot write {}: {e}", pgid.display());
+            if !announced {
+                if let Err(e) = write_private(&pgid, started.pgid.to_string().as_bytes()) {
+                    tracing::debug!("cannot write {}: {e}", pgid.display());
+                }
+            } else if cancel_file(self.run_dir).symlink_metadata().is_ok() {
+                // `cancel` found the group in the `in_flight` record and may
+                // have signalled it before the command was in it: `cancel`
+                // leaves its note before it signals, so the note is there.
+                started.canceller().cancel();
             }
         })
         .map_err(|source| Failure::Start { what, source })

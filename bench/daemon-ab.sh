@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Two builds' daemons side by side at the same time, so a busy machine
+# slows both alike: each over its own root of N loops every 10 s (step
+# `true`, one stock gate, `[runs] keep = 5` and five runs already made, as
+# a daemon that has run a while), measured for SECS seconds after 25 s of
+# warm-up. Reports each one's ticks (summed from the loops' states), its
+# own CPU per tick (its threads: utime+stime) and its steps' CPU per tick.
+#
+# usage: BEFORE=<older build> BIN=<build> bench/daemon-ab.sh
+# env:   N (500 loops each)  SECS (60)  MAX_CONCURRENT (8)
+set -euo pipefail
+n=${N:-500}
+secs=${SECS:-60}
+workers=${MAX_CONCURRENT:-8}
+: "${BEFORE:?BEFORE=<older build> is needed}" "${BIN:?BIN=<build> is needed}"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null && wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+hz=$(getconf CLK_TCK)
+cat > "$work/loop.toml" <<'TOML'
+step = ["true"]
+[schedule]
+every = "10s"
+[[gate]]
+stock = "max-failures"
+params = { max = 3 }
+[runs]
+keep = 5
+TOML
+builds=("before=$BEFORE" "after=$BIN")
+for build in "${builds[@]}"; do
+  bin=${build#*=} root="$work/${build%%=*}"
+  "$bin" --root "$root" init >/dev/null
+  "$bin" --root "$root" new l0 --from "$work/loop.toml" >/dev/null
+  for ((i = 1; i <= 5; i++)); do mkdir -p -m 700 "$root/loops/l0/runs/$i"; done
+  sed -i 's/"tick": 0,/"tick": 5,/' "$root/loops/l0/.state.loop"
+  for ((i = 1; i < n; i++)); do cp -r "$root/loops/l0" "$root/loops/l$i"; done
+done
+for build in "${builds[@]}"; do
+  "${build#*=}" --root "$work/${build%%=*}" daemon --max-concurrent "$workers" 2>/dev/null &
+  pids+=($!)
+done
+sleep 25
+cpu() { awk '{print $14 + $15, $16 + $17}' "/proc/$1/stat"; }
+ticks() { cat "$1"/loops/*/.state.loop | grep -o '"tick": [0-9]*' | awk '{s += $2} END {print s}'; }
+declare -A own0 kids0 ticks0
+for i in 0 1; do
+  label=${builds[$i]%%=*}
+  read -r "own0[$label]" "kids0[$label]" < <(cpu "${pids[$i]}")
+  ticks0[$label]=$(ticks "$work/$label")
+done
+load0=$(cut -d' ' -f1 /proc/loadavg)
+sleep "$secs"
+load1=$(cut -d' ' -f1 /proc/loadavg)
+printf '\n## two daemons at once, %s loops each every 10 s, %s s (load %s → %s)\n\n' "$n" "$secs" "$load0" "$load1"
+printf '| build | ticks | daemon CPU per tick | step CPU per tick |\n|---|---|---|---|\n'
+for i in 0 1; do
+  label=${builds[$i]%%=*}
+  read -r own kids < <(cpu "${pids[$i]}")
+  t=$(( $(ticks "$work/$label") - ticks0[$label] ))
+  awk -v l="$label" -v t="$t" -v o="$((own - own0[$label]))" -v k="$((kids - kids0[$label]))" -v hz="$hz" 'BEGIN {
+    printf "| %s | %d | %.3f ms | %.3f ms |\n", l, t, o * 1000 / hz / t, k * 1000 / hz / t }'
+done
