@@ -12,7 +12,6 @@ use std::fs::{self, DirBuilder, File};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 use serde::Deserialize;
@@ -47,21 +46,13 @@ const CONFIG_MAX: u64 = 1024 * 1024;
 pub struct LoopDir {
     name: LoopName,
     dir: PathBuf,
-    /// The history limits of the config this value last read, so a session
-    /// that follows (a tick reads its config before it locks) does not read
-    /// and parse loop.toml again to commit.
-    limits: Arc<Mutex<Option<HistoryLimits>>>,
 }
 
 impl LoopDir {
     /// The directory of `name` under `root`, whether or not the loop exists.
     pub fn new(root: &Root, name: LoopName) -> LoopDir {
         let dir = root.loops_dir().join(name.as_str());
-        LoopDir {
-            name,
-            dir,
-            limits: Arc::default(),
-        }
+        LoopDir { name, dir }
     }
 
     /// The directory of `name` when it is a valid loop name.
@@ -143,9 +134,7 @@ impl LoopDir {
             column: 1,
             message: "the file is not UTF-8 text".to_owned(),
         })?;
-        let config = LoopConfig::parse(&text, &path)?;
-        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = Some(config.history.clone());
-        Ok(config)
+        Ok(LoopConfig::parse(&text, &path)?)
     }
 
     /// Reads the state. Missing means no such loop; unparsable or of an
@@ -374,16 +363,11 @@ impl FileSession<'_> {
     }
 
     fn limits(&mut self) -> HistoryLimits {
-        // Those of the config last read through this loop (a tick's, just
-        // before it locked), else read now. A config that does not read
-        // must not stop an operator's command; rotation then keeps to the
-        // defaults.
-        let dir = self.dir;
+        // Those of the config the caller passed (a tick's, read before it
+        // locked), else read now. A config that does not read must not stop
+        // an operator's command; rotation then keeps to the defaults.
         self.limits
-            .get_or_insert_with(|| {
-                let read = dir.limits.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                read.unwrap_or_else(|| dir.config().map(|c| c.history).unwrap_or_default())
-            })
+            .get_or_insert_with(|| self.dir.config().map(|c| c.history).unwrap_or_default())
             .clone()
     }
 }
