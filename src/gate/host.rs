@@ -53,7 +53,8 @@ pub struct Evaluation {
     pub decision: Decision,
     /// What the gate logged and printed, in that order.
     pub logs: Vec<GateLog>,
-    /// Instantiation and call, as measured by the host.
+    /// The call, and the instantiation unless the instance was made ahead
+    /// (see [`GateHost::resident`]), as measured by the host.
     pub elapsed: Duration,
 }
 
