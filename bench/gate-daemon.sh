@@ -12,6 +12,8 @@
 #   - the daemon's own CPU (utime+stime of all its threads, from
 #     /proc/<pid>/stat) per tick, and that minus the gateless daemon's:
 #     the gate's CPU per evaluation, wherever in the process it is spent;
+#     and the part of it spent by the thread that makes instances ahead and
+#     drops spent ones (`gate-spares`), off the ticks' path;
 #   - the load average at the start and the end.
 #
 # usage: BEFORE=<older build> BIN=<build> bench/gate-daemon.sh
@@ -57,20 +59,30 @@ for d in "${daemons[@]}"; do
 done
 sleep "$warm"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The spares thread's CPU (0 in a build without one).
+spares_cpu() {
+  local t total=0
+  for t in /proc/"$1"/task/*; do
+    [ "$(cat "$t/comm" 2>/dev/null)" = gate-spares ] && total=$((total + $(awk '{print $14 + $15}' "$t/stat")))
+  done
+  echo "$total"
+}
 lines() { cat "$1"/loops/*/history.jsonl | wc -l; }
-declare -A cpu0
+declare -A cpu0 spares0
 for i in "${!daemons[@]}"; do
   label=${daemons[$i]%%=*}
   cpu0[$label]=$(cpu "${pids[$i]}")
+  spares0[$label]=$(spares_cpu "${pids[$i]}")
   for f in "$work/$label"/loops/*/history.jsonl; do wc -l < "$f" > "$f.mark"; done
 done
 load0=$(cut -d' ' -f1 /proc/loadavg)
 sleep "$secs"
 load1=$(cut -d' ' -f1 /proc/loadavg)
-declare -A cpu1
+declare -A cpu1 spares1
 for i in "${!daemons[@]}"; do
   label=${daemons[$i]%%=*}
   cpu1[$label]=$(cpu "${pids[$i]}")
+  spares1[$label]=$(spares_cpu "${pids[$i]}")
 done
 printf '\n## %s under the daemon: %s loops each every 1 s, %s s (load %s -> %s)\n\n' \
   "$(basename "$gate")" "$n" "$secs" "$load0" "$load1"
@@ -79,27 +91,28 @@ for i in "${!daemons[@]}"; do
   for f in "$work/$label"/loops/*/history.jsonl; do
     tail -n +"$(( $(cat "$f.mark") + 1 ))" "$f"
   done > "$work/$label.window"
-  echo "$label $(( cpu1[$label] - cpu0[$label] ))" >> "$work/cpu"
+  echo "$label $(( cpu1[$label] - cpu0[$label] )) $(( spares1[$label] - spares0[$label] ))" >> "$work/cpu"
 done
 python3 - "$work" "$hz" <<'PY'
 import json, statistics, sys
 work, hz = sys.argv[1], int(sys.argv[2])
-cpu = dict((l.split()[0], int(l.split()[1])) for l in open(f"{work}/cpu"))
+cpu = {l.split()[0]: [int(x) for x in l.split()[1:]] for l in open(f"{work}/cpu")}
 rows = {}
 for label in cpu:
     events = [json.loads(l) for l in open(f"{work}/{label}.window") if l.strip()]
     ticks = [e for e in events if e.get("kind") == "tick"]
     gates = sorted(e["micros"] / 1000 for e in events if e.get("kind") == "gate")
-    rows[label] = (len(ticks), gates, cpu[label] * 1000 / hz / max(len(ticks), 1))
+    own, spares = (c * 1000 / hz / max(len(ticks), 1) for c in cpu[label])
+    rows[label] = (len(ticks), gates, own, spares)
 base = rows["no-gate"][2]
-print("| daemon | ticks | gate `micros` median | p90 | fastest | daemon CPU per tick | minus the gateless daemon's |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for label, (ticks, g, per) in rows.items():
+print("| daemon | ticks | gate `micros` median | p90 | fastest | daemon CPU per tick | minus the gateless daemon's | of it, the spares thread |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for label, (ticks, g, per, spares) in rows.items():
     if g:
         p90 = g[min(len(g) - 1, int(len(g) * 0.9))]
         cols = f"{statistics.median(g):.2f} ms | {p90:.2f} ms | {g[0]:.2f} ms"
-        extra = f"{per - base:.2f} ms"
+        extra = f"{per - base:.2f} ms | {spares:.2f} ms"
     else:
-        cols, extra = "— | — | —", "—"
+        cols, extra = "— | — | —", "— | —"
     print(f"| {label} | {ticks} | {cols} | {per:.2f} ms | {extra} |")
 PY
