@@ -14,6 +14,7 @@
 #     the gate's CPU per evaluation, wherever in the process it is spent;
 #     and the part of it spent by the thread that makes instances ahead and
 #     drops spent ones (`gate-spares`), off the ticks' path;
+#   - its resident memory (VmRSS) at the end;
 #   - the load average at the start and the end.
 #
 # usage: BEFORE=<older build> BIN=<build> bench/gate-daemon.sh
@@ -91,7 +92,8 @@ for i in "${!daemons[@]}"; do
   for f in "$work/$label"/loops/*/history.jsonl; do
     tail -n +"$(( $(cat "$f.mark") + 1 ))" "$f"
   done > "$work/$label.window"
-  echo "$label $(( cpu1[$label] - cpu0[$label] )) $(( spares1[$label] - spares0[$label] ))" >> "$work/cpu"
+  rss=$(awk '/^VmRSS/ {print $2}' "/proc/${pids[$i]}/status")
+  echo "$label $(( cpu1[$label] - cpu0[$label] )) $(( spares1[$label] - spares0[$label] )) $rss" >> "$work/cpu"
 done
 python3 - "$work" "$hz" <<'PY'
 import json, statistics, sys
@@ -102,17 +104,17 @@ for label in cpu:
     events = [json.loads(l) for l in open(f"{work}/{label}.window") if l.strip()]
     ticks = [e for e in events if e.get("kind") == "tick"]
     gates = sorted(e["micros"] / 1000 for e in events if e.get("kind") == "gate")
-    own, spares = (c * 1000 / hz / max(len(ticks), 1) for c in cpu[label])
-    rows[label] = (len(ticks), gates, own, spares)
+    own, spares = (c * 1000 / hz / max(len(ticks), 1) for c in cpu[label][:2])
+    rows[label] = (len(ticks), gates, own, spares, cpu[label][2] / 1024)
 base = rows["no-gate"][2]
-print("| daemon | ticks | gate `micros` median | p90 | fastest | daemon CPU per tick | minus the gateless daemon's | of it, the spares thread |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
-for label, (ticks, g, per, spares) in rows.items():
+print("| daemon | ticks | gate `micros` median | p90 | fastest | daemon CPU per tick | minus the gateless daemon's | of it, the spares thread | RSS |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for label, (ticks, g, per, spares, rss) in rows.items():
     if g:
         p90 = g[min(len(g) - 1, int(len(g) * 0.9))]
         cols = f"{statistics.median(g):.2f} ms | {p90:.2f} ms | {g[0]:.2f} ms"
         extra = f"{per - base:.2f} ms | {spares:.2f} ms"
     else:
         cols, extra = "— | — | —", "— | —"
-    print(f"| {label} | {ticks} | {cols} | {per:.2f} ms | {extra} |")
+    print(f"| {label} | {ticks} | {cols} | {per:.2f} ms | {extra} | {rss:.0f} MiB |")
 PY
