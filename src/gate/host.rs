@@ -666,9 +666,13 @@ impl GateHost {
         let result = made.and_then(|g| f(&mut store, &g));
         let elapsed = started.elapsed();
         let outcome = self.finish(gate, limits, &mut store, result);
-        if let (Some(spares), Some(key)) = (spares, key) {
-            let make = self.maker(gate, limits);
-            spares.refill(key, make, Box::new((store, permit)));
+        match spares.zip(key) {
+            Some((spares, key)) => spares.refill(key, self.maker(gate, limits), Box::new((store, permit))),
+            // The store gives back its pool slot before the permit is free.
+            None => {
+                drop(store);
+                drop(permit);
+            }
         }
         outcome.map(|(r, logs)| (r, logs, elapsed))
     }
