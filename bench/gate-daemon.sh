@@ -9,8 +9,9 @@
 # warm-up, per daemon:
 #   - the gate's `micros` from history (what the tick waits for: a `stat`
 #     of the file, then the evaluation): median, p90, fastest;
-#   - the daemon's own CPU (utime+stime of all its threads, from
-#     /proc/<pid>/stat) per tick, and that minus the gateless daemon's:
+#   - the daemon's own CPU (the time on CPU of all its threads, from
+#     /proc/<pid>/task/*/schedstat: exact, where utime+stime are sampled
+#     at the clock tick and skewed by short bursts) per tick, and that minus the gateless daemon's:
 #     the gate's CPU per evaluation, wherever in the process it is spent;
 #     and the part of it spent by the thread that makes instances ahead and
 #     drops spent ones (`gate-spares`), off the ticks' path;
@@ -36,7 +37,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-hz=$(getconf CLK_TCK)
 
 printf 'step = ["true"]\n[schedule]\nevery = "1s"\n' > "$work/none.toml"
 { cat "$work/none.toml"; printf '[[gate]]\npath = "%s"\nparams = %s\n' "$gate" "$params"; } > "$work/gated.toml"
@@ -59,15 +59,17 @@ for d in "${daemons[@]}"; do
   pids+=($!)
 done
 sleep "$warm"
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# The spares thread's CPU (0 in a build without one).
-spares_cpu() {
+# Nanoseconds on CPU of the daemon's threads (those named $2 only, if given).
+cpu() {
   local t total=0
   for t in /proc/"$1"/task/*; do
-    [ "$(cat "$t/comm" 2>/dev/null)" = gate-spares ] && total=$((total + $(awk '{print $14 + $15}' "$t/stat")))
+    [ -z "${2:-}" ] || [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] || continue
+    total=$((total + $(cut -d' ' -f1 "$t/schedstat" 2>/dev/null || echo 0)))
   done
   echo "$total"
 }
+# The spares thread's (0 in a build without one).
+spares_cpu() { cpu "$1" gate-spares; }
 lines() { cat "$1"/loops/*/history.jsonl | wc -l; }
 declare -A cpu0 spares0
 for i in "${!daemons[@]}"; do
@@ -95,16 +97,16 @@ for i in "${!daemons[@]}"; do
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/${pids[$i]}/status")
   echo "$label $(( cpu1[$label] - cpu0[$label] )) $(( spares1[$label] - spares0[$label] )) $rss" >> "$work/cpu"
 done
-python3 - "$work" "$hz" <<'PY'
+python3 - "$work" <<'PY'
 import json, statistics, sys
-work, hz = sys.argv[1], int(sys.argv[2])
+work = sys.argv[1]
 cpu = {l.split()[0]: [int(x) for x in l.split()[1:]] for l in open(f"{work}/cpu")}
 rows = {}
 for label in cpu:
     events = [json.loads(l) for l in open(f"{work}/{label}.window") if l.strip()]
     ticks = [e for e in events if e.get("kind") == "tick"]
     gates = sorted(e["micros"] / 1000 for e in events if e.get("kind") == "gate")
-    own, spares = (c * 1000 / hz / max(len(ticks), 1) for c in cpu[label][:2])
+    own, spares = (c / 1e6 / max(len(ticks), 1) for c in cpu[label][:2])
     rows[label] = (len(ticks), gates, own, spares, cpu[label][2] / 1024)
 base = rows["no-gate"][2]
 print("| daemon | ticks | gate `micros` median | p90 | fastest | daemon CPU per tick | minus the gateless daemon's | of it, the spares thread | RSS |")
