@@ -6,6 +6,7 @@ mod cache;
 mod error;
 mod fault;
 mod host;
+mod pool;
 mod sandbox;
 mod seal;
 mod spare;
