@@ -2,6 +2,9 @@
 //! (read, verify, compile or load from cache, pre-instantiate, memoise) and
 //! calling them, each call in a fresh store and instance under a timeout and
 //! a memory cap. A call that fails leaves nothing behind: the next one works.
+//! A long-lived host makes each gate's next instance ahead, off the call's
+//! path, and drops spent ones there too (see `spare`); the instance pool
+//! and the store a call runs in are in `pool`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,18 +14,18 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde::Serialize;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{
-    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, WasmBacktrace,
-};
+use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 
 use super::cache::{Cache, CacheStats, sha256_hex};
 use super::error::{GateError, GateErrorKind};
 use super::fault::{self, Fault};
+use super::pool::{Instance, Slots, config, deadline_ticks};
 use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::sandbox::{self, GateLog, HostState};
 use super::seal::Fingerprint;
+use super::spare::{Make, SpareKey, SpareStats, Spares};
 use super::stock;
-use super::ticker::{EPOCH_TICK, Ticker};
+use super::ticker::Ticker;
 use super::types::{Context, Decision, GateSource, Limits};
 
 /// What a gate says about itself (`describe`).
@@ -50,7 +53,8 @@ pub struct Evaluation {
     pub decision: Decision,
     /// What the gate logged and printed, in that order.
     pub logs: Vec<GateLog>,
-    /// Instantiation and call, as measured by the host.
+    /// The call, and the instantiation unless the instance was made ahead
+    /// (see [`GateHost::resident`]), as measured by the host.
     pub elapsed: Duration,
 }
 
@@ -145,83 +149,22 @@ pub struct GateHost {
     /// Component files hashed in this process, by path: a daemon's ticks
     /// then load an unchanged gate without reading it.
     seen: Mutex<HashMap<PathBuf, (Fingerprint, String)>>,
+    /// In a host with spares, what each gate file held when last loaded.
+    held: Mutex<HashMap<PathBuf, String>>,
     ticker: Ticker,
-    /// In a long-lived host, the calls that may run at once: the pool's
-    /// size. A call waits for a free slot rather than fail.
-    slots: Option<Slots>,
+    /// In a long-lived host, the instance pool's slots: every live instance
+    /// (called, spare, or spent and not yet dropped) holds one. A call
+    /// waits for a free slot rather than fail.
+    slots: Option<Arc<Slots>>,
+    /// In a long-lived host, instances made ahead.
+    spares: Option<Spares<Instance>>,
 }
 
-/// A counting semaphore over the instance pool's slots.
-struct Slots {
-    free: Mutex<usize>,
-    freed: std::sync::Condvar,
-}
-
-impl Slots {
-    fn take(&self) -> SlotGuard<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
-        *free -= 1;
-        SlotGuard(self)
-    }
-}
-
-struct SlotGuard<'a>(&'a Slots);
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.0.freed.notify_one();
-    }
-}
-
-/// Linear memory a pooled slot keeps mapped between calls: its dirty pages
-/// are copied back from the component's image (or zeroed) instead of being
-/// unmapped, so the next instance does not fault them in again. An
-/// interpreter's heap image dirties a few MiB per call.
-const KEEP_RESIDENT: usize = 32 << 20;
-
-/// The most core instances one component may have in a pooled slot (an
-/// interpreter component has about a dozen), and the most memories and
-/// tables (it has two or three: each reserves 4 GiB of address space).
-const INSTANCES_PER_COMPONENT: u32 = 64;
-const MEMORIES_PER_COMPONENT: u32 = 8;
-
-/// Elements a pooled table may hold (an interpreter's function table holds
-/// tens of thousands); growth past it is refused like any other.
-const TABLE_ELEMENTS: usize = 1 << 20;
-
-/// The engine's settings. Both kinds of host compile the same code (so they
-/// share cached artefacts); a long-lived one allocates instances from a pool
-/// of `pooled` slots that stay mapped between calls.
-fn config(pooled: Option<u32>) -> Config {
-    let mut config = Config::new();
-    config.epoch_interruption(true);
-    if let Some(slots) = pooled {
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(slots)
-            .total_core_instances(slots * INSTANCES_PER_COMPONENT)
-            .total_memories(slots * MEMORIES_PER_COMPONENT)
-            .total_tables(slots * MEMORIES_PER_COMPONENT)
-            .max_core_instances_per_component(INSTANCES_PER_COMPONENT)
-            .max_memories_per_component(MEMORIES_PER_COMPONENT)
-            .max_tables_per_component(MEMORIES_PER_COMPONENT)
-            .max_memories_per_module(MEMORIES_PER_COMPONENT)
-            .max_tables_per_module(MEMORIES_PER_COMPONENT)
-            .max_core_instance_size(16 << 20)
-            .max_component_instance_size(16 << 20)
-            // A memory may grow to the wasm32 maximum: the memory budget,
-            // not the pool, is the limit a gate meets.
-            .max_memory_size(1 << 32)
-            .table_elements(TABLE_ELEMENTS)
-            .linear_memory_keep_resident(KEEP_RESIDENT)
-            .table_keep_resident(1 << 20)
-            .pagemap_scan(Enabled::Auto);
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    }
-    config
+/// Whether a call uses (and makes) instances made ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ahead {
+    Yes,
+    No,
 }
 
 /// The text of a wasmtime error: its causes, without the wasm backtrace
@@ -266,10 +209,24 @@ impl GateHost {
     /// and faulting in its memory image again. Each call is still a fresh
     /// instance with the same limits. Falls back to [`GateHost::new`] when
     /// the pool cannot be reserved.
+    ///
+    /// Each gate (and set of limits) it evaluates gets one spare instance,
+    /// made by a background thread after the call and taken by the next
+    /// call, which then pays only for the call itself; the same thread drops
+    /// spent instances. At most `concurrent` spares are kept (the pool holds
+    /// room for them and for the calls).
     pub fn resident(cache_dir: Option<PathBuf>, concurrent: usize) -> Result<GateHost, GateError> {
-        let slots = u32::try_from(concurrent.clamp(1, 256)).unwrap_or(256);
+        let calls = u32::try_from(concurrent.clamp(1, 256)).unwrap_or(256);
+        let slots = calls * 2;
         match Engine::new(&config(Some(slots))) {
-            Ok(engine) => GateHost::with_engine(engine, cache_dir, Some(slots as usize)),
+            Ok(engine) => {
+                let mut host = GateHost::with_engine(engine, cache_dir, Some(slots as usize))?;
+                match Spares::start(calls as usize) {
+                    Ok(spares) => host.spares = Some(spares),
+                    Err(e) => tracing::warn!("cannot start the thread that prepares gate instances ({e})"),
+                }
+                Ok(host)
+            }
             Err(e) => {
                 tracing::warn!(
                     "cannot reserve the gate instance pool ({}); instances are allocated per call",
@@ -296,11 +253,10 @@ impl GateHost {
             linker,
             loaded: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             ticker,
-            slots: slots.map(|n| Slots {
-                free: Mutex::new(n),
-                freed: std::sync::Condvar::new(),
-            }),
+            slots: slots.map(Slots::new),
+            spares: None,
         })
     }
 
@@ -312,6 +268,12 @@ impl GateHost {
     /// What the compiled-gate cache did so far in this process.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// What the instances made ahead did so far (a long-lived host's; all
+    /// zero in a one-shot host, which makes none).
+    pub fn spare_stats(&self) -> SpareStats {
+        self.spares.as_ref().map(Spares::stats).unwrap_or_default()
     }
 
     /// Loads a gate: finds the component's sha256 (hashing the file only
@@ -377,6 +339,7 @@ impl GateHost {
             .filter(|(f, _)| *f == file)
             .map(|(_, s)| s.clone());
         if let Some(sha256) = seen.or_else(|| self.cache.known_sha256(path, &file)) {
+            self.replaced(path, &sha256);
             self.remember(path, file, &sha256);
             return Ok(Found {
                 sha256,
@@ -386,6 +349,7 @@ impl GateHost {
         }
         let bytes = std::fs::read(path).map_err(|e| io_error(label, path, e))?;
         let sha256 = sha256_hex(&bytes);
+        self.replaced(path, &sha256);
         // Only a file that did not change while it was read is remembered.
         if std::fs::metadata(path).is_ok_and(|m| Fingerprint::of(&m) == file) {
             self.cache.remember_sha256(path, &file, &sha256);
@@ -396,6 +360,21 @@ impl GateHost {
             size: bytes.len() as u64,
             bytes: Some(bytes.into()),
         })
+    }
+
+    /// Notes what a gate file holds now; when it held other content
+    /// before, that content's spare instances go (another path that still
+    /// holds it makes its own again at its next call).
+    fn replaced(&self, path: &Path, sha256: &str) {
+        let Some(spares) = &self.spares else { return };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held.get_mut(path) {
+            Some(old) if old == sha256 => {}
+            Some(old) => spares.forget(&std::mem::replace(old, sha256.to_owned())),
+            None => {
+                held.insert(path.to_owned(), sha256.to_owned());
+            }
+        }
     }
 
     fn remember(&self, path: &Path, file: Fingerprint, sha256: &str) {
@@ -463,9 +442,13 @@ impl GateHost {
         if let Some(info) = gate.info() {
             return Ok(info.clone());
         }
-        let (info, _, _) = self.call(gate, &Limits::default(), Timestamp::now(), |store, g| {
-            g.call_describe(store)
-        })?;
+        let (info, _, _) = self.call(
+            gate,
+            &Limits::default(),
+            Timestamp::now(),
+            Ahead::No,
+            |store, g| g.call_describe(store),
+        )?;
         let info = GateInfo {
             name: info.name,
             version: info.version,
@@ -479,9 +462,13 @@ impl GateHost {
     /// Asks the gate whether these params are acceptable.
     pub fn check_params(&self, gate: &Gate, params: &serde_json::Value) -> Result<(), GateError> {
         let json = params.to_string();
-        let (answer, _, _) = self.call(gate, &Limits::default(), Timestamp::now(), |store, g| {
-            g.call_check_params(store, &json)
-        })?;
+        let (answer, _, _) = self.call(
+            gate,
+            &Limits::default(),
+            Timestamp::now(),
+            Ahead::No,
+            |store, g| g.call_check_params(store, &json),
+        )?;
         answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
     }
 
@@ -490,7 +477,9 @@ impl GateHost {
     pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
         let wit_ctx = sandbox::to_wit(ctx);
         let (answer, logs, elapsed) = self
-            .call(gate, limits, ctx.now, |store, g| g.call_evaluate(store, &wit_ctx))
+            .call(gate, limits, ctx.now, Ahead::Yes, |store, g| {
+                g.call_evaluate(store, &wit_ctx)
+            })
             .map_err(|e| self.named(gate, e))?;
         match answer {
             Ok(decision) => Ok(Evaluation {
@@ -518,30 +507,89 @@ impl GateHost {
         }
     }
 
-    /// One call in a fresh store: instantiate from the pre-instantiated
-    /// component, then `f`, with the deadline and the memory cap in force.
+    /// One call in a fresh store, with the deadline and the memory cap in
+    /// force: the spare instance made ahead for this gate and these limits
+    /// (its deadline restarted and its clock set now), else one made here
+    /// from the pre-instantiated component; then `f`. A long-lived host
+    /// then hands the spent store to its spares' thread to drop, and asks
+    /// it for the next spare. An instantiation that failed ahead fails this
+    /// call, as it would have here. Only evaluations use spares: `describe`
+    /// and `check_params` are rare outside one-shot processes.
     fn call<R>(
         &self,
         gate: &Gate,
         limits: &Limits,
         now: Timestamp,
+        ahead: Ahead,
         f: impl FnOnce(&mut Store<HostState>, &GateWorld) -> wasmtime::Result<R>,
     ) -> Result<(R, Vec<GateLog>, Duration), GateError> {
-        // Held until the store (and its instance) is dropped, at return.
-        let _slot = self.slots.as_ref().map(Slots::take);
-        let mut store = Store::new(&self.engine, HostState::new(limits.memory, now));
-        store.limiter(|s| &mut s.budget);
+        let spares = self.spares.as_ref().filter(|_| ahead == Ahead::Yes);
+        let key = spares.map(|_| SpareKey {
+            sha256: gate.sha256().to_owned(),
+            limits: *limits,
+        });
+        let spare = spares.zip(key.as_ref()).and_then(|(s, k)| s.take(k));
+        // Without a spare, a pool slot for the instance made here.
+        let permit = match spare {
+            Some(_) => None,
+            None => self.slots.as_ref().map(Slots::take),
+        };
         let _running = self.ticker.running();
         let started = Instant::now();
-        store.set_epoch_deadline(deadline_ticks(limits.timeout));
-        let result = gate
-            .compiled
-            .pre
-            .instantiate(&mut store)
-            .and_then(|g| f(&mut store, &g));
+        let Instance {
+            mut store,
+            made,
+            permit,
+        } = match spare {
+            Some(mut spare) => {
+                spare.store.data_mut().set_now(now);
+                spare.store.set_epoch_deadline(deadline_ticks(limits.timeout));
+                spare
+            }
+            None => Instance::new(&self.engine, &gate.compiled.pre, limits, now, permit),
+        };
+        let result = made.and_then(|g| f(&mut store, &g));
         let elapsed = started.elapsed();
+        let outcome = self.finish(gate, limits, &mut store, result);
+        match spares.zip(key) {
+            Some((spares, key)) => spares.refill(key, self.maker(gate, limits), Box::new((store, permit))),
+            // The store gives back its pool slot before the permit is free.
+            None => {
+                drop(store);
+                drop(permit);
+            }
+        }
+        outcome.map(|(r, logs)| (r, logs, elapsed))
+    }
+
+    /// How the spares' thread makes this gate's next instance: in a free
+    /// pool slot (none free: no spare this time), under the same limits.
+    fn maker(&self, gate: &Gate, limits: &Limits) -> Make<Instance> {
+        let engine = self.engine.clone();
+        let pre = gate.compiled.pre.clone();
+        let slots = self.slots.clone();
+        let ticker = self.ticker.handle();
+        let limits = *limits;
+        Box::new(move || {
+            let permit = match &slots {
+                Some(s) => Some(s.try_take()?),
+                None => None,
+            };
+            let _running = ticker.running();
+            Some(Instance::new(&engine, &pre, &limits, Timestamp::now(), permit))
+        })
+    }
+
+    /// A call's result with what the gate said, or its typed error.
+    fn finish<R>(
+        &self,
+        gate: &Gate,
+        limits: &Limits,
+        store: &mut Store<HostState>,
+        result: wasmtime::Result<R>,
+    ) -> Result<(R, Vec<GateLog>), GateError> {
         match result {
-            Ok(r) => Ok((r, store.data_mut().take_logs(), elapsed)),
+            Ok(r) => Ok((r, store.data_mut().take_logs())),
             Err(e) => {
                 let kind = classify(&e, store.data(), limits);
                 if matches!(
@@ -592,12 +640,6 @@ fn reread(label: &str, path: &Path, sha256: &str) -> Result<Vec<u8>, GateError> 
         ));
     }
     Ok(bytes)
-}
-
-/// Epoch ticks for a timeout: rounded up, at least one.
-fn deadline_ticks(timeout: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_nanos();
-    (timeout.as_nanos().div_ceil(tick) as u64).max(1)
 }
 
 /// Which limit or fault ended a call, from the store's own record and the
@@ -670,14 +712,6 @@ mod tests {
         fn shared<T: Send + Sync>() {}
         shared::<GateHost>();
         shared::<Gate>();
-    }
-
-    #[test]
-    fn deadline_rounds_up() {
-        assert_eq!(deadline_ticks(Duration::ZERO), 1);
-        assert_eq!(deadline_ticks(EPOCH_TICK), 1);
-        assert_eq!(deadline_ticks(EPOCH_TICK + Duration::from_nanos(1)), 2);
-        assert_eq!(deadline_ticks(Duration::from_secs(1)), 500);
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The sandbox one evaluation runs in: the store's data (WASI linked with
 //! nothing granted, captured and bounded stdout/stderr, the host `log`
 //! import), the memory budget, and the mapping of [`Context`] onto the WIT
-//! types. A store lives for exactly one call and is then dropped.
+//! types. A store lives for exactly one call and is then dropped (a
+//! long-lived host may make it ahead of the call; see `spare`).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -166,16 +168,19 @@ impl tokio::io::AsyncWrite for Captured {
     }
 }
 
-/// The wall clock a gate sees: frozen at the context's `now`, so a gate
-/// decides on what it was given and a replay sees the same time.
-struct FrozenClock(Duration);
+/// The wall clock a gate sees: frozen at the context's `now` (milliseconds
+/// since the epoch), so a gate decides on what it was given and a replay
+/// sees the same time. Shared with the store's data, which sets it when an
+/// instance made ahead is given its call.
+#[derive(Clone)]
+struct FrozenClock(Arc<AtomicU64>);
 
 impl HostWallClock for FrozenClock {
     fn resolution(&self) -> Duration {
         Duration::from_millis(1)
     }
     fn now(&self) -> Duration {
-        self.0
+        Duration::from_millis(self.0.load(Ordering::Relaxed))
     }
 }
 
@@ -243,6 +248,7 @@ impl wasmtime::ResourceLimiter for MemoryBudget {
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
+    clock: FrozenClock,
     pub(crate) budget: MemoryBudget,
     pub(crate) stdout: Captured,
     pub(crate) stderr: Captured,
@@ -258,11 +264,11 @@ impl HostState {
     pub(crate) fn new(memory_limit: u64, now: Timestamp) -> HostState {
         let stdout = Captured::default();
         let stderr = Captured::default();
-        let since_epoch = Duration::from_millis(now.as_millisecond().max(0) as u64);
+        let clock = FrozenClock(Arc::new(AtomicU64::new(millis(now))));
         let wasi = WasiCtxBuilder::new()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
-            .wall_clock(FrozenClock(since_epoch))
+            .wall_clock(clock.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -270,6 +276,7 @@ impl HostState {
         HostState {
             wasi,
             table: ResourceTable::new(),
+            clock,
             budget: MemoryBudget {
                 limit: memory_limit,
                 used: 0,
@@ -281,6 +288,12 @@ impl HostState {
             log_bytes: 0,
             log_dropped: 0,
         }
+    }
+
+    /// Sets the time the gate's wall clock shows: the context's `now`, given
+    /// to an instance made before its call was known.
+    pub(crate) fn set_now(&mut self, now: Timestamp) {
+        self.clock.0.store(millis(now), Ordering::Relaxed);
     }
 
     /// Everything the gate said: its `log` lines, then its stdout and stderr

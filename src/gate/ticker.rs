@@ -50,20 +50,43 @@ impl Ticker {
     }
 
     /// Marks a call as running until the guard drops.
-    pub(crate) fn running(&self) -> RunningGuard<'_> {
-        self.shared.running.fetch_add(1, Ordering::AcqRel);
-        if let Some(t) = &self.thread {
-            t.thread().unpark();
+    pub(crate) fn running(&self) -> RunningGuard {
+        self.handle().running()
+    }
+
+    /// A handle another thread can mark its calls running with (a host's
+    /// preparing thread). It does not keep the ticker thread alive.
+    pub(crate) fn handle(&self) -> TickerHandle {
+        TickerHandle {
+            shared: self.shared.clone(),
+            thread: self.thread.as_ref().map(|t| t.thread().clone()),
         }
-        RunningGuard(self)
     }
 }
 
-pub(crate) struct RunningGuard<'a>(&'a Ticker);
+/// See [`Ticker::handle`].
+#[derive(Clone)]
+pub(crate) struct TickerHandle {
+    shared: Arc<TickerShared>,
+    thread: Option<std::thread::Thread>,
+}
 
-impl Drop for RunningGuard<'_> {
+impl TickerHandle {
+    /// Marks a call as running until the guard drops.
+    pub(crate) fn running(&self) -> RunningGuard {
+        self.shared.running.fetch_add(1, Ordering::AcqRel);
+        if let Some(t) = &self.thread {
+            t.unpark();
+        }
+        RunningGuard(self.shared.clone())
+    }
+}
+
+pub(crate) struct RunningGuard(Arc<TickerShared>);
+
+impl Drop for RunningGuard {
     fn drop(&mut self) {
-        self.0.shared.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

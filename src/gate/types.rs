@@ -142,7 +142,7 @@ impl fmt::Display for GateSource {
 }
 
 /// Per-evaluation bounds. The timeout clock starts when the call starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limits {
     pub timeout: Duration,
     /// Bytes of linear memory (summed over the instance's memories).

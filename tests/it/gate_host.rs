@@ -952,3 +952,182 @@ fn a_resident_host_loads_what_a_one_shot_host_compiled() {
         .unwrap();
     assert_eq!(e.decision, Decision::Proceed);
 }
+
+/// Counts its calls in a global and skips with the count as its reason
+/// ("1" in a fresh instance).
+fn counts_calls() -> Vec<u8> {
+    fx::WatGate::new(
+        "(global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    (call $decide (i32.const 1) (i32.add (i32.const 1024) (global.get $calls)) (i32.const 1))",
+    )
+    .extra("(global $calls (mut i32) (i32.const 0))")
+    .data(1024, "0123456789")
+    .build()
+}
+
+/// Waits until the host has a spare instance ready for each of `n` gates
+/// (its background thread made them).
+fn until_spares_ready(host: &GateHost, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while host.spare_stats().ready < n {
+        assert!(std::time::Instant::now() < deadline, "no spare was made");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// An instance made ahead is fresh: a gate that counts its calls in a
+/// global sees 1 every time, and its clock shows the context's `now`.
+#[test]
+fn an_instance_made_ahead_is_fresh_and_sees_the_calls_now() {
+    let fx = Fixture::new();
+    let host = GateHost::resident(None, 2).unwrap();
+    let gate = host
+        .load(&file(&fx.write("counts.wasm", &counts_calls())))
+        .unwrap();
+    for _ in 0..4 {
+        let e = host
+            .evaluate(&gate, &Context::default(), &Limits::default())
+            .unwrap();
+        assert_eq!(e.decision, Decision::Skip("1".into()), "an instance was reused");
+        until_spares_ready(&host, 1);
+    }
+    let stats = host.spare_stats();
+    assert_eq!((stats.missed, stats.taken), (1, 3), "{stats:?}");
+
+    let clock = host
+        .load(&file(&fx.write("clock.wasm", &fx::reads_clock())))
+        .unwrap();
+    for now in ["2020-02-29T12:34:56.789Z", "2031-07-01T00:00:00.001Z"] {
+        let ctx = Context {
+            now: now.parse().unwrap(),
+            ..Context::default()
+        };
+        let e = host.evaluate(&clock, &ctx, &Limits::default()).unwrap();
+        assert_eq!(e.decision, Decision::Proceed, "{now}");
+        until_spares_ready(&host, 2);
+    }
+    assert_eq!(host.spare_stats().taken, 4);
+}
+
+/// A gate file replaced between calls is evaluated as its new content,
+/// never in an instance made ahead from the old one, which is dropped.
+#[test]
+fn a_replaced_gate_file_is_never_evaluated_in_its_old_spare() {
+    let fx = Fixture::new();
+    let host = GateHost::resident(None, 2).unwrap();
+    let path = fx.write("gate.wasm", &counts_calls());
+    let gate = host.load(&file(&path)).unwrap();
+    let e = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(e.decision, Decision::Skip("1".into()));
+    until_spares_ready(&host, 1);
+
+    fx.write("gate.wasm", &fx::good());
+    let gate = host.load(&file(&path)).unwrap();
+    assert_eq!(host.spare_stats().dropped, 1, "the old content's spare is gone");
+    let e = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+    let stats = host.spare_stats();
+    assert_eq!((stats.taken, stats.missed), (0, 2), "{stats:?}");
+}
+
+/// An instance that cannot be made (its memory alone is over the cap) fails
+/// the next call with the error a call that made it itself gives, every
+/// time, in a long-lived host as in a one-shot one.
+#[test]
+fn an_instance_that_cannot_be_made_ahead_fails_the_next_call_with_the_same_error() {
+    let fx = Fixture::new();
+    let path = fx.write("good.wasm", &fx::good());
+    let tight = limits(5_000, 32 << 10);
+    let once = GateHost::new(None).unwrap();
+    let expected = once
+        .evaluate(&once.load(&file(&path)).unwrap(), &Context::default(), &tight)
+        .unwrap_err();
+    assert_eq!(expected.kind(), &GateErrorKind::MemoryCap { limit: 32 << 10 });
+
+    let host = GateHost::resident(None, 2).unwrap();
+    let gate = host.load(&file(&path)).unwrap();
+    for _ in 0..3 {
+        let err = host.evaluate(&gate, &Context::default(), &tight).unwrap_err();
+        assert_eq!(err.kind(), expected.kind());
+        assert_eq!(err.to_string(), expected.to_string());
+        until_spares_ready(&host, 1);
+    }
+    assert_eq!(host.spare_stats().taken, 2);
+    // The same gate under its usual limits is unaffected.
+    let e = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(e.decision, Decision::Proceed);
+}
+
+/// The daemon, whose gate host keeps a spare instance, still ends on
+/// SIGTERM with exit 0 once its ticks have.
+#[test]
+fn the_daemon_ends_on_sigterm_with_a_spare_instance_made() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let env = crate::common::Env::new();
+    let gate = env.root.join("counts.wasm");
+    std::fs::write(&gate, counts_calls()).unwrap();
+    let toml = format!(
+        "step = \"true\"\n[schedule]\nevery = \"100ms\"\n[[gate]]\npath = \"{}\"\n",
+        gate.display()
+    );
+    let file = env.root.join("often.toml");
+    std::fs::write(&file, toml).unwrap();
+    env.cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .args(["new", "often", "--from"])
+        .arg(&file)
+        .status()
+        .unwrap()
+        .success()
+        .then_some(())
+        .expect("the loop is made");
+    let mut daemon = env
+        .cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .arg("daemon")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let gate_events = || {
+        env.history("often")
+            .into_iter()
+            .filter(|e| e["kind"] == "gate")
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while gate_events().len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the daemon never ticked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = daemon.kill();
+            panic!("the daemon did not end on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    // Every evaluation, whether its instance was made ahead or not, saw a
+    // fresh one: the count is 1 each time.
+    for e in gate_events() {
+        assert_eq!(
+            (&e["decision"], &e["reason"]),
+            (&"skip".into(), &"1".into()),
+            "{e}"
+        );
+    }
+}
