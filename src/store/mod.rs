@@ -17,6 +17,7 @@
 //! whichever one a root uses.
 
 mod file;
+mod flight;
 mod journal;
 mod pg;
 
