@@ -824,6 +824,14 @@ pub fn adopt_loop(
         });
     }
     create_dirs(target.path())?;
+    // An `in_flight` record left from the loop's earlier life here would
+    // be read against the new state: it goes before the state exists.
+    match fs::remove_file(target.flight_path()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("removing", target.flight_path())(e));
+        }
+        _ => {}
+    }
     let history: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
     write_file(target.path(), &target.config_path(), config_text.as_bytes())?;
     write_file(target.path(), &target.history_path(), &history)?;
