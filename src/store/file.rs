@@ -3,10 +3,13 @@
 //! lock (the files inside `runs/<tick>/` are the step runner's). A commit appends its events
 //! to `history.jsonl` stamped with the new version, syncs them, then
 //! replaces `.state.loop` atomically (temp file, fsync, rename, fsync the
-//! directory); the rename is the commit point. Readers read the state
-//! first and keep only the events of versions it has reached; the next
-//! lock holder cuts whatever an unfinished commit left. A state file that
-//! fails to read is reported and never overwritten.
+//! directory); the rename is the commit point. A tick's `in_flight` commit
+//! is written in place into `.state.flight` instead (see [`flight`]), and
+//! the commit after it appends that record's events with its own. Readers
+//! read the state first, take a whole record of the next version as the
+//! committed state, and keep only the events of versions they have reached;
+//! the next lock holder cuts whatever an unfinished commit left. A state
+//! file that fails to read is reported and never overwritten.
 
 use std::fs::{self, DirBuilder, File};
 use std::io::Write;
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use serde::Deserialize;
 
+use super::flight::{self, Flight, Found};
 use super::{Durability, Finding, Level, Loaded, LoopStore, Session, journal};
 use crate::config::{ConfigError, HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
@@ -29,6 +33,8 @@ const CONFIG: &str = "loop.toml";
 const STATE: &str = ".state.loop";
 const LOCK: &str = ".state.lock";
 const HISTORY: &str = "history.jsonl";
+/// The record of a tick's `in_flight` commit, written in place.
+const FLIGHT: &str = ".state.flight";
 const RUNS: &str = "runs";
 /// Temporary files of atomic writes; any left under the lock are strays.
 const TMP_PREFIX: &str = ".tmp-";
@@ -40,6 +46,9 @@ const STATE_MAX: u64 = 16 * 1024 * 1024;
 const HISTORY_READS: usize = 5;
 /// The largest loop.toml read.
 const CONFIG_MAX: u64 = 1024 * 1024;
+/// How often a read starts again when the `in_flight` record it found is
+/// newer than the state file it read (commits landing under it).
+const FLIGHT_READS: usize = 5;
 
 /// One loop's directory, `<root>/loops/<name>/`: the file store's loop.
 #[derive(Debug, Clone)]
@@ -101,6 +110,10 @@ impl LoopDir {
         self.dir.join(HISTORY)
     }
 
+    pub fn flight_path(&self) -> PathBuf {
+        self.dir.join(FLIGHT)
+    }
+
     /// The `n`th rotated history file (1 is the most recent).
     pub fn rotated_history_path(&self, n: usize) -> PathBuf {
         self.dir.join(format!("{HISTORY}.{n}"))
@@ -153,6 +166,42 @@ impl LoopDir {
                     .to_owned(),
             }),
         }
+    }
+
+    /// The committed state as readers see it, without the lock: the state
+    /// file, or the `in_flight` record of the next version when it is
+    /// whole. A record newer than that (or torn) means the state file may
+    /// have moved on since it was read: it is read again, and when it has
+    /// not, the record is a write in progress (or a dead writer's) and
+    /// the state file is the committed state.
+    fn snapshot(&self) -> Result<Snapshot> {
+        let path = self.flight_path();
+        let mut state = self.read_state()?;
+        for _ in 0..FLIGHT_READS {
+            match flight::read(&path, state.version + 1)? {
+                Found::Whole(f) => {
+                    let f = *f;
+                    return Ok(Snapshot {
+                        base: state.version,
+                        state: f.state,
+                        events: f.events,
+                    });
+                }
+                Found::Missing | Found::Stale(_) => break,
+                Found::Torn | Found::Newer(_) => {
+                    let again = self.read_state()?;
+                    if again.version == state.version {
+                        break;
+                    }
+                    state = again;
+                }
+            }
+        }
+        Ok(Snapshot {
+            base: state.version,
+            state,
+            events: Vec::new(),
+        })
     }
 
     /// Temporary files that writers killed mid-write left behind.
@@ -214,24 +263,26 @@ impl LoopStore for LoopDir {
     }
 
     fn load(&self) -> Result<State> {
-        self.read_state()
+        Ok(self.snapshot()?.state)
     }
 
     fn history(&self) -> Result<History> {
         // The state first: every event of a version it has reached was
-        // written before it. A commit while the files are read may cut an
-        // unfinished commit under the reader, or rotate the files; the
-        // state's version then moves, and the read starts again.
-        let mut version = self.read_state()?.version;
+        // written before it (or is in the `in_flight` record it came from).
+        // A commit while the files are read may cut an unfinished commit
+        // under the reader, or rotate the files; the state's version then
+        // moves, and the read starts again.
+        let mut snap = self.snapshot()?;
         let mut attempts = 0;
         loop {
-            let history = journal::read_committed(&self.history_files(), version)?;
-            let now = self.read_state()?.version;
+            let mut history = journal::read_committed(&self.history_files(), snap.base)?;
+            let now = self.snapshot()?;
             attempts += 1;
-            if now == version || attempts == HISTORY_READS {
+            if now.state.version == snap.state.version || attempts == HISTORY_READS {
+                history.events.append(&mut snap.events);
                 return Ok(history);
             }
-            version = now;
+            snap = now;
         }
     }
 
@@ -241,9 +292,18 @@ impl LoopStore for LoopDir {
 
     fn check(&self) -> Vec<Finding> {
         let mut out = Vec::new();
-        let (found, state) = Finding::state(self.read_state(), ".state.loop");
+        let (found, file_state) = Finding::state(self.read_state(), ".state.loop");
         out.push(found);
         let holder = lock::recorded_holder(&self.lock_path());
+        let ticking = matches!(&holder, Some((h, true)) if h.command == "tick");
+        let mut state = file_state.clone();
+        if let Some(s) = &file_state {
+            let (found, whole) = self.check_flight(s.version, ticking);
+            out.extend(found);
+            if let Some(f) = whole {
+                state = Some(f.state);
+            }
+        }
         match &holder {
             Some((h, true)) => out.push(Finding::ok("lock", format!("held by {}", h.describe()))),
             Some((h, false)) => out.push(Finding::new(
@@ -257,11 +317,10 @@ impl LoopStore for LoopDir {
             )),
             None => out.push(Finding::ok("lock", "free")),
         }
-        if let Some(s) = &state {
-            if let Some(f) = &s.in_flight {
-                let running = matches!(&holder, Some((h, true)) if h.command == "tick");
-                out.push(Finding::in_flight(f, running));
-            }
+        if let Some(f) = state.as_ref().and_then(|s| s.in_flight.as_ref()) {
+            out.push(Finding::in_flight(f, ticking));
+        }
+        if let Some(s) = &file_state {
             out.extend(self.check_history(s.version));
         }
         match self.stray_files() {
@@ -294,12 +353,69 @@ impl LoopStore for LoopDir {
             dir: self,
             held,
             version: None,
+            pending: None,
             limits: None,
         }))
     }
 }
 
 impl LoopDir {
+    /// The `in_flight` record's findings, against the state file's
+    /// `version`, and the record when it is whole and of the next version.
+    fn check_flight(&self, version: u64, ticking: bool) -> (Option<Finding>, Option<Flight>) {
+        match flight::read(&self.flight_path(), version + 1) {
+            Ok(Found::Missing) => (None, None),
+            Ok(Found::Whole(f)) => (
+                Some(Finding::ok(
+                    "in-flight-record",
+                    format!("{FLIGHT} commits version {}", f.version()),
+                )),
+                Some(*f),
+            ),
+            Ok(Found::Stale(v)) => (
+                Some(Finding::ok(
+                    "in-flight-record",
+                    format!("{FLIGHT} is of version {v}, which the state has passed; it is ignored"),
+                )),
+                None,
+            ),
+            Ok(Found::Newer(v)) => (
+                Some(Finding::new(
+                    "in-flight-record",
+                    Level::Warning,
+                    format!("{FLIGHT} is of version {v}, ahead of the state's {version}; it is ignored"),
+                    "nothing is lost: the state and history do not depend on it; the next tick writes over it",
+                )),
+                None,
+            ),
+            Ok(Found::Torn) if ticking => (
+                Some(Finding::ok(
+                    "in-flight-record",
+                    format!("{FLIGHT} is being written by the running tick"),
+                )),
+                None,
+            ),
+            Ok(Found::Torn) => (
+                Some(Finding::new(
+                    "in-flight-record",
+                    Level::Note,
+                    format!("{FLIGHT} is torn (its writer died mid-write); it is ignored"),
+                    "nothing: a torn record never counted, and the next tick writes over it",
+                )),
+                None,
+            ),
+            Err(e) => (
+                Some(Finding::new(
+                    "in-flight-record",
+                    Level::Error,
+                    e.to_string(),
+                    format!("move {FLIGHT} aside: the loop cannot be used while it does not read"),
+                )),
+                None,
+            ),
+        }
+    }
+
     /// The history's findings: an unfinished commit at its end, lines that
     /// cannot be read.
     fn check_history(&self, version: u64) -> Vec<Finding> {
@@ -348,6 +464,10 @@ struct FileSession<'a> {
     held: Held,
     /// The version loaded or last committed: a commit must build on it.
     version: Option<u64>,
+    /// The `in_flight` record committed on top of the state file (by this
+    /// session, or by a dead one and found by `load`): the next commit
+    /// appends its events with its own.
+    pending: Option<Flight>,
     /// History rotation limits, read from the config on the first commit.
     limits: Option<HistoryLimits>,
 }
@@ -372,6 +492,37 @@ impl FileSession<'_> {
     }
 }
 
+impl FileSession<'_> {
+    /// Commits a state with `in_flight` set, on top of the state file, as
+    /// the `in_flight` record: one write in place, synced unless the
+    /// commit is relaxed. The state file is not touched; the next commit
+    /// appends the record's events with its own and passes it.
+    fn commit_flight(
+        &mut self,
+        state: &mut State,
+        next_state: State,
+        events: Vec<Event>,
+        durability: Durability,
+    ) -> Result<()> {
+        let record = Flight {
+            state: next_state,
+            events,
+        };
+        let sync = durability == Durability::Full;
+        if let Err(e) = flight::write(&self.dir.dir, &self.dir.flight_path(), &record, sync) {
+            // The record may be whole (a failed sync): then it counts, and
+            // the next session records the tick as crashed. Either way this
+            // session takes no further commit.
+            self.version = None;
+            return Err(e);
+        }
+        *state = record.state.clone();
+        self.version = Some(state.version);
+        self.pending = Some(record);
+        Ok(())
+    }
+}
+
 impl Session for FileSession<'_> {
     fn holder(&self) -> &Holder {
         self.held.holder()
@@ -387,6 +538,7 @@ impl Session for FileSession<'_> {
 
     fn load(&mut self) -> Result<Loaded> {
         let mut state = self.dir.read_state()?;
+        self.pending = None;
         let cut = journal::repair(&self.dir.history_path(), state.version)?;
         if cut > 0 {
             tracing::info!(
@@ -396,6 +548,11 @@ impl Session for FileSession<'_> {
             );
         }
         self.remove_strays()?;
+        // Under the lock nobody writes the record: torn is torn.
+        if let Found::Whole(f) = flight::read(&self.dir.flight_path(), state.version + 1)? {
+            state = f.state.clone();
+            self.pending = Some(*f);
+        }
         self.version = Some(state.version);
         let recovered = state.in_flight.take();
         if let Some(dead) = &recovered {
@@ -423,17 +580,26 @@ impl Session for FileSession<'_> {
         let now = Timestamp::now();
         let next = state.version + 1;
         let events = super::stamp(events, next, now);
-        if !events.is_empty() {
+        let mut next_state = state.clone();
+        next_state.version = next;
+        next_state.updated_at = now;
+        if next_state.in_flight.is_some() && self.pending.is_none() {
+            return self.commit_flight(state, next_state, events, durability);
+        }
+        // The state file's version: what an unfinished commit is cut to.
+        let base = self.pending.as_ref().map_or(state.version, |p| p.version() - 1);
+        let mut lines: Vec<u8> = Vec::new();
+        if let Some(p) = &self.pending {
+            lines.extend(p.events.iter().flat_map(Event::to_line));
+        }
+        lines.extend(events.iter().flat_map(Event::to_line));
+        if !lines.is_empty() {
             let path = self.dir.history_path();
             let limits = self.limits();
-            let lines: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
             if journal::append(&path, &lines, |n| self.dir.rotated_history_path(n), &limits)? {
                 tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
             }
         }
-        let mut next_state = state.clone();
-        next_state.version = next;
-        next_state.updated_at = now;
         let written = write_atomic(
             &self.dir.dir,
             &self.dir.state_path(),
@@ -445,18 +611,19 @@ impl Session for FileSession<'_> {
             // Cut them now if possible (the next session does otherwise), and
             // take no further commit in this session.
             self.version = None;
-            let _ = journal::repair(&self.dir.history_path(), state.version);
+            let _ = journal::repair(&self.dir.history_path(), base);
             return Err(e);
         }
         *state = next_state;
         self.version = Some(next);
+        self.pending = None;
         Ok(())
     }
 
     fn forget(self: Box<Self>) -> Result<()> {
         let dir = self.dir;
         // The state first: without it the loop no longer exists here.
-        let mut files = vec![dir.state_path()];
+        let mut files = vec![dir.state_path(), dir.flight_path()];
         files.extend(dir.history_files());
         files.push(dir.config_path());
         for path in files {
@@ -524,6 +691,15 @@ fn state_error(text: &[u8], path: &Path) -> Result<State> {
         Some(other) => return Err(corrupt(format!("`schema` is {other}, not a number"))),
     }
     serde_json::from_slice(text).map_err(|e| corrupt(e.to_string()))
+}
+
+/// The committed state as readers see it, and where it came from.
+struct Snapshot {
+    state: State,
+    /// The state file's version: history lines up to it are committed.
+    base: u64,
+    /// The events of the `in_flight` record the state came from, if it did.
+    events: Vec<Event>,
 }
 
 /// Replaces `path` (in `dir`) with `bytes` atomically and durably, as the
@@ -648,6 +824,14 @@ pub fn adopt_loop(
         });
     }
     create_dirs(target.path())?;
+    // An `in_flight` record left from the loop's earlier life here would
+    // be read against the new state: it goes before the state exists.
+    match fs::remove_file(target.flight_path()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("removing", target.flight_path())(e));
+        }
+        _ => {}
+    }
     let history: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
     write_file(target.path(), &target.config_path(), config_text.as_bytes())?;
     write_file(target.path(), &target.history_path(), &history)?;

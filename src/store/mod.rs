@@ -17,6 +17,7 @@
 //! whichever one a root uses.
 
 mod file;
+mod flight;
 mod journal;
 mod pg;
 
@@ -387,7 +388,8 @@ pub enum Durability {
     Full,
     /// In the operating system when `commit` returns, on disk soon after;
     /// a power loss may take it back to the previous commit. For the tick's
-    /// `in_flight` marker, whose loss only forgets that a step was running.
+    /// `in_flight` marker, whose loss only forgets that a step was running
+    /// (the file store writes it into its record without syncing it).
     Relaxed,
 }
 

@@ -152,6 +152,12 @@ impl Env {
         serde_json::from_slice(&text).unwrap()
     }
 
+    /// The committed state as readers see it (`status --json`), the store's
+    /// `in_flight` commit included.
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", name, "--json"])).unwrap()
+    }
+
     pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
         if let Some(pg) = &self.pg {
             return pg.history(name);

@@ -19,6 +19,7 @@ mod schedule;
 mod snapshots;
 mod stock_gates;
 mod store;
+mod store_flight;
 mod tick;
 mod tick_gates;
 mod torture;

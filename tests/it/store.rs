@@ -219,7 +219,7 @@ fn a_step_whose_result_cannot_be_recorded_exits_8_and_the_next_command_records_a
     let err = env.fails(8, &["tick", "demo"]);
     assert!(err.contains("tick 1 ran its step"), "{err}");
     assert!(err.contains("do not run it again"), "{err}");
-    let s = env.state("demo");
+    let s = env.status("demo");
     assert_eq!(s["in_flight"]["tick"], 1, "the state says a step was in flight");
     assert_eq!(s["tick"], 0);
     fs::remove_dir(env.loop_dir("demo").join("history.jsonl")).unwrap();

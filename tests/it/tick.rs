@@ -399,7 +399,7 @@ fn a_runner_killed_mid_step_takes_its_step_along_and_is_recorded_as_crashed() {
     for pid in recorded {
         assert!(gone(pid), "step process {pid} outlived its runner");
     }
-    let s = env.state("demo");
+    let s = env.status("demo");
     assert_eq!(s["in_flight"]["tick"], 1, "the dead tick left its marker");
     // The next tick records the crash, counts it, and runs.
     fs::write(env.loop_dir("demo").join("loop.toml"), "step = \"true\"\n").unwrap();
