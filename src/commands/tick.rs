@@ -29,6 +29,7 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
         &config,
         &Options {
             timeout: args.timeout,
+            process_exits: true,
             ..Options::default()
         },
     )?;
