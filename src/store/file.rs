@@ -726,7 +726,7 @@ fn write_atomic(dir: &Path, path: &Path, bytes: &[u8], durability: Durability) -
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(super) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(Error::io("syncing directory", dir))

@@ -128,18 +128,17 @@ pub fn read(path: &Path, version: u64) -> Result<Found> {
 }
 
 /// Writes `flight` over the record at `path` with one `pwrite` at offset
-/// 0, making the file on first use; with `sync`, flushes it to disk before
-/// returning (and the directory `dir` too when the file is new, so its
-/// name survives a power loss). The file only ever grows, in whole blocks.
+/// 0, making the file on first use; with `sync`, flushes it and the
+/// directory `dir` to disk before returning (the file may have been made
+/// by an unsynced write, and its name must survive a power loss too). The
+/// file only ever grows, in whole blocks.
 pub fn write(dir: &Path, path: &Path, flight: &Flight, sync: bool) -> Result<()> {
     let file = fsx::open_rw(path)?;
     let len = file.metadata().map_err(Error::io("reading", path))?.len();
     let bytes = encode(flight, len);
     write_at(&file, &bytes, sync).map_err(Error::io("writing", path))?;
-    if sync && len == 0 {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(Error::io("syncing directory", dir))?;
+    if sync {
+        super::file::sync_dir(dir)?;
     }
     Ok(())
 }
