@@ -19,13 +19,13 @@ use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 use super::cache::{Cache, CacheStats, sha256_hex};
 use super::error::{GateError, GateErrorKind};
 use super::fault::{self, Fault};
-use super::pool::{Instance, Slots, config, deadline_ticks};
+use super::pool::{Instance, Slots, config};
 use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::sandbox::{self, GateLog, HostState};
 use super::seal::Fingerprint;
 use super::spare::{Make, SpareKey, SpareStats, Spares};
 use super::stock;
-use super::ticker::Ticker;
+use super::ticker::{self, Ticker};
 use super::types::{Context, Decision, GateSource, Limits};
 
 /// What a gate says about itself (`describe`).
@@ -246,7 +246,9 @@ impl GateHost {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("host", error_text(&e)))?;
         GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| host_error("host", error_text(&e)))?;
-        let ticker = Ticker::start(engine.clone()).map_err(|e| host_error("host", e.to_string()))?;
+        let epoch = engine.clone();
+        let ticker =
+            Ticker::start(move || epoch.increment_epoch()).map_err(|e| host_error("host", e.to_string()))?;
         Ok(GateHost {
             cache: Cache::new(cache_dir, &engine),
             engine,
@@ -534,8 +536,9 @@ impl GateHost {
             Some(_) => None,
             None => self.slots.as_ref().map(Slots::take),
         };
-        let _running = self.ticker.running();
         let started = Instant::now();
+        let deadline = ticker::deadline(started, limits.timeout);
+        let _running = self.ticker.running(deadline);
         let Instance {
             mut store,
             made,
@@ -543,10 +546,10 @@ impl GateHost {
         } = match spare {
             Some(mut spare) => {
                 spare.store.data_mut().set_now(now);
-                spare.store.set_epoch_deadline(deadline_ticks(limits.timeout));
+                spare.set_deadline(deadline);
                 spare
             }
-            None => Instance::new(&self.engine, &gate.compiled.pre, limits, now, permit),
+            None => Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit),
         };
         let result = made.and_then(|g| f(&mut store, &g));
         let elapsed = started.elapsed();
@@ -575,8 +578,16 @@ impl GateHost {
                 Some(s) => Some(s.try_take()?),
                 None => None,
             };
-            let _running = ticker.running();
-            Some(Instance::new(&engine, &pre, &limits, Timestamp::now(), permit))
+            let deadline = ticker::deadline(Instant::now(), limits.timeout);
+            let _running = ticker.running(deadline);
+            Some(Instance::new(
+                &engine,
+                &pre,
+                &limits,
+                Timestamp::now(),
+                deadline,
+                permit,
+            ))
         })
     }
 

@@ -5,14 +5,15 @@
 //! under a call's limits.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::Instant;
 
 use jiff::Timestamp;
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
 
 use super::sandbox::HostState;
 use super::sandbox::bindings::{Gate as GateWorld, GatePre};
-use super::ticker::EPOCH_TICK;
 use super::types::Limits;
 
 /// A counting semaphore over the instance pool's slots.
@@ -69,20 +70,40 @@ pub(crate) struct Instance {
 }
 
 impl Instance {
-    /// A fresh store under `limits` (the memory cap, and the deadline
-    /// counting from now) and an instance of the component in it.
+    /// A fresh store under `limits` (the memory cap, and `deadline`, by
+    /// which the call must be done) and an instance of the component in it.
     pub(crate) fn new(
         engine: &Engine,
         pre: &GatePre<HostState>,
         limits: &Limits,
         now: Timestamp,
+        deadline: Instant,
         permit: Option<Permit>,
     ) -> Instance {
         let mut store = Store::new(engine, HostState::new(limits.memory, now));
         store.limiter(|s| &mut s.budget);
-        store.set_epoch_deadline(deadline_ticks(limits.timeout));
-        let made = pre.instantiate(&mut store);
-        Instance { store, made, permit }
+        store.epoch_deadline_callback(|store| {
+            Ok(match Instant::now() >= store.data().deadline {
+                true => UpdateDeadline::Interrupt,
+                false => UpdateDeadline::Continue(1),
+            })
+        });
+        let mut instance = Instance {
+            store,
+            made: Err(wasmtime::Error::msg("not instantiated")),
+            permit,
+        };
+        instance.set_deadline(deadline);
+        instance.made = pre.instantiate(&mut instance.store);
+        instance
+    }
+
+    /// Restarts the deadline (a spare's, when a call takes it): the epoch
+    /// ticker advances the epoch when a running call's deadline passes, and
+    /// the store then checks its own.
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.store.data_mut().deadline = deadline;
+        self.store.set_epoch_deadline(1);
     }
 }
 
@@ -133,23 +154,9 @@ pub(crate) fn config(pooled: Option<u32>) -> Config {
     config
 }
 
-/// Epoch ticks for a timeout: rounded up, at least one.
-pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_nanos();
-    (timeout.as_nanos().div_ceil(tick) as u64).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn deadline_rounds_up() {
-        assert_eq!(deadline_ticks(Duration::ZERO), 1);
-        assert_eq!(deadline_ticks(EPOCH_TICK), 1);
-        assert_eq!(deadline_ticks(EPOCH_TICK + Duration::from_nanos(1)), 2);
-        assert_eq!(deadline_ticks(Duration::from_secs(1)), 500);
-    }
 
     #[test]
     fn a_slot_is_given_back_when_its_permit_drops() {

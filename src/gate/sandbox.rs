@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jiff::Timestamp;
@@ -255,6 +255,9 @@ pub(crate) struct HostState {
     logs: Vec<GateLog>,
     log_bytes: usize,
     log_dropped: u64,
+    /// When the call running in this store must be done: past it, the
+    /// next epoch check traps.
+    pub(crate) deadline: Instant,
 }
 
 impl HostState {
@@ -287,6 +290,8 @@ impl HostState {
             logs: Vec::new(),
             log_bytes: 0,
             log_dropped: 0,
+            // Set with the store's epoch deadline, before anything runs.
+            deadline: Instant::now(),
         }
     }
 

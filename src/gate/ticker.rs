@@ -1,57 +1,83 @@
-//! The epoch ticker: a thread that advances the engine's epoch while a gate
-//! call runs, which is what makes epoch deadlines (timeouts) fire. It parks
-//! when no call runs, so an idle process does not wake up.
+//! The epoch ticker: the thread that makes gate timeouts fire.
+//!
+//! A call's store has an epoch deadline one tick ahead and a callback that
+//! traps once the call's own wall-clock deadline has passed (and otherwise
+//! lets it go on). The ticker advances the engine's epoch only when the
+//! earliest deadline of the calls running now has passed, and then every
+//! [`EPOCH_TICK`] until that call ends. It sleeps until that deadline
+//! otherwise, and parks when no call runs.
+//!
+//! So the thread wakes about once per timeout period, not once per call:
+//! with equal timeouts a new call's deadline is later than the one the
+//! ticker already waits for, and registering it wakes nothing. Only a call
+//! whose deadline is earlier than the ticker's next wake-up (or one that
+//! finds it parked) wakes it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use wasmtime::Engine;
-
-/// How often the epoch advances while a call runs: the timeout's granularity.
+/// How often the epoch advances while a call is past its deadline and has
+/// not yet stopped (it may be in host code, which the epoch does not stop).
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
-/// Advances the engine's epoch while at least one call runs, so timeouts
-/// fire; parks otherwise, so an idle process does not wake up.
+/// When a call that starts at `start` with this timeout is due (a timeout
+/// too large to add is as good as none).
+pub(crate) fn deadline(start: Instant, timeout: Duration) -> Instant {
+    start
+        .checked_add(timeout)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400))
+}
+
+/// Advances the epoch when a running call's deadline passes.
 pub(crate) struct Ticker {
     shared: Arc<TickerShared>,
     thread: Option<JoinHandle<()>>,
 }
 
 struct TickerShared {
-    running: AtomicUsize,
+    calls: Mutex<Calls>,
     stop: AtomicBool,
 }
 
+#[derive(Default)]
+struct Calls {
+    /// The deadlines of the calls running now, each with a unique number.
+    deadlines: BTreeSet<(Instant, u64)>,
+    next: u64,
+    /// When the ticker wakes next; `None` while it is parked.
+    wakes_at: Option<Instant>,
+}
+
+impl TickerShared {
+    fn lock(&self) -> MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl Ticker {
-    pub(crate) fn start(engine: Engine) -> std::io::Result<Ticker> {
+    /// Starts the thread; `advance` moves the epoch on (the engine's
+    /// `increment_epoch`).
+    pub(crate) fn start(advance: impl Fn() + Send + 'static) -> std::io::Result<Ticker> {
         let shared = Arc::new(TickerShared {
-            running: AtomicUsize::new(0),
+            calls: Mutex::new(Calls::default()),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("gate-epoch".into())
-            .spawn(move || {
-                while !s.stop.load(Ordering::Acquire) {
-                    if s.running.load(Ordering::Acquire) == 0 {
-                        std::thread::park();
-                        continue;
-                    }
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })?;
+            .spawn(move || s.run(advance))?;
         Ok(Ticker {
             shared,
             thread: Some(thread),
         })
     }
 
-    /// Marks a call as running until the guard drops.
-    pub(crate) fn running(&self) -> RunningGuard {
-        self.handle().running()
+    /// Marks a call with this deadline as running until the guard drops.
+    pub(crate) fn running(&self, deadline: Instant) -> RunningGuard {
+        self.handle().running(deadline)
     }
 
     /// A handle another thread can mark its calls running with (a host's
@@ -64,6 +90,31 @@ impl Ticker {
     }
 }
 
+impl TickerShared {
+    fn run(&self, advance: impl Fn()) {
+        let mut calls = self.lock();
+        while !self.stop.load(Ordering::Acquire) {
+            let now = Instant::now();
+            let wake = match calls.deadlines.first() {
+                None => None,
+                Some(&(deadline, _)) if deadline > now => Some(deadline),
+                Some(_) => {
+                    // Past due: the call traps at its next epoch check.
+                    advance();
+                    Some(now + EPOCH_TICK)
+                }
+            };
+            calls.wakes_at = wake;
+            drop(calls);
+            match wake {
+                None => std::thread::park(),
+                Some(at) => std::thread::park_timeout(at.saturating_duration_since(now)),
+            }
+            calls = self.lock();
+        }
+    }
+}
+
 /// See [`Ticker::handle`].
 #[derive(Clone)]
 pub(crate) struct TickerHandle {
@@ -72,32 +123,96 @@ pub(crate) struct TickerHandle {
 }
 
 impl TickerHandle {
-    /// Marks a call as running until the guard drops.
-    pub(crate) fn running(&self) -> RunningGuard {
-        self.shared.running.fetch_add(1, Ordering::AcqRel);
-        if let Some(t) = &self.thread {
+    /// Marks a call with this deadline as running until the guard drops;
+    /// wakes the ticker only when it would otherwise wake too late.
+    pub(crate) fn running(&self, deadline: Instant) -> RunningGuard {
+        let mut calls = self.shared.lock();
+        let id = calls.next;
+        calls.next += 1;
+        calls.deadlines.insert((deadline, id));
+        let wake = calls.wakes_at.is_none_or(|at| deadline < at);
+        if wake {
+            // Set here, so calls registered before the ticker runs do not
+            // wake it again.
+            calls.wakes_at = Some(deadline);
+        }
+        drop(calls);
+        if wake && let Some(t) = &self.thread {
             t.unpark();
         }
-        RunningGuard(self.shared.clone())
+        RunningGuard {
+            shared: self.shared.clone(),
+            key: (deadline, id),
+        }
     }
 }
 
-pub(crate) struct RunningGuard(Arc<TickerShared>);
+/// A running call; its deadline is forgotten when this drops. The ticker
+/// is not woken: if it waits for this deadline, it finds nothing due then.
+pub(crate) struct RunningGuard {
+    shared: Arc<TickerShared>,
+    key: (Instant, u64),
+}
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::AcqRel);
+        self.shared.lock().deadlines.remove(&self.key);
     }
 }
 
 impl Drop for Ticker {
-    /// Tells the thread to stop and lets it go: it ends at its next wake-up
-    /// (at most one tick away). Joining it would make every process that ran
-    /// a gate wait out that sleep before it can exit.
+    /// Tells the thread to stop and lets it go: it ends when it next runs.
+    /// Joining it would make every process that ran a gate wait for it.
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    fn counting() -> (Ticker, Arc<AtomicU64>) {
+        let count = Arc::new(AtomicU64::new(0));
+        let c = count.clone();
+        let ticker = Ticker::start(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        (ticker, count)
+    }
+
+    #[test]
+    fn calls_that_end_before_their_deadline_never_advance_the_epoch() {
+        let (ticker, count) = counting();
+        for _ in 0..200 {
+            let _call = ticker.running(Instant::now() + Duration::from_secs(60));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_call_past_its_deadline_advances_the_epoch_until_it_ends() {
+        let (ticker, count) = counting();
+        // A long-lived call registered first: the ticker waits for it.
+        let _long = ticker.running(Instant::now() + Duration::from_secs(60));
+        // An earlier deadline must wake it anyway.
+        let call = ticker.running(Instant::now() + Duration::from_millis(20));
+        let until = Instant::now() + Duration::from_secs(30);
+        while count.load(Ordering::SeqCst) < 3 {
+            assert!(Instant::now() < until, "the epoch never advanced");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(call);
+        // Once it ended, nothing is due: the ticker stops advancing.
+        std::thread::sleep(Duration::from_millis(20));
+        let settled = count.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(count.load(Ordering::SeqCst), settled);
     }
 }
