@@ -272,6 +272,15 @@ impl GateHost {
         self.cache.stats()
     }
 
+    /// In a host with spares: gates whose instances take less than `took`
+    /// to make make them in the call instead (250 µs unless set; zero
+    /// makes every gate's ahead).
+    pub fn set_ahead_from(&self, took: Duration) {
+        if let Some(s) = &self.spares {
+            s.set_ahead_from(took);
+        }
+    }
+
     /// What the instances made ahead did so far (a long-lived host's; all
     /// zero in a one-shot host, which makes none).
     pub fn spare_stats(&self) -> SpareStats {
@@ -530,7 +539,13 @@ impl GateHost {
             sha256: gate.sha256().to_owned(),
             limits: *limits,
         });
-        let spare = spares.zip(key.as_ref()).and_then(|(s, k)| s.take(k));
+        // A gate whose instances are quick to make makes its own in the
+        // call: no spare is taken or asked for.
+        let ahead = spares.zip(key.as_ref()).is_some_and(|(s, k)| s.ahead(k));
+        let spare = spares
+            .zip(key.as_ref())
+            .filter(|_| ahead)
+            .and_then(|(s, k)| s.take(k));
         // Without a spare, a pool slot for the instance made here.
         let permit = match spare {
             Some(_) => None,
@@ -549,12 +564,18 @@ impl GateHost {
                 spare.set_deadline(deadline);
                 spare
             }
-            None => Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit),
+            None => {
+                let instance = Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit);
+                if let Some((s, k)) = spares.zip(key.as_ref()) {
+                    s.made_in_call(k, started.elapsed());
+                }
+                instance
+            }
         };
         let result = made.and_then(|g| f(&mut store, &g));
         let elapsed = started.elapsed();
         let outcome = self.finish(gate, limits, &mut store, result);
-        match spares.zip(key) {
+        match spares.zip(key).filter(|_| ahead) {
             Some((spares, key)) => spares.refill(key, self.maker(gate, limits), Box::new((store, permit))),
             // The store gives back its pool slot before the permit is free.
             None => {

@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::types::Limits;
 
@@ -20,6 +21,12 @@ pub(crate) struct SpareKey {
     pub(crate) sha256: String,
     pub(crate) limits: Limits,
 }
+
+/// Instances that take less than this to make are made in the call, not
+/// ahead: handing one to the thread and waking it costs about as much on
+/// each side (a small compiled gate's instance takes tens of microseconds;
+/// an interpreter's, a millisecond or more).
+pub(crate) const AHEAD_FROM: Duration = Duration::from_micros(250);
 
 /// Makes one spare; `None` when it cannot be made now (a full pool).
 pub(crate) type Make<T> = Box<dyn FnOnce() -> Option<T> + Send>;
@@ -36,6 +43,9 @@ pub struct SpareStats {
     /// Spares dropped unused: their component's file changed, or room was
     /// needed for another component's.
     pub dropped: u64,
+    /// Evaluations of gates whose instances are quick to make (under
+    /// [`AHEAD_FROM`]), so the call made its own and asked for no spare.
+    pub in_call: u64,
 }
 
 /// The spares of a host, and the thread that makes them.
@@ -57,6 +67,11 @@ struct Work<T> {
     /// done (its component was forgotten meanwhile).
     making: Option<(SpareKey, bool)>,
     spent: Vec<Box<dyn Send>>,
+    /// How long the last instance of each key took to make, ahead or in a
+    /// call: whether it is worth making ahead.
+    costs: HashMap<SpareKey, Duration>,
+    /// Instances quicker to make than this are made in the call.
+    ahead_from: Duration,
     /// Counts requests, so the least recently wanted spare is known.
     clock: u64,
     stats: SpareStats,
@@ -77,6 +92,8 @@ impl<T: Send + 'static> Spares<T> {
                 wanted: VecDeque::new(),
                 making: None,
                 spent: Vec::new(),
+                costs: HashMap::new(),
+                ahead_from: AHEAD_FROM,
                 clock: 0,
                 stats: SpareStats::default(),
                 stop: false,
@@ -89,6 +106,29 @@ impl<T: Send + 'static> Spares<T> {
             .name("gate-spares".into())
             .spawn(move || s.run())?;
         Ok(Spares { shared })
+    }
+
+    /// Instances quicker to make than `took` are made in the call
+    /// ([`AHEAD_FROM`] unless set): zero makes every one ahead.
+    pub(crate) fn set_ahead_from(&self, took: Duration) {
+        self.shared.lock().ahead_from = took;
+    }
+
+    /// Whether instances of `key` are made ahead: until one was made (and
+    /// timed) and took less than the threshold ([`AHEAD_FROM`]).
+    pub(crate) fn ahead(&self, key: &SpareKey) -> bool {
+        let mut work = self.shared.lock();
+        let from = work.ahead_from;
+        let ahead = work.costs.get(key).is_none_or(|took| *took >= from);
+        if !ahead {
+            work.stats.in_call += 1;
+        }
+        ahead
+    }
+
+    /// Records how long a call took to make its own instance of `key`.
+    pub(crate) fn made_in_call(&self, key: &SpareKey, took: Duration) {
+        self.shared.lock().costs.insert(key.clone(), took);
     }
 
     /// The spare for `key`, if one is ready.
@@ -128,6 +168,7 @@ impl<T: Send + 'static> Spares<T> {
         let gone: Vec<T> = extract(&mut work.ready, |k| k.sha256 == sha256);
         work.stats.dropped += (before - work.ready.len()) as u64;
         work.wanted.retain(|(k, _)| k.sha256 != sha256);
+        work.costs.retain(|k, _| k.sha256 != sha256);
         if let Some((k, discard)) = &mut work.making
             && k.sha256 == sha256
         {
@@ -181,8 +222,10 @@ impl<T: Send + 'static> Shared<T> {
                 Job::Make(key, make, evicted) => {
                     // An evicted spare gives back its pool slot first.
                     drop(evicted);
+                    let started = Instant::now();
                     let made = make();
-                    self.store(key, made);
+                    let took = started.elapsed();
+                    self.store(key, made, took);
                 }
                 Job::Stop(spent, ready) => {
                     drop(spent);
@@ -223,10 +266,13 @@ impl<T: Send + 'static> Shared<T> {
 
     /// Keeps a spare just made, unless it was forgotten meanwhile or the
     /// owner is gone.
-    fn store(&self, key: SpareKey, made: Option<T>) {
+    fn store(&self, key: SpareKey, made: Option<T>, took: Duration) {
         let mut work = self.lock();
         let discard = matches!(work.making.take(), Some((_, true)));
         let Some(value) = made else { return };
+        if !discard {
+            work.costs.insert(key.clone(), took);
+        }
         if discard || work.stop {
             work.stats.dropped += u64::from(discard);
             drop(work);
@@ -249,7 +295,6 @@ fn least_wanted<T>(ready: &HashMap<SpareKey, Ready<T>>) -> Option<SpareKey> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
 
     fn key(sha: &str) -> SpareKey {
         SpareKey {

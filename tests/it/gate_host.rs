@@ -981,6 +981,7 @@ fn until_spares_ready(host: &GateHost, n: usize) {
 fn an_instance_made_ahead_is_fresh_and_sees_the_calls_now() {
     let fx = Fixture::new();
     let host = GateHost::resident(None, 2).unwrap();
+    host.set_ahead_from(Duration::ZERO);
     let gate = host
         .load(&file(&fx.write("counts.wasm", &counts_calls())))
         .unwrap();
@@ -1009,12 +1010,35 @@ fn an_instance_made_ahead_is_fresh_and_sees_the_calls_now() {
     assert_eq!(host.spare_stats().taken, 4);
 }
 
+/// A gate whose instances are quicker to make than the threshold makes
+/// its own in each call once one was timed: no spare is asked for, and
+/// every call still gets a fresh instance.
+#[test]
+fn a_gate_quick_to_instantiate_makes_its_instance_in_the_call() {
+    let fx = Fixture::new();
+    let host = GateHost::resident(None, 2).unwrap();
+    host.set_ahead_from(Duration::from_secs(3600));
+    let gate = host
+        .load(&file(&fx.write("counts.wasm", &counts_calls())))
+        .unwrap();
+    for _ in 0..5 {
+        let e = host
+            .evaluate(&gate, &Context::default(), &Limits::default())
+            .unwrap();
+        assert_eq!(e.decision, Decision::Skip("1".into()), "an instance was reused");
+    }
+    let stats = host.spare_stats();
+    // The first call, not yet timed, asked for a spare that is never taken.
+    assert_eq!((stats.in_call, stats.taken, stats.missed), (4, 0, 1), "{stats:?}");
+}
+
 /// A gate file replaced between calls is evaluated as its new content,
 /// never in an instance made ahead from the old one, which is dropped.
 #[test]
 fn a_replaced_gate_file_is_never_evaluated_in_its_old_spare() {
     let fx = Fixture::new();
     let host = GateHost::resident(None, 2).unwrap();
+    host.set_ahead_from(Duration::ZERO);
     let path = fx.write("gate.wasm", &counts_calls());
     let gate = host.load(&file(&path)).unwrap();
     let e = host
@@ -1049,6 +1073,7 @@ fn an_instance_that_cannot_be_made_ahead_fails_the_next_call_with_the_same_error
     assert_eq!(expected.kind(), &GateErrorKind::MemoryCap { limit: 32 << 10 });
 
     let host = GateHost::resident(None, 2).unwrap();
+    host.set_ahead_from(Duration::ZERO);
     let gate = host.load(&file(&path)).unwrap();
     for _ in 0..3 {
         let err = host.evaluate(&gate, &Context::default(), &tight).unwrap_err();
