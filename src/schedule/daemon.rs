@@ -80,16 +80,52 @@ const LATE: Duration = Duration::from_secs(1);
 
 enum Msg {
     Signal(i32),
-    Done {
-        name: Arc<str>,
-        result: Result<TickReport>,
-    },
+    /// A tick ended and the dispatcher is needed now (see [`Finished`]).
+    Done,
     /// A shared store said these loops changed (a commit, a new loop, an
     /// edit, a removal), possibly on another host.
     Changed(Vec<String>),
     /// The shared store's notifications had a gap (their connection was
     /// lost and made again): any loop may have changed unseen.
     Resync,
+}
+
+/// Ticks that ended, for the dispatcher to take in when it next wakes.
+///
+/// A worker wakes the dispatcher (with [`Msg::Done`]) only when it is
+/// needed now: it sleeps with every worker busy or while stopping, or would
+/// sleep past [`LAZY`]. Otherwise it is about to wake anyway (the next due
+/// firing, at a hundred ticks a second, is milliseconds away) and takes the
+/// ended ticks in then: a tick costs one wake-up of the dispatcher, not two.
+#[derive(Default)]
+struct Finished {
+    inner: Mutex<FinishedInner>,
+}
+
+#[derive(Default)]
+struct FinishedInner {
+    ended: Vec<(Arc<str>, Result<TickReport>)>,
+    /// While the dispatcher sleeps, until when; `None` while it is awake
+    /// (it looks here before it sleeps).
+    sleeps_until: Option<Instant>,
+}
+
+/// How long the dispatcher may leave an ended tick untaken when it is to
+/// wake by then anyway: the loop's next firing is computed from its
+/// nominal time, so the wait moves no due time.
+const LAZY: Duration = Duration::from_millis(50);
+
+impl Finished {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FinishedInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records an ended tick; whether the dispatcher must be woken for it.
+    fn push(&self, name: Arc<str>, result: Result<TickReport>) -> bool {
+        let mut f = self.lock();
+        f.ended.push((name, result));
+        f.sleeps_until.is_some_and(|at| at > Instant::now() + LAZY)
+    }
 }
 
 /// A tick for a worker.
@@ -175,6 +211,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         root.path().display()
     );
     let listening = std::sync::atomic::AtomicBool::new(true);
+    let finished = Finished::default();
     let result = thread::scope(|scope| {
         let (jobs, queue) = mpsc::channel::<Job>();
         let queue = Arc::new(Mutex::new(queue));
@@ -182,10 +219,10 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
             let queue = Arc::clone(&queue);
             let tx = tx.clone();
             let host = host.as_ref();
-            let stores = &stores;
+            let (stores, finished) = (&stores, &finished);
             thread::Builder::new()
                 .name(format!("tick-{i}"))
-                .spawn_scoped(scope, move || worker(root, stores, host, &queue, &tx))
+                .spawn_scoped(scope, move || worker(root, stores, host, &queue, finished, &tx))
                 .map_err(ScheduleError::Signals)?;
         }
         if let Some(listener) = stores.listen() {
@@ -224,7 +261,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                 .map_err(ScheduleError::Signals)?;
         }
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
-        d.run(&jobs, &rx);
+        d.run(&jobs, &rx, &finished);
         listening.store(false, std::sync::atomic::Ordering::Relaxed);
         drop(jobs);
         d.presence.release(root);
@@ -242,6 +279,7 @@ fn worker(
     stores: &Stores,
     host: Option<&GateHost>,
     queue: &Mutex<mpsc::Receiver<Job>>,
+    finished: &Finished,
     tx: &mpsc::Sender<Msg>,
 ) {
     loop {
@@ -276,7 +314,8 @@ fn worker(
             }
             crate::notify::after_tick(root, report);
         }
-        if tx.send(Msg::Done { name, result }).is_err() {
+        log_tick(&name, &result, stores.is_shared());
+        if finished.push(name, result) && tx.send(Msg::Done).is_err() {
             return;
         }
     }
@@ -351,7 +390,7 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    fn run(&mut self, jobs: &mpsc::Sender<Job>, rx: &mpsc::Receiver<Msg>) {
+    fn run(&mut self, jobs: &mpsc::Sender<Job>, rx: &mpsc::Receiver<Msg>, finished: &Finished) {
         let mut stop: Option<Instant> = None;
         let mut cancelled = false;
         let mut next_scan = Instant::now();
@@ -376,7 +415,29 @@ impl<'a> Dispatcher<'a> {
                 Some(_) => MAX_SLEEP,
                 None => self.sleep(next_scan.min(next_report)),
             };
-            match rx.recv_timeout(wait) {
+            // Ticks that ended since the last look are taken in now;
+            // those that end while it sleeps wake it only when needed.
+            let ended = {
+                let mut f = finished.lock();
+                let ended = std::mem::take(&mut f.ended);
+                if ended.is_empty() {
+                    let must_wake = stop.is_some() || self.running.len() >= self.max;
+                    f.sleeps_until = Some(match must_wake {
+                        true => Instant::now() + MAX_SLEEP * 3600,
+                        false => Instant::now() + wait,
+                    });
+                }
+                ended
+            };
+            if !ended.is_empty() {
+                for (name, result) in ended {
+                    self.done(name, &result);
+                }
+                continue;
+            }
+            let msg = rx.recv_timeout(wait);
+            finished.lock().sleeps_until = None;
+            match msg {
                 Ok(Msg::Signal(sig)) if stop.is_none() => {
                     let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
                     match self.running.len() {
@@ -390,7 +451,7 @@ impl<'a> Dispatcher<'a> {
                     stop = Some(Instant::now() + self.opts.grace);
                 }
                 Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
-                Ok(Msg::Done { name, result }) => self.done(name, &result),
+                Ok(Msg::Done) => {}
                 Ok(Msg::Changed(names)) => {
                     if self.changed(&names) {
                         next_scan = Instant::now();
@@ -499,7 +560,6 @@ impl<'a> Dispatcher<'a> {
 
     fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
         self.running.remove(&name);
-        log_tick(&name, result, self.stores.is_shared());
         let now = Timestamp::now();
         if let Some(entry) = self.loops.get_mut(&name) {
             entry.inactive = match result {
