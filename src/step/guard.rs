@@ -466,6 +466,24 @@ mod shell {
 }
 
 /// A pipe whose two ends are close-on-exec, so no step ever inherits them.
+/// A pipe whose ends are both close-on-exec and non-blocking (one system
+/// call where the platform has `pipe2`).
+pub(super) fn nonblocking_cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        use nix::fcntl::OFlag;
+        Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    {
+        let (r, w) = cloexec_pipe()?;
+        for fd in [&r, &w] {
+            super::set_nonblocking(fd)?;
+        }
+        Ok((r, w))
+    }
+}
+
 pub(super) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
     {

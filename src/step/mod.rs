@@ -181,10 +181,7 @@ pub fn run_in(
         drains.push(output::Drain::new(read, path.to_owned(), spec.output_limit).map_err(supervise)?);
         write_ends.push(write);
     }
-    let (cancel_read, cancel_write) = guard::cloexec_pipe().map_err(supervise)?;
-    for fd in [&cancel_read, &cancel_write] {
-        set_nonblocking(fd).map_err(supervise)?;
-    }
+    let (cancel_read, cancel_write) = guard::nonblocking_cloexec_pipe().map_err(supervise)?;
     let canceller = Canceller(Arc::new(CancelPipe {
         read: cancel_read,
         write: cancel_write,
@@ -221,7 +218,7 @@ pub fn run_in(
         killed: false,
     };
     let mut timed_out = false;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = buffer::take();
     let status = loop {
         let now = Instant::now();
         if !timed_out && supervisor.kill_at.is_none() && deadline.is_some_and(|d| now >= d) {
@@ -297,6 +294,7 @@ pub fn run_in(
             });
         }
     }
+    buffer::give_back(buf);
     let status = status.map_err(supervise)?;
     if let Some(e) = output_error {
         return Err(e);
@@ -333,6 +331,31 @@ impl Supervisor<'_> {
     }
 }
 
+/// The buffer a step's output is read through: one per thread, kept
+/// between steps (a daemon's worker runs thousands), not made and zeroed
+/// for each.
+mod buffer {
+    use std::cell::Cell;
+
+    const SIZE: usize = 64 * 1024;
+
+    thread_local! {
+        static KEPT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Vec<u8> {
+        match KEPT.take() {
+            buf if buf.len() == SIZE => buf,
+            _ => vec![0; SIZE],
+        }
+    }
+
+    pub(super) fn give_back(buf: Vec<u8>) {
+        KEPT.set(buf);
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);

@@ -27,8 +27,9 @@ pub(super) struct Drain {
 impl Drain {
     /// Takes the read end of the stream's pipe and makes it non-blocking.
     pub(super) fn new(src: OwnedFd, path: PathBuf, limit: u64) -> io::Result<Drain> {
-        let flags = OFlag::from_bits_retain(fcntl(&src, FcntlArg::F_GETFL)?);
-        fcntl(&src, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        // A pipe's read end just made: no status flag is set yet, so this
+        // one call sets the only one wanted.
+        fcntl(&src, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
         Ok(Drain {
             src: Some(File::from(src)),
             sink: Sink {
