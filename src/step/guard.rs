@@ -465,7 +465,6 @@ mod shell {
     }
 }
 
-/// A pipe whose two ends are close-on-exec, so no step ever inherits them.
 /// A pipe whose ends are both close-on-exec and non-blocking (one system
 /// call where the platform has `pipe2`).
 pub(super) fn nonblocking_cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -484,6 +483,7 @@ pub(super) fn nonblocking_cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
+/// A pipe whose two ends are close-on-exec, so no step ever inherits them.
 pub(super) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
     {
