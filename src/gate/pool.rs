@@ -88,23 +88,22 @@ impl Instance {
                 false => UpdateDeadline::Continue(1),
             })
         });
-        let mut instance = Instance {
-            store,
-            made: Err(wasmtime::Error::msg("not instantiated")),
-            permit,
-        };
-        instance.set_deadline(deadline);
-        instance.made = pre.instantiate(&mut instance.store);
-        instance
+        set_deadline(&mut store, deadline);
+        let made = pre.instantiate(&mut store);
+        Instance { store, made, permit }
     }
 
-    /// Restarts the deadline (a spare's, when a call takes it): the epoch
-    /// ticker advances the epoch when a running call's deadline passes, and
-    /// the store then checks its own.
+    /// Restarts the deadline (a spare's, when a call takes it).
     pub(crate) fn set_deadline(&mut self, deadline: Instant) {
-        self.store.data_mut().deadline = deadline;
-        self.store.set_epoch_deadline(1);
+        set_deadline(&mut self.store, deadline);
     }
+}
+
+/// The epoch ticker advances the epoch when a running call's deadline
+/// passes; the store then checks its own `deadline` (the callback above).
+fn set_deadline(store: &mut Store<HostState>, deadline: Instant) {
+    store.data_mut().deadline = deadline;
+    store.set_epoch_deadline(1);
 }
 
 /// Linear memory a pooled slot keeps mapped between calls: its dirty pages
