@@ -23,7 +23,7 @@ use super::pool::{Instance, Slots, config};
 use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::sandbox::{self, GateLog, HostState};
 use super::seal::Fingerprint;
-use super::spare::{Make, SpareKey, SpareStats, Spares};
+use super::spare::{Make, SpareKey, SpareStats, Spares, Taken};
 use super::stock;
 use super::ticker::{self, Ticker};
 use super::types::{Context, Decision, GateSource, Limits};
@@ -540,12 +540,11 @@ impl GateHost {
             limits: *limits,
         });
         // A gate whose instances are quick to make makes its own in the
-        // call: no spare is taken or asked for.
-        let ahead = spares.zip(key.as_ref()).is_some_and(|(s, k)| s.ahead(k));
-        let spare = spares
-            .zip(key.as_ref())
-            .filter(|_| ahead)
-            .and_then(|(s, k)| s.take(k));
+        // call and asks for no spare.
+        let (spare, ahead) = match spares.zip(key.as_ref()).map(|(s, k)| s.take(k)) {
+            Some(Taken { spare, ahead }) => (spare, ahead),
+            None => (None, false),
+        };
         // Without a spare, a pool slot for the instance made here.
         let permit = match spare {
             Some(_) => None,

@@ -44,8 +44,16 @@ pub struct SpareStats {
     /// needed for another component's.
     pub dropped: u64,
     /// Evaluations of gates whose instances are quick to make (under
-    /// [`AHEAD_FROM`]), so the call made its own and asked for no spare.
+    /// [`AHEAD_FROM`]) that found no spare, made their own and asked for
+    /// none.
     pub in_call: u64,
+}
+
+/// What [`Spares::take`] found.
+pub(crate) struct Taken<T> {
+    pub(crate) spare: Option<T>,
+    /// Whether to ask for the next spare (the gate is not quick to make).
+    pub(crate) ahead: bool,
 }
 
 /// The spares of a host, and the thread that makes them.
@@ -114,32 +122,26 @@ impl<T: Send + 'static> Spares<T> {
         self.shared.lock().ahead_from = took;
     }
 
-    /// Whether instances of `key` are made ahead: until one was made (and
-    /// timed) and took less than the threshold ([`AHEAD_FROM`]).
-    pub(crate) fn ahead(&self, key: &SpareKey) -> bool {
-        let mut work = self.shared.lock();
-        let from = work.ahead_from;
-        let ahead = work.costs.get(key).is_none_or(|took| *took >= from);
-        if !ahead {
-            work.stats.in_call += 1;
-        }
-        ahead
-    }
-
     /// Records how long a call took to make its own instance of `key`.
     pub(crate) fn made_in_call(&self, key: &SpareKey, took: Duration) {
         self.shared.lock().costs.insert(key.clone(), took);
     }
 
-    /// The spare for `key`, if one is ready.
-    pub(crate) fn take(&self, key: &SpareKey) -> Option<T> {
+    /// The spare for `key`, if one is ready, and whether the next is to be
+    /// made ahead: until one was made (and timed) and took less than the
+    /// threshold ([`AHEAD_FROM`]). A quick gate's spare made before it was
+    /// timed is still taken, so it does not hold a pool slot for nothing.
+    pub(crate) fn take(&self, key: &SpareKey) -> Taken<T> {
         let mut work = self.shared.lock();
-        let taken = work.ready.remove(key).map(|r| r.value);
-        match taken {
-            Some(_) => work.stats.taken += 1,
-            None => work.stats.missed += 1,
+        let from = work.ahead_from;
+        let ahead = work.costs.get(key).is_none_or(|took| *took >= from);
+        let spare = work.ready.remove(key).map(|r| r.value);
+        match (&spare, ahead) {
+            (Some(_), _) => work.stats.taken += 1,
+            (None, true) => work.stats.missed += 1,
+            (None, false) => work.stats.in_call += 1,
         }
-        taken
+        Taken { spare, ahead }
     }
 
     /// Hands over a spent instance to be dropped off the caller's path, and
@@ -296,6 +298,14 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// Spares whose every key is made ahead, however quick (the makers
+    /// here take no time).
+    fn started<T: Send + 'static>(capacity: usize) -> Spares<T> {
+        let s = Spares::start(capacity).unwrap();
+        s.set_ahead_from(Duration::ZERO);
+        s
+    }
+
     fn key(sha: &str) -> SpareKey {
         SpareKey {
             sha256: sha.to_owned(),
@@ -340,8 +350,8 @@ mod tests {
     #[test]
     fn a_spare_is_made_once_taken_once_and_spent_ones_are_dropped() {
         let live = Arc::new(AtomicUsize::new(0));
-        let s = Spares::start(4).unwrap();
-        assert!(s.take(&key("a")).is_none());
+        let s = started(4);
+        assert!(s.take(&key("a")).spare.is_none());
         s.refill(key("a"), maker(&live, 1), Box::new(Counted::new(&live, 0)));
         // Asked again before it is ready: still one.
         s.refill(key("a"), maker(&live, 2), Box::new(()));
@@ -351,9 +361,9 @@ mod tests {
             1,
             "the spent one is dropped, one spare kept"
         );
-        let got = s.take(&key("a")).unwrap();
+        let got = s.take(&key("a")).spare.unwrap();
         assert_eq!(got.1, 1);
-        assert!(s.take(&key("a")).is_none(), "a spare is taken once");
+        assert!(s.take(&key("a")).spare.is_none(), "a spare is taken once");
         let stats = s.stats();
         assert_eq!((stats.taken, stats.missed, stats.ready), (1, 2, 0));
     }
@@ -361,21 +371,21 @@ mod tests {
     #[test]
     fn forgetting_a_component_drops_its_spares_only() {
         let live = Arc::new(AtomicUsize::new(0));
-        let s = Spares::start(4).unwrap();
+        let s = started(4);
         s.refill(key("a"), maker(&live, 1), Box::new(()));
         s.refill(key("b"), maker(&live, 2), Box::new(()));
         settle(&s, 2);
         s.forget("a");
         assert_eq!(live.load(Ordering::SeqCst), 1);
-        assert!(s.take(&key("a")).is_none());
-        assert_eq!(s.take(&key("b")).unwrap().1, 2);
+        assert!(s.take(&key("a")).spare.is_none());
+        assert_eq!(s.take(&key("b")).spare.unwrap().1, 2);
         assert_eq!(s.stats().dropped, 1);
     }
 
     #[test]
     fn at_capacity_the_least_recently_wanted_spare_makes_room() {
         let live = Arc::new(AtomicUsize::new(0));
-        let s = Spares::start(2).unwrap();
+        let s = started(2);
         s.refill(key("a"), maker(&live, 1), Box::new(()));
         s.refill(key("b"), maker(&live, 2), Box::new(()));
         settle(&s, 2);
@@ -384,15 +394,18 @@ mod tests {
         s.refill(key("c"), maker(&live, 3), Box::new(()));
         settle(&s, 2);
         assert_eq!(live.load(Ordering::SeqCst), 2);
-        assert!(s.take(&key("b")).is_none(), "b was the least recently wanted");
-        assert_eq!(s.take(&key("a")).unwrap().1, 1);
-        assert_eq!(s.take(&key("c")).unwrap().1, 3);
+        assert!(
+            s.take(&key("b")).spare.is_none(),
+            "b was the least recently wanted"
+        );
+        assert_eq!(s.take(&key("a")).spare.unwrap().1, 1);
+        assert_eq!(s.take(&key("c")).spare.unwrap().1, 3);
     }
 
     #[test]
     fn a_spare_that_cannot_be_made_is_not_retried_until_asked() {
         let tries = Arc::new(AtomicUsize::new(0));
-        let s: Spares<u32> = Spares::start(2).unwrap();
+        let s: Spares<u32> = started(2);
         let t = tries.clone();
         s.refill(
             key("a"),
@@ -409,7 +422,7 @@ mod tests {
     #[test]
     fn dropping_the_owner_drops_everything_the_thread_holds() {
         let live = Arc::new(AtomicUsize::new(0));
-        let s = Spares::start(2).unwrap();
+        let s = started(2);
         s.refill(key("a"), maker(&live, 1), Box::new(()));
         settle(&s, 1);
         let shared = Arc::downgrade(&s.shared);
