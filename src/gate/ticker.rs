@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 /// How often the epoch advances while a call is past its deadline and has
 /// not yet stopped (it may be in host code, which the epoch does not stop).
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
+const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// When a call that starts at `start` with this timeout is due (a timeout
 /// too large to add is as good as none).
