@@ -11,7 +11,9 @@
 //! with equal timeouts a new call's deadline is later than the one the
 //! ticker already waits for, and registering it wakes nothing. Only a call
 //! whose deadline is earlier than the ticker's next wake-up (or one that
-//! finds it parked) wakes it.
+//! finds it parked) wakes it. A wake-up a call asked for is kept when that
+//! call ends before the ticker runs (as a quick call does): the calls
+//! after it then find the ticker waiting, not parked, and wake nothing.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +51,8 @@ struct Calls {
     next: u64,
     /// When the ticker wakes next; `None` while it is parked.
     wakes_at: Option<Instant>,
+    /// How many times the ticker has woken (and first run).
+    runs: u64,
 }
 
 impl TickerShared {
@@ -95,8 +99,10 @@ impl TickerShared {
         let mut calls = self.lock();
         while !self.stop.load(Ordering::Acquire) {
             let now = Instant::now();
+            calls.runs += 1;
             let wake = match calls.deadlines.first() {
-                None => None,
+                // The wake-up the last call asked for, if it is still ahead.
+                None => calls.wakes_at.filter(|&at| at > now),
                 Some(&(deadline, _)) if deadline > now => Some(deadline),
                 Some(_) => {
                     // Past due: the call traps at its next epoch check.
@@ -193,6 +199,20 @@ mod tests {
             let _call = ticker.running(Instant::now() + Duration::from_secs(60));
         }
         std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn quick_calls_one_after_another_wake_the_ticker_once() {
+        let (ticker, count) = counting();
+        for _ in 0..50 {
+            let call = ticker.running(Instant::now() + Duration::from_secs(60));
+            // Each call has ended before the ticker could run.
+            drop(call);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let runs = ticker.shared.lock().runs;
+        assert!(runs <= 3, "the ticker woke {runs} times for 50 calls");
         assert_eq!(count.load(Ordering::SeqCst), 0);
     }
 
