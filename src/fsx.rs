@@ -87,11 +87,7 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
             max,
         });
     }
-    let mut bytes = Vec::with_capacity(len as usize);
-    // A file that grows while it is read is cut at the bound too.
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(Error::io("reading", path))?;
+    let bytes = read_to_end(&file, len, max).map_err(Error::io("reading", path))?;
     if bytes.len() as u64 > max {
         return Err(Error::TooLarge {
             path: path.to_owned(),
@@ -100,6 +96,37 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
         });
     }
     Ok(Some(bytes))
+}
+
+/// Reads `file` (`len` bytes long when opened) to its end, or to one byte
+/// past `max` when it grew meanwhile. A read that comes back short once
+/// the `len` bytes are in has met the end: no second read to hear so.
+fn read_to_end(mut file: &File, len: u64, max: u64) -> io::Result<Vec<u8>> {
+    let limit = usize::try_from(max.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut bytes = vec![0; usize::try_from(len).map_or(limit, |l| l.saturating_add(1).min(limit))];
+    let mut n = 0;
+    loop {
+        if n == bytes.len() {
+            if n >= limit {
+                break;
+            }
+            bytes.resize((n * 2).clamp(64, limit), 0);
+        }
+        let want = bytes.len() - n;
+        match file.read(&mut bytes[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if k < want && n as u64 >= len {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(n);
+    Ok(bytes)
 }
 
 /// Opens a loop's file to append to, creating it (0600).
@@ -117,8 +144,8 @@ pub fn open_append(path: &Path) -> Result<(File, u64)> {
 }
 
 /// Opens (creating it, 0600) a file to read and write in place, such as
-/// a lock file.
-pub fn open_rw(path: &Path) -> Result<File> {
+/// a lock file; with its length.
+pub fn open_rw(path: &Path) -> Result<(File, u64)> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -128,8 +155,8 @@ pub fn open_rw(path: &Path) -> Result<File> {
         .custom_flags(flags())
         .open(path)
         .map_err(open_error(path, "opening"))?;
-    check_regular(&file, path)?;
-    Ok(file)
+    let len = check_regular(&file, path)?;
+    Ok((file, len))
 }
 
 /// Opens a loop's existing file to change it in place (to cut a torn tail).

@@ -4,10 +4,20 @@
 //! command that changes a loop. The holder writes who it is into the lock
 //! file, so a waiter (and `status`) can name it; the OS releases the lock
 //! when a holder dies.
+//!
+//! A holder that lets go with the loop's files whole (every commit done, no
+//! step in flight, nothing half-written) may say so: the lock file then
+//! reads `released <boot id>`. The next holder that finds that line,
+//! written since this machine last booted, knows that no writer died
+//! mid-write since the last recovery (a writer that dies leaves its own
+//! record; a power loss reboots), and may skip looking for what one would
+//! have left. Anything else (an empty file, a holder record, another
+//! boot's line) means: look.
 
 use std::fs::{File, TryLockError};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -100,27 +110,64 @@ pub enum Wait {
 pub struct Held {
     file: File,
     holder: Holder,
+    /// The length of the lock file's content as last written (or found).
+    len: u64,
+    /// The last holder let go with the loop's files whole, on this boot.
+    found_released: bool,
+    /// Say so when letting go: the loop's files are whole.
+    release_whole: bool,
 }
 
 impl Held {
     /// Records the tick being run, so waiters can name it.
     pub fn set_tick(&mut self, tick: u64) {
         self.holder.tick = Some(tick);
-        write_holder(&self.file, &self.holder);
+        self.len = write_record(&self.file, &holder_line(&self.holder), self.len);
     }
 
     pub fn holder(&self) -> &Holder {
         &self.holder
     }
+
+    /// Whether the last holder let go saying the loop's files were whole,
+    /// since this machine booted: no writer has died mid-write since.
+    pub fn found_released(&self) -> bool {
+        self.found_released
+    }
+
+    /// Whether to say, on letting go, that the loop's files are whole.
+    pub fn release_whole(&mut self, whole: bool) {
+        self.release_whole = whole;
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let _ = self.file.set_len(0);
+        match released_line() {
+            Some(line) if self.release_whole => {
+                write_record(&self.file, line.as_bytes(), self.len);
+            }
+            _ => {
+                let _ = self.file.set_len(0);
+            }
+        }
         // Closing the file releases the lock; unlocking first only makes
         // that explicit.
         let _ = self.file.unlock();
     }
+}
+
+/// The line a holder that lets go with the loop's files whole leaves in
+/// the lock file: `released <boot id>`, naming this boot of this machine.
+/// None where the boot has no id to read (then nobody skips recovery).
+fn released_line() -> Option<&'static str> {
+    static LINE: OnceLock<Option<String>> = OnceLock::new();
+    LINE.get_or_init(|| {
+        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id = id.trim();
+        (!id.is_empty() && id.len() <= 64).then(|| format!("released {id}\n"))
+    })
+    .as_deref()
 }
 
 /// Takes the exclusive lock of loop `name` in the lock file at `path`, as
@@ -128,7 +175,7 @@ impl Drop for Held {
 /// one that is not a regular file (a FIFO, a device, a symbolic link) is
 /// refused without blocking.
 pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
-    let file = crate::fsx::open_rw(path)?;
+    let (file, _) = crate::fsx::open_rw(path)?;
     poll(
         name,
         wait,
@@ -140,8 +187,36 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
         },
         || read_holder(path),
     )?;
-    write_holder(&file, &holder);
-    Ok(Held { file, holder })
+    // Read under the lock: what the last holder left is final.
+    let mut found = [0u8; RELEASED_MAX];
+    let n = read_at_most(&file, &mut found);
+    let found_released = released_line().is_some_and(|line| &found[..n] == line.as_bytes());
+    // A full buffer: the file may be longer, so it is always cut.
+    let prev = if n < RELEASED_MAX { n as u64 } else { u64::MAX };
+    let len = write_record(&file, &holder_line(&holder), prev);
+    Ok(Held {
+        file,
+        holder,
+        len,
+        found_released,
+        release_whole: false,
+    })
+}
+
+/// Enough to hold a `released` line and tell whether there is more.
+const RELEASED_MAX: usize = 128;
+
+/// Reads from the start of `file` into `buf`; what it reads before an
+/// error or the end of the file.
+fn read_at_most(file: &File, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    n
 }
 
 /// The one waiting discipline of every loop lock, whatever holds it (a
@@ -187,19 +262,29 @@ pub fn poll(
     }
 }
 
-fn write_holder(file: &File, holder: &Holder) {
-    // Best effort: the record only informs waiters; the lock is what counts.
-    // Written over the last one, then cut to its length if that was longer:
-    // a reader meanwhile finds no valid record (as it would an empty file),
-    // and the file system frees and allocates no block for a rewrite.
-    if let Ok(mut text) = serde_json::to_vec(holder) {
-        text.push(b'\n');
-        let len = text.len() as u64;
-        let _ = file.write_all_at(&text, 0);
-        if file.metadata().is_ok_and(|m| m.len() > len) {
-            let _ = file.set_len(len);
-        }
+fn holder_line(holder: &Holder) -> Vec<u8> {
+    let mut text = serde_json::to_vec(holder).unwrap_or_default();
+    text.push(b'\n');
+    text
+}
+
+/// Writes `line` as the lock file's content, which was `prev` bytes long;
+/// returns its new length. Best effort: the record only informs waiters
+/// (and the next holder); the lock is what counts. Written over the last
+/// one, then cut to its length if that was longer: a reader meanwhile finds
+/// no valid record (as it would an empty file), and the file system frees
+/// and allocates no block for a rewrite.
+fn write_record(file: &File, line: &[u8], prev: u64) -> u64 {
+    let len = line.len() as u64;
+    if file.write_all_at(line, 0).is_err() {
+        // Whatever is there now is no valid record of anything.
+        let _ = file.set_len(0);
+        return 0;
     }
+    if prev > len {
+        let _ = file.set_len(len);
+    }
+    len
 }
 
 /// The current holder of the lock in `path`, read without locking: none
@@ -230,7 +315,7 @@ pub struct RootLock(#[allow(dead_code)] File);
 /// Takes the lock on `path` without waiting; `None` when another process
 /// holds it.
 pub fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
-    let file = crate::fsx::open_rw(path)?;
+    let (file, _) = crate::fsx::open_rw(path)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(RootLock(file))),
         Err(TryLockError::WouldBlock) => Ok(None),

@@ -89,6 +89,7 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
 /// tick), and nothing else.
 fn repair(dir: &dyn LoopStore) -> Result<()> {
     let mut session = dir.lock(Holder::me("doctor"), Wait::For(Duration::from_secs(10)))?;
+    session.check_all();
     session.load()?;
     Ok(())
 }

@@ -351,6 +351,7 @@ impl LoopStore for LoopDir {
         let held = lock::acquire(&self.lock_path(), self.name.as_str(), holder, wait)?;
         Ok(Box::new(FileSession {
             dir: self,
+            whole: held.found_released(),
             held,
             version: None,
             pending: None,
@@ -470,6 +471,17 @@ struct FileSession<'a> {
     pending: Option<Flight>,
     /// History rotation limits, read from the config on the first commit.
     limits: Option<HistoryLimits>,
+    /// Nothing of an unfinished write is in the loop's files: the last
+    /// holder let go saying so (on this boot), or `load` has recovered
+    /// them; cleared by a commit that fails. Said on letting go unless a
+    /// step is in flight.
+    whole: bool,
+}
+
+impl Drop for FileSession<'_> {
+    fn drop(&mut self) {
+        self.held.release_whole(self.whole && self.pending.is_none());
+    }
 }
 
 impl FileSession<'_> {
@@ -536,22 +548,31 @@ impl Session for FileSession<'_> {
         self.limits = Some(config.history.clone());
     }
 
+    fn check_all(&mut self) {
+        self.whole = false;
+    }
+
     fn load(&mut self) -> Result<Loaded> {
         let mut state = self.dir.read_state()?;
         self.pending = None;
-        let cut = journal::repair(&self.dir.history_path(), state.version)?;
-        if cut > 0 {
-            tracing::info!(
-                "loop {:?}: cut {cut} bytes of an unfinished commit from {}",
-                self.dir.name.as_str(),
-                self.dir.history_path().display()
-            );
-        }
-        self.remove_strays()?;
-        // Under the lock nobody writes the record: torn is torn.
-        if let Found::Whole(f) = flight::read(&self.dir.flight_path(), state.version + 1)? {
-            state = f.state.clone();
-            self.pending = Some(*f);
+        if !self.whole {
+            // A writer may have died mid-write since the last look: what
+            // it left is cut, removed or recovered now.
+            let cut = journal::repair(&self.dir.history_path(), state.version)?;
+            if cut > 0 {
+                tracing::info!(
+                    "loop {:?}: cut {cut} bytes of an unfinished commit from {}",
+                    self.dir.name.as_str(),
+                    self.dir.history_path().display()
+                );
+            }
+            self.remove_strays()?;
+            // Under the lock nobody writes the record: torn is torn.
+            if let Found::Whole(f) = flight::read(&self.dir.flight_path(), state.version + 1)? {
+                state = f.state.clone();
+                self.pending = Some(*f);
+            }
+            self.whole = true;
         }
         self.version = Some(state.version);
         let recovered = state.in_flight.take();
@@ -570,6 +591,31 @@ impl Session for FileSession<'_> {
     }
 
     fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()> {
+        let committed = self.commit_files(state, events, durability);
+        if committed.is_err() {
+            // Whatever it left is for the next holder to look at.
+            self.whole = false;
+        }
+        committed
+    }
+
+    fn forget(mut self: Box<Self>) -> Result<()> {
+        self.whole = false;
+        self.forget_files()
+    }
+
+    fn remove(self: Box<Self>) -> Result<()> {
+        self.remove_dir()
+    }
+}
+
+impl FileSession<'_> {
+    fn commit_files(
+        &mut self,
+        state: &mut State,
+        events: Vec<EventKind>,
+        durability: Durability,
+    ) -> Result<()> {
         if self.version != Some(state.version) {
             return Err(Error::Conflict {
                 name: self.dir.name.to_string(),
@@ -620,7 +666,7 @@ impl Session for FileSession<'_> {
         Ok(())
     }
 
-    fn forget(self: Box<Self>) -> Result<()> {
+    fn forget_files(&self) -> Result<()> {
         let dir = self.dir;
         // The state first: without it the loop no longer exists here.
         let mut files = vec![dir.state_path(), dir.flight_path()];
@@ -637,7 +683,7 @@ impl Session for FileSession<'_> {
         sync_dir(&dir.dir)
     }
 
-    fn remove(self: Box<Self>) -> Result<()> {
+    fn remove_dir(self: Box<Self>) -> Result<()> {
         let dir = self.dir;
         let parent = dir.path().parent().unwrap_or(Path::new("."));
         let aside = parent.join(format!(".removed-{}-{}", dir.name(), std::process::id()));

@@ -133,8 +133,7 @@ pub fn read(path: &Path, version: u64) -> Result<Found> {
 /// by an unsynced write, and its name must survive a power loss too). The
 /// file only ever grows, in whole blocks.
 pub fn write(dir: &Path, path: &Path, flight: &Flight, sync: bool) -> Result<()> {
-    let file = fsx::open_rw(path)?;
-    let len = file.metadata().map_err(Error::io("reading", path))?.len();
+    let (file, len) = fsx::open_rw(path)?;
     let bytes = encode(flight, len);
     write_at(&file, &bytes, sync).map_err(Error::io("writing", path))?;
     if sync {

@@ -355,7 +355,13 @@ pub trait Session {
     /// Recovers what a dead holder left, then returns the committed state.
     /// A tick found dead mid-way is recorded as crashed (a commit of its
     /// own, made before this returns) and returned in [`Loaded::recovered`].
+    /// A store may skip looking for what nobody can have left (the file
+    /// store, when the last holder let go with the files whole).
     fn load(&mut self) -> Result<Loaded>;
+
+    /// Makes the next [`load`](Session::load) look for what a dead holder
+    /// left whatever the last holder said (`doctor --fix`).
+    fn check_all(&mut self) {}
 
     /// Commits `state` as the next version together with `events`, in one
     /// atomic record. The state must be the one this session loaded or last

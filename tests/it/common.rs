@@ -144,6 +144,14 @@ impl Env {
         self.root.join("loops").join(name)
     }
 
+    /// Leaves the loop's lock file as a holder that died leaves it (its
+    /// record, naming a process that is gone), for tests that then leave
+    /// what a dead writer would have left by hand.
+    pub fn as_if_a_writer_died(&self, name: &str) {
+        let record = "{\"pid\":999999999,\"host\":\"gone\",\"command\":\"pause\",\"since\":\"2026-01-01T00:00:00Z\"}\n";
+        std::fs::write(self.loop_dir(name).join(".state.lock"), record).unwrap();
+    }
+
     pub fn state(&self, name: &str) -> serde_json::Value {
         if let Some(pg) = &self.pg {
             return pg.state(name);

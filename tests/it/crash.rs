@@ -564,6 +564,12 @@ fn a_reader_racing_the_cut_of_an_unfinished_commit_reports_no_unreadable_line() 
         .and_then(|mut f| std::io::Write::write_all(&mut f, torn.as_bytes()))
         .unwrap();
     assert_eq!(size(&history), 8192);
+    // Its writer died holding the lock, and left its record there.
+    std::fs::write(
+        s.loop_dir("r").join(".state.lock"),
+        "{\"pid\":999999999,\"host\":\"gone\",\"command\":\"pause\",\"since\":\"2026-01-01T00:00:00Z\"}\n",
+    )
+    .unwrap();
 
     // The reader's first read of the history returns only after a pause
     // (strace delays its exit); the command runs inside that pause, once the

@@ -248,6 +248,7 @@ fn history_limit_and_json() {
     let mut text = fs::read_to_string(&path).unwrap();
     text.push_str("{\"v\": 99, \"at\": \"2026");
     fs::write(&path, text).unwrap();
+    env.as_if_a_writer_died("demo");
     let out = env.run(&["history", "demo"]);
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");

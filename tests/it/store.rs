@@ -114,6 +114,69 @@ fn stray_temporary_files_are_removed_by_the_next_locking_command() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A holder that lets go with the loop's files whole says so in the lock
+/// file, naming this boot; the next holder then does not look for what a
+/// dead writer leaves. A holder that died leaves its own record, and a
+/// line of another boot (a power loss since) is no word: both make the
+/// next holder look, and `doctor --fix` always looks.
+#[test]
+fn a_lock_let_go_whole_spares_the_next_holder_the_search_for_dead_writes() {
+    let env = crate::files_only!("leaves temporary files by hand");
+    env.new_loop("demo", "step = \"true\"\n");
+    let dir = env.loop_dir("demo");
+    let lock = dir.join(".state.lock");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let released = format!("released {}\n", boot.trim());
+    env.ok(&["pause", "demo"]);
+    assert_eq!(fs::read_to_string(&lock).unwrap(), released);
+    let strays = || {
+        fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".tmp-"))
+            .count()
+    };
+    // Nobody died since the lock was let go whole: nothing is looked for
+    // (a file put there by hand stays).
+    fs::write(dir.join(".tmp-by-hand"), "x").unwrap();
+    env.ok(&["resume", "demo"]);
+    assert_eq!(strays(), 1);
+    assert_eq!(fs::read_to_string(&lock).unwrap(), released);
+    // A holder that died: the next one looks.
+    env.as_if_a_writer_died("demo");
+    env.ok(&["pause", "demo"]);
+    assert_eq!(strays(), 0);
+    // Let go whole on another boot: the next one looks.
+    fs::write(dir.join(".tmp-by-hand"), "x").unwrap();
+    fs::write(&lock, "released 00000000-0000-0000-0000-000000000000\n").unwrap();
+    env.ok(&["resume", "demo"]);
+    assert_eq!(strays(), 0);
+    // `doctor --fix` looks whatever the lock file says.
+    fs::write(dir.join(".tmp-by-hand"), "x").unwrap();
+    assert_eq!(fs::read_to_string(&lock).unwrap(), released);
+    let out = env.run(&["doctor", "demo", "--fix"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(strays(), 0);
+    // A tick killed mid-step, after a holder let go whole, leaves its own
+    // record; the next holder finds its step in flight.
+    assert_eq!(fs::read_to_string(&lock).unwrap(), released);
+    env.ok(&["resume", "demo"]);
+    let gate = tempfile::tempdir().unwrap();
+    fs::write(dir.join("loop.toml"), crate::common::gated_step(gate.path())).unwrap();
+    let mut runner = env.cmd().args(["tick", "demo"]).spawn().unwrap();
+    crate::common::wait_for(&gate.path().join("started"));
+    let pid = nix::unistd::Pid::from_raw(runner.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    runner.wait().unwrap();
+    fs::write(gate.path().join("go"), "").unwrap();
+    assert!(!fs::read_to_string(&lock).unwrap().starts_with("released"));
+    env.ok(&["pause", "demo"]);
+    assert_eq!(env.history_kinds("demo").last().unwrap(), "paused");
+    assert!(env.history_kinds("demo").iter().any(|k| k == "crashed"));
+    assert_eq!(env.state("demo")["tick"], 1, "the dead tick counts");
+    assert_eq!(fs::read_to_string(&lock).unwrap(), released);
+}
+
 #[test]
 fn a_state_file_that_is_a_fifo_is_refused_without_blocking() {
     let env = crate::files_only!("puts a fifo in place of .state.loop");
