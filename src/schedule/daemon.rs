@@ -77,6 +77,10 @@ const FULL_LISTING: Duration = Duration::from_secs(30);
 const CONFIGS_PER_SCAN: usize = 1000;
 /// A tick that starts later than this after its due time counts as late.
 const LATE: Duration = Duration::from_secs(1);
+/// Firings due within this of the next one start at the same wake-up of
+/// the dispatcher: a tick may start up to this late, and a daemon firing
+/// hundreds of ticks a second wakes a fraction as often.
+const GATHER: Duration = Duration::from_millis(10);
 
 enum Msg {
     Signal(i32),
@@ -570,17 +574,18 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// How long to sleep: until the next due firing, scan or report, at
-    /// most a second. With every worker busy, a due firing cannot start
-    /// before a running tick ends, which wakes the dispatcher; sleeping
-    /// until an overdue firing would be no sleep at all, and it would spin.
+    /// How long to sleep: until the next due firing ([`GATHER`] after it,
+    /// to start those due soon after it too), scan or report, at most a
+    /// second. With every worker busy, a due firing cannot start before a
+    /// running tick ends, which wakes the dispatcher; sleeping until an
+    /// overdue firing would be no sleep at all, and it would spin.
     fn sleep(&mut self, next: Instant) -> Duration {
         let mut wait = next.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
         if self.running.len() < self.max
             && let Some((due, _)) = self.queue.peek()
         {
             let until = Duration::try_from(due.duration_since(Timestamp::now())).unwrap_or_default();
-            wait = wait.min(until);
+            wait = wait.min(until + GATHER);
         }
         wait
     }
