@@ -18,9 +18,9 @@
 //! grace period, then cancels their steps, waits for the ticks to record
 //! that, and returns. A second signal cancels at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -133,6 +133,45 @@ impl Finished {
 }
 
 /// A tick for a worker.
+/// The ticks handed to the workers and not yet taken. Each one given wakes
+/// one idle worker, and only that one.
+#[derive(Default)]
+struct Jobs {
+    queue: Mutex<(VecDeque<Job>, bool)>,
+    ready: Condvar,
+}
+
+impl Jobs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Job>, bool)> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn give(&self, job: Job) {
+        self.lock().0.push_back(job);
+        self.ready.notify_one();
+    }
+
+    /// The next tick to run, waiting for one; `None` once closed.
+    fn take(&self) -> Option<Job> {
+        let mut q = self.lock();
+        loop {
+            if let Some(job) = q.0.pop_front() {
+                return Some(job);
+            }
+            if q.1 {
+                return None;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// No more ticks: each worker ends once the queue is empty.
+    fn close(&self) {
+        self.lock().1 = true;
+        self.ready.notify_all();
+    }
+}
+
 struct Job {
     name: Arc<str>,
     cancel: Cancel,
@@ -216,17 +255,15 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     );
     let listening = std::sync::atomic::AtomicBool::new(true);
     let finished = Finished::default();
+    let jobs = Jobs::default();
     let result = thread::scope(|scope| {
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let queue = Arc::new(Mutex::new(queue));
         for i in 0..max {
-            let queue = Arc::clone(&queue);
             let tx = tx.clone();
             let host = host.as_ref();
-            let (stores, finished) = (&stores, &finished);
+            let (stores, finished, jobs) = (&stores, &finished, &jobs);
             thread::Builder::new()
                 .name(format!("tick-{i}"))
-                .spawn_scoped(scope, move || worker(root, stores, host, &queue, finished, &tx))
+                .spawn_scoped(scope, move || worker(root, stores, host, jobs, finished, &tx))
                 .map_err(ScheduleError::Signals)?;
         }
         if let Some(listener) = stores.listen() {
@@ -267,7 +304,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
         d.run(&jobs, &rx, &finished);
         listening.store(false, std::sync::atomic::Ordering::Relaxed);
-        drop(jobs);
+        jobs.close();
         d.presence.release(root);
         Ok(())
     });
@@ -282,23 +319,16 @@ fn worker(
     root: &Root,
     stores: &Stores,
     host: Option<&GateHost>,
-    queue: &Mutex<mpsc::Receiver<Job>>,
+    jobs: &Jobs,
     finished: &Finished,
     tx: &mpsc::Sender<Msg>,
 ) {
-    loop {
-        let job = match queue.lock() {
-            Ok(q) => q.recv(),
-            Err(_) => return,
-        };
-        let Ok(Job {
-            name,
-            cancel,
-            ran_since,
-        }) = job
-        else {
-            return;
-        };
+    while let Some(Job {
+        name,
+        cancel,
+        ran_since,
+    }) = jobs.take()
+    {
         let opts = tick::Options {
             never_wait: true,
             host,
@@ -394,7 +424,7 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    fn run(&mut self, jobs: &mpsc::Sender<Job>, rx: &mpsc::Receiver<Msg>, finished: &Finished) {
+    fn run(&mut self, jobs: &Jobs, rx: &mpsc::Receiver<Msg>, finished: &Finished) {
         let mut stop: Option<Instant> = None;
         let mut cancelled = false;
         let mut next_scan = Instant::now();
@@ -482,7 +512,7 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// Hands due loops to idle workers, most overdue first.
-    fn dispatch(&mut self, jobs: &mpsc::Sender<Job>) {
+    fn dispatch(&mut self, jobs: &Jobs) {
         let now = Timestamp::now();
         while self.running.len() < self.max {
             let Some((due, name)) = self.queue.pop_due(now) else {
@@ -518,16 +548,11 @@ impl<'a> Dispatcher<'a> {
                 }
                 _ => None,
             };
-            if jobs
-                .send(Job {
-                    name,
-                    cancel,
-                    ran_since,
-                })
-                .is_err()
-            {
-                break;
-            }
+            jobs.give(Job {
+                name,
+                cancel,
+                ran_since,
+            });
         }
     }
 
