@@ -175,6 +175,49 @@ pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
     Ok(Some((file, len)))
 }
 
+/// Opens (creating it, 0600) a file that is about to be written in place
+/// and then swapped in for another, leased so that nobody else has it
+/// open: `None` when someone does (or the system gives no such lease; not
+/// Linux). While the returned file is open, another process opening the
+/// file waits until it is closed. With its length.
+pub fn open_unshared(path: &Path) -> Result<Option<(File, u64)>> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (file, len) = open_rw(path)?;
+        // SAFETY: fcntl on a descriptor we own; F_SETLEASE takes an int.
+        let leased = unsafe { nix::libc::fcntl(file.as_raw_fd(), nix::libc::F_SETLEASE, nix::libc::F_WRLCK) };
+        Ok((leased == 0).then_some((file, len)))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Ok(None)
+    }
+}
+
+/// Swaps the files at `a` and `b` in one step (`renameat2` with
+/// `RENAME_EXCHANGE`); an `Unsupported` error where the system or the file
+/// system cannot.
+pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        match renameat2(AT_FDCWD, a, AT_FDCWD, b, RenameFlags::RENAME_EXCHANGE) {
+            Ok(()) => Ok(()),
+            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => {
+                Err(io::ErrorKind::Unsupported.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (a, b);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
 /// Renames `from` to `to` only when nothing is at `to` (an
 /// `AlreadyExists` error otherwise), in one step: `renameat2` with
 /// `RENAME_NOREPLACE` on Linux, `renamex_np` with `RENAME_EXCL` on macOS.

@@ -13,7 +13,7 @@
 
 use std::fs::{self, DirBuilder, File};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
@@ -35,6 +35,8 @@ const LOCK: &str = ".state.lock";
 const HISTORY: &str = "history.jsonl";
 /// The record of a tick's `in_flight` commit, written in place.
 const FLIGHT: &str = ".state.flight";
+/// The state before the last commit, kept to be written over by the next.
+const SPARE: &str = ".state.spare";
 const RUNS: &str = "runs";
 /// Temporary files of atomic writes; any left under the lock are strays.
 const TMP_PREFIX: &str = ".tmp-";
@@ -108,6 +110,10 @@ impl LoopDir {
 
     pub fn history_path(&self) -> PathBuf {
         self.dir.join(HISTORY)
+    }
+
+    pub fn spare_path(&self) -> PathBuf {
+        self.dir.join(SPARE)
     }
 
     pub fn flight_path(&self) -> PathBuf {
@@ -646,12 +652,7 @@ impl FileSession<'_> {
                 tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
             }
         }
-        let written = write_atomic(
-            &self.dir.dir,
-            &self.dir.state_path(),
-            &state_bytes(&next_state),
-            durability,
-        );
+        let written = write_state(self.dir, &state_bytes(&next_state), durability);
         if let Err(e) = written {
             // Not committed: its events must not count as the next commit's.
             // Cut them now if possible (the next session does otherwise), and
@@ -669,7 +670,7 @@ impl FileSession<'_> {
     fn forget_files(&self) -> Result<()> {
         let dir = self.dir;
         // The state first: without it the loop no longer exists here.
-        let mut files = vec![dir.state_path(), dir.flight_path()];
+        let mut files = vec![dir.state_path(), dir.flight_path(), dir.spare_path()];
         files.extend(dir.history_files());
         files.push(dir.config_path());
         for path in files {
@@ -753,6 +754,51 @@ struct Snapshot {
 pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic(dir, path, bytes, Durability::Full)
 }
+
+/// Replaces the loop's state file with `bytes` as [`write_atomic`] does,
+/// but without making a file and freeing another at every commit: the
+/// state the last commit replaced is kept as `.state.spare`, written over
+/// in place, synced, and swapped with `.state.loop` in one rename
+/// (`RENAME_EXCHANGE`). No inode is made or freed and no block allocated
+/// or discarded; the state is padded with spaces to whole 512-byte blocks
+/// (and never shorter than the spare was), so the sync writes no inode
+/// either. The spare is written only under a lease that nobody else has it
+/// open: a reader that opened it while it was the state reads it as it
+/// was; then, as where the system cannot swap, the commit makes a new file
+/// as `write_atomic` does.
+fn write_state(dir: &LoopDir, bytes: &[u8], durability: Durability) -> Result<()> {
+    let spare = dir.spare_path();
+    let Some((file, len)) = fsx::open_unshared(&spare)? else {
+        return write_atomic(&dir.dir, &dir.state_path(), bytes, durability);
+    };
+    // The JSON, spaces, then its last newline: the same JSON to a reader.
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let size = (body.len() as u64 + 1).next_multiple_of(SPARE_BLOCK).max(len);
+    let mut padded = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    padded.extend_from_slice(body);
+    padded.resize(usize::try_from(size - 1).unwrap_or(body.len()), b' ');
+    padded.push(b'\n');
+    file.write_all_at(&padded, 0)
+        .and_then(|()| file.sync_data())
+        .map_err(Error::io("writing", &spare))?;
+    let state = dir.state_path();
+    match fsx::exchange(&spare, &state) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            // A whole, synced file: replaced over the state as a temporary one is.
+            fs::rename(&spare, &state).map_err(|e| Error::io("replacing", &state)(e))?;
+        }
+        Err(e) => return Err(Error::io("replacing", &state)(e)),
+    }
+    drop(file);
+    match durability {
+        Durability::Full => sync_dir(&dir.dir),
+        Durability::Relaxed => Ok(()),
+    }
+}
+
+/// The spare state file is written in whole blocks of this size.
+const SPARE_BLOCK: u64 = 512;
 
 /// Replaces `path` with `bytes` so that a reader sees the old file or the
 /// new one, never a torn one.

@@ -405,7 +405,9 @@ fn mount_tmpfs(at: &std::path::Path, size: &str) -> Result<Mounted, String> {
 /// The disk fills up while the step runs (the step fills it), so the
 /// tick's commit fails: the state is the old one or the new one and
 /// history agrees, the tick exits 8 saying its step ran, and once there is
-/// room again the next command records the tick as crashed.
+/// room again the next command records the tick as crashed. (A commit
+/// whose state fits the blocks of the spare state file needs no room; the
+/// step reports 64 long metrics, so this state needs more.)
 #[test]
 fn a_full_disk_during_a_tick_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -425,7 +427,7 @@ fn a_full_disk_during_a_tick_commit() {
     s.new_loop(
         "d",
         &format!(
-            "step = \"touch '{ran}'; if [ -e '{fill}' ]; then dd if=/dev/zero of='{filler}' bs=4096 2>/dev/null; fi; exit 0\"\n",
+            "step = \"touch '{ran}'; if [ -e '{fill}' ]; then for i in $(seq 10 73); do echo metric_with_a_long_name_to_make_the_state_outgrow_its_blocks_$i=1; done > \\\"$AUTOMATON_METRICS\\\"; dd if=/dev/zero of='{filler}' bs=4096 2>/dev/null; fi; exit 0\"\n",
             ran = ran.display(),
             fill = fill.display(),
             filler = filler.display(),

@@ -177,6 +177,54 @@ fn a_lock_let_go_whole_spares_the_next_holder_the_search_for_dead_writes() {
     assert_eq!(fs::read_to_string(&lock).unwrap(), released);
 }
 
+/// A commit writes the new state over the one the commit before it
+/// replaced (kept as `.state.spare`) and swaps the two: no file is made or
+/// removed. But never over one a reader still has open: that reader reads
+/// the state it opened, whole, however many commits come meanwhile.
+#[test]
+fn commits_reuse_the_spare_state_file_but_never_one_a_reader_has_open() {
+    use std::io::{Read, Seek};
+    use std::os::unix::fs::MetadataExt;
+    let env = crate::files_only!("looks at the state file's inode");
+    env.new_loop("demo", "step = \"true\"\n");
+    let dir = env.loop_dir("demo");
+    let (state, spare) = (dir.join(".state.loop"), dir.join(".state.spare"));
+    let ino = |p: &std::path::Path| fs::metadata(p).unwrap().ino();
+    env.ok(&["pause", "demo"]);
+    env.ok(&["resume", "demo"]);
+    let mut pair = [ino(&state), ino(&spare)];
+    pair.sort_unstable();
+    for _ in 0..3 {
+        env.ok(&["pause", "demo"]);
+        env.ok(&["resume", "demo"]);
+        let mut now = [ino(&state), ino(&spare)];
+        now.sort_unstable();
+        assert_eq!(now, pair, "the same two files, swapped");
+    }
+    let v0 = env.state("demo")["version"].as_u64().unwrap();
+
+    let mut held = fs::File::open(&state).unwrap();
+    let mut opened = String::new();
+    held.read_to_string(&mut opened).unwrap();
+    for _ in 0..2 {
+        env.ok(&[
+            "pause",
+            "demo",
+            "--reason",
+            "a reason long enough to change every byte",
+        ]);
+        env.ok(&["resume", "demo"]);
+    }
+    held.rewind().unwrap();
+    let mut later = String::new();
+    held.read_to_string(&mut later).unwrap();
+    assert_eq!(later, opened, "a state a reader holds open is never written over");
+    let v: serde_json::Value = serde_json::from_str(&later).unwrap();
+    assert_eq!(v["version"].as_u64(), Some(v0));
+    assert_eq!(env.state("demo")["version"].as_u64(), Some(v0 + 4));
+    assert!(env.ok(&["doctor", "demo"]).contains("demo"));
+}
+
 #[test]
 fn a_state_file_that_is_a_fifo_is_refused_without_blocking() {
     let env = crate::files_only!("puts a fifo in place of .state.loop");
