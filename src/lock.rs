@@ -190,9 +190,11 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
     // Read under the lock: what the last holder left is final.
     let mut found = [0u8; RELEASED_MAX];
     let n = read_at_most(&file, &mut found);
-    let found_released = released_line().is_some_and(|line| &found[..n] == line.as_bytes());
-    // A full buffer: the file may be longer, so it is always cut.
-    let prev = if n < RELEASED_MAX { n as u64 } else { u64::MAX };
+    let found_released =
+        n.is_some_and(|n| released_line().is_some_and(|line| &found[..n] == line.as_bytes()));
+    // A full buffer (or a failed read): the file may be longer, so it is
+    // always cut.
+    let prev = n.filter(|&n| n < RELEASED_MAX).map_or(u64::MAX, |n| n as u64);
     let len = write_record(&file, &holder_line(&holder), prev);
     Ok(Held {
         file,
@@ -206,17 +208,10 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
 /// Enough to hold a `released` line and tell whether there is more.
 const RELEASED_MAX: usize = 128;
 
-/// Reads from the start of `file` into `buf`; what it reads before an
-/// error or the end of the file.
-fn read_at_most(file: &File, buf: &mut [u8]) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], n as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    n
+/// Reads from the start of `file` into `buf`, in one read: a read of a
+/// regular file that comes back short has met its end.
+fn read_at_most(file: &File, buf: &mut [u8]) -> Option<usize> {
+    file.read_at(buf, 0).ok()
 }
 
 /// The one waiting discipline of every loop lock, whatever holds it (a
