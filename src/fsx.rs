@@ -178,13 +178,27 @@ pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
 /// Opens (creating it, 0600) a file that is about to be written in place
 /// and then swapped in for another, leased so that nobody else has it
 /// open: `None` when someone does (or the system gives no such lease; not
-/// Linux). While the returned file is open, another process opening the
-/// file waits until it is closed. With its length.
+/// Linux). Until [`unlease`], another process opening the file waits.
+/// With its length.
 pub fn open_unshared(path: &Path) -> Result<Option<(File, u64)>> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
-        let (file, len) = open_rw(path)?;
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(flags())
+            .open(path)
+        {
+            Ok(f) => f,
+            // Someone else holds a lease on it (a file server's).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(open_error(path, "opening")(e)),
+        };
+        let len = check_regular(&file, path)?;
         // SAFETY: fcntl on a descriptor we own; F_SETLEASE takes an int.
         let leased = unsafe { nix::libc::fcntl(file.as_raw_fd(), nix::libc::F_SETLEASE, nix::libc::F_WRLCK) };
         Ok((leased == 0).then_some((file, len)))
@@ -194,6 +208,20 @@ pub fn open_unshared(path: &Path) -> Result<Option<(File, u64)>> {
         let _ = path;
         Ok(None)
     }
+}
+
+/// Gives up the lease [`open_unshared`] took, now: closing the file would
+/// give it up only once every copy of the descriptor is closed (a child
+/// between its fork and its exec holds one).
+pub fn unlease(file: &File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as in `open_unshared`.
+        unsafe { nix::libc::fcntl(file.as_raw_fd(), nix::libc::F_SETLEASE, nix::libc::F_UNLCK) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
 }
 
 /// Swaps the files at `a` and `b` in one step (`renameat2` with

@@ -560,8 +560,12 @@ impl Session for FileSession<'_> {
 
     fn load(&mut self) -> Result<Loaded> {
         let mut state = self.dir.read_state()?;
-        self.pending = None;
+        if let (true, Some(own)) = (self.whole, &self.pending) {
+            // This session's own `in_flight` commit, on top of the state.
+            state = own.state.clone();
+        }
         if !self.whole {
+            self.pending = None;
             // A writer may have died mid-write since the last look: what
             // it left is cut, removed or recovered now.
             let cut = journal::repair(&self.dir.history_path(), state.version)?;
@@ -771,6 +775,20 @@ fn write_state(dir: &LoopDir, bytes: &[u8], durability: Durability) -> Result<()
     let Some((file, len)) = fsx::open_unshared(&spare)? else {
         return write_atomic(&dir.dir, &dir.state_path(), bytes, durability);
     };
+    let swapped = swap_in(dir, &file, len, bytes);
+    fsx::unlease(&file);
+    drop(file);
+    swapped?;
+    match durability {
+        Durability::Full => sync_dir(&dir.dir),
+        Durability::Relaxed => Ok(()),
+    }
+}
+
+/// Writes `bytes` over the spare (`file`, `len` bytes long), syncs it and
+/// swaps it with the state file.
+fn swap_in(dir: &LoopDir, file: &File, len: u64, bytes: &[u8]) -> Result<()> {
+    let spare = dir.spare_path();
     // The JSON, spaces, then its last newline: the same JSON to a reader.
     let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let size = (body.len() as u64 + 1).next_multiple_of(SPARE_BLOCK).max(len);
@@ -783,17 +801,12 @@ fn write_state(dir: &LoopDir, bytes: &[u8], durability: Durability) -> Result<()
         .map_err(Error::io("writing", &spare))?;
     let state = dir.state_path();
     match fsx::exchange(&spare, &state) {
-        Ok(()) => {}
+        Ok(()) => Ok(()),
+        // A whole, synced file: replaced over the state as a temporary one is.
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            // A whole, synced file: replaced over the state as a temporary one is.
-            fs::rename(&spare, &state).map_err(|e| Error::io("replacing", &state)(e))?;
+            fs::rename(&spare, &state).map_err(Error::io("replacing", &state))
         }
-        Err(e) => return Err(Error::io("replacing", &state)(e)),
-    }
-    drop(file);
-    match durability {
-        Durability::Full => sync_dir(&dir.dir),
-        Durability::Relaxed => Ok(()),
+        Err(e) => Err(Error::io("replacing", &state)(e)),
     }
 }
 
