@@ -132,7 +132,6 @@ impl Finished {
     }
 }
 
-/// A tick for a worker.
 /// The ticks handed to the workers and not yet taken. Each one given wakes
 /// one idle worker, and only that one.
 #[derive(Default)]
@@ -172,6 +171,17 @@ impl Jobs {
     }
 }
 
+/// Closes the queue when dropped, however the dispatcher's scope ends (a
+/// worker that cannot be started ends it early), so no worker waits on.
+struct CloseJobs<'a>(&'a Jobs);
+
+impl Drop for CloseJobs<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// A tick for a worker.
 struct Job {
     name: Arc<str>,
     cancel: Cancel,
@@ -257,6 +267,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let finished = Finished::default();
     let jobs = Jobs::default();
     let result = thread::scope(|scope| {
+        let _close = CloseJobs(&jobs);
         for i in 0..max {
             let tx = tx.clone();
             let host = host.as_ref();
@@ -304,7 +315,6 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
         d.run(&jobs, &rx, &finished);
         listening.store(false, std::sync::atomic::Ordering::Relaxed);
-        jobs.close();
         d.presence.release(root);
         Ok(())
     });
