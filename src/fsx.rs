@@ -146,17 +146,22 @@ pub fn open_append(path: &Path) -> Result<(File, u64)> {
 /// Opens (creating it, 0600) a file to read and write in place, such as
 /// a lock file; with its length.
 pub fn open_rw(path: &Path) -> Result<(File, u64)> {
-    let file = OpenOptions::new()
+    let file = rw_options().open(path).map_err(open_error(path, "opening"))?;
+    let len = check_regular(&file, path)?;
+    Ok((file, len))
+}
+
+/// Read and write, created (0600) when missing, never truncated.
+fn rw_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(flags())
-        .open(path)
-        .map_err(open_error(path, "opening"))?;
-    let len = check_regular(&file, path)?;
-    Ok((file, len))
+        .custom_flags(flags());
+    options
 }
 
 /// Opens a loop's existing file to change it in place (to cut a torn tail).
@@ -184,15 +189,7 @@ pub fn open_unshared(path: &Path) -> Result<Option<(File, u64)>> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(flags())
-            .open(path)
-        {
+        let file = match rw_options().open(path) {
             Ok(f) => f,
             // Someone else holds a lease on it (a file server's).
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
