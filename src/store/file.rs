@@ -656,7 +656,7 @@ impl FileSession<'_> {
                 tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
             }
         }
-        let written = write_state(self.dir, &state_bytes(&next_state), durability);
+        let written = write_state(self.dir, state_bytes(&next_state), durability);
         if let Err(e) = written {
             // Not committed: its events must not count as the next commit's.
             // Cut them now if possible (the next session does otherwise), and
@@ -770,12 +770,12 @@ pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
 /// open: a reader that opened it while it was the state reads it as it
 /// was; then, as where the system cannot swap, the commit makes a new file
 /// as `write_atomic` does.
-fn write_state(dir: &LoopDir, bytes: &[u8], durability: Durability) -> Result<()> {
+fn write_state(dir: &LoopDir, bytes: Vec<u8>, durability: Durability) -> Result<()> {
     let spare = dir.spare_path();
     let Some((file, len)) = fsx::open_unshared(&spare)? else {
-        return write_atomic(&dir.dir, &dir.state_path(), bytes, durability);
+        return write_atomic(&dir.dir, &dir.state_path(), &bytes, durability);
     };
-    let swapped = swap_in(dir, &file, len, bytes);
+    let swapped = swap_in(dir, &spare, &file, len, bytes);
     fsx::unlease(&file);
     drop(file);
     swapped?;
@@ -785,26 +785,25 @@ fn write_state(dir: &LoopDir, bytes: &[u8], durability: Durability) -> Result<()
     }
 }
 
-/// Writes `bytes` over the spare (`file`, `len` bytes long), syncs it and
-/// swaps it with the state file.
-fn swap_in(dir: &LoopDir, file: &File, len: u64, bytes: &[u8]) -> Result<()> {
-    let spare = dir.spare_path();
+/// Writes `bytes` over the spare (`file` at `spare`, `len` bytes long),
+/// syncs it and swaps it with the state file.
+fn swap_in(dir: &LoopDir, spare: &Path, file: &File, len: u64, mut bytes: Vec<u8>) -> Result<()> {
     // The JSON, spaces, then its last newline: the same JSON to a reader.
-    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    let size = (body.len() as u64 + 1).next_multiple_of(SPARE_BLOCK).max(len);
-    let mut padded = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    padded.extend_from_slice(body);
-    padded.resize(usize::try_from(size - 1).unwrap_or(body.len()), b' ');
-    padded.push(b'\n');
-    file.write_all_at(&padded, 0)
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+    }
+    let size = (bytes.len() as u64 + 1).next_multiple_of(SPARE_BLOCK).max(len);
+    bytes.resize(usize::try_from(size - 1).unwrap_or(bytes.len()), b' ');
+    bytes.push(b'\n');
+    file.write_all_at(&bytes, 0)
         .and_then(|()| file.sync_data())
-        .map_err(Error::io("writing", &spare))?;
+        .map_err(Error::io("writing", spare))?;
     let state = dir.state_path();
-    match fsx::exchange(&spare, &state) {
+    match fsx::exchange(spare, &state) {
         Ok(()) => Ok(()),
         // A whole, synced file: replaced over the state as a temporary one is.
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            fs::rename(&spare, &state).map_err(Error::io("replacing", &state))
+            fs::rename(spare, &state).map_err(Error::io("replacing", &state))
         }
         Err(e) => Err(Error::io("replacing", &state)(e)),
     }
