@@ -95,6 +95,18 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    #[error(
+        "loop {name:?}: committed version {version}, but its durability is unknown: the directory \
+         sync after it failed; the change is made (do not repeat it), and the next command on this \
+         loop syncs it again"
+    )]
+    NotDurable {
+        name: String,
+        version: u64,
+        #[source]
+        source: Box<Error>,
+    },
+
     #[error("loop {name:?} is busy: {}", describe_holder(holder.as_ref()))]
     LockNotObtained { name: String, holder: Option<Holder> },
 
@@ -200,6 +212,8 @@ impl Error {
             // The step ran: a scheduler that retries on failure must not
             // run it again.
             Error::Unrecorded { .. } => 8,
+            // Made, but maybe not durable: a retry would make it twice.
+            Error::NotDurable { .. } => 9,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
             Error::NoOutput { .. } => 1,
             Error::Gate(_) => 1,

@@ -146,22 +146,17 @@ pub fn open_append(path: &Path) -> Result<(File, u64)> {
 /// Opens (creating it, 0600) a file to read and write in place, such as
 /// a lock file; with its length.
 pub fn open_rw(path: &Path) -> Result<(File, u64)> {
-    let file = rw_options().open(path).map_err(open_error(path, "opening"))?;
-    let len = check_regular(&file, path)?;
-    Ok((file, len))
-}
-
-/// Read and write, created (0600) when missing, never truncated.
-fn rw_options() -> OpenOptions {
-    let mut options = OpenOptions::new();
-    options
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(flags());
-    options
+        .custom_flags(flags())
+        .open(path)
+        .map_err(open_error(path, "opening"))?;
+    let len = check_regular(&file, path)?;
+    Ok((file, len))
 }
 
 /// Opens a loop's existing file to change it in place (to cut a torn tail).
@@ -178,69 +173,6 @@ pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
     };
     let len = check_regular(&file, path)?;
     Ok(Some((file, len)))
-}
-
-/// Opens (creating it, 0600) a file that is about to be written in place
-/// and then swapped in for another, leased so that nobody else has it
-/// open: `None` when someone does (or the system gives no such lease; not
-/// Linux). Until [`unlease`], another process opening the file waits.
-/// With its length.
-pub fn open_unshared(path: &Path) -> Result<Option<(File, u64)>> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let file = match rw_options().open(path) {
-            Ok(f) => f,
-            // Someone else holds a lease on it (a file server's).
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(open_error(path, "opening")(e)),
-        };
-        let len = check_regular(&file, path)?;
-        // SAFETY: fcntl on a descriptor we own; F_SETLEASE takes an int.
-        let leased = unsafe { nix::libc::fcntl(file.as_raw_fd(), nix::libc::F_SETLEASE, nix::libc::F_WRLCK) };
-        Ok((leased == 0).then_some((file, len)))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = path;
-        Ok(None)
-    }
-}
-
-/// Gives up the lease [`open_unshared`] took, now: closing the file would
-/// give it up only once every copy of the descriptor is closed (a child
-/// between its fork and its exec holds one).
-pub fn unlease(file: &File) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as in `open_unshared`.
-        unsafe { nix::libc::fcntl(file.as_raw_fd(), nix::libc::F_SETLEASE, nix::libc::F_UNLCK) };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = file;
-}
-
-/// Swaps the files at `a` and `b` in one step (`renameat2` with
-/// `RENAME_EXCHANGE`); an `Unsupported` error where the system or the file
-/// system cannot.
-pub fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-        match renameat2(AT_FDCWD, a, AT_FDCWD, b, RenameFlags::RENAME_EXCHANGE) {
-            Ok(()) => Ok(()),
-            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => {
-                Err(io::ErrorKind::Unsupported.into())
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = (a, b);
-        Err(io::ErrorKind::Unsupported.into())
-    }
 }
 
 /// Renames `from` to `to` only when nothing is at `to` (an

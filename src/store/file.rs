@@ -13,7 +13,7 @@
 
 use std::fs::{self, DirBuilder, File};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
@@ -35,7 +35,8 @@ const LOCK: &str = ".state.lock";
 const HISTORY: &str = "history.jsonl";
 /// The record of a tick's `in_flight` commit, written in place.
 const FLIGHT: &str = ".state.flight";
-/// The state before the last commit, kept to be written over by the next.
+/// The previous state, which earlier builds kept to write the next one
+/// over in place; a stray now, removed with the temporary files.
 const SPARE: &str = ".state.spare";
 const RUNS: &str = "runs";
 /// Temporary files of atomic writes; any left under the lock are strays.
@@ -110,10 +111,6 @@ impl LoopDir {
 
     pub fn history_path(&self) -> PathBuf {
         self.dir.join(HISTORY)
-    }
-
-    pub fn spare_path(&self) -> PathBuf {
-        self.dir.join(SPARE)
     }
 
     pub fn flight_path(&self) -> PathBuf {
@@ -216,8 +213,9 @@ impl LoopDir {
         let entries = fs::read_dir(&self.dir).map_err(Error::io("listing", &self.dir))?;
         for entry in entries {
             let entry = entry.map_err(Error::io("listing", &self.dir))?;
-            if entry.file_name().to_string_lossy().starts_with(TMP_PREFIX)
-                && entry.file_type().is_ok_and(|t| t.is_file())
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if (name.starts_with(TMP_PREFIX) || name == SPARE) && entry.file_type().is_ok_and(|t| t.is_file())
             {
                 out.push(entry.path());
             }
@@ -577,6 +575,9 @@ impl Session for FileSession<'_> {
                 );
             }
             self.remove_strays()?;
+            // A commit whose directory sync failed is in place but maybe
+            // not durable: synced now, before anything builds on it.
+            sync_dir(&self.dir.dir)?;
             // Under the lock nobody writes the record: torn is torn.
             if let Found::Whole(f) = flight::read(&self.dir.flight_path(), state.version + 1)? {
                 state = f.state.clone();
@@ -656,14 +657,35 @@ impl FileSession<'_> {
                 tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
             }
         }
-        let written = write_state(self.dir, state_bytes(&next_state), durability);
-        if let Err(e) = written {
-            // Not committed: its events must not count as the next commit's.
-            // Cut them now if possible (the next session does otherwise), and
-            // take no further commit in this session.
-            self.version = None;
-            let _ = journal::repair(&self.dir.history_path(), base);
-            return Err(e);
+        let written = write_atomic(
+            &self.dir.dir,
+            &self.dir.state_path(),
+            &state_bytes(&next_state),
+            durability,
+        );
+        match written {
+            Written::Durable => {}
+            Written::Not(e) => {
+                // Not committed: its events must not count as the next
+                // commit's. Cut them now if possible (the next session does
+                // otherwise), and take no further commit in this session.
+                self.version = None;
+                let _ = journal::repair(&self.dir.history_path(), base);
+                return Err(e);
+            }
+            Written::Unsynced(e) => {
+                // Committed: the state is in place and its events are the
+                // record. Nothing is cut; the next holder syncs the
+                // directory again. This session takes no further commit.
+                *state = next_state;
+                self.version = None;
+                self.pending = None;
+                return Err(Error::NotDurable {
+                    name: self.dir.name.to_string(),
+                    version: next,
+                    source: Box::new(e),
+                });
+            }
         }
         *state = next_state;
         self.version = Some(next);
@@ -674,7 +696,7 @@ impl FileSession<'_> {
     fn forget_files(&self) -> Result<()> {
         let dir = self.dir;
         // The state first: without it the loop no longer exists here.
-        let mut files = vec![dir.state_path(), dir.flight_path(), dir.spare_path()];
+        let mut files = vec![dir.state_path(), dir.flight_path(), dir.dir.join(SPARE)];
         files.extend(dir.history_files());
         files.push(dir.config_path());
         for path in files {
@@ -756,78 +778,50 @@ struct Snapshot {
 /// Replaces `path` (in `dir`) with `bytes` atomically and durably, as the
 /// state is written; for the root's other small files (schedule records).
 pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    write_atomic(dir, path, bytes, Durability::Full)
-}
-
-/// Replaces the loop's state file with `bytes` as [`write_atomic`] does,
-/// but without making a file and freeing another at every commit: the
-/// state the last commit replaced is kept as `.state.spare`, written over
-/// in place, synced, and swapped with `.state.loop` in one rename
-/// (`RENAME_EXCHANGE`). No inode is made or freed and no block allocated
-/// or discarded; the state is padded with spaces to whole 512-byte blocks
-/// (and never shorter than the spare was), so the sync writes no inode
-/// either. The spare is written only under a lease that nobody else has it
-/// open: a reader that opened it while it was the state reads it as it
-/// was; then, as where the system cannot swap, the commit makes a new file
-/// as `write_atomic` does.
-fn write_state(dir: &LoopDir, bytes: Vec<u8>, durability: Durability) -> Result<()> {
-    let spare = dir.spare_path();
-    let Some((file, len)) = fsx::open_unshared(&spare)? else {
-        return write_atomic(&dir.dir, &dir.state_path(), &bytes, durability);
-    };
-    let swapped = swap_in(dir, &spare, &file, len, bytes);
-    fsx::unlease(&file);
-    drop(file);
-    swapped?;
-    match durability {
-        Durability::Full => sync_dir(&dir.dir),
-        Durability::Relaxed => Ok(()),
+    match write_atomic(dir, path, bytes, Durability::Full) {
+        Written::Durable => Ok(()),
+        Written::Unsynced(e) | Written::Not(e) => Err(e),
     }
 }
-
-/// Writes `bytes` over the spare (`file` at `spare`, `len` bytes long),
-/// syncs it and swaps it with the state file.
-fn swap_in(dir: &LoopDir, spare: &Path, file: &File, len: u64, mut bytes: Vec<u8>) -> Result<()> {
-    // The JSON, spaces, then its last newline: the same JSON to a reader.
-    if bytes.last() == Some(&b'\n') {
-        bytes.pop();
-    }
-    let size = (bytes.len() as u64 + 1).next_multiple_of(SPARE_BLOCK).max(len);
-    bytes.resize(usize::try_from(size - 1).unwrap_or(bytes.len()), b' ');
-    bytes.push(b'\n');
-    file.write_all_at(&bytes, 0)
-        .and_then(|()| file.sync_data())
-        .map_err(Error::io("writing", spare))?;
-    let state = dir.state_path();
-    match fsx::exchange(spare, &state) {
-        Ok(()) => Ok(()),
-        // A whole, synced file: replaced over the state as a temporary one is.
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            fs::rename(spare, &state).map_err(Error::io("replacing", &state))
-        }
-        Err(e) => Err(Error::io("replacing", &state)(e)),
-    }
-}
-
-/// The spare state file is written in whole blocks of this size.
-const SPARE_BLOCK: u64 = 512;
 
 /// Replaces `path` with `bytes` so that a reader sees the old file or the
-/// new one, never a torn one.
-fn write_atomic(dir: &Path, path: &Path, bytes: &[u8], durability: Durability) -> Result<()> {
-    let mut tmp = tempfile::Builder::new()
+/// new one, never a torn one: a temporary file in `dir`, synced, renamed
+/// over `path`, then (for a full commit) the directory synced. The rename
+/// is the commit point: an error before it is [`Written::Not`] (nothing
+/// changed), a failed directory sync after it is [`Written::Unsynced`].
+fn write_atomic(dir: &Path, path: &Path, bytes: &[u8], durability: Durability) -> Written {
+    let renamed = tempfile::Builder::new()
         .prefix(TMP_PREFIX)
         .tempfile_in(dir)
-        .map_err(Error::io("creating a temporary file in", dir))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_data())
-        .map_err(Error::io("writing", tmp.path().to_owned()))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io("replacing", path)(e.error))?;
-    match durability {
-        Durability::Full => sync_dir(dir),
-        Durability::Relaxed => Ok(()),
+        .map_err(Error::io("creating a temporary file in", dir))
+        .and_then(|mut tmp| {
+            tmp.write_all(bytes)
+                .and_then(|()| tmp.as_file().sync_data())
+                .map_err(Error::io("writing", tmp.path().to_owned()))?;
+            tmp.persist(path)
+                .map_err(|e| Error::io("replacing", path)(e.error))
+        });
+    if let Err(e) = renamed {
+        return Written::Not(e);
     }
+    match durability {
+        Durability::Full => match sync_dir(dir) {
+            Ok(()) => Written::Durable,
+            Err(e) => Written::Unsynced(e),
+        },
+        Durability::Relaxed => Written::Durable,
+    }
+}
+
+/// How far an atomic replacement got.
+enum Written {
+    /// In place, and durable as asked.
+    Durable,
+    /// In place (readers see it), but the directory sync that makes it
+    /// survive a power loss failed.
+    Unsynced(Error),
+    /// Not in place: the old file stands.
+    Not(Error),
 }
 
 pub(super) fn sync_dir(dir: &Path) -> Result<()> {
@@ -939,12 +933,7 @@ pub fn adopt_loop(
     let history: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
     write_file(target.path(), &target.config_path(), config_text.as_bytes())?;
     write_file(target.path(), &target.history_path(), &history)?;
-    write_atomic(
-        target.path(),
-        &target.state_path(),
-        &state_bytes(state),
-        Durability::Full,
-    )?;
+    write_file(target.path(), &target.state_path(), &state_bytes(state))?;
     Ok(target)
 }
 

@@ -358,7 +358,7 @@ impl Tick<'_> {
 
     /// Step 10: one commit of the state and the tick's events. A step that
     /// ran but cannot be recorded is said as such (exit 8), so nothing runs
-    /// it again.
+    /// it again; one recorded whose directory sync failed, as such (exit 9).
     fn finish(
         &mut self,
         session: &mut dyn Session,
@@ -386,13 +386,18 @@ impl Tick<'_> {
             host: Some(crate::who::host()),
         });
         let events = std::mem::take(&mut self.events);
-        if let Err(e) = session.commit(&mut state, events, Durability::Full) {
-            return Err(Error::Unrecorded {
-                name: self.store.name().to_string(),
-                tick: number,
-                step: ran.describe(),
-                source: Box::new(e),
-            });
+        match session.commit(&mut state, events, Durability::Full) {
+            // Recorded; only its durability is in doubt, and it is said so.
+            Err(e @ Error::NotDurable { .. }) => return Err(e),
+            Err(e) => {
+                return Err(Error::Unrecorded {
+                    name: self.store.name().to_string(),
+                    tick: number,
+                    step: ran.describe(),
+                    source: Box::new(e),
+                });
+            }
+            Ok(()) => {}
         }
         // The step's run directory was made with `keep - 1` old ones left;
         // with `keep = 0` it goes too, now that the tick is recorded.

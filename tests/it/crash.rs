@@ -157,14 +157,40 @@ fn crashed() -> (Scratch, String) {
 /// How one command under test died or ended.
 enum Run {
     Killed,
-    Exited(Option<i32>, String),
+    /// Its exit code, its stdout, and whether the fault was injected.
+    Exited(Option<i32>, String, bool),
     NoSuchSyscall,
 }
 
-fn run_killed_at(s: &Scratch, syscall: &str, k: u32, args: &[&str]) -> Run {
+/// What is done to the k-th call of a syscall: the process killed, or
+/// the call failed with an errno (strace makes the call return it instead
+/// of making it).
+#[derive(Clone, Copy)]
+enum Fault {
+    Kill,
+    Errno(&'static str),
+}
+
+impl Fault {
+    fn inject(self, syscall: &str, k: u32) -> String {
+        match self {
+            Fault::Kill => format!("inject={syscall}:signal=SIGKILL:when={k}"),
+            Fault::Errno(e) => format!("inject={syscall}:error={e}:when={k}"),
+        }
+    }
+}
+
+fn run_faulted(s: &Scratch, fault: Fault, syscall: &str, k: u32, args: &[&str]) -> Run {
+    // strace marks an injected call `(INJECTED)` in its trace: that tells
+    // a run whose k-th call failed from one that never made it.
+    let trace = s.root.join(".strace");
     let out = Command::new("strace")
-        .args(["-f", "-o", "/dev/null", "-e"])
-        .arg(format!("inject={syscall}:signal=SIGKILL:when={k}"))
+        .args(["-f", "-e"])
+        .arg(format!("trace={syscall}"))
+        .arg("-o")
+        .arg(&trace)
+        .arg("-e")
+        .arg(fault.inject(syscall, k))
         .arg(BIN)
         .arg("--root")
         .arg(&s.root)
@@ -177,6 +203,8 @@ fn run_killed_at(s: &Scratch, syscall: &str, k: u32, args: &[&str]) -> Run {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let injected = std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("INJECTED"));
+    let _ = std::fs::remove_file(&trace);
     if out.status.signal() == Some(9) || out.status.code() == Some(137) {
         Run::Killed
     } else if stderr.starts_with("strace:") && stderr.contains("invalid system call") {
@@ -185,8 +213,32 @@ fn run_killed_at(s: &Scratch, syscall: &str, k: u32, args: &[&str]) -> Run {
         Run::Exited(
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
+            injected,
         )
     }
+}
+
+/// What a command that a failed call stopped says by its exit code, held
+/// against what it left: 0 (done) and 9 (done, durability unknown) may
+/// have changed the loop; any other code must have changed nothing an
+/// approval depends on, and no failed call may crash the command.
+fn errno_violations(sc: &Scenario, code: Option<i32>, base: &Audit, seen: &Audit) -> Vec<String> {
+    let mut v = Vec::new();
+    match code {
+        None | Some(101) => v.push(format!("the command died or panicked (exit {code:?})")),
+        Some(0 | 9) => {}
+        Some(c) if sc.command[0] == "approve" => {
+            if seen.pending() != base.pending() {
+                v.push(format!(
+                    "approve exited {c}, yet the pending approvals went from {} to {}",
+                    base.pending(),
+                    seen.pending()
+                ));
+            }
+        }
+        Some(_) => {}
+    }
+    v
 }
 
 /// One command to crash, where it starts from and how it is recovered.
@@ -254,6 +306,13 @@ impl Findings {
 }
 
 fn crash_everywhere(sc: &Scenario) {
+    fault_everywhere(sc, Fault::Kill);
+}
+
+/// Injects `fault` at every write-side call of `sc`'s command (or the
+/// sample `tried` picks), then checks what readers see and what one
+/// recovering command leaves.
+fn fault_everywhere(sc: &Scenario, fault: Fault) {
     if !strace_usable(sc.name) {
         return;
     }
@@ -262,65 +321,24 @@ fn crash_everywhere(sc: &Scenario) {
     let mut found = Findings::default();
     for syscall in WRITE_SIDE {
         for k in 1..=MAX_K {
-            assert!(
-                k < MAX_K,
-                "{}: {syscall} injection never stopped killing",
-                sc.name
-            );
+            assert!(k < MAX_K, "{}: {syscall} injection never stopped", sc.name);
             if !tried(sc.name, syscall, k) {
                 continue;
             }
-            let s = Scratch::copy_of(&template);
-            let mut seen: Vec<String> = Vec::new();
-            let mut note = |what: String, phase: &str| seen.push(format!("{phase}: {what}"));
-            let mut acked = vec![acked_before.clone()];
-            let killed = match run_killed_at(&s, syscall, k, sc.command) {
-                Run::NoSuchSyscall => break,
-                Run::Killed => true,
-                Run::Exited(code, stdout) => {
-                    if sc.command[0] == "approve" && code == Some(0) {
-                        acked.push(approval_id(&stdout).expect("approve names its approval"));
-                    }
-                    false
-                }
+            let Some((faulted, seen)) = one_fault(sc, fault, &template, &base, &acked_before, syscall, k)
+            else {
+                break;
             };
-            let mut floor = base.version();
-            if killed {
-                // What readers see at once, before any recovery.
-                let seen = Audit::read(&s, "l");
-                floor = floor.max(seen.version());
-                let mut pre = seen.violations(&acked, base.version(), &s.loop_dir("l"));
-                pre.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
-                for v in pre {
-                    note(v, "after the kill");
-                }
-            }
-            let recovered = s.run(sc.recover);
-            if !recovered.status.success() {
-                note(
-                    format!(
-                        "`{}` exited {:?}: {}",
-                        sc.recover.join(" "),
-                        recovered.status.code(),
-                        String::from_utf8_lossy(&recovered.stderr).trim()
-                    ),
-                    "recovery",
-                );
-            }
-            let after = Audit::read(&s, "l");
-            for v in after.violations(&acked, floor, &s.loop_dir("l")) {
-                note(v, "after recovery");
-            }
-            if killed {
+            if faulted {
                 *found.kill_points.entry((*syscall).to_owned()).or_default() += 1;
             } else {
                 found.clean_runs += 1;
             }
             for v in seen {
-                let at = (*syscall, killed.then_some(k));
+                let at = (*syscall, faulted.then_some(k));
                 found.violations.entry(v).or_default().push(at);
             }
-            if !killed {
+            if !faulted {
                 break;
             }
         }
@@ -329,10 +347,69 @@ fn crash_everywhere(sc: &Scenario) {
     eprintln!("{report}");
     assert!(
         found.kill_points.values().sum::<u32>() > 0,
-        "{}: no kill point was reached",
+        "{}: no fault point was reached",
         sc.name
     );
     assert!(found.violations.is_empty(), "{report}");
+}
+
+/// One run of `sc` with `fault` at the k-th `syscall`, on a copy of
+/// `template`: whether the fault was met, and the violations seen. None
+/// when the system has no such syscall.
+fn one_fault(
+    sc: &Scenario,
+    fault: Fault,
+    template: &Scratch,
+    base: &Audit,
+    acked_before: &str,
+    syscall: &'static str,
+    k: u32,
+) -> Option<(bool, Vec<String>)> {
+    let s = Scratch::copy_of(template);
+    let mut seen: Vec<String> = Vec::new();
+    let mut note = |what: String, phase: &str| seen.push(format!("{phase}: {what}"));
+    let mut acked = vec![acked_before.to_owned()];
+    let (faulted, code) = match run_faulted(&s, fault, syscall, k, sc.command) {
+        Run::NoSuchSyscall => return None,
+        Run::Killed => (true, None),
+        Run::Exited(code, stdout, injected) => {
+            if sc.command[0] == "approve" && code == Some(0) {
+                acked.push(approval_id(&stdout).expect("approve names its approval"));
+            }
+            (injected, code)
+        }
+    };
+    let mut floor = base.version();
+    if faulted {
+        // What readers see at once, before any recovery.
+        let seen = Audit::read(&s, "l");
+        floor = floor.max(seen.version());
+        let mut pre = seen.violations(&acked, base.version(), &s.loop_dir("l"));
+        pre.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
+        if let Fault::Errno(_) = fault {
+            pre.extend(errno_violations(sc, code, base, &seen));
+        }
+        for v in pre {
+            note(v, "after the fault");
+        }
+    }
+    let recovered = s.run(sc.recover);
+    if !recovered.status.success() {
+        note(
+            format!(
+                "`{}` exited {:?}: {}",
+                sc.recover.join(" "),
+                recovered.status.code(),
+                String::from_utf8_lossy(&recovered.stderr).trim()
+            ),
+            "recovery",
+        );
+    }
+    let after = Audit::read(&s, "l");
+    for v in after.violations(&acked, floor, &s.loop_dir("l")) {
+        note(v, "after recovery");
+    }
+    Some((faulted, seen))
 }
 
 #[test]
@@ -373,6 +450,141 @@ fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
         command: &["pause", "l"],
         recover: &["resume", "l"],
     });
+}
+
+/// Runs `args` with every `fsync` failing (`errno`): the directory sync
+/// after a commit's rename is the only `fsync` a commit makes.
+fn with_failing_dir_sync(s: &Scratch, args: &[&str]) -> std::process::Output {
+    Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO"])
+        .arg(BIN)
+        .arg("--root")
+        .arg(&s.root)
+        .args(args)
+        .env_remove("AUTOMATON_ROOT")
+        .env("AUTOMATON_USER", "operator")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A directory sync that fails after the state is swapped in: the change
+/// is made and its events stay (nothing is cut), the command exits 9
+/// saying its durability is unknown, and the next command goes on from it.
+#[test]
+fn a_failed_directory_sync_after_a_commit_keeps_the_commit_and_its_events() {
+    if !strace_usable("a_failed_directory_sync_after_a_commit_keeps_the_commit_and_its_events") {
+        return;
+    }
+    let (s, acked) = ticked();
+    // A lock let go whole: the next holder makes no sync of its own first.
+    let let_go_whole = || {
+        s.ok(&["pause", "l"]);
+        s.ok(&["resume", "l"]);
+    };
+    let_go_whole();
+    let before = Audit::read(&s, "l");
+    let out = with_failing_dir_sync(&s, &["approve", "l", "--ahead", "--note", "again"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(9), "{stderr}");
+    assert!(stderr.contains("durability is unknown"), "{stderr}");
+    let after = Audit::read(&s, "l");
+    assert_eq!(after.version(), before.version() + 1);
+    assert_eq!(after.pending(), before.pending() + 1, "the approval was made");
+    let approved = |a: &Audit| a.events.iter().filter(|e| e["kind"] == "approved").count();
+    assert_eq!(approved(&after), approved(&before) + 1, "and its event kept");
+    assert!(
+        after
+            .violations(std::slice::from_ref(&acked), before.version(), &s.loop_dir("l"))
+            .is_empty()
+    );
+
+    // The next holder syncs the directory before anything else: with the
+    // sync still failing, it changes nothing and says so.
+    let out = with_failing_dir_sync(&s, &["pause", "l"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(Audit::read(&s, "l").version(), after.version());
+
+    // A tick: counted, with its tick event.
+    let_go_whole();
+    let after = Audit::read(&s, "l");
+    let out = with_failing_dir_sync(&s, &["tick", "l"]);
+    assert_eq!(
+        out.status.code(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ticked = Audit::read(&s, "l");
+    assert_eq!(ticked.tick(), after.tick() + 1);
+    assert!(
+        ticked
+            .violations(std::slice::from_ref(&acked), after.version(), &s.loop_dir("l"))
+            .is_empty()
+    );
+
+    // The next command goes on from there; doctor finds nothing wrong.
+    s.ok(&["pause", "l"]);
+    let last = Audit::read(&s, "l");
+    assert_eq!(last.tick(), ticked.tick());
+    assert!(
+        last.violations(&[acked], ticked.version(), &s.loop_dir("l"))
+            .is_empty()
+    );
+    s.ok(&["doctor", "l"]);
+}
+
+/// The scenarios above, each with every write-side call failing in turn.
+fn errno_everywhere(errno: &'static str) {
+    let scenarios = [
+        Scenario {
+            name: "tick",
+            template: ticked,
+            command: &["tick", "l"],
+            recover: &["pause", "l"],
+        },
+        Scenario {
+            name: "approve",
+            template: ticked,
+            command: &["approve", "l", "--ahead", "--note", "k"],
+            recover: &["tick", "l"],
+        },
+        Scenario {
+            name: "check-gate --apply",
+            template: ticked,
+            command: &["check-gate", "l", "--apply"],
+            recover: &["approve", "l", "--ahead"],
+        },
+        Scenario {
+            name: "pause",
+            template: crashed,
+            command: &["pause", "l"],
+            recover: &["resume", "l"],
+        },
+    ];
+    for sc in &scenarios {
+        fault_everywhere(sc, Fault::Errno(errno));
+    }
+}
+
+/// An I/O error at any write-side call of a tick or an operator command
+/// leaves a record that agrees with the state, and an exit code that says
+/// whether the change was made.
+#[test]
+fn commands_failing_with_eio_at_every_write_side_syscall() {
+    errno_everywhere("EIO");
+}
+
+/// As above, with the disk full at every call.
+#[test]
+fn commands_failing_with_enospc_at_every_write_side_syscall() {
+    errno_everywhere("ENOSPC");
 }
 
 /// Unmounts a test's tmpfs however the test ends.

@@ -166,6 +166,11 @@ impl Audit {
         self.state["version"].as_u64().unwrap_or(0)
     }
 
+    /// How many approvals are pending.
+    pub fn pending(&self) -> usize {
+        self.state["pending_approvals"].as_array().map_or(0, Vec::len)
+    }
+
     pub fn tick(&self) -> u64 {
         self.state["tick"].as_u64().unwrap_or(0)
     }
@@ -203,14 +208,18 @@ impl Audit {
         v
     }
 
-    /// Each counted tick (1..=state.tick) has exactly one `tick` event whose
-    /// step ran or one `crashed` event; none counts a tick the state does not.
+    /// Each counted tick (1..=state.tick) has exactly one `tick` event that
+    /// counted it or one `crashed` event; none counts a tick the state does
+    /// not.
     fn tick_violations(&self) -> Vec<String> {
         let mut per_tick: BTreeMap<u64, usize> = BTreeMap::new();
         for e in &self.events {
+            // A tick counts when its step ran, or when it failed getting
+            // ready to run it (its worktree or run directory could not be
+            // made): it took its number and any approval it used.
             let counted = match Audit::kind(e) {
                 "crashed" => true,
-                "tick" => e.get("step").is_some_and(|s| !s.is_null()),
+                "tick" => e.get("step").is_some_and(|s| !s.is_null()) || e["outcome"] == "failed",
                 _ => false,
             };
             if counted && let Some(n) = e["tick"].as_u64() {

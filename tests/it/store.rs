@@ -177,32 +177,69 @@ fn a_lock_let_go_whole_spares_the_next_holder_the_search_for_dead_writes() {
     assert_eq!(fs::read_to_string(&lock).unwrap(), released);
 }
 
-/// A commit writes the new state over the one the commit before it
-/// replaced (kept as `.state.spare`) and swaps the two: no file is made or
-/// removed. But never over one a reader still has open: that reader reads
-/// the state it opened, whole, however many commits come meanwhile.
+/// A process that opens and reads every file of `dir` over and over (as
+/// `cat`, a backup job or an indexer would) until dropped.
+struct Reader(std::process::Child);
+
+impl Reader {
+    fn start(dir: &std::path::Path) -> Reader {
+        let script = format!(
+            "cd {:?} && while :; do cat .state.* .tmp-* history.jsonl* loop.toml >/dev/null 2>&1; done",
+            dir
+        );
+        Reader(
+            std::process::Command::new("sh")
+                .args(["-c", &script])
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Readers never change what a writer does: with processes reading every
+/// file of the loop all the while, every tick and every operator command
+/// completes and is recorded once. (An earlier build wrote the state under
+/// a lease whose break signal killed the writer.)
 #[test]
-fn commits_reuse_the_spare_state_file_but_never_one_a_reader_has_open() {
-    use std::io::{Read, Seek};
-    use std::os::unix::fs::MetadataExt;
-    let env = crate::files_only!("looks at the state file's inode");
+fn readers_of_every_loop_file_never_disturb_a_commit() {
+    let env = crate::files_only!("reads the loop's files directly");
     env.new_loop("demo", "step = \"true\"\n");
     let dir = env.loop_dir("demo");
-    let (state, spare) = (dir.join(".state.loop"), dir.join(".state.spare"));
-    let ino = |p: &std::path::Path| fs::metadata(p).unwrap().ino();
-    env.ok(&["pause", "demo"]);
-    env.ok(&["resume", "demo"]);
-    let mut pair = [ino(&state), ino(&spare)];
-    pair.sort_unstable();
-    for _ in 0..3 {
-        env.ok(&["pause", "demo"]);
-        env.ok(&["resume", "demo"]);
-        let mut now = [ino(&state), ino(&spare)];
-        now.sort_unstable();
-        assert_eq!(now, pair, "the same two files, swapped");
-    }
     let v0 = env.state("demo")["version"].as_u64().unwrap();
+    let _readers = [Reader::start(&dir), Reader::start(&dir)];
+    const TICKS: u64 = 40;
+    for n in 1..=TICKS {
+        let out = env.run(&["tick", "demo"]);
+        assert_eq!(out.status.code(), Some(0), "tick {n}: {out:?}");
+        if n % 4 == 0 {
+            env.ok(&["pause", "demo"]);
+            env.ok(&["resume", "demo"]);
+        }
+    }
+    let state = env.state("demo");
+    assert_eq!(state["tick"].as_u64(), Some(TICKS));
+    assert_eq!(state["version"].as_u64(), Some(v0 + TICKS * 2 + TICKS / 4 * 2));
+    let ticks = kinds(&env, "demo").iter().filter(|k| *k == "tick").count();
+    assert_eq!(ticks as u64, TICKS);
+}
 
+/// A reader that opened the state reads it whole, as it was, however many
+/// commits come meanwhile: each commit is a new file renamed over it.
+#[test]
+fn a_state_a_reader_holds_open_is_never_written_over() {
+    use std::io::{Read, Seek};
+    let env = crate::files_only!("holds the state file open");
+    env.new_loop("demo", "step = \"true\"\n");
+    let state = env.loop_dir("demo").join(".state.loop");
+    let v0 = env.state("demo")["version"].as_u64().unwrap();
     let mut held = fs::File::open(&state).unwrap();
     let mut opened = String::new();
     held.read_to_string(&mut opened).unwrap();
@@ -218,11 +255,92 @@ fn commits_reuse_the_spare_state_file_but_never_one_a_reader_has_open() {
     held.rewind().unwrap();
     let mut later = String::new();
     held.read_to_string(&mut later).unwrap();
-    assert_eq!(later, opened, "a state a reader holds open is never written over");
-    let v: serde_json::Value = serde_json::from_str(&later).unwrap();
-    assert_eq!(v["version"].as_u64(), Some(v0));
+    assert_eq!(later, opened);
     assert_eq!(env.state("demo")["version"].as_u64(), Some(v0 + 4));
-    assert!(env.ok(&["doctor", "demo"]).contains("demo"));
+}
+
+/// The daemon is not stopped by readers either.
+#[test]
+fn the_daemon_keeps_ticking_beside_readers() {
+    let env = crate::files_only!("reads the loop's files directly");
+    let toml = env.root.join("often.toml");
+    fs::write(&toml, "step = \"true\"\n[schedule]\nevery = \"100ms\"\n").unwrap();
+    let new = env
+        .cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .args(["new", "often", "--from"])
+        .arg(&toml)
+        .output()
+        .unwrap();
+    assert!(new.status.success(), "{new:?}");
+    let _readers = [
+        Reader::start(&env.loop_dir("often")),
+        Reader::start(&env.loop_dir("often")),
+    ];
+    let mut daemon = env
+        .cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .arg("daemon")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while env.state("often")["tick"].as_u64().unwrap() < 20 {
+        assert!(std::time::Instant::now() < deadline, "the daemon stopped ticking");
+        assert!(
+            daemon.try_wait().unwrap().is_none(),
+            "the daemon died: {:?}",
+            daemon.try_wait()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = daemon.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let state = env.state("often");
+    let ticks = kinds(&env, "often").iter().filter(|k| *k == "tick").count();
+    assert_eq!(ticks as u64, state["tick"].as_u64().unwrap());
+}
+
+/// `.state.spare`, which an earlier build kept to write the next state
+/// over, is never read or written: whatever is there (a huge file, a
+/// FIFO, a directory, a link) the loop ticks, and a plain file is removed
+/// with the other leftovers.
+#[test]
+fn a_spare_state_file_left_by_an_earlier_build_is_never_used() {
+    let env = crate::files_only!("plants files in the loop directory");
+    for (name, plant) in [
+        ("huge", "huge"),
+        ("fifo", "fifo"),
+        ("dir", "dir"),
+        ("link", "link"),
+    ] {
+        env.new_loop(name, "step = \"true\"\n");
+        let dir = env.loop_dir(name);
+        let spare = dir.join(".state.spare");
+        match plant {
+            "huge" => fs::write(&spare, vec![b' '; 17 << 20]).unwrap(),
+            "fifo" => nix::unistd::mkfifo(&spare, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+            "dir" => fs::create_dir(&spare).unwrap(),
+            _ => std::os::unix::fs::symlink("/etc/passwd", &spare).unwrap(),
+        }
+        env.as_if_a_writer_died(name);
+        for _ in 0..3 {
+            env.ok(&["tick", name]);
+        }
+        assert_eq!(env.state(name)["tick"].as_u64(), Some(3), "{name}");
+        let len = fs::metadata(dir.join(".state.loop")).unwrap().len();
+        assert!(len < 64 * 1024, "{name}: the state is {len} bytes");
+        if plant == "huge" {
+            assert!(!spare.exists(), "a plain spare is removed as a leftover");
+        }
+        env.ok(&["status", name]);
+    }
 }
 
 #[test]
