@@ -168,3 +168,28 @@ fn mixed_concurrent_commands_lose_no_update() {
     let approved = history.iter().filter(|e| e["kind"] == "approved").count();
     assert_eq!(approved, 30);
 }
+
+/// Two processes never hold one loop's lock at once: ticks started
+/// together, each waiting its turn, run their steps one after another.
+/// Each step claims a marker directory (`mkdir` fails if it exists) for the
+/// whole of its run, so an overlap leaves a trace.
+#[test]
+fn two_processes_never_hold_one_loops_lock_at_once() {
+    let env = Env::new();
+    let marks = env.root.with_file_name("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let step = format!(
+        "mkdir '{0}/held' 2>/dev/null || touch '{0}/overlap'; sleep 0.05; rmdir '{0}/held'",
+        marks.display()
+    );
+    env.new_loop("one", &format!("step = {step:?}\noverlap = \"wait\"\n"));
+    const TICKS: usize = 12;
+    let ticks: Vec<Vec<String>> = (0..TICKS)
+        .map(|_| ["tick", "one", "--timeout", "120s"].map(String::from).to_vec())
+        .collect();
+    for out in spawn_all(&env, &ticks) {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(!marks.join("overlap").exists(), "two steps ran at once");
+    assert_eq!(env.state("one")["tick"].as_u64(), Some(TICKS as u64));
+}
