@@ -77,7 +77,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
         }
     };
     if args.apply && matches!(report.combined, Decision::Halt(_) | Decision::Complete(_)) {
-        crate::schedule::loop_stopped(root, dir.name().as_str());
+        crate::tick::after::follow(root, crate::tick::after::Change::Stopped(dir.name()));
     }
     if t.json.json {
         super::emit_json(out, &report)?;

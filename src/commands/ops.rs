@@ -73,7 +73,7 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
         }])
     })?;
     // Outside the lock: a schedule a halt or completion disabled runs again.
-    crate::schedule::loop_resumed(root, dir.name());
+    crate::tick::after::follow(root, crate::tick::after::Change::Resumed(dir.name()));
     let line = if from == Status::Active {
         format!("loop {} is already active; nothing changed", dir.name())
     } else {
@@ -148,6 +148,10 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8>
             reason,
         }])
     })?;
+    // Outside the lock: a halted loop's OS schedule stops firing it.
+    if state.status == Status::Halted {
+        crate::tick::after::follow(root, crate::tick::after::Change::Stopped(dir.name()));
+    }
     report(
         dir,
         &state,

@@ -33,10 +33,7 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
             ..Options::default()
         },
     )?;
-    if report.stopped() {
-        crate::schedule::loop_stopped(root, &report.loop_name);
-    }
-    crate::notify::after_tick(root, &report);
+    tick::after::follow(root, tick::after::Change::Ticked(&report));
     if args.json.json {
         super::emit_json(out, &report)?;
     } else {

@@ -353,10 +353,7 @@ fn worker(
         // done: a halt or completion disables the loop's OS schedule, and
         // the notify command hears of it.
         if let Ok(report) = &result {
-            if report.stopped() {
-                super::loop_stopped(root, &name);
-            }
-            crate::notify::after_tick(root, report);
+            tick::after::follow(root, tick::after::Change::Ticked(report));
         }
         log_tick(&name, &result, stores.is_shared());
         if finished.push(name, result) && tx.send(Msg::Done).is_err() {

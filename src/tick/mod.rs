@@ -6,6 +6,7 @@
 //! through the store's session: one commit marks the step in flight, one
 //! records the tick.
 
+pub mod after;
 pub mod gates;
 mod process;
 

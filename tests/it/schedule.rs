@@ -637,3 +637,83 @@ fn an_unreadable_schedule_record_is_said_as_such_and_remove_with_a_backend_clear
             .contains("tick hello")
     );
 }
+
+#[test]
+fn a_rejected_loop_has_its_schedule_disabled() {
+    let f = Fake::new();
+    looped(&f, "agent", "every = \"5m\"");
+    f.ok(&["schedule", "install", "agent", "--backend", "cron"]);
+    f.ok(&["reject", "agent", "--reason", "wrong direction"]);
+    let tab = std::fs::read_to_string(&f.crontab).unwrap();
+    assert!(tab.lines().last().unwrap().starts_with("#*/5 * * * *"), "{tab}");
+    f.ok(&["resume", "agent"]);
+    let tab = std::fs::read_to_string(&f.crontab).unwrap();
+    assert!(tab.lines().last().unwrap().starts_with("*/5 * * * *"), "{tab}");
+}
+
+/// The user's real crontab, put back as it was however the test ends.
+struct RealCrontab(Option<Vec<u8>>);
+
+impl RealCrontab {
+    fn save() -> RealCrontab {
+        let out = Command::new("crontab").arg("-l").output().unwrap();
+        RealCrontab(out.status.success().then_some(out.stdout))
+    }
+
+    fn read() -> String {
+        let out = Command::new("crontab").arg("-l").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for RealCrontab {
+    fn drop(&mut self) {
+        match &self.0 {
+            Some(tab) => {
+                let mut c = Command::new("crontab")
+                    .arg("-")
+                    .stdin(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                std::io::Write::write_all(&mut c.stdin.take().unwrap(), tab).unwrap();
+                c.wait().unwrap();
+            }
+            None => {
+                let _ = Command::new("crontab").arg("-r").output();
+            }
+        }
+    }
+}
+
+/// The same against the system's own `crontab` (Debian's cron): a loop
+/// halted by `reject` is no longer fired, and `resume` fires it again.
+/// It changes the running user's crontab and puts it back, so it runs only
+/// where `AUTOMATON_REAL_CRONTAB=1` says that is fine (CI sets it).
+#[test]
+fn a_rejected_loop_is_disabled_in_the_real_crontab() {
+    if std::env::var("AUTOMATON_REAL_CRONTAB").as_deref() != Ok("1") {
+        eprintln!(
+            "a_rejected_loop_is_disabled_in_the_real_crontab: skipped: AUTOMATON_REAL_CRONTAB is not 1"
+        );
+        return;
+    }
+    let _saved = RealCrontab::save();
+    let env = Env::new();
+    env.new_loop("agent", "step = \"true\"\n[schedule]\nevery = \"5m\"\n");
+    env.ok(&["schedule", "install", "agent", "--backend", "cron"]);
+    let line = |tab: &str| {
+        tab.lines()
+            .find(|l| l.contains("'tick' 'agent'") && l.contains(env.root.to_str().unwrap()))
+            .map(str::to_owned)
+    };
+    let installed = line(&RealCrontab::read()).expect("the job is in the crontab");
+    assert!(installed.starts_with("*/5 * * * *"), "{installed}");
+    env.ok(&["reject", "agent"]);
+    let rejected = line(&RealCrontab::read()).expect("the job stays, disabled");
+    assert!(rejected.starts_with("#*/5 * * * *"), "{rejected}");
+    env.ok(&["resume", "agent"]);
+    let resumed = line(&RealCrontab::read()).unwrap();
+    assert!(resumed.starts_with("*/5 * * * *"), "{resumed}");
+    env.ok(&["rm", "agent", "--force"]);
+    assert!(line(&RealCrontab::read()).is_none(), "removed with the loop");
+}

@@ -1,0 +1,37 @@
+//! What follows a change to a loop's course, outside its lock: the one
+//! place that keeps the loop's OS schedule and its notify command in step
+//! with what happened. Every path that can stop, start again or end a
+//! tick calls [`follow`] once the lock is let go: `tick`, the daemon's
+//! workers, `check-gate --apply`, `reject` and `resume`. Best effort: a
+//! scheduler or notify command that fails is logged and never fails the
+//! command that changed the loop.
+
+use crate::root::{LoopName, Root};
+use crate::tick::TickReport;
+
+/// What happened to a loop, as far as its schedule and its people care.
+pub enum Change<'a> {
+    /// A tick ended (whatever its outcome): a halt or completion disables
+    /// the schedule, and the notify command hears of what it is for.
+    Ticked(&'a TickReport),
+    /// The loop was halted or completed by something other than a tick
+    /// (`check-gate --apply`, `reject`): its schedule is disabled.
+    Stopped(&'a LoopName),
+    /// The loop may run again (`resume`): a schedule a stop disabled is
+    /// enabled.
+    Resumed(&'a LoopName),
+}
+
+/// Acts on `change`, outside the loop's lock.
+pub fn follow(root: &Root, change: Change<'_>) {
+    match change {
+        Change::Ticked(report) => {
+            if report.stopped() {
+                crate::schedule::loop_stopped(root, &report.loop_name);
+            }
+            crate::notify::after_tick(root, report);
+        }
+        Change::Stopped(name) => crate::schedule::loop_stopped(root, name.as_str()),
+        Change::Resumed(name) => crate::schedule::loop_resumed(root, name),
+    }
+}
