@@ -4,7 +4,8 @@
 //! files against their pins, the installed schedule, the cache's
 //! permissions and leftovers of killed `new` and `rm`. `--fix` repairs
 //! what is safe, the loop's record through the same recovery every locking
-//! command runs.
+//! command runs, then the store's mending of what an older build left
+//! (rotated history files with a gap in their numbers).
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
