@@ -461,9 +461,10 @@ impl Default for Runs {
     }
 }
 
-/// `[history]`: how much of `history.jsonl` is kept. When a tick finds it
-/// past `max_size`, it becomes `history.jsonl.1` (older ones shift up) and a
-/// new one starts; `keep` rotated files are kept, older ones are deleted.
+/// `[history]`: how much of `history.jsonl` is kept. When a commit finds it
+/// past `max_size`, it is renamed to `history.<n>.jsonl` (`n` one more than
+/// the newest rotated file's) and a new one starts; the newest `keep`
+/// rotated files are kept, older ones are deleted.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryLimits {

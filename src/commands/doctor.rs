@@ -4,7 +4,8 @@
 //! files against their pins, the installed schedule, the cache's
 //! permissions and leftovers of killed `new` and `rm`. `--fix` repairs
 //! what is safe, the loop's record through the same recovery every locking
-//! command runs.
+//! command runs, then the store's mending of what an older build left
+//! (rotated history files with a gap in their numbers).
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -86,12 +87,13 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
 
 /// Takes the loop's lock and loads it: the recovery every locking command
 /// runs (cut an unfinished commit, remove temporary files, record a dead
-/// tick), and nothing else.
+/// tick); then mends what an older build left (rotated history files with
+/// a gap), and nothing else.
 fn repair(dir: &dyn LoopStore) -> Result<()> {
     let mut session = dir.lock(Holder::me("doctor"), Wait::For(Duration::from_secs(10)))?;
     session.check_all();
     session.load()?;
-    Ok(())
+    session.mend()
 }
 
 fn check_loop(root: &Root, dir: &dyn LoopStore) -> Vec<Finding> {

@@ -20,6 +20,7 @@ use jiff::Timestamp;
 use serde::Deserialize;
 
 use super::flight::{self, Flight, Found};
+use super::rotation::{self, HISTORY};
 use super::{Durability, Finding, Level, Loaded, LoopStore, Session, journal};
 use crate::config::{ConfigError, HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
@@ -32,7 +33,6 @@ use crate::state::{SCHEMA, State};
 const CONFIG: &str = "loop.toml";
 const STATE: &str = ".state.loop";
 const LOCK: &str = ".state.lock";
-const HISTORY: &str = "history.jsonl";
 /// The record of a tick's `in_flight` commit, written in place.
 const FLIGHT: &str = ".state.flight";
 /// The previous state, which earlier builds kept to write the next one
@@ -115,22 +115,6 @@ impl LoopDir {
 
     pub fn flight_path(&self) -> PathBuf {
         self.dir.join(FLIGHT)
-    }
-
-    /// The `n`th rotated history file (1 is the most recent).
-    pub fn rotated_history_path(&self, n: usize) -> PathBuf {
-        self.dir.join(format!("{HISTORY}.{n}"))
-    }
-
-    /// The history files, oldest first.
-    fn history_files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = (1..)
-            .map(|n| self.rotated_history_path(n))
-            .take_while(|p| p.symlink_metadata().is_ok())
-            .collect();
-        files.reverse();
-        files.push(self.history_path());
-        files
     }
 
     pub fn runs_dir(&self) -> PathBuf {
@@ -274,15 +258,16 @@ impl LoopStore for LoopDir {
         // The state first: every event of a version it has reached was
         // written before it (or is in the `in_flight` record it came from).
         // A commit while the files are read may cut an unfinished commit
-        // under the reader, or rotate the files; the state's version then
-        // moves, and the read starts again.
+        // under the reader (the state's version then moves), or rotate the
+        // files (the listing then changes): the read starts again.
         let mut snap = self.snapshot()?;
         let mut attempts = 0;
         loop {
-            let mut history = journal::read_committed(&self.history_files(), snap.base)?;
+            let (files, settled) = rotation::open_all(&self.dir)?;
+            let mut history = journal::read_committed(files, snap.base)?;
             let now = self.snapshot()?;
             attempts += 1;
-            if now.state.version == snap.state.version || attempts == HISTORY_READS {
+            if (settled && now.state.version == snap.state.version) || attempts == HISTORY_READS {
                 history.events.append(&mut snap.events);
                 return Ok(history);
             }
@@ -422,9 +407,9 @@ impl LoopDir {
     }
 
     /// The history's findings: an unfinished commit at its end, lines that
-    /// cannot be read.
+    /// cannot be read, rotated files an older build left with a gap.
     fn check_history(&self, version: u64) -> Vec<Finding> {
-        let mut out = Vec::new();
+        let mut out: Vec<Finding> = rotation::check(&self.dir).into_iter().collect();
         match journal::uncommitted(&self.history_path(), version) {
             Ok(0) => {}
             Ok(n) => out.push(
@@ -438,7 +423,9 @@ impl LoopDir {
             ),
             Err(e) => out.push(Finding::new("history", Level::Error, e.to_string(), "move the file aside")),
         }
-        match journal::read_committed(&self.history_files(), version) {
+        let read =
+            rotation::open_all(&self.dir).and_then(|(files, _)| journal::read_committed(files, version));
+        match read {
             Ok(h) if h.bad.is_empty() => {
                 out.push(Finding::ok("history", format!("{} events", h.events.len())));
             }
@@ -610,6 +597,18 @@ impl Session for FileSession<'_> {
         committed
     }
 
+    fn mend(&mut self) -> Result<()> {
+        if rotation::list(&self.dir.dir)?.gaps().is_empty() {
+            return Ok(());
+        }
+        let n = rotation::renumber_old(&self.dir.dir)?;
+        tracing::info!(
+            "loop {:?}: renamed {n} rotated history files to close a gap an older build left",
+            self.dir.name.as_str()
+        );
+        Ok(())
+    }
+
     fn forget(mut self: Box<Self>) -> Result<()> {
         self.whole = false;
         self.forget_files()
@@ -651,9 +650,8 @@ impl FileSession<'_> {
         }
         lines.extend(events.iter().flat_map(Event::to_line));
         if !lines.is_empty() {
-            let path = self.dir.history_path();
             let limits = self.limits();
-            if journal::append(&path, &lines, |n| self.dir.rotated_history_path(n), &limits)? {
+            if journal::append(&self.dir.dir, &lines, &limits)? {
                 tracing::info!("loop {:?}: history rotated", self.dir.name.as_str());
             }
         }
@@ -697,7 +695,7 @@ impl FileSession<'_> {
         let dir = self.dir;
         // The state first: without it the loop no longer exists here.
         let mut files = vec![dir.state_path(), dir.flight_path(), dir.dir.join(SPARE)];
-        files.extend(dir.history_files());
+        files.extend(rotation::list(&dir.dir)?.paths(&dir.dir));
         files.push(dir.config_path());
         for path in files {
             match fs::remove_file(&path) {

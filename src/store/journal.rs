@@ -1,45 +1,43 @@
 //! `history.jsonl` on disk: the events of each commit appended as lines
 //! stamped with the state version they belong to (`"v"`), a torn or
-//! uncommitted tail cut back under the lock, rotation, and reads that keep
-//! only what the state has committed.
+//! uncommitted tail cut back under the lock, a new file started when it
+//! has grown past its limit, and reads that keep only what the state has
+//! committed.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 
+use super::rotation::{self, HISTORY, Opened};
 use crate::config::HistoryLimits;
 use crate::error::{Error, Result};
 use crate::fsx;
 use crate::history::{BadLine, Event, History};
 
-/// Appends one commit's lines in one write and syncs them, first starting
-/// a new file when this one has passed `limits` (see [`rotate_if_needed`]);
-/// returns whether it did. A write cut short (a full disk, a file size
-/// limit) is cut back to where it began, so the next commit never glues
-/// onto half a line; if even that fails, the next session's repair does it.
-/// Only a lock holder may.
-pub fn append(
-    path: &Path,
-    lines: &[u8],
-    rotated: impl Fn(usize) -> PathBuf,
-    limits: &HistoryLimits,
-) -> Result<bool> {
+/// Appends one commit's lines to `dir`'s `history.jsonl` in one write and
+/// syncs them, first starting a new file when this one has passed
+/// `limits` (see [`rotation::rotate`]); returns whether it did. A write
+/// cut short (a full disk, a file size limit) is cut back to where it
+/// began, so the next commit never glues onto half a line; if even that
+/// fails, the next session's repair does it. Only a lock holder may.
+pub fn append(dir: &Path, lines: &[u8], limits: &HistoryLimits) -> Result<bool> {
     if lines.is_empty() {
         return Ok(false);
     }
-    let (mut file, mut len) = fsx::open_append(path)?;
-    let mut rotate = false;
-    if len >= limits.max_size.as_u64() {
+    let path = dir.join(HISTORY);
+    let (mut file, mut len) = fsx::open_append(&path)?;
+    let rotate = len > 0 && len >= limits.max_size.as_u64();
+    if rotate {
         drop(file);
-        rotate = rotate_if_needed(path, rotated, limits)?;
-        (file, len) = fsx::open_append(path)?;
+        rotation::rotate(dir, limits.keep)?;
+        (file, len) = fsx::open_append(&path)?;
     }
     if let Err(e) = file.write_all(lines).and_then(|()| file.sync_data()) {
         let _ = file.set_len(len);
-        return Err(Error::io("appending to", path)(e));
+        return Err(Error::io("appending to", &path)(e));
     }
     Ok(rotate)
 }
@@ -118,56 +116,14 @@ fn line_start(file: &File, end: u64) -> std::io::Result<u64> {
     Ok(0)
 }
 
-/// Starts a new history file when the current one has passed `limits`:
-/// `history.jsonl` becomes `history.jsonl.1`, older rotated files shift up,
-/// and those past `limits.keep` are deleted. Only a lock holder may, before
-/// appending. Returns whether it rotated.
-pub fn rotate_if_needed(
-    path: &Path,
-    rotated: impl Fn(usize) -> PathBuf,
-    limits: &HistoryLimits,
-) -> Result<bool> {
-    let size = match fsx::open_read(path)? {
-        Some((_, len)) => len,
-        None => return Ok(false),
-    };
-    if size < limits.max_size.as_u64() {
-        return Ok(false);
-    }
-    let keep = limits.keep.max(1);
-    let oldest = rotated(keep);
-    match std::fs::remove_file(&oldest) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("removing", &oldest)(e)),
-    }
-    for n in (1..keep).rev() {
-        let from = rotated(n);
-        if from.symlink_metadata().is_ok() {
-            let to = rotated(n + 1);
-            std::fs::rename(&from, &to).map_err(Error::io("renaming", &from))?;
-        }
-    }
-    let to = rotated(1);
-    std::fs::rename(path, &to).map_err(Error::io("renaming", path))?;
-    if limits.keep == 0 {
-        std::fs::remove_file(&to).map_err(Error::io("removing", &to))?;
-    }
-    Ok(true)
-}
-
-/// Reads the history files (oldest first) and keeps the events committed up
-/// to `version`. A torn last line of the newest file and lines of a later
-/// version are an unfinished commit, passed over in silence; other lines
-/// that do not parse (damage, an event kind from a newer version) are
-/// returned apart, so readers can say so.
-pub fn read_committed(files: &[PathBuf], version: u64) -> Result<History> {
+/// Reads the history files (opened oldest first) and keeps the events
+/// committed up to `version`. A torn last line of `history.jsonl` and
+/// lines of a later version are an unfinished commit, passed over in
+/// silence; other lines that do not parse (damage, an event kind from a
+/// newer version) are returned apart, so readers can say so.
+pub fn read_committed(files: Vec<Opened>, version: u64) -> Result<History> {
     let mut history = History::default();
-    for (i, path) in files.iter().enumerate() {
-        let newest = i + 1 == files.len();
-        let Some((file, _)) = fsx::open_read(path)? else {
-            continue;
-        };
+    for Opened { path, file, current } in files {
         let mut reader = BufReader::new(file);
         let mut line = Vec::new();
         let mut number = 0;
@@ -175,13 +131,13 @@ pub fn read_committed(files: &[PathBuf], version: u64) -> Result<History> {
             line.clear();
             let n = reader
                 .read_until(b'\n', &mut line)
-                .map_err(Error::io("reading", path))?;
+                .map_err(Error::io("reading", &path))?;
             if n == 0 {
                 break;
             }
             number += 1;
             let complete = line.last() == Some(&b'\n');
-            if !complete && newest {
+            if !complete && current {
                 break;
             }
             if line.trim_ascii().is_empty() {
@@ -209,6 +165,8 @@ pub fn read_committed(files: &[PathBuf], version: u64) -> Result<History> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn line(v: u64) -> String {
@@ -253,10 +211,19 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), line(2));
     }
 
+    fn opened(path: &Path) -> Vec<Opened> {
+        let file = File::open(path).unwrap();
+        vec![Opened {
+            path: path.to_owned(),
+            file,
+            current: true,
+        }]
+    }
+
     #[test]
     fn reads_keep_what_the_state_committed() {
         let (_d, path) = setup(&format!("{}{}garbage\n{}{{\"v\":", line(1), line(2), line(3)));
-        let h = read_committed(std::slice::from_ref(&path), 2).unwrap();
+        let h = read_committed(opened(&path), 2).unwrap();
         assert_eq!(h.events.len(), 2);
         assert_eq!(
             h.bad.len(),
@@ -264,6 +231,6 @@ mod tests {
             "the damaged line is reported, the torn one is not"
         );
         assert_eq!(h.bad[0].line, 3);
-        assert_eq!(read_committed(&[path], 3).unwrap().events.len(), 3);
+        assert_eq!(read_committed(opened(&path), 3).unwrap().events.len(), 3);
     }
 }

@@ -20,6 +20,7 @@ mod file;
 mod flight;
 mod journal;
 mod pg;
+mod rotation;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -362,6 +363,14 @@ pub trait Session {
     /// Makes the next [`load`](Session::load) look for what a dead holder
     /// left whatever the last holder said (`doctor --fix`).
     fn check_all(&mut self) {}
+
+    /// Puts right what an older build left that commands read as it is
+    /// and leave alone (the file store: rotated history files whose
+    /// numbers have a gap, renamed to this build's names in order), losing
+    /// nothing; for `doctor --fix`, after [`load`](Session::load).
+    fn mend(&mut self) -> Result<()> {
+        Ok(())
+    }
 
     /// Commits `state` as the next version together with `events`, in one
     /// atomic record. The state must be the one this session loaded or last

@@ -92,7 +92,7 @@ params = { every = 1 }
 "#;
 
 /// Whether strace can trace here; prints why not, or fails when it must.
-fn strace_usable(test: &str) -> bool {
+pub fn strace_usable(test: &str) -> bool {
     static USABLE: OnceLock<Result<(), String>> = OnceLock::new();
     let usable = USABLE.get_or_init(|| {
         let probe = Command::new("strace")

@@ -15,6 +15,7 @@ mod loops;
 mod operator;
 mod parsers;
 mod pg;
+mod rotation;
 mod schedule;
 mod snapshots;
 mod stock_gates;

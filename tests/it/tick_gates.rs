@@ -315,15 +315,35 @@ fn history_is_rotated_and_read_across_its_files() {
         assert_eq!(outcome(&env, "demo"), "ran");
     }
     let dir = env.loop_dir("demo");
-    assert!(dir.join("history.jsonl.1").exists() && dir.join("history.jsonl.2").exists());
-    assert!(
-        !dir.join("history.jsonl.3").exists(),
-        "only `keep` rotated files are kept"
+    // Each rotation is one rename to the next `history.<n>.jsonl`.
+    let mut rotated: Vec<u64> = fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_prefix("history.")?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    rotated.sort();
+    assert_eq!(
+        rotated.len(),
+        2,
+        "only `keep` rotated files are kept: {rotated:?}"
     );
-    for f in ["history.jsonl", "history.jsonl.1", "history.jsonl.2"] {
-        let size = fs::metadata(dir.join(f)).unwrap().len();
+    assert!(
+        rotated[0] > 1 && rotated[1] == rotated[0] + 1,
+        "the newest two of several rotations: {rotated:?}"
+    );
+    assert!(!dir.join("history.jsonl.1").exists(), "no file is shifted up");
+    for n in rotated {
+        let f = format!("history.{n}.jsonl");
+        let size = fs::metadata(dir.join(&f)).unwrap().len();
         assert!(size < 4096 + 4096, "{f} is {size} bytes");
     }
+    let size = fs::metadata(dir.join("history.jsonl")).unwrap().len();
+    assert!(size < 4096 + 4096, "history.jsonl is {size} bytes");
     // Readers see the kept events in order, oldest dropped, newest last.
     let out: Vec<serde_json::Value> = serde_json::from_str(&env.ok(&["history", "demo", "--json"])).unwrap();
     let ticks: Vec<u64> = out
