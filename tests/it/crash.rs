@@ -131,7 +131,7 @@ pub fn strace_usable(test: &str) -> bool {
 
 /// A loop `l` that has run one tick and holds one acknowledged approval,
 /// its gate compiled into the root's cache: copied for every kill.
-fn ticked() -> (Scratch, String) {
+pub(crate) fn ticked() -> (Scratch, String) {
     let s = Scratch::new();
     s.new_loop("l", LOOP);
     s.ok(&["tick", "l"]);
@@ -141,7 +141,7 @@ fn ticked() -> (Scratch, String) {
 
 /// `ticked`, then a tick that uses the approval and dies mid-step: its
 /// `in_flight` is left for the next command to find.
-fn crashed() -> (Scratch, String) {
+pub(crate) fn crashed() -> (Scratch, String) {
     let (s, id) = ticked();
     std::fs::write(s.root.join("die"), "").unwrap();
     let out = s.run(&["tick", "l"]);

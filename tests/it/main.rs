@@ -4,6 +4,7 @@
 mod approvals;
 mod common;
 mod crash;
+mod crash_model;
 mod daemon;
 mod doctor;
 mod example_gates;
