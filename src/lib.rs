@@ -10,6 +10,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod cron;
+pub mod daemon;
 pub mod duration;
 pub mod error;
 pub mod fsx;

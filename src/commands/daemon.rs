@@ -5,10 +5,9 @@
 use std::io::Write;
 
 use crate::cli::DaemonArgs;
+use crate::daemon::{self, Options, daemon_status};
 use crate::error::Result;
 use crate::root::Root;
-use crate::schedule::daemon::{self, Options};
-use crate::schedule::daemon_status;
 
 pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<u8> {
     if args.status {

@@ -12,10 +12,10 @@ use serde::Serialize;
 use super::render::{ago, left, local, table};
 use crate::cli::StatusFilter;
 use crate::config::{Cadence, ConfigError, Schedule};
+use crate::daemon::When;
 use crate::error::{Error, Result};
 use crate::lock::Holder;
 use crate::root::Root;
-use crate::schedule::When;
 use crate::state::{Outcome, State};
 use crate::store::{self, LoopStore};
 
@@ -180,7 +180,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
         super::emit(out, "no loops in that status\n")?;
     } else {
         super::emit(out, &summary(&listed))?;
-        if let Some(line) = crate::schedule::daemon_line(root) {
+        if let Some(line) = crate::daemon::daemon_line(root) {
             super::emit(out, &format!("{line}\n"))?;
         }
     }

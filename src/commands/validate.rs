@@ -118,7 +118,7 @@ fn check_file(root: &Root, path: &Path) -> Result<()> {
 /// first firing.
 pub(crate) fn check_schedule(config: &LoopConfig, path: &Path) -> Result<()> {
     if let Some(s) = &config.schedule {
-        crate::schedule::When::of(s).map_err(|message| {
+        crate::daemon::When::of(s).map_err(|message| {
             Error::from(crate::config::ConfigError::Schedule {
                 path: path.to_owned(),
                 message,

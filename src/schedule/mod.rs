@@ -1,17 +1,12 @@
 //! Scheduling (SPEC §10): what fires a loop's ticks. `schedule install`
 //! hands the loop's cadence to an OS scheduler (one file a backend), records
 //! what it installed (`record`), and the halt and resume hooks switch that
-//! schedule off and on. `daemon` is the embedded scheduler.
+//! schedule off and on. The embedded scheduler is `crate::daemon`.
 
 pub mod cadence;
 mod crontab;
-pub mod daemon;
-mod due;
-pub use due::When;
 mod exec;
 mod launchd;
-pub mod presence;
-mod queue;
 pub mod record;
 mod schtasks;
 mod systemd;
@@ -27,9 +22,7 @@ use crate::error::Result;
 use crate::root::{LoopName, Root};
 
 pub use cadence::Unsupported;
-pub use due::next_due;
 pub use exec::Action;
-pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 pub use record::Record;
 
 /// The OS schedulers a loop's schedule can be installed into.

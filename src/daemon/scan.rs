@@ -1,0 +1,263 @@
+//! Finding the loops and their schedules: the root is rescanned every few
+//! seconds, the loop list read again only when the loops directory
+//! changed and a config only when its mtime did (past a thousand loops,
+//! in turns), loops found due at once are spread over a cadence, and a
+//! removed loop is forgotten.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::dispatch::Dispatcher;
+use super::due::{When, jittered};
+use super::{CONFIGS_PER_SCAN, FULL_LISTING};
+use crate::config::Schedule;
+use crate::store::LoopStore;
+
+/// A loop the daemon knows.
+pub(super) struct Entry {
+    pub(super) dir: Box<dyn LoopStore>,
+    /// The config's mtime when last read; `None` before the first read.
+    pub(super) config_mtime: Option<Option<SystemTime>>,
+    /// The schedule as last read; `None` when it has none or its config is invalid.
+    pub(super) schedule: Option<(Schedule, When)>,
+    /// The firing the last tick filled (its due time before jitter).
+    pub(super) fired: Option<Timestamp>,
+    /// The firing queued, before jitter.
+    pub(super) nominal: Option<Timestamp>,
+    /// The state file's mtime when a tick found the loop paused, halted or
+    /// completed: until the state changes, a firing is passed over without
+    /// a tick.
+    pub(super) inactive: Option<SystemTime>,
+    /// The scan that last saw the loop.
+    pub(super) seen: u64,
+    /// Which turn of the rescans looks at its config.
+    pub(super) turn: u64,
+    pub(super) config_path: PathBuf,
+    /// A file whose mtime moves with every commit (the file store).
+    pub(super) state_path: Option<PathBuf>,
+}
+
+impl Entry {
+    pub(super) fn new(dir: Box<dyn LoopStore>) -> Entry {
+        Entry {
+            config_path: dir.config_path(),
+            state_path: dir.commit_marker(),
+            dir,
+            config_mtime: None,
+            schedule: None,
+            fired: None,
+            nominal: None,
+            inactive: None,
+            seen: 0,
+            turn: 0,
+        }
+    }
+}
+
+impl<'a> Dispatcher<'a> {
+    /// Picks up new and removed loops, and configs that changed. Linear in
+    /// the loops; the listing is read again only when the loops directory
+    /// changed (and every half minute regardless).
+    pub(super) fn rescan(&mut self) {
+        self.scans += 1;
+        let scan = self.scans;
+        let loops_dir = self.root.loops_dir();
+        let dir_mtime = mtime(&loops_dir);
+        let relist = match (self.listing, dir_mtime) {
+            (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
+            _ => true,
+        };
+        if relist {
+            let dirs = match self.stores.list() {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!("cannot list the loops: {e}");
+                    return;
+                }
+            };
+            self.listing = dir_mtime.map(|m| (m, Instant::now()));
+            for dir in dirs {
+                let name: Arc<str> = Arc::from(dir.name().as_str());
+                let known = self.loops.len() as u64;
+                self.loops
+                    .entry(name)
+                    .or_insert_with(|| Entry {
+                        turn: known,
+                        ..Entry::new(dir)
+                    })
+                    .seen = scan;
+            }
+        } else {
+            for e in self.loops.values_mut() {
+                e.seen = scan;
+            }
+        }
+        let now = Timestamp::now();
+        let mut starting: Vec<Arc<str>> = Vec::new();
+        let mut scheduled: Vec<Arc<str>> = Vec::new();
+        let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
+        for (name, entry) in self.loops.iter_mut() {
+            // A loop never read is read now; the others in their turn.
+            if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
+                continue;
+            }
+            let modified = mtime(&entry.config_path);
+            if entry.config_mtime == Some(modified) {
+                continue;
+            }
+            entry.config_mtime = Some(modified);
+            let schedule = read_schedule(name, entry.dir.as_ref());
+            let same = match (&entry.schedule, &schedule) {
+                (Some((a, _)), Some((b, _))) => a == b,
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            entry.schedule = schedule;
+            match &entry.schedule {
+                None => {
+                    self.queue.unset(name);
+                    entry.nominal = None;
+                }
+                Some(_) if self.running.contains_key(name) => {
+                    // Rescheduled with the new cadence when its tick ends.
+                }
+                Some((s, when)) => {
+                    let last = entry.fired.or_else(|| {
+                        entry
+                            .dir
+                            .load()
+                            .ok()
+                            .and_then(|st| st.last_tick.map(|t| t.started_at))
+                    });
+                    let Some(first) = when.first(last, now) else {
+                        tracing::warn!("loop {name:?} is not scheduled: its cadence never fires again");
+                        continue;
+                    };
+                    scheduled.push(Arc::clone(name));
+                    if first <= now {
+                        starting.push(Arc::clone(name));
+                    } else {
+                        entry.nominal = Some(first);
+                        self.queue
+                            .set(Arc::clone(name), jittered(first, s.jitter.map(|j| j.0)));
+                    }
+                }
+            }
+        }
+        self.spread(&starting, now);
+        self.log_scheduled(&scheduled, starting.len());
+        self.forget_removed(scan);
+    }
+
+    /// One line a newly scheduled loop; a summary (and the lines at debug
+    /// level) when many were scheduled at once.
+    pub(super) fn log_scheduled(&self, names: &[Arc<str>], spread: usize) {
+        let many = names.len() > 5;
+        if many {
+            tracing::info!(
+                "{} loops scheduled; {spread} due now, spread over their cadence",
+                names.len()
+            );
+        }
+        for name in names {
+            let Some(e) = self.loops.get(name) else { continue };
+            let (Some((s, _)), Some(next)) = (&e.schedule, e.nominal) else {
+                continue;
+            };
+            let next = next.round(jiff::Unit::Second).unwrap_or(next);
+            match many {
+                true => tracing::debug!(
+                    "loop {name:?} scheduled ({}), next at {next}",
+                    crate::schedule::describe(s)
+                ),
+                false => tracing::info!(
+                    "loop {name:?} scheduled ({}), next at {next}",
+                    crate::schedule::describe(s)
+                ),
+            }
+        }
+    }
+
+    /// Loops due at once when found (a new root, a daemon that was down) are
+    /// spread over one cadence, in name order among the loops of that
+    /// cadence, rather than fired in one burst; a loop alone at its cadence
+    /// fires now.
+    pub(super) fn spread(&mut self, starting: &[Arc<str>], now: Timestamp) {
+        let mut groups: HashMap<Duration, Vec<&Arc<str>>> = HashMap::new();
+        for name in starting {
+            if let Some((_, when)) = self.loops.get(name).and_then(|e| e.schedule.as_ref()) {
+                groups.entry(when.period(now)).or_default().push(name);
+            }
+        }
+        for (period, mut names) in groups {
+            names.sort();
+            let n = names.len() as u32;
+            for (i, name) in (0u32..).zip(names) {
+                let Some(entry) = self.loops.get_mut(name) else {
+                    continue;
+                };
+                let Some((s, _)) = &entry.schedule else {
+                    continue;
+                };
+                let offset = period.mul_f64(f64::from(i) / f64::from(n));
+                let at = now
+                    .checked_add(SignedDuration::try_from(offset).unwrap_or_default())
+                    .unwrap_or(now);
+                entry.nominal = Some(at);
+                self.queue
+                    .set(Arc::clone(name), jittered(at, s.jitter.map(|j| j.0)));
+            }
+        }
+    }
+
+    /// Loops gone from the root: logged, and never fired again. A running
+    /// tick of one finishes on its own.
+    pub(super) fn forget_removed(&mut self, scan: u64) {
+        let gone: Vec<Arc<str>> = self
+            .loops
+            .iter()
+            .filter(|(_, e)| e.seen != scan)
+            .map(|(n, _)| Arc::clone(n))
+            .collect();
+        for name in gone {
+            self.loops.remove(&name);
+            self.queue.unset(&name);
+            tracing::info!("loop {name:?} was removed: it is no longer ticked");
+        }
+    }
+}
+
+pub(super) fn read_schedule(name: &str, dir: &dyn LoopStore) -> Option<(Schedule, When)> {
+    let schedule = match dir.config() {
+        Ok(c) if !c.runner.allows(&crate::who::host()) => {
+            tracing::info!(
+                "loop {name:?} runs on {} only; not scheduled on this host",
+                c.runner.hosts.join(", ")
+            );
+            None
+        }
+        Ok(c) => c.schedule,
+        Err(e) => {
+            tracing::warn!("loop {name:?} is not scheduled: {e}");
+            None
+        }
+    }?;
+    match When::of(&schedule) {
+        Ok(w) => Some((schedule, w)),
+        Err(e) => {
+            tracing::warn!("loop {name:?} is not scheduled: {e}");
+            None
+        }
+    }
+}
+
+pub(super) fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
