@@ -95,7 +95,7 @@ params = { every = 1 }
 pub fn strace_usable(test: &str) -> bool {
     static USABLE: OnceLock<Result<(), String>> = OnceLock::new();
     let usable = USABLE.get_or_init(|| {
-        let probe = Command::new("strace")
+        let probe = crate::common::isolate(&mut Command::new("strace"))
             .args([
                 "-f",
                 "-o",
@@ -184,7 +184,7 @@ fn run_faulted(s: &Scratch, fault: Fault, syscall: &str, k: u32, args: &[&str]) 
     // strace marks an injected call `(INJECTED)` in its trace: that tells
     // a run whose k-th call failed from one that never made it.
     let trace = s.root.join(".strace");
-    let out = Command::new("strace")
+    let out = crate::common::isolate(&mut Command::new("strace"))
         .args(["-f", "-e"])
         .arg(format!("trace={syscall}"))
         .arg("-o")
@@ -455,7 +455,7 @@ fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
 /// Runs `args` with every `fsync` failing (`errno`): the directory sync
 /// after a commit's rename is the only `fsync` a commit makes.
 fn with_failing_dir_sync(s: &Scratch, args: &[&str]) -> std::process::Output {
-    Command::new("strace")
+    crate::common::isolate(&mut Command::new("strace"))
         .args(["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO"])
         .arg(BIN)
         .arg("--root")
@@ -789,7 +789,7 @@ fn a_reader_racing_the_cut_of_an_unfinished_commit_reports_no_unreadable_line() 
     // (strace delays its exit); the command runs inside that pause, once the
     // read has moved the reader's position. A command slower than the pause
     // would make the test miss the race, never fail falsely.
-    let reader = Command::new("strace")
+    let reader = crate::common::isolate(&mut Command::new("strace"))
         .args(["-f", "-o", "/dev/null", "-P"])
         .arg(&history)
         .args(["-e", "inject=read:delay_exit=3000000:when=1", BIN, "--root"])

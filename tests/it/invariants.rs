@@ -50,9 +50,8 @@ impl Scratch {
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
-        c.env_remove("AUTOMATON_ROOT")
+        crate::common::isolate(&mut c)
             .env("AUTOMATON_USER", "operator")
-            .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         c
