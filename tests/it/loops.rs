@@ -260,10 +260,53 @@ fn history_limit_and_json() {
     assert!(fs::read_to_string(&path).unwrap().ends_with("}\n"));
 }
 
+/// What bash offers with the printed completion script loaded, for the
+/// command line `words` (the last one being completed).
+fn bash_completes(env: &Env, script: &str, words: &[&str]) -> Vec<String> {
+    let bin_dir = std::path::Path::new(crate::common::BIN).parent().unwrap();
+    let script_file = env.root.with_file_name("completion.bash");
+    fs::write(&script_file, script).unwrap();
+    let quoted: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
+    let body = format!(
+        "source {file:?}; COMP_WORDS=({words}); COMP_CWORD={cword}; COMP_TYPE=9; \
+         _clap_complete_automaton automaton {cur:?} {prev:?}; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        file = script_file,
+        words = quoted.join(" "),
+        cword = words.len() - 1,
+        cur = words[words.len() - 1],
+        prev = words[words.len() - 2],
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &body])
+        .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
+        .env("AUTOMATON_ROOT", &env.root)
+        .env_remove("AUTOMATON_STORE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    got.sort();
+    got
+}
+
+/// The bash script completes subcommands and, for commands on a loop, the
+/// root's loop names (asking the binary), in a real bash.
 #[test]
-fn completions_are_printed() {
+fn completions_complete_commands_and_loop_names_in_bash() {
     let env = Env::new();
-    assert!(env.ok(&["completions", "bash"]).contains("automaton"));
+    for name in ["demo", "deploy", "other"] {
+        env.new_loop(name, "step = \"true\"\n");
+    }
+    let script = env.ok(&["completions", "bash"]);
+    assert_eq!(
+        bash_completes(&env, &script, &["automaton", "status", "de"]),
+        ["demo", "deploy"]
+    );
+    assert_eq!(bash_completes(&env, &script, &["automaton", "pau"]), ["pause"]);
     env.fails(2, &["completions", "tcsh-ish"]);
 }
 

@@ -101,17 +101,22 @@ fn a_missing_program_is_a_failed_tick_naming_it() {
 #[test]
 fn paused_and_halted_loops_tick_as_inactive_without_running() {
     let env = Env::new();
-    env.new_loop("demo", "step = \"touch ran\"\n");
-    env.ok(&["pause", "demo"]);
-    let version = env.state("demo")["version"].clone();
-    let (code, v) = tick_json(&env, "demo");
-    assert_eq!((code, v["outcome"].as_str()), (0, Some("inactive")));
-    assert!(!env.loop_dir("demo").join("ran").exists());
-    assert_eq!(
-        env.state("demo")["version"],
-        version,
-        "an inactive tick writes nothing"
-    );
+    env.new_loop("paused", "step = \"touch ran\"\n");
+    env.ok(&["pause", "paused"]);
+    env.new_loop("halted", "step = \"touch ran\"\n");
+    env.ok(&["reject", "halted", "--reason", "stop"]);
+    assert_eq!(env.state("halted")["status"], "halted");
+    for name in ["paused", "halted"] {
+        let version = env.state(name)["version"].clone();
+        let (code, v) = tick_json(&env, name);
+        assert_eq!((code, v["outcome"].as_str()), (0, Some("inactive")), "{name}");
+        assert!(!env.loop_dir(name).join("ran").exists(), "{name}");
+        assert_eq!(
+            env.state(name)["version"],
+            version,
+            "{name}: an inactive tick writes nothing"
+        );
+    }
 }
 
 #[test]
