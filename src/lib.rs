@@ -7,6 +7,7 @@
 
 pub mod bounds;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod cron;

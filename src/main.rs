@@ -83,7 +83,7 @@ impl tracing_subscriber::fmt::time::FormatTime for LocalTime {
         write!(
             w,
             "{}",
-            jiff::Timestamp::now()
+            automaton::clock::now()
                 .to_zoned_datetime(jiff::tz::TimeZone::system())
                 .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
         )

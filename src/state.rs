@@ -425,6 +425,17 @@ mod tests {
     }
 
     #[test]
+    fn approvals_expire_at_either_end_of_time() {
+        let mut s = state();
+        s.approve("ann", None, Timestamp::MIN, None).unwrap();
+        s.approve("bob", None, Timestamp::MAX, None).unwrap();
+        let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_secs(60)));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].by, "ann");
+        assert_eq!(s.drop_expired(Timestamp::MIN, Some(Duration::MAX)).len(), 0);
+    }
+
+    #[test]
     fn pause_and_resume() {
         let mut s = state();
         s.consecutive_failures = 3;

@@ -3,8 +3,6 @@
 
 use std::io::Write;
 
-use jiff::Timestamp;
-
 use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
@@ -92,7 +90,7 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
     let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
         let rules = dir.config()?.approval;
         required = rules.required;
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let mut events: Vec<EventKind> = s
             .drop_expired(now, rules.expires.map(|d| d.0))
             .into_iter()

@@ -7,7 +7,7 @@ use unicode_width::UnicodeWidthStr;
 
 /// `3m ago`, `just now`, `in 2h`, to the coarsest unit.
 pub fn ago(then: Timestamp) -> String {
-    let secs = Timestamp::now().duration_since(then).as_secs();
+    let secs = crate::clock::now().duration_since(then).as_secs();
     let (n, future) = (secs.unsigned_abs(), secs < 0);
     if n < 5 {
         return "just now".into();
@@ -45,7 +45,7 @@ pub fn local(t: Timestamp) -> String {
 
 /// Time left until `t`: `in 4m12s`, or `now` when it has come.
 pub fn left(t: Timestamp) -> String {
-    let secs = t.duration_since(Timestamp::now()).as_secs();
+    let secs = t.duration_since(crate::clock::now()).as_secs();
     if secs <= 0 {
         return "now".into();
     }
@@ -92,6 +92,15 @@ mod tests {
         assert_eq!(coarse(Duration::from_secs(180)), "3m");
         assert_eq!(coarse(Duration::from_secs(7500)), "2h5m");
         assert_eq!(coarse(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+    }
+
+    #[test]
+    fn times_at_either_end_of_the_range_are_shown() {
+        for t in [Timestamp::MAX, Timestamp::MIN] {
+            assert!(!ago(t).is_empty());
+            assert!(!left(t).is_empty());
+            assert!(local(t).len() >= 19);
+        }
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
         lock: LoopStore::holder(dir),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
-        match next_due(schedule, state, Timestamp::now()) {
+        match next_due(schedule, state, crate::clock::now()) {
             Ok(due) => v.next_due = due,
             Err(message) => {
                 let path = dir.config_path();

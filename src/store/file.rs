@@ -16,7 +16,6 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use jiff::Timestamp;
 use serde::Deserialize;
 
 use super::flight::{self, Flight, Found};
@@ -633,7 +632,7 @@ impl FileSession<'_> {
                 found: state.version,
             });
         }
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let next = state.version + 1;
         let events = super::stamp(events, next, now);
         let mut next_state = state.clone();
@@ -975,7 +974,7 @@ mod tests {
         ));
         assert!(matches!(parse_state(b"[]", p), Err(Error::CorruptState { .. })));
         assert!(matches!(parse_state(b"{}", p), Err(Error::CorruptState { .. })));
-        let good = state_bytes(&State::new(Timestamp::now()));
+        let good = state_bytes(&State::new(crate::clock::now()));
         assert!(parse_state(&good, p).is_ok());
     }
 }

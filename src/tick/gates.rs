@@ -66,7 +66,7 @@ pub fn evaluate_phase(
     state: &State,
     phase: Phase,
 ) -> PhaseResult {
-    let now = Timestamp::now();
+    let now = crate::clock::now();
     let mut verdicts = Vec::new();
     let mut contexts = Vec::new();
     for g in config.gates.iter().filter(|g| g.phases.contains(&phase)) {
