@@ -25,6 +25,7 @@ pub mod schedule;
 pub mod state;
 pub mod step;
 pub mod store;
+pub mod term;
 pub mod tick;
 pub mod who;
 pub mod worktree;

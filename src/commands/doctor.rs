@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::render::safe;
 use crate::cli::DoctorArgs;
 use crate::config::LoopConfig;
 use crate::error::Result;
@@ -306,11 +307,11 @@ fn human(r: &Report) -> String {
                 Level::Warning => "warn",
                 Level::Error => "error",
             };
-            text += &format!("  {level:<5} {:<10} {}\n", f.check, f.message);
+            text += &format!("  {level:<5} {:<10} {}\n", f.check, safe(&f.message));
             if let Some(a) = &f.action
                 && f.level != Level::Ok
             {
-                text += &format!("  {:<16} what to do: {a}\n", "");
+                text += &format!("  {:<16} what to do: {}\n", "", safe(a));
             }
         }
     };

@@ -116,7 +116,7 @@ fn ask_again(e: &Error) -> bool {
     if !stdin.is_terminal() {
         return false;
     }
-    eprint!("error: {e}\nedit again? [Y/n] ");
+    eprint!("error: {}\nedit again? [Y/n] ", crate::term::safe(&e.to_string()));
     let mut answer = String::new();
     if stdin.lock().read_line(&mut answer).is_err() {
         return false;

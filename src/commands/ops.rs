@@ -3,6 +3,7 @@
 
 use std::io::Write;
 
+use super::render::safe;
 use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
@@ -19,11 +20,13 @@ fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
     }
 }
 
+/// The command's line (what it quotes, a reason or a user, shown as
+/// [`safe`] shows text), or the loop's view as JSON.
 fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<u8> {
     if json {
         super::emit_json(out, &super::status::view(dir, state))?;
     } else {
-        super::emit(out, &format!("{line}\n"))?;
+        super::emit(out, &format!("{}\n", safe(&line)))?;
     }
     Ok(0)
 }

@@ -22,6 +22,7 @@ mod snapshots;
 mod stock_gates;
 mod store;
 mod store_flight;
+mod terminal;
 mod tick;
 mod tick_gates;
 mod torture;
