@@ -319,7 +319,7 @@ impl State {
             Some(r) => format!("rejected by {by}: {r}"),
             None => format!("rejected by {by}"),
         };
-        self.set_status(Status::Halted, Some(why));
+        self.set_status(Status::Halted, Some(crate::bounds::text(why)));
         self.pending_approvals.clear();
     }
 

@@ -93,7 +93,7 @@ pub fn evaluate_phase(
             }
         };
         verdicts.push(Verdict {
-            gate: label,
+            gate: crate::bounds::text(label),
             phase,
             decision: bounded(decision),
             micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),

@@ -371,6 +371,7 @@ impl Tick<'_> {
         stepped: Stepped,
     ) -> Result<TickReport> {
         let number = self.number;
+        let reason = crate::bounds::opt_text(reason);
         let Stepped {
             ran,
             worktree_changed,
@@ -565,7 +566,7 @@ impl Tick<'_> {
                     tracing::warn!("loop {:?}: tick {number}: {message}", self.store.name().as_str());
                     self.events.push(EventKind::MetricsWarning {
                         tick: number,
-                        message,
+                        message: crate::bounds::text(message),
                     });
                 }
                 state.metrics = m;
@@ -575,7 +576,7 @@ impl Tick<'_> {
                 state.metrics.clear();
                 self.events.push(EventKind::MetricsWarning {
                     tick: number,
-                    message: e.to_string(),
+                    message: crate::bounds::text(e.to_string()),
                 });
             }
         }
@@ -607,6 +608,7 @@ impl Tick<'_> {
         outcome: Outcome,
         reason: String,
     ) -> Result<Before> {
+        let reason = crate::bounds::text(reason);
         // Still awaiting approval as at the last firing: the firing that
         // started the wait recorded it, and this one records nothing.
         let repeat_await = outcome == Outcome::AwaitingApproval && !changed;

@@ -1,7 +1,8 @@
 //! What a loop keeps reaches a terminal shown, never obeyed: reasons a
 //! gate or an operator wrote with ESC, BEL, NUL, `\r` and `\n` in them come
 //! out of `status`, `list`, `tick`, `history`, `check-gate`, `doctor` and
-//! the logs as visible escapes, while `--json` keeps them exact.
+//! the logs as visible escapes, while `--json` keeps them exact; the names
+//! of who acts are kept to their bound.
 
 use std::fs;
 
@@ -125,4 +126,26 @@ fn an_error_quoting_a_holder_is_one_line() {
         &String::from_utf8(env.run(&["doctor", "demo"]).stdout).unwrap(),
     );
     drop(held);
+}
+
+#[test]
+fn a_huge_user_name_is_kept_cut_to_its_bound() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let huge = "u".repeat(100_000);
+    let out = env
+        .cmd()
+        .args(["approve", "demo", "--ahead"])
+        .env("AUTOMATON_USER", &huge)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let by = env.status("demo")["pending_approvals"][0]["by"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(by.len() <= 256, "{}", by.len());
+    assert!(by.starts_with("uuu") && by.ends_with("more bytes cut]"), "{by}");
+    let approved = env.history("demo").pop().unwrap();
+    assert_eq!(approved["by"], by.as_str());
 }
