@@ -2,7 +2,8 @@
 //! gate or an operator wrote with ESC, BEL, NUL, `\r` and `\n` in them come
 //! out of `status`, `list`, `tick`, `history`, `check-gate`, `doctor` and
 //! the logs as visible escapes, while `--json` keeps them exact; the names
-//! of who acts are kept to their bound.
+//! of who acts are kept to their bound; a notify command runs whatever the
+//! reason holds.
 
 use std::fs;
 
@@ -148,4 +149,23 @@ fn a_huge_user_name_is_kept_cut_to_its_bound() {
     assert!(by.starts_with("uuu") && by.ends_with("more bytes cut]"), "{by}");
     let approved = env.history("demo").pop().unwrap();
     assert_eq!(approved["by"], by.as_str());
+}
+
+#[test]
+fn notify_runs_with_a_nul_in_the_reason() {
+    let env = Env::new();
+    let gate = hostile_gate(&env);
+    let heard = env.root.join("heard");
+    env.new_loop(
+        "gated",
+        &format!(
+            "step = \"true\"\n[[gate]]\npath = \"{}\"\n\
+             [notify]\ncommand = \"printf '%s|%s' \\\"$AUTOMATON_STATUS\\\" \\\"$AUTOMATON_REASON\\\" > '{}'\"\n",
+            gate.display(),
+            heard.display()
+        ),
+    );
+    assert_eq!(env.run(&["tick", "gated"]).status.code(), Some(7));
+    let said = fs::read_to_string(&heard).expect("the notify command did not run");
+    assert_eq!(said, format!("halted|{}", HOSTILE.replace('\0', "\u{fffd}")));
 }
