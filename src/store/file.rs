@@ -47,7 +47,7 @@ const STATE_MAX: u64 = 16 * 1024 * 1024;
 /// How often a history read starts again when commits keep landing under it.
 const HISTORY_READS: usize = 5;
 /// The largest loop.toml read.
-const CONFIG_MAX: u64 = 1024 * 1024;
+pub(super) const CONFIG_MAX: u64 = 1024 * 1024;
 /// How often a read starts again when the `in_flight` record it found is
 /// newer than the state file it read (commits landing under it).
 const FLIGHT_READS: usize = 5;

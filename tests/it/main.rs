@@ -7,6 +7,7 @@ mod crash;
 mod crash_model;
 mod daemon;
 mod doctor;
+mod edit;
 mod example_gates;
 mod gate_fixtures;
 mod gate_host;
