@@ -1,28 +1,47 @@
 //! Bounds on the text a loop keeps: gate reasons and errors, operators'
-//! notes and reasons. Whatever a gate or a person hands in, what lands in
-//! the state and the history stays small, and says how much was cut.
+//! notes and reasons, a tick's reason and warnings, the names of the user
+//! and host acting, gate labels. Whatever a gate, a step, a person or the
+//! environment hands in, what lands in the state, the history and the lock
+//! file stays small, and says how much was cut.
 
-/// The most bytes of one piece of text that is kept.
+/// The most bytes of one piece of text (a reason, a note, an error, a
+/// message, a gate's label) that is kept.
 pub const MAX_TEXT: usize = 4096;
+
+/// The most bytes of a name (the acting user, a host) that is kept.
+pub const MAX_NAME: usize = 256;
+
+/// Room kept at the end of a cut text for its marker.
+const MARKER_ROOM: usize = 40;
 
 /// `text`, cut to at most [`MAX_TEXT`] bytes (at a character boundary) with
 /// a marker saying how much was cut.
 pub fn text(text: String) -> String {
-    if text.len() <= MAX_TEXT {
-        return text;
-    }
-    let marker_room = 40;
-    let mut end = MAX_TEXT - marker_room;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = text.len() - end;
-    format!("{}… [{cut} more bytes cut]", &text[..end])
+    cut(text, MAX_TEXT)
 }
 
 /// [`text`] of an optional piece of text.
 pub fn opt_text(text: Option<String>) -> Option<String> {
     text.map(self::text)
+}
+
+/// A name, cut as [`text`] is, to at most [`MAX_NAME`] bytes.
+pub fn name(name: String) -> String {
+    cut(name, MAX_NAME)
+}
+
+/// `text` cut to at most `max` bytes, marker included: `…… [N more bytes
+/// cut]`.
+fn cut(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max - MARKER_ROOM;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text.len() - end;
+    format!("{}… [{cut} more bytes cut]", &text[..end])
 }
 
 #[cfg(test)]
@@ -38,5 +57,18 @@ mod tests {
         assert!(cut.ends_with("more bytes cut]"), "{cut}");
         let exact = "x".repeat(MAX_TEXT);
         assert_eq!(text(exact.clone()), exact);
+    }
+
+    #[test]
+    fn a_long_name_is_cut_to_its_bound() {
+        assert_eq!(name("ann".into()), "ann");
+        let long = name("u".repeat(100_000));
+        assert!(long.len() <= MAX_NAME, "{}", long.len());
+        assert!(
+            long.starts_with("uuu") && long.ends_with("99784 more bytes cut]"),
+            "{long}"
+        );
+        let exact = "n".repeat(MAX_NAME);
+        assert_eq!(name(exact.clone()), exact);
     }
 }

@@ -156,6 +156,17 @@ pub enum Error {
         error: Box<Error>,
     },
 
+    #[error(
+        "the system clock reads {seconds} seconds since 1970-01-01, outside the times automaton can record \
+         (up to {}); nothing was done: set the clock right",
+        latest.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )]
+    Clock {
+        seconds: i128,
+        /// The last time that can be recorded.
+        latest: jiff::Timestamp,
+    },
+
     #[error("cannot write output")]
     Output(#[from] io::Error),
 
@@ -215,7 +226,7 @@ impl Error {
             // Made, but maybe not durable: a retry would make it twice.
             Error::NotDurable { .. } => 9,
             Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
-            Error::NoOutput { .. } => 1,
+            Error::NoOutput { .. } | Error::Clock { .. } => 1,
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
             Error::CasesJson { .. } => 2,

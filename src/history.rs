@@ -26,7 +26,7 @@ impl Event {
     pub fn now(kind: EventKind) -> Event {
         Event {
             v: 0,
-            at: Timestamp::now(),
+            at: crate::clock::now(),
             kind,
         }
     }

@@ -7,6 +7,7 @@
 
 pub mod bounds;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod cron;
@@ -24,6 +25,7 @@ pub mod schedule;
 pub mod state;
 pub mod step;
 pub mod store;
+pub mod term;
 pub mod tick;
 pub mod who;
 pub mod worktree;

@@ -53,13 +53,13 @@ impl Holder {
             host: who::host(),
             command: command.to_owned(),
             tick: None,
-            since: Timestamp::now(),
+            since: crate::clock::now(),
         }
     }
 
     /// `pid 4242 (tick 17, running 3m12s)`.
     pub fn describe(&self) -> String {
-        let running = Timestamp::now().duration_since(self.since).as_secs().max(0) as u64;
+        let running = crate::clock::now().duration_since(self.since).as_secs().max(0) as u64;
         let running = crate::duration::format(Duration::from_secs(running));
         let host = if self.host == who::host() {
             String::new()
@@ -321,4 +321,20 @@ pub fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
 /// Whether some process holds the lock on `path` (a missing file: none).
 pub fn is_held(path: &Path) -> bool {
     path.exists() && matches!(try_hold(path), Ok(None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_from_either_end_of_time_is_described() {
+        for since in [Timestamp::MAX, Timestamp::MIN] {
+            let h = Holder {
+                since,
+                ..Holder::me("tick")
+            };
+            assert!(h.describe().starts_with("pid "), "{}", h.describe());
+        }
+    }
 }

@@ -28,7 +28,9 @@ fn main() -> ExitCode {
         Err(err) => {
             let code = err.exit_code();
             if code != 0 {
-                eprintln!("error: {}", automaton::error::with_causes(&err));
+                // One line, whatever a reason or a holder it quotes holds.
+                let text = automaton::error::with_causes(&err);
+                eprintln!("error: {}", automaton::term::safe(&text));
             }
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
@@ -61,6 +63,7 @@ fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
     let color = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let plain = verbose == 0;
     let output = tracing_subscriber::fmt::layer()
+        .fmt_fields(safe_fields())
         .with_writer(io::stderr)
         .with_ansi(color)
         .with_target(!plain)
@@ -75,6 +78,22 @@ fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
         .init();
 }
 
+/// Each field of a log line (its message, `gate=...`) shown as
+/// `automaton::term::safe` shows text: a gate's log line, a reason or an
+/// error it quotes cannot write to the terminal or forge a line.
+fn safe_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = automaton::term::safe(&text);
+        match field.name() {
+            "message" => w.write_str(&text),
+            name => write!(w, "{name}={text}"),
+        }
+    })
+    .delimited(" ")
+}
+
 /// `2026-11-30T19:07:19.123+01:00`: local time, with its offset.
 struct LocalTime;
 
@@ -83,7 +102,7 @@ impl tracing_subscriber::fmt::time::FormatTime for LocalTime {
         write!(
             w,
             "{}",
-            jiff::Timestamp::now()
+            automaton::clock::now()
                 .to_zoned_datetime(jiff::tz::TimeZone::system())
                 .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
         )

@@ -3,9 +3,11 @@
 //! the tick has freed the loop's lock (so the command may run `automaton` on
 //! the loop itself), when the loop started awaiting approval, halted or
 //! completed. It gets the loop, status and reason in its
-//! environment, stdin from /dev/null and stderr for its output; it is bounded
+//! environment (a NUL, which no environment variable can hold, as U+FFFD),
+//! stdin from /dev/null and stderr for its output; it is bounded
 //! by a timeout, and its failure is logged, never the tick's.
 
+use std::borrow::Cow;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -60,7 +62,10 @@ fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
         .current_dir(base)
         .env("AUTOMATON_LOOP", name)
         .env("AUTOMATON_STATUS", status)
-        .env("AUTOMATON_REASON", report.reason.as_deref().unwrap_or(""))
+        .env(
+            "AUTOMATON_REASON",
+            &*env_value(report.reason.as_deref().unwrap_or("")),
+        )
         .env("AUTOMATON_TICK", report.tick.to_string())
         .env("AUTOMATON_ROOT", root.path())
         .stdin(Stdio::null())
@@ -97,5 +102,26 @@ fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
                 return;
             }
         }
+    }
+}
+
+/// `text` as an environment variable can hold it: a NUL (which ends a
+/// variable's value, so the command could not be started) becomes U+FFFD;
+/// the rest, newlines included, is kept as the gate or person wrote it.
+fn env_value(text: &str) -> Cow<'_, str> {
+    match text.contains('\0') {
+        true => Cow::Owned(text.replace('\0', "\u{fffd}")),
+        false => Cow::Borrowed(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_in_a_value_is_replaced_and_the_rest_kept() {
+        assert_eq!(env_value("a\0b\nc"), "a\u{fffd}b\nc");
+        assert!(matches!(env_value("plain\tvalue"), Cow::Borrowed("plain\tvalue")));
     }
 }

@@ -319,7 +319,7 @@ impl State {
             Some(r) => format!("rejected by {by}: {r}"),
             None => format!("rejected by {by}"),
         };
-        self.set_status(Status::Halted, Some(why));
+        self.set_status(Status::Halted, Some(crate::bounds::text(why)));
         self.pending_approvals.clear();
     }
 
@@ -422,6 +422,17 @@ mod tests {
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn approvals_expire_at_either_end_of_time() {
+        let mut s = state();
+        s.approve("ann", None, Timestamp::MIN, None).unwrap();
+        s.approve("bob", None, Timestamp::MAX, None).unwrap();
+        let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_secs(60)));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].by, "ann");
+        assert_eq!(s.drop_expired(Timestamp::MIN, Some(Duration::MAX)).len(), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Who is acting, for the record: the user named in history and approvals,
-//! and the host named in lock records.
+//! and the host named in lock records. Each is kept to
+//! [`crate::bounds::MAX_NAME`] bytes, however long the environment makes it.
 
 use std::sync::OnceLock;
 
@@ -9,6 +10,10 @@ use std::sync::OnceLock;
 /// authentication boundary — anyone who may write the loop's files may
 /// change its state.
 pub fn user() -> String {
+    crate::bounds::name(unbounded_user())
+}
+
+fn unbounded_user() -> String {
     if let Some(u) = std::env::var("AUTOMATON_USER")
         .ok()
         .filter(|u| !u.trim().is_empty())
@@ -27,17 +32,18 @@ pub fn user() -> String {
 /// container whose host name changes), else the OS host name.
 pub fn host() -> String {
     static HOST: OnceLock<String> = OnceLock::new();
-    HOST.get_or_init(|| {
-        if let Some(h) = std::env::var("AUTOMATON_HOST")
-            .ok()
-            .filter(|h| !h.trim().is_empty())
-        {
-            return h.trim().to_owned();
-        }
-        nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "localhost".to_owned())
-    })
-    .clone()
+    HOST.get_or_init(|| crate::bounds::name(unbounded_host())).clone()
+}
+
+fn unbounded_host() -> String {
+    if let Some(h) = std::env::var("AUTOMATON_HOST")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+    {
+        return h.trim().to_owned();
+    }
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned())
 }

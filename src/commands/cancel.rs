@@ -15,6 +15,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Serialize;
 
+use super::render::safe;
 use crate::cli::CancelArgs;
 use crate::error::{Error, Result};
 use crate::lock::{Holder, Wait};
@@ -102,7 +103,7 @@ fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
             r.name
         ),
     };
-    super::emit(out, &format!("{line}\n"))?;
+    super::emit(out, &format!("{}\n", safe(&line)))?;
     Ok(0)
 }
 

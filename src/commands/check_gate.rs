@@ -6,6 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::render::safe;
 use crate::cli::CheckGateArgs;
 use crate::error::Result;
 use crate::gate::{Decision, GateHost, Phase};
@@ -97,9 +98,14 @@ fn human(r: &Report) -> String {
         text += "no before-step gates\n";
     }
     for v in &r.decisions {
-        text += &format!("{:<28} {:<15} {}", v.gate, v.decision.name(), v.decision.reason());
+        text += &format!(
+            "{:<28} {:<15} {}",
+            safe(&v.gate),
+            v.decision.name(),
+            safe(v.decision.reason())
+        );
         if let Some(e) = &v.error {
-            text += &format!(" (gate error: {e})");
+            text += &format!(" (gate error: {})", safe(e));
         }
         text += &format!("  [{}µs]\n", v.micros);
     }
@@ -108,7 +114,7 @@ fn human(r: &Report) -> String {
     } else {
         "the next tick would"
     };
-    text += &format!("{verb}: {}\n", r.combined);
+    text += &format!("{verb}: {}\n", safe(&r.combined.to_string()));
     if !r.status.is_runnable() {
         text += &format!("note: the loop is {}; a tick would do nothing\n", r.status);
     }

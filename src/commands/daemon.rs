@@ -35,7 +35,7 @@ fn status(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
             Some(s) => s.describe(),
             None => "no daemon serves this root".to_owned(),
         };
-        super::emit(out, &format!("{line}\n"))?;
+        super::emit(out, &format!("{}\n", super::render::safe(&line)))?;
     }
     Ok(if serving { 0 } else { 1 })
 }

@@ -2,7 +2,7 @@
 //! finding, what to do. The loop's record is checked by its store (state,
 //! history, lock, a dead tick, temporary files); here: the config, gate
 //! files against their pins, the installed schedule, the cache's
-//! permissions and leftovers of killed `new` and `rm`. `--fix` repairs
+//! permissions and leftovers of killed `new`, `rm` and `edit`. `--fix` repairs
 //! what is safe, the loop's record through the same recovery every locking
 //! command runs, then the store's mending of what an older build left
 //! (rotated history files with a gap in their numbers).
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::render::safe;
 use crate::cli::DoctorArgs;
 use crate::config::LoopConfig;
 use crate::error::Result;
@@ -21,6 +22,7 @@ use crate::gate::GateSource;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::schedule::{self, record};
+use crate::store::edits::{self, Left};
 use crate::store::{self, Finding, Level, LoopStore};
 
 #[derive(Serialize)]
@@ -59,6 +61,7 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
                 }
             };
         }
+        findings.extend(check_edits(dir, args.fix));
         loops.push(LoopReport {
             name: dir.name().to_string(),
             findings,
@@ -150,6 +153,56 @@ fn check_gates(loop_dir: &Path, config: &LoopConfig) -> Vec<Finding> {
     }
     out
 }
+
+/// What an `edit` of the loop left: a copy that was never saved (the next
+/// `edit` reopens it) and a new loop.toml that was never renamed in (the
+/// next `edit` removes it). `--fix` removes those ten minutes old.
+fn check_edits(dir: &dyn LoopStore, fix: bool) -> Vec<Finding> {
+    let left = match edits::leftovers(dir.base_dir()) {
+        Ok(l) => l,
+        Err(e) => {
+            return vec![Finding::new(
+                "edit",
+                Level::Error,
+                e.to_string(),
+                "check the directory's permissions",
+            )];
+        }
+    };
+    let name = dir.name();
+    let mut out = Vec::new();
+    for l in left {
+        let old = l
+            .modified
+            .is_some_and(|t| t.elapsed().unwrap_or_default() > LEFTOVER_AGE);
+        let path = l.path.display();
+        if fix && old && std::fs::remove_file(&l.path).is_ok() {
+            out.push(Finding::ok("edit", format!("removed {path}")));
+            continue;
+        }
+        let (message, action) = match l.left {
+            Left::Copy => (
+                format!(
+                    "{path} holds an edit of loop.toml that was not saved (the edit was interrupted or refused)"
+                ),
+                format!("`automaton edit {name}` reopens it; `--fix` removes it once it is ten minutes old"),
+            ),
+            Left::Save => (
+                format!(
+                    "{path} was left by an `edit` killed while saving loop.toml (loop.toml was not changed)"
+                ),
+                format!("`automaton edit {name}` removes it; so does `--fix` once it is ten minutes old"),
+            ),
+        };
+        let finding = Finding::new("edit", Level::Warning, message, action);
+        out.push(if old { finding.fixable() } else { finding });
+    }
+    out
+}
+
+/// How old a leftover of a killed command is before `--fix` removes it: a
+/// younger one may be a command at work.
+const LEFTOVER_AGE: Duration = Duration::from_secs(600);
 
 /// An installed OS schedule that no longer matches its loop.
 fn check_schedule(root: &Root, dir: &dyn LoopStore, config: Option<&LoopConfig>) -> Vec<Finding> {
@@ -246,7 +299,7 @@ fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) 
         let old = entry
             .metadata()
             .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > LEFTOVER_AGE);
         let path = entry.path();
         if fix && old && std::fs::remove_dir_all(&path).is_ok() {
             out.push(Finding::ok("leftovers", format!("removed {}", path.display())));
@@ -306,11 +359,11 @@ fn human(r: &Report) -> String {
                 Level::Warning => "warn",
                 Level::Error => "error",
             };
-            text += &format!("  {level:<5} {:<10} {}\n", f.check, f.message);
+            text += &format!("  {level:<5} {:<10} {}\n", f.check, safe(&f.message));
             if let Some(a) = &f.action
                 && f.level != Level::Ok
             {
-                text += &format!("  {:<16} what to do: {a}\n", "");
+                text += &format!("  {:<16} what to do: {}\n", "", safe(a));
             }
         }
     };

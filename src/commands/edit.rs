@@ -1,11 +1,15 @@
 //! `edit`: change a loop's loop.toml as `crontab -e` does. The editor
 //! ($VISUAL, else $EDITOR, else vi) works on a copy beside it; the copy is
 //! checked as `validate` would, and only a valid one replaces loop.toml,
-//! atomically. A refused edit leaves loop.toml as it was and keeps the copy.
+//! atomically. A refused edit leaves loop.toml as it was and keeps the copy;
+//! the next edit reopens a copy that a refused or killed edit left, and
+//! removes what an edit killed while saving left (see `store::edits`).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::process::Command;
+
+use tempfile::TempPath;
 
 use super::new::{MissingGate, check_gates};
 use super::validate::check_schedule;
@@ -13,6 +17,7 @@ use crate::cli::EditArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Result};
 use crate::root::Root;
+use crate::store::edits::{self, Left};
 use crate::store::{self, LoopStore, Stores};
 
 pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
@@ -22,36 +27,28 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
     let read = || -> Result<Vec<u8>> {
         match stores.is_shared() {
             true => Ok(dir.config_text()?.into_bytes()),
-            false => std::fs::read(&config_path).map_err(Error::io("reading", &config_path)),
+            false => edits::read_config(&config_path),
         }
     };
     let original = read()?;
     // A shared store's loop may have no directory on this host yet.
     store::create_dirs(dir.base_dir())?;
-    let copy = tempfile::Builder::new()
-        .prefix(".loop.toml.edit-")
-        .suffix(".toml")
-        .tempfile_in(dir.base_dir())
-        .map_err(Error::io("creating a temporary file in", dir.base_dir()))?;
-    std::fs::write(copy.path(), &original).map_err(Error::io("writing", copy.path()))?;
+    let copy = open_copy(dir.as_ref(), &original)?;
     let edited = loop {
-        run_editor(copy.path())?;
-        let edited = std::fs::read(copy.path()).map_err(Error::io("reading", copy.path()))?;
+        run_editor(&copy)?;
+        let edited = edits::read_copy(&copy)?;
         if edited == original {
             super::emit(out, &format!("no changes to {}\n", config_path.display()))?;
             return Ok(0);
         }
-        match check(root, dir.as_ref(), copy.path(), &edited) {
+        match check(root, dir.as_ref(), &copy, &edited) {
             Ok(()) => break edited,
             Err(e) if ask_again(&e) => continue,
             Err(e) => {
-                let (_, kept) = copy
-                    .keep()
-                    .map_err(|e| Error::io("keeping", e.file.path().to_owned())(e.error))?;
                 return Err(Error::EditRejected {
                     error: Box::new(e),
                     config: config_path,
-                    kept,
+                    kept: keep(copy)?,
                 });
             }
         }
@@ -59,9 +56,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
     // Someone else may have changed it meanwhile: theirs is not overwritten.
     let now = read()?;
     if now != original {
-        let (_, kept) = copy
-            .keep()
-            .map_err(|e| Error::io("keeping", e.file.path().to_owned())(e.error))?;
+        let kept = keep(copy)?;
         return Err(Error::Editor {
             action: format!("{} changed while it was being edited", config_path.display()),
             message: format!("it was left as it is now; the edit is kept in {}", kept.display()),
@@ -69,10 +64,48 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
     }
     match stores.set_config(dir.name(), &String::from_utf8_lossy(&edited)) {
         Some(saved) => saved?,
-        None => store::write_file(dir.base_dir(), &config_path, &edited)?,
+        None => edits::save(dir.base_dir(), &config_path, &edited)?,
     }
     super::emit(out, &format!("saved {}\n", config_path.display()))?;
     Ok(0)
+}
+
+/// The copy to edit: the newest one an edit of this loop left (killed, or
+/// refused and kept), reopened as `crontab -e` does, else a new one holding
+/// `original`. A save that a killed edit never renamed in is removed.
+fn open_copy(dir: &dyn LoopStore, original: &[u8]) -> Result<TempPath> {
+    let base = dir.base_dir();
+    let mut reopened = None;
+    for left in edits::leftovers(base)? {
+        match left.left {
+            Left::Save => {
+                if let Err(e) = std::fs::remove_file(&left.path) {
+                    tracing::warn!("cannot remove {}: {e}", left.path.display());
+                }
+            }
+            Left::Copy if reopened.is_none() => {
+                reopened = edits::reopen(base, &left.path)?;
+                if let Some(copy) = &reopened {
+                    tracing::warn!(
+                        "a previous edit of loop {:?} was interrupted or refused; reopening it ({})",
+                        dir.name().as_str(),
+                        copy.display()
+                    );
+                }
+            }
+            Left::Copy => {}
+        }
+    }
+    match reopened {
+        Some(copy) => Ok(copy),
+        None => edits::new_copy(base, original),
+    }
+}
+
+/// Keeps the copy (the edit is not lost); returns where it is.
+fn keep(copy: TempPath) -> Result<std::path::PathBuf> {
+    copy.keep()
+        .map_err(|e| Error::io("keeping", e.path.to_path_buf())(e.error))
 }
 
 /// Checks edited loop.toml text as a tick would load it (errors name `copy`,
@@ -116,7 +149,7 @@ fn ask_again(e: &Error) -> bool {
     if !stdin.is_terminal() {
         return false;
     }
-    eprint!("error: {e}\nedit again? [Y/n] ");
+    eprint!("error: {}\nedit again? [Y/n] ", crate::term::safe(&e.to_string()));
     let mut answer = String::new();
     if stdin.lock().read_line(&mut answer).is_err() {
         return false;

@@ -14,6 +14,7 @@ use crate::gate::{
     self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
 };
 use crate::root::Root;
+use crate::term::safe;
 
 mod cases;
 mod scaffold;
@@ -208,11 +209,17 @@ pub fn render_test(r: &TestReport, json: bool, out: &mut dyn Write) -> io::Resul
     if json {
         return write_json(r, out);
     }
-    writeln!(out, "gate:     {} ({} {})", r.gate, r.info.name, r.info.version)?;
+    writeln!(
+        out,
+        "gate:     {} ({} {})",
+        safe(&r.gate),
+        safe(&r.info.name),
+        safe(&r.info.version)
+    )?;
     writeln!(out, "phase:    {}", r.phase)?;
     writeln!(out, "decision: {}", r.decision)?;
     if !r.reason.is_empty() {
-        writeln!(out, "reason:   {}", r.reason)?;
+        writeln!(out, "reason:   {}", safe(&r.reason))?;
     }
     writeln!(out, "time:     {:?}", r.elapsed)?;
     if !r.logs.is_empty() {
@@ -223,7 +230,7 @@ pub fn render_test(r: &TestReport, json: bool, out: &mut dyn Write) -> io::Resul
                 "  {:<5} {:<6} {}",
                 l.level.as_str(),
                 source_tag(l.source),
-                l.message
+                safe(&l.message)
             )?;
         }
     }
@@ -259,23 +266,23 @@ pub fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io:
     if json {
         return write_json(r, out);
     }
-    writeln!(out, "gate:        {}", r.gate)?;
-    writeln!(out, "name:        {}", r.info.name)?;
-    writeln!(out, "version:     {}", r.info.version)?;
-    writeln!(out, "description: {}", r.info.description)?;
+    writeln!(out, "gate:        {}", safe(&r.gate))?;
+    writeln!(out, "name:        {}", safe(&r.info.name))?;
+    writeln!(out, "version:     {}", safe(&r.info.version))?;
+    writeln!(out, "description: {}", safe(&r.info.description))?;
     writeln!(out, "size:        {} bytes", r.size)?;
     writeln!(out, "sha256:      {}", r.sha256)?;
     writeln!(out, "imports:")?;
     for i in &r.imports {
-        writeln!(out, "  {i}")?;
+        writeln!(out, "  {}", safe(i))?;
     }
     writeln!(out, "exports:")?;
     for e in &r.exports {
-        writeln!(out, "  {e}")?;
+        writeln!(out, "  {}", safe(e))?;
     }
     writeln!(out, "params schema:")?;
     for line in r.info.params_schema.lines() {
-        writeln!(out, "  {line}")?;
+        writeln!(out, "  {}", safe(line))?;
     }
     Ok(())
 }
@@ -313,7 +320,7 @@ pub fn render_compile(r: &[Compiled], json: bool, out: &mut dyn Write) -> io::Re
     }
     for c in r {
         let what = if c.cached { "already cached" } else { "compiled" };
-        writeln!(out, "{what}: {} ({})", c.gate, &c.sha256[..12])?;
+        writeln!(out, "{what}: {} ({})", safe(&c.gate), &c.sha256[..12])?;
     }
     Ok(())
 }
@@ -352,7 +359,13 @@ pub fn render_list(rows: &[StockRow], json: bool, out: &mut dyn Write) -> io::Re
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     writeln!(out, "{:<width$}  {:<8}  DESCRIPTION", "NAME", "VERSION")?;
     for r in rows {
-        writeln!(out, "{:<width$}  {:<8}  {}", r.name, r.version, r.description)?;
+        writeln!(
+            out,
+            "{:<width$}  {:<8}  {}",
+            r.name,
+            safe(&r.version),
+            safe(&r.description)
+        )?;
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use super::render::local;
+use super::render::{local, quoted};
 use crate::cli::HistoryArgs;
 use crate::error::Result;
 use crate::history;
@@ -38,7 +38,7 @@ pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
         let details: Vec<String> = fields
             .into_iter()
             .filter_map(|(k, v)| match v {
-                serde_json::Value::String(s) => Some(format!("{k}={s:?}")),
+                serde_json::Value::String(s) => Some(format!("{k}={}", quoted(&s))),
                 serde_json::Value::Null | serde_json::Value::Object(_) | serde_json::Value::Array(_) => None,
                 other => Some(format!("{k}={other}")),
             })

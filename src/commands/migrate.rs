@@ -103,7 +103,7 @@ pub fn run(root_flag: Option<&Path>, args: &MigrateArgs, out: &mut dyn Write) ->
                         target.describe()
                     )
                 }
-                Some(e) => text += &format!("not moved: {e}\n"),
+                Some(e) => text += &format!("not moved: {}\n", super::render::safe(e)),
             }
         }
         if report.is_empty() {

@@ -37,6 +37,10 @@ use crate::store::{Durability, LoopStore};
 /// exit code of a command that succeeded.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
     crate::root::set_store_flag(cli.store.clone());
+    // A clock past what can be recorded stamps and schedules nothing.
+    if !matches!(cli.command, Command::Completions(_) | Command::Man) {
+        crate::clock::check()?;
+    }
     let root = cli.root.as_deref();
     match cli.command {
         Command::Init => init::run(root, out),

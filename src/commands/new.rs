@@ -3,8 +3,6 @@
 use std::io::Write;
 use std::path::Path;
 
-use jiff::Timestamp;
-
 use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
 use crate::error::Result;
@@ -35,7 +33,7 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
         MissingGate::Later,
     )?;
 
-    let now = Timestamp::now();
+    let now = crate::clock::now();
     let mut state = State::new(now);
     state.version = 1;
     let created = EventKind::Created { by: who::user() };

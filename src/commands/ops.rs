@@ -3,8 +3,7 @@
 
 use std::io::Write;
 
-use jiff::Timestamp;
-
+use super::render::safe;
 use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
@@ -21,11 +20,13 @@ fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
     }
 }
 
+/// The command's line (what it quotes, a reason or a user, shown as
+/// [`safe`] shows text), or the loop's view as JSON.
 fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<u8> {
     if json {
         super::emit_json(out, &super::status::view(dir, state))?;
     } else {
-        super::emit(out, &format!("{line}\n"))?;
+        super::emit(out, &format!("{}\n", safe(&line)))?;
     }
     Ok(0)
 }
@@ -92,7 +93,7 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
     let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
         let rules = dir.config()?.approval;
         required = rules.required;
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let mut events: Vec<EventKind> = s
             .drop_expired(now, rules.expires.map(|d| d.0))
             .into_iter()

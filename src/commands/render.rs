@@ -1,13 +1,16 @@
 //! Small pieces of human-facing output shared by the commands.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use jiff::{Timestamp, tz::TimeZone};
 use unicode_width::UnicodeWidthStr;
 
+pub use crate::term::{quoted, safe};
+
 /// `3m ago`, `just now`, `in 2h`, to the coarsest unit.
 pub fn ago(then: Timestamp) -> String {
-    let secs = Timestamp::now().duration_since(then).as_secs();
+    let secs = crate::clock::now().duration_since(then).as_secs();
     let (n, future) = (secs.unsigned_abs(), secs < 0);
     if n < 5 {
         return "just now".into();
@@ -45,7 +48,7 @@ pub fn local(t: Timestamp) -> String {
 
 /// Time left until `t`: `in 4m12s`, or `now` when it has come.
 pub fn left(t: Timestamp) -> String {
-    let secs = t.duration_since(Timestamp::now()).as_secs();
+    let secs = t.duration_since(crate::clock::now()).as_secs();
     if secs <= 0 {
         return "now".into();
     }
@@ -54,8 +57,10 @@ pub fn left(t: Timestamp) -> String {
 
 /// Left-aligned columns separated by two spaces; the last column is not
 /// padded. Columns are measured in terminal cells, so wide characters (CJK,
-/// most emoji) and combining marks line up.
+/// most emoji) and combining marks line up. Each cell is shown as
+/// [`safe`] shows text: one line, no control character.
 pub fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<Cow<'_, str>>> = rows.iter().map(|r| r.iter().map(|c| safe(c)).collect()).collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -67,7 +72,7 @@ pub fn table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
             line += cell;
@@ -95,12 +100,30 @@ mod tests {
     }
 
     #[test]
+    fn times_at_either_end_of_the_range_are_shown() {
+        for t in [Timestamp::MAX, Timestamp::MIN] {
+            assert!(!ago(t).is_empty());
+            assert!(!left(t).is_empty());
+            assert!(local(t).len() >= 19);
+        }
+    }
+
+    #[test]
     fn table_aligns_columns() {
         let t = table(&[
             vec!["A".into(), "BB".into(), "C".into()],
             vec!["aaa".into(), "b".into(), "".into()],
         ]);
         assert_eq!(t, "A    BB  C\naaa  b\n");
+    }
+
+    #[test]
+    fn table_cells_show_control_characters_as_escapes() {
+        let t = table(&[
+            vec!["a\nb".into(), "x".into()],
+            vec!["\x1b[2J".into(), "y".into()],
+        ]);
+        assert_eq!(t, "a\\nb     x\n\\x1b[2J  y\n");
     }
 
     #[test]

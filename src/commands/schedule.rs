@@ -6,6 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::render::safe;
 use crate::cli::{ScheduleCommand, ScheduleInstallArgs, ScheduleRemoveArgs, ScheduleShowArgs};
 use crate::error::Result;
 use crate::root::{LoopName, Root};
@@ -198,7 +199,11 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
         let state = if r.enabled { "enabled" } else { "disabled" };
         text += &format!(
             "{:<20} {:<9} {:<9} {:<40} {}\n",
-            r.loop_name, r.backend, state, r.name, r.cadence
+            safe(&r.loop_name),
+            r.backend,
+            state,
+            safe(&r.name),
+            safe(&r.cadence)
         );
     }
     super::emit(out, &text)?;
@@ -209,19 +214,19 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
 fn detail(r: &Record, out: &mut dyn Write) -> Result<u8> {
     let mut text = format!(
         "loop       {}\nbackend    {}\nname       {}\nstate      {}\ncadence    {}\nruns       {}\n",
-        r.loop_name,
+        safe(&r.loop_name),
         r.backend,
-        r.name,
+        safe(&r.name),
         if r.enabled {
             "enabled"
         } else {
             "disabled (the loop halted or completed; `resume` enables it)"
         },
-        r.cadence,
-        r.command.join(" "),
+        safe(&r.cadence),
+        safe(&r.command.join(" ")),
     );
     for f in &r.files {
-        text += &format!("file       {}\n", f.display());
+        text += &format!("file       {}\n", safe(&f.display().to_string()));
     }
     text += &format!(
         "installed  {}\n",

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::render::{ago, left, local, table};
+use super::render::{ago, left, local, safe, table};
 use crate::cli::StatusFilter;
 use crate::config::{Cadence, ConfigError, Schedule};
 use crate::daemon::When;
@@ -88,7 +88,7 @@ pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
         lock: LoopStore::holder(dir),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
-        match next_due(schedule, state, Timestamp::now()) {
+        match next_due(schedule, state, crate::clock::now()) {
             Ok(due) => v.next_due = due,
             Err(message) => {
                 let path = dir.config_path();
@@ -181,7 +181,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
     } else {
         super::emit(out, &summary(&listed))?;
         if let Some(line) = crate::daemon::daemon_line(root) {
-            super::emit(out, &format!("{line}\n"))?;
+            super::emit(out, &format!("{}\n", safe(&line)))?;
         }
     }
     // Every readable loop was shown; an unreadable one is the exit status.
@@ -214,12 +214,12 @@ fn summary(listed: &[Listed<'_>]) -> String {
             Listed::Loop(v) => {
                 rows.push(summary_row(v));
                 if let Some(e) = &v.config_error {
-                    problems += &format!("{}: {e}\n", v.name);
+                    problems += &format!("{}: {}\n", v.name, safe(e));
                 }
             }
             Listed::Unreadable { name, error } => {
                 rows.push(vec![(*name).to_owned(), "unreadable".into()]);
-                problems += &format!("{name}: {error}\n");
+                problems += &format!("{name}: {}\n", safe(error));
             }
         }
     }

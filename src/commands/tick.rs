@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use super::render::safe;
 use crate::cli::TickArgs;
 use crate::error::Result;
 use crate::root::Root;
@@ -42,7 +43,8 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
     Ok(report.exit_code())
 }
 
-/// One line a tick, then one line a gate that did not simply proceed.
+/// One line a tick, then one line a gate that did not simply proceed; what
+/// a gate or a step said is shown as [`safe`] shows it.
 fn human(r: &TickReport) -> String {
     let mut line = format!("{} tick {}: {}", r.loop_name, r.tick, r.outcome);
     if let Some(step) = &r.step {
@@ -68,7 +70,7 @@ fn human(r: &TickReport) -> String {
         && r.outcome != Outcome::Ran
         && !shown_below(reason)
     {
-        line += &format!(": {reason}");
+        line += &format!(": {}", safe(reason));
     }
     if let Some(t) = r.recovered_crash {
         line += &format!(" [tick {t} had crashed; recorded]");
@@ -91,9 +93,17 @@ fn human(r: &TickReport) -> String {
         .filter(|v| v.decision.strength() > 0 || v.error.is_some())
     {
         // On a gate error the decision's reason is the error: say it once.
+        let gate = safe(&v.gate);
         match &v.error {
-            Some(e) => line += &format!("  {} {}: {} on error: {e}", v.phase, v.gate, v.decision.name()),
-            None => line += &format!("  {} {}: {}", v.phase, v.gate, v.decision),
+            Some(e) => {
+                line += &format!(
+                    "  {} {gate}: {} on error: {}",
+                    v.phase,
+                    v.decision.name(),
+                    safe(e)
+                )
+            }
+            None => line += &format!("  {} {gate}: {}", v.phase, safe(&v.decision.to_string())),
         }
         line.push('\n');
     }

@@ -63,7 +63,7 @@ impl<'a> Dispatcher<'a> {
             ticks: 0,
             lags: Lags::default(),
             last_report: Instant::now(),
-            clock: (Timestamp::now(), Instant::now()),
+            clock: (crate::clock::now(), Instant::now()),
         }
     }
 
@@ -156,7 +156,7 @@ impl<'a> Dispatcher<'a> {
 
     /// Hands due loops to idle workers, most overdue first.
     pub(super) fn dispatch(&mut self, jobs: &Jobs) {
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         while self.running.len() < self.max {
             let Some((due, name)) = self.queue.pop_due(now) else {
                 break;
@@ -232,7 +232,7 @@ impl<'a> Dispatcher<'a> {
 
     pub(super) fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
         self.running.remove(&name);
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         if let Some(entry) = self.loops.get_mut(&name) {
             entry.inactive = match result {
                 Ok(r) if r.outcome == Outcome::Inactive => entry.state_path.as_deref().and_then(mtime),
@@ -252,7 +252,7 @@ impl<'a> Dispatcher<'a> {
         if self.running.len() < self.max
             && let Some((due, _)) = self.queue.peek()
         {
-            let until = Duration::try_from(due.duration_since(Timestamp::now())).unwrap_or_default();
+            let until = Duration::try_from(due.duration_since(crate::clock::now())).unwrap_or_default();
             wait = wait.min(until + GATHER);
         }
         wait
@@ -261,7 +261,7 @@ impl<'a> Dispatcher<'a> {
     /// When the wall clock stepped back, no `every` loop may stay due
     /// further off than its cadence (and jitter).
     pub(super) fn check_clock(&mut self) {
-        let (wall, mono) = (Timestamp::now(), Instant::now());
+        let (wall, mono) = (crate::clock::now(), Instant::now());
         let (last_wall, last_mono) = self.clock;
         self.clock = (wall, mono);
         let expected = last_wall

@@ -79,7 +79,7 @@ impl When {
     pub fn clamp(&self, due: Timestamp, now: Timestamp, jitter: Option<Duration>) -> Timestamp {
         match self {
             When::Every(d) => {
-                let reach = add(now, *d + jitter.unwrap_or_default());
+                let reach = add(now, d.saturating_add(jitter.unwrap_or_default()));
                 if due > reach { add(now, *d) } else { due }
             }
             When::Cron(_) => due,
@@ -118,6 +118,31 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    /// A clock at the last time jiff represents: every computation gives a
+    /// time or none, never a panic.
+    #[test]
+    fn firings_at_the_end_of_time_are_the_end_or_none() {
+        let end = Timestamp::MAX;
+        let near = end - SignedDuration::from_mins(1);
+        let every = When::Every(Duration::from_secs(3600));
+        for now in [near, end] {
+            assert_eq!(every.first(Some(now), now), Some(end));
+            assert_eq!(every.after(now, now), Some(end));
+            assert_eq!(every.clamp(end, now, Some(Duration::MAX)), end);
+            assert!(every.period(now) > Duration::ZERO);
+            assert!(jittered(now, Some(Duration::MAX)) >= now);
+        }
+        let cron = When::of(&Schedule {
+            cadence: Cadence::Cron("0 0 * * *".into()),
+            jitter: None,
+            timezone: Some("Pacific/Kiritimati".into()),
+        })
+        .unwrap();
+        assert_eq!(cron.first(None, near), None);
+        assert_eq!(cron.after(near, end), None);
+        assert_eq!(cron.period(end), Duration::from_secs(60));
     }
 
     #[test]

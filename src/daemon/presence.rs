@@ -86,7 +86,7 @@ impl DaemonStatus {
     pub fn describe(&self) -> String {
         let r = &self.record;
         let since = r.since.round(jiff::Unit::Second).unwrap_or(r.since);
-        let age = Timestamp::now().duration_since(r.updated).as_secs().max(0);
+        let age = crate::clock::now().duration_since(r.updated).as_secs().max(0);
         if !self.serving {
             return format!(
                 "no daemon serves this root (the last one, pid {} on {}, stopped without a word; \
@@ -141,7 +141,7 @@ impl Presence {
     pub fn claim(root: &Root) -> Presence {
         let mut p = Presence {
             lock: None,
-            since: Timestamp::now(),
+            since: crate::clock::now(),
         };
         if !p.try_lock(root)
             && let Ok(Some(other)) = daemon_status(root)
@@ -174,7 +174,7 @@ impl Presence {
             pid: std::process::id(),
             host: who::host(),
             since: self.since,
-            updated: Timestamp::now(),
+            updated: crate::clock::now(),
             max_concurrent,
             loops: 0,
             scheduled: 0,

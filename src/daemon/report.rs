@@ -41,7 +41,7 @@ impl Lags {
 impl<'a> Dispatcher<'a> {
     /// Publishes the record and warns when ticks started late.
     pub(super) fn report(&mut self) {
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let mut lags = std::mem::take(&mut self.lags);
         lags.millis.sort_unstable();
         let overdue: Vec<Timestamp> = self

@@ -96,7 +96,7 @@ impl<'a> Dispatcher<'a> {
                 e.seen = scan;
             }
         }
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
         let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;

@@ -456,7 +456,7 @@ impl GateHost {
         let (info, _, _) = self.call(
             gate,
             &Limits::default(),
-            Timestamp::now(),
+            crate::clock::now(),
             Ahead::No,
             |store, g| g.call_describe(store),
         )?;
@@ -476,7 +476,7 @@ impl GateHost {
         let (answer, _, _) = self.call(
             gate,
             &Limits::default(),
-            Timestamp::now(),
+            crate::clock::now(),
             Ahead::No,
             |store, g| g.call_check_params(store, &json),
         )?;
@@ -604,7 +604,7 @@ impl GateHost {
                 &engine,
                 &pre,
                 &limits,
-                Timestamp::now(),
+                crate::clock::now(),
                 deadline,
                 permit,
             ))

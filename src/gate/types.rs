@@ -220,7 +220,7 @@ impl Default for Context {
             loop_name: "example".to_owned(),
             phase: Phase::BeforeStep,
             tick: 0,
-            now: Timestamp::now(),
+            now: crate::clock::now(),
             last_run: None,
             consecutive_failures: 0,
             unchanged_ticks: 0,

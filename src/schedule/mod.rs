@@ -14,7 +14,6 @@ mod systemd;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Schedule;
@@ -203,7 +202,7 @@ fn plan(root: &Root, name: &str, backend: Option<Backend>, replace: bool) -> Res
         command: job.command.clone(),
         files: install.iter().filter_map(Action::written).collect(),
         enabled: true,
-        installed_at: Timestamp::now(),
+        installed_at: crate::clock::now(),
     };
     if schedule.jitter.is_some() && matches!(backend, Backend::Cron | Backend::Launchd) {
         tracing::warn!("loop {name:?}: {backend} has no jitter; `jitter` is not applied");

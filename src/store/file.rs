@@ -16,7 +16,6 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use jiff::Timestamp;
 use serde::Deserialize;
 
 use super::flight::{self, Flight, Found};
@@ -48,7 +47,7 @@ const STATE_MAX: u64 = 16 * 1024 * 1024;
 /// How often a history read starts again when commits keep landing under it.
 const HISTORY_READS: usize = 5;
 /// The largest loop.toml read.
-const CONFIG_MAX: u64 = 1024 * 1024;
+pub(super) const CONFIG_MAX: u64 = 1024 * 1024;
 /// How often a read starts again when the `in_flight` record it found is
 /// newer than the state file it read (commits landing under it).
 const FLIGHT_READS: usize = 5;
@@ -633,7 +632,7 @@ impl FileSession<'_> {
                 found: state.version,
             });
         }
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let next = state.version + 1;
         let events = super::stamp(events, next, now);
         let mut next_state = state.clone();
@@ -975,7 +974,7 @@ mod tests {
         ));
         assert!(matches!(parse_state(b"[]", p), Err(Error::CorruptState { .. })));
         assert!(matches!(parse_state(b"{}", p), Err(Error::CorruptState { .. })));
-        let good = state_bytes(&State::new(Timestamp::now()));
+        let good = state_bytes(&State::new(crate::clock::now()));
         assert!(parse_state(&good, p).is_ok());
     }
 }

@@ -183,16 +183,15 @@ fn checksum(head: &[u8], payload: &[u8]) -> [u8; 32] {
 mod tests {
     use super::*;
     use crate::history::EventKind;
-    use jiff::Timestamp;
 
     fn flight(version: u64, note: &str) -> Flight {
-        let mut state = State::new(Timestamp::now());
+        let mut state = State::new(crate::clock::now());
         state.version = version;
         Flight {
             state,
             events: vec![Event {
                 v: version,
-                at: Timestamp::now(),
+                at: crate::clock::now(),
                 kind: EventKind::Paused {
                     by: "ann".into(),
                     reason: Some(note.into()),

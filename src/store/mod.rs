@@ -16,6 +16,7 @@
 //! an advisory lock and a commit is a transaction. [`Stores`] opens
 //! whichever one a root uses.
 
+pub mod edits;
 mod file;
 mod flight;
 mod journal;

@@ -66,7 +66,7 @@ pub fn evaluate_phase(
     state: &State,
     phase: Phase,
 ) -> PhaseResult {
-    let now = Timestamp::now();
+    let now = crate::clock::now();
     let mut verdicts = Vec::new();
     let mut contexts = Vec::new();
     for g in config.gates.iter().filter(|g| g.phases.contains(&phase)) {
@@ -93,7 +93,7 @@ pub fn evaluate_phase(
             }
         };
         verdicts.push(Verdict {
-            gate: label,
+            gate: crate::bounds::text(label),
             phase,
             decision: bounded(decision),
             micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),

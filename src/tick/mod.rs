@@ -115,6 +115,8 @@ pub fn run_configured(
     config: &LoopConfig,
     opts: &Options<'_>,
 ) -> Result<TickReport> {
+    // A daemon's clock may have jumped since it started.
+    crate::clock::check()?;
     let skip = config.overlap == Overlap::Skip || opts.never_wait;
     let session = match store.lock(Holder::me("tick"), Wait::No) {
         Ok(session) => session,
@@ -298,7 +300,7 @@ impl Tick<'_> {
         decision: Decision,
     ) -> Result<Stepped> {
         let number = self.number;
-        let started_at = Timestamp::now();
+        let started_at = crate::clock::now();
         // The step's group is made first, so the record names it and no
         // file has to (if it cannot be made now, the step's start tries
         // again and says why).
@@ -369,6 +371,7 @@ impl Tick<'_> {
         stepped: Stepped,
     ) -> Result<TickReport> {
         let number = self.number;
+        let reason = crate::bounds::opt_text(reason);
         let Stepped {
             ran,
             worktree_changed,
@@ -447,7 +450,7 @@ impl Tick<'_> {
                         repo,
                         branch: w.branch.clone(),
                         path: path.clone(),
-                        created_at: Timestamp::now(),
+                        created_at: crate::clock::now(),
                     });
                     if matches!(created, worktree::Ensured::Created) {
                         self.events.push(EventKind::WorktreeCreated {
@@ -511,7 +514,7 @@ impl Tick<'_> {
     /// there are enough; records both.
     fn use_approvals(&mut self, state: &mut State) -> bool {
         let rules = &self.config.approval;
-        for a in state.drop_expired(Timestamp::now(), rules.expires.map(|d| d.0)) {
+        for a in state.drop_expired(crate::clock::now(), rules.expires.map(|d| d.0)) {
             self.events.push(EventKind::ApprovalExpired {
                 id: a.id,
                 by: a.by,
@@ -563,7 +566,7 @@ impl Tick<'_> {
                     tracing::warn!("loop {:?}: tick {number}: {message}", self.store.name().as_str());
                     self.events.push(EventKind::MetricsWarning {
                         tick: number,
-                        message,
+                        message: crate::bounds::text(message),
                     });
                 }
                 state.metrics = m;
@@ -573,14 +576,14 @@ impl Tick<'_> {
                 state.metrics.clear();
                 self.events.push(EventKind::MetricsWarning {
                     tick: number,
-                    message: e.to_string(),
+                    message: crate::bounds::text(e.to_string()),
                 });
             }
         }
         state.last_tick = Some(LastTick {
             number,
             started_at,
-            ended_at: Timestamp::now(),
+            ended_at: crate::clock::now(),
             outcome: if ran.failed() {
                 Outcome::Failed
             } else {
@@ -605,6 +608,7 @@ impl Tick<'_> {
         outcome: Outcome,
         reason: String,
     ) -> Result<Before> {
+        let reason = crate::bounds::text(reason);
         // Still awaiting approval as at the last firing: the firing that
         // started the wait recorded it, and this one records nothing.
         let repeat_await = outcome == Outcome::AwaitingApproval && !changed;

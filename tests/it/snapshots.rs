@@ -10,7 +10,7 @@ fn settings(env: &Env) -> insta::Settings {
     s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d", "[TIME]");
     s.add_filter(r"in \d+(ms|[smhd]\w*)", "in [DUR]");
     s.add_filter(r"\d+[smhd]\w* ago|just now", "[AGO]");
-    s.add_filter(r"\.loop\.toml\.edit-\w+\.toml", ".loop.toml.edit-[ID].toml");
+    s.add_filter(r"\.loop\.toml\.edit-[\w-]+\.toml", ".loop.toml.edit-[ID].toml");
     s.add_filter(r"pid \d+", "pid [PID]");
     s.add_filter(r"running \d+[a-z]+", "running [DUR]");
     s.set_prepend_module_to_snapshot(false);

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::gate::{Context, Decision, GateHost, GateSource, Limits, Phase, RunResult};
 use crate::state::Approval;
+use crate::term::safe;
 
 /// One case: a context (missing fields take defaults), optional params and
 /// phase overriding the context's, and the decision expected.
@@ -169,15 +170,20 @@ pub fn render(r: &CasesReport, json: bool, out: &mut dyn Write) -> io::Result<()
     if json {
         return super::write_json(r, out);
     }
-    writeln!(out, "gate {} ({})", r.gate, r.version)?;
+    writeln!(out, "gate {} ({})", safe(&r.gate), safe(&r.version))?;
     for c in &r.cases {
+        let (name, expected) = (safe(&c.name), safe(&c.expected.to_string()).into_owned());
         match (&c.got, c.passed) {
-            (Ok(d), true) => writeln!(out, "ok    {}: {d}", c.name)?,
-            (Ok(d), false) => writeln!(out, "FAIL  {}: expected {}, got {d}", c.name, c.expected)?,
+            (Ok(d), true) => writeln!(out, "ok    {name}: {}", safe(&d.to_string()))?,
+            (Ok(d), false) => writeln!(
+                out,
+                "FAIL  {name}: expected {expected}, got {}",
+                safe(&d.to_string())
+            )?,
             (Err(e), _) => writeln!(
                 out,
-                "FAIL  {}: expected {}, got an error: {e}",
-                c.name, c.expected
+                "FAIL  {name}: expected {expected}, got an error: {}",
+                safe(e)
             )?,
         }
     }

@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jiff::Timestamp;
 use postgres::Client;
 
 use super::{Durability, Finding, Level, Loaded, LoopStore, Session};
@@ -659,7 +658,7 @@ impl Session for PgSession<'_> {
                 found: state.version,
             });
         }
-        let now = Timestamp::now();
+        let now = crate::clock::now();
         let next = state.version + 1;
         let events = super::stamp(events, next, now);
         let mut next_state = state.clone();
