@@ -167,7 +167,7 @@ pub enum Error {
         latest: jiff::Timestamp,
     },
 
-    #[error("cannot write output")]
+    #[error("cannot write the output; any change it reports was made before this")]
     Output(#[from] io::Error),
 
     #[error("{action} {}", path.display())]
