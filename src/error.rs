@@ -73,6 +73,9 @@ pub enum Error {
     #[error("{} is {kind}; automaton reads and writes only regular files there, and left it untouched", path.display())]
     NotRegular { path: PathBuf, kind: &'static str },
 
+    #[error("{} is, or passes through, a symbolic link; automaton follows no link to or inside a loop's directory, and left it and what it points to untouched", path.display())]
+    Link { path: PathBuf },
+
     #[error("{} is {size} bytes, more than the {max} automaton ever writes there; it was left untouched", path.display())]
     TooLarge { path: PathBuf, size: u64, max: u64 },
 
@@ -213,6 +216,7 @@ impl Error {
             | Error::CorruptState { .. }
             | Error::UnknownSchema { .. }
             | Error::NotRegular { .. }
+            | Error::Link { .. }
             | Error::TooLarge { .. } => 5,
             Error::EditRejected { .. } => 5,
             Error::BadStore { .. } => 2,

@@ -1,9 +1,11 @@
 //! Opening a loop's files (its lock among them) safely: never following a
 //! symbolic link, never blocking on a FIFO or a device, refusing anything
 //! that is not a regular file, and reading no more than a file of its kind
-//! can hold. What a
-//! loop's directory contains then cannot stall a command (or the daemon),
-//! nor make it read or write outside the loop.
+//! can hold. [`Dir`] holds a loop's directory (or `runs/`, or a run's)
+//! open and opens, makes, unlinks and removes what is beneath it relative
+//! to it, following no link anywhere on the way. What a loop's directory
+//! contains then cannot stall a command (or the daemon), nor make it read,
+//! write or remove anything outside the loop.
 
 use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
@@ -13,6 +15,9 @@ use std::path::Path;
 use nix::fcntl::OFlag;
 
 use crate::error::{Error, Result};
+
+mod beneath;
+pub use beneath::{Dir, io_error, is_link};
 
 /// Flags for every open of a loop's file.
 fn flags() -> i32 {
