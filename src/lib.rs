@@ -20,6 +20,7 @@ pub mod history;
 pub mod lock;
 pub mod metrics;
 pub mod notify;
+pub mod procfs;
 pub mod root;
 pub mod schedule;
 pub mod state;

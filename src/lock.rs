@@ -162,12 +162,8 @@ impl Drop for Held {
 /// None where the boot has no id to read (then nobody skips recovery).
 fn released_line() -> Option<&'static str> {
     static LINE: OnceLock<Option<String>> = OnceLock::new();
-    LINE.get_or_init(|| {
-        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let id = id.trim();
-        (!id.is_empty() && id.len() <= 64).then(|| format!("released {id}\n"))
-    })
-    .as_deref()
+    LINE.get_or_init(|| crate::procfs::boot_id().map(|id| format!("released {id}\n")))
+        .as_deref()
 }
 
 /// Takes the exclusive lock of loop `name` in the lock file at `path`, as

@@ -163,6 +163,22 @@ pub struct InFlight {
     /// written, so `cancel` can signal it), when it could be made then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<i32>,
+    /// When the group's leader started: what proves to `cancel` that the
+    /// group is still the step's, not another that took its id. A record
+    /// without it (an older build's, or a system without `/proc`) proves
+    /// nothing, and `cancel` signals nothing on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_start: Option<ProcessStart>,
+}
+
+/// When a process started, as the kernel counts it: clock ticks since
+/// boot (field 22 of `/proc/<pid>/stat`), and which boot (the kernel's
+/// boot id), so that a process that took its id later, or on another
+/// boot, is told from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStart {
+    pub ticks: u64,
+    pub boot: String,
 }
 
 /// The git worktree a loop's step runs in.

@@ -305,12 +305,15 @@ impl Tick<'_> {
         // file has to (if it cannot be made now, the step's start tries
         // again and says why).
         let group = crate::step::Group::new().ok();
+        let group_id = group.as_ref().map(crate::step::Group::id);
         state.in_flight = Some(InFlight {
             tick: number,
             pid: std::process::id(),
             host: who::host(),
             started_at,
-            group: group.as_ref().map(crate::step::Group::id),
+            group: group_id,
+            // What tells `cancel` this group from one that takes its id later.
+            group_start: group_id.and_then(crate::procfs::start_of),
         });
         let events = std::mem::take(&mut self.events);
         session.commit(state, events, Durability::Relaxed)?;
