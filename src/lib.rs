@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod notify;
 pub mod procfs;
 pub mod root;
+pub mod runs;
 pub mod schedule;
 pub mod state;
 pub mod step;

@@ -65,21 +65,37 @@ pub enum Invalid {
 /// Reads the metrics file at `path`. A missing file reports no metrics; when
 /// a key appears more than once, the last value wins.
 pub fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>, MetricsError> {
+    // The step writes this file: never follow a link out of the run
+    // directory, never block on a FIFO.
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path);
+    read_opened(opened, path)
+}
+
+/// Reads the metrics file `name` in the run directory `dir`, following no
+/// link, as [`read_metrics`] does.
+pub fn read_metrics_in(dir: &crate::fsx::Dir, name: &str) -> Result<BTreeMap<String, f64>, MetricsError> {
+    let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_NONBLOCK;
+    let opened = dir.open_at(name.as_ref(), flags, 0).map(std::fs::File::from);
+    read_opened(opened, &dir.join(name))
+}
+
+/// Reads the metrics file at `path` that `opened` is the open of.
+fn read_opened(
+    opened: io::Result<std::fs::File>,
+    path: &Path,
+) -> Result<BTreeMap<String, f64>, MetricsError> {
     let read_err = |source| MetricsError::Read {
         path: path.to_owned(),
         source,
     };
-    // The step writes this file: never follow a link out of the run
-    // directory, never block on a FIFO.
-    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits())
-        .open(path)
-    {
+    let file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+        Err(e) if crate::fsx::is_link(&e) => {
             return Err(MetricsError::NotRegular {
                 path: path.to_owned(),
             });

@@ -21,7 +21,8 @@ use crate::error::{Error, Result};
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::store::LoopStore;
-use crate::tick::{cancel_file, pgid_file};
+use crate::fsx::Dir;
+use crate::runs::{self, Runs};
 use crate::who;
 
 /// How often to look for the step's process group to appear.
@@ -53,10 +54,8 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
         return finish(&report, args.json.json, out);
     };
     report.tick = Some(flight.tick);
-    let run_dir = dir.runs_dir().join(flight.tick.to_string());
-    crate::store::create_dirs(&run_dir)?;
-    std::fs::write(cancel_file(&run_dir), format!("{by}\n"))
-        .map_err(Error::io("writing", cancel_file(&run_dir)))?;
+    let run_dir = Runs::make(dir.base_dir())?.make_run(flight.tick)?;
+    runs::write_note(&run_dir, &by)?;
 
     let runner = flight.pid;
     let lock_free = |wait: Wait| match dir.lock(Holder::me("cancel"), wait) {
@@ -112,7 +111,7 @@ fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
 /// `in_flight` record names may not hold the step yet: the runner then
 /// finds the note left before the signal, and stops the step itself.
 fn step_group(
-    run_dir: &Path,
+    run_dir: &Dir,
     named: Option<i32>,
     runner: u32,
     lock_free: &dyn Fn(Wait) -> Result<bool>,
@@ -130,11 +129,8 @@ fn step_group(
 /// The verifier's group, else the step's (named in the `in_flight` record
 /// or the run directory), if its leader (the runner's guard process) is
 /// still the runner's child: a stale id is never signalled.
-fn live_group(run_dir: &Path, named: Option<i32>, runner: u32) -> Option<Pid> {
-    let written = |what| {
-        let text = std::fs::read_to_string(pgid_file(run_dir, what)).ok()?;
-        text.trim().parse::<i32>().ok()
-    };
+fn live_group(run_dir: &Dir, named: Option<i32>, runner: u32) -> Option<Pid> {
+    let written = |what| runs::read_group(run_dir, what).map(|(group, _)| group);
     let candidates = [written("verifier"), named.or_else(|| written("step"))];
     candidates.into_iter().flatten().find_map(|pgid| {
         let ours = match Path::new("/proc/self").exists() {

@@ -10,8 +10,8 @@ use crate::cli::LogsArgs;
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::root::Root;
+use crate::runs::{self, Runs};
 use crate::store::LoopStore;
-use crate::tick::output_file;
 
 /// How often `--follow` looks for more output.
 const POLL: Duration = Duration::from_millis(100);
@@ -31,23 +31,30 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
         });
     };
     let what = if args.verifier { "verifier" } else { "step" };
-    let run_dir = dir.runs_dir().join(tick.to_string());
-    let file = output_file(&run_dir, what, args.stderr);
+    let base = dir.base_dir();
+    let run_path = runs::run_path(base, tick);
+    let name = runs::output_name(what, args.stderr);
+    let file_path = run_path.join(&name);
+    let open_run = || match Runs::open(base)? {
+        Some(runs) => runs.run(tick),
+        None => Ok(None),
+    };
     let in_flight = || {
         dir.load()
             .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == tick))
     };
+    let mut run = open_run()?;
     if args.follow {
         // The tick may not have made its run directory yet.
-        while !run_dir.is_dir() && in_flight() {
+        while run.is_none() && in_flight() {
             std::thread::sleep(POLL);
+            run = open_run()?;
         }
     }
     // A stream that said nothing leaves no file (it is made at its first
     // byte), so a missing file is no output when the process ran.
-    let ran =
-        run_dir.is_dir() && (!args.verifier || running == Some(tick) || verifier_ran(dir.as_ref(), tick));
-    if !ran {
+    let ran = run.is_some() && (!args.verifier || running == Some(tick) || verifier_ran(dir.as_ref(), tick));
+    let Some(run) = run.filter(|_| ran) else {
         let elsewhere = state
             .last_tick
             .as_ref()
@@ -59,11 +66,15 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
                 name: dir.name().to_string(),
                 message: format!(
                     "tick {tick} ran on host {host}; its output is in {} there",
-                    run_dir.display()
+                    run_path.display()
                 ),
             });
         }
-        let missing = if run_dir.is_dir() { &file } else { &run_dir };
+        let missing = if open_run()?.is_some() {
+            file_path
+        } else {
+            run_path
+        };
         return Err(Error::NoOutput {
             name: dir.name().to_string(),
             tick,
@@ -72,14 +83,16 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
             } else {
                 "step output"
             },
-            path: missing.clone(),
+            path: missing,
         });
-    }
+    };
     let mut offset = 0;
     loop {
         let running = args.follow && in_flight();
-        if file.exists() {
-            offset = copy_from(&file, offset, out)?;
+        // Opened again each time: the step's file is made at its first
+        // byte. Never through a link, never a FIFO (refused at once).
+        if let Some((file, _)) = run.open_read(&name)? {
+            offset = copy_from(file, &file_path, offset, out)?;
         }
         if !running {
             break;
@@ -98,9 +111,9 @@ fn verifier_ran(dir: &dyn LoopStore, tick: u64) -> bool {
     })
 }
 
-/// Copies what `path` holds past `offset` to `out`; returns the new offset.
-fn copy_from(path: &Path, offset: u64, out: &mut dyn Write) -> Result<u64> {
-    let mut f = File::open(path).map_err(Error::io("opening", path))?;
+/// Copies what `f` (the file at `path`) holds past `offset` to `out`;
+/// returns the new offset.
+fn copy_from(mut f: File, path: &Path, offset: u64, out: &mut dyn Write) -> Result<u64> {
     io::Seek::seek(&mut f, io::SeekFrom::Start(offset)).map_err(Error::io("reading", path))?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut at = offset;

@@ -16,7 +16,6 @@ mod tests;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,6 +26,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::Signal;
 use thiserror::Error;
 
+use crate::fsx::Dir;
 use crate::state::ProcessOutcome;
 
 pub use output::MARKER_MAX_LEN;
@@ -44,10 +44,14 @@ pub struct StepSpec<'a> {
     pub timeout: Option<Duration>,
     /// After a timeout: how long between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
-    /// Created (or truncated) with mode 0600 when the stream carries its
-    /// first byte: a stream that stays silent leaves no file.
-    pub stdout: &'a Path,
-    pub stderr: &'a Path,
+    /// The directory the output files are made in.
+    pub out_dir: &'a Dir,
+    /// The output files' names in `out_dir`, each made (mode 0600, empty)
+    /// when its stream carries its first byte: a stream that stays silent
+    /// leaves no file. Whatever else is there under the name (a link) is
+    /// replaced, never written through.
+    pub stdout: &'a str,
+    pub stderr: &'a str,
     /// Bytes kept per stream; the rest is read and dropped, and a one-line
     /// truncation marker is appended.
     pub output_limit: u64,
@@ -176,9 +180,9 @@ pub fn run_in(
     // never leaves a step running or unreaped.
     let mut drains = Vec::with_capacity(2);
     let mut write_ends = Vec::with_capacity(2);
-    for path in [spec.stdout, spec.stderr] {
+    for name in [spec.stdout, spec.stderr] {
         let (read, write) = guard::cloexec_pipe().map_err(supervise)?;
-        drains.push(output::Drain::new(read, path.to_owned(), spec.output_limit).map_err(supervise)?);
+        drains.push(output::Drain::new(read, spec.out_dir, name, spec.output_limit).map_err(supervise)?);
         write_ends.push(write);
     }
     let (cancel_read, cancel_write) = guard::nonblocking_cloexec_pipe().map_err(supervise)?;
@@ -286,10 +290,10 @@ pub fn run_in(
     // pipes is read, without waiting for writers that escaped the group.
     drop(guard);
     let mut output_error = None;
-    for (drain, path) in drains.into_iter().zip([spec.stdout, spec.stderr]) {
+    for (drain, name) in drains.into_iter().zip([spec.stdout, spec.stderr]) {
         if let Err(source) = drain.finish(&mut buf) {
             output_error.get_or_insert(StepError::Output {
-                path: path.to_owned(),
+                path: spec.out_dir.join(name),
                 source,
             });
         }
@@ -493,97 +497,4 @@ fn spawn_error(program: &Path, e: io::Error) -> StepError {
         io::ErrorKind::PermissionDenied => StepError::NotExecutable { program },
         _ => StepError::Spawn { program, source: e },
     }
-}
-
-/// Removes all but the newest `keep` run directories in `runs_dir` (named by
-/// tick number; other entries are left alone). Returns how many it removed;
-/// a missing `runs_dir` has nothing to prune.
-pub fn prune_runs(runs_dir: &Path, keep: usize) -> io::Result<usize> {
-    let mut removed = 0;
-    for (_, path) in runs_newest_first(runs_dir)?.iter().skip(keep) {
-        std::fs::remove_dir_all(path)?;
-        removed += 1;
-    }
-    Ok(removed)
-}
-
-/// Makes `runs_dir/<tick>` (mode 0700) for a tick about to run its step,
-/// and leaves at most `keep` run directories with it. When an old one has
-/// to go, the oldest is emptied and renamed to the new tick's name rather
-/// than removed: a rename costs the file system less than removing one
-/// directory and making another. A directory of that tick already there
-/// (`cancel` makes it when it comes first) is kept as it is. Only making
-/// the directory can fail; an old one that cannot be removed is logged and
-/// left for the next tick.
-pub fn make_run_dir(runs_dir: &Path, tick: u64, keep: usize) -> io::Result<PathBuf> {
-    let dir = runs_dir.join(tick.to_string());
-    let mut old = runs_newest_first(runs_dir).unwrap_or_else(|e| {
-        tracing::warn!("cannot list {}: {e}", runs_dir.display());
-        Vec::new()
-    });
-    old.retain(|(t, _)| *t != tick);
-    let doomed = old.split_off(old.len().min(keep.saturating_sub(1)));
-    let mut made = dir.symlink_metadata().is_ok_and(|m| m.is_dir());
-    for (_, path) in doomed.iter().rev() {
-        let done = match made {
-            true => std::fs::remove_dir_all(path),
-            false => recycle(path, &dir).map(|renamed| made = renamed),
-        };
-        if let Err(e) = done {
-            tracing::warn!("cannot prune the old run {}: {e}", path.display());
-        }
-    }
-    if !made {
-        // Recursive: a directory already there is fine, anything else is not.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)?;
-    }
-    Ok(dir)
-}
-
-/// Empties the run directory `from` and renames it to `to`; false when
-/// something is at `to` already (`from` is then removed).
-fn recycle(from: &Path, to: &Path) -> io::Result<bool> {
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        match entry.file_type()?.is_dir() {
-            true => std::fs::remove_dir_all(entry.path())?,
-            false => std::fs::remove_file(entry.path())?,
-        }
-    }
-    // A step may have opened its directory to others; the next one's is
-    // private again.
-    let meta = from.symlink_metadata()?;
-    if meta.permissions().mode() & 0o7777 != 0o700 {
-        std::fs::set_permissions(from, std::fs::Permissions::from_mode(0o700))?;
-    }
-    match crate::fsx::rename_noreplace(from, to) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => std::fs::remove_dir(from).map(|()| false),
-        Err(e) => Err(e),
-    }
-}
-
-/// The run directories in `runs_dir` (named by tick number; other entries
-/// are passed over), newest first; none when `runs_dir` is missing.
-fn runs_newest_first(runs_dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
-    let entries = match std::fs::read_dir(runs_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut runs = Vec::new();
-    for entry in entries {
-        let entry = entry?;
-        let tick = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok());
-        if let Some(tick) = tick
-            && entry.file_type()?.is_dir()
-        {
-            runs.push((tick, entry.path()));
-        }
-    }
-    runs.sort_unstable_by_key(|(tick, _)| std::cmp::Reverse(*tick));
-    Ok(runs)
 }

@@ -9,31 +9,33 @@
 //! runner's one supervising loop polls both streams with the step's exit
 //! and reads whatever is ready, so a step costs no thread of its own.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
+use crate::fsx::Dir;
+
 /// One stream being copied into its file.
-pub(super) struct Drain {
+pub(super) struct Drain<'a> {
     /// `None` once the stream has reached its end.
     src: Option<File>,
-    sink: Sink,
+    sink: Sink<'a>,
 }
 
-impl Drain {
-    /// Takes the read end of the stream's pipe and makes it non-blocking.
-    pub(super) fn new(src: OwnedFd, path: PathBuf, limit: u64) -> io::Result<Drain> {
+impl<'a> Drain<'a> {
+    /// Takes the read end of the stream's pipe and makes it non-blocking;
+    /// its file is `name` in `dir`.
+    pub(super) fn new(src: OwnedFd, dir: &'a Dir, name: &'a str, limit: u64) -> io::Result<Drain<'a>> {
         // A pipe's read end just made: no status flag is set yet, so this
         // one call sets the only one wanted.
         fcntl(&src, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
         Ok(Drain {
             src: Some(File::from(src)),
             sink: Sink {
-                path,
+                dir,
+                name,
                 file: None,
                 limit,
                 written: 0,
@@ -80,8 +82,9 @@ impl Drain {
     }
 }
 
-struct Sink {
-    path: PathBuf,
+struct Sink<'a> {
+    dir: &'a Dir,
+    name: &'a str,
     /// Made at the first byte kept (or the marker).
     file: Option<File>,
     limit: u64,
@@ -91,7 +94,7 @@ struct Sink {
     error: Option<io::Error>,
 }
 
-impl Sink {
+impl Sink<'_> {
     fn take(&mut self, data: &[u8]) {
         let room = self.limit.saturating_sub(self.written);
         let keep = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
@@ -109,16 +112,11 @@ impl Sink {
         }
     }
 
-    /// The output file, created (mode 0600, truncated) on first use.
+    /// The output file, made (mode 0600, empty) on first use in the run
+    /// directory, never through a link the step left under its name.
     fn file(&mut self) -> io::Result<&mut File> {
         if self.file.is_none() {
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&self.path)?;
-            self.file = Some(file);
+            self.file = Some(self.dir.create(self.name)?);
         }
         Ok(self.file.as_mut().expect("just made"))
     }

@@ -44,7 +44,7 @@ impl Fixture {
         on_start: impl FnOnce(&Started),
     ) -> Result<ProcessOutcome, StepError> {
         let args = ["-c".into(), OsString::from(script)];
-        let (stdout, stderr) = (self.path("stdout"), self.path("stderr"));
+        let out = Dir::open(self.dir.path()).unwrap();
         let spec = StepSpec {
             program: "sh".as_ref(),
             args: &args,
@@ -52,8 +52,9 @@ impl Fixture {
             env: &self.env,
             timeout,
             kill_grace: Duration::from_millis(300),
-            stdout: &stdout,
-            stderr: &stderr,
+            out_dir: &out,
+            stdout: "stdout",
+            stderr: "stderr",
             output_limit,
         };
         run_with(&spec, on_start)
@@ -343,7 +344,7 @@ fn an_escaped_process_holding_the_output_does_not_hang_the_runner() {
 #[test]
 fn a_missing_program_is_a_typed_error_naming_it() {
     let f = Fixture::new();
-    let (stdout, stderr) = (f.path("stdout"), f.path("stderr"));
+    let out = Dir::open(f.dir.path()).unwrap();
     let spec = StepSpec {
         program: "automaton-no-such-program".as_ref(),
         args: &[],
@@ -351,8 +352,9 @@ fn a_missing_program_is_a_typed_error_naming_it() {
         env: &[],
         timeout: None,
         kill_grace: Duration::from_secs(1),
-        stdout: &stdout,
-        stderr: &stderr,
+        out_dir: &out,
+        stdout: "stdout",
+        stderr: "stderr",
         output_limit: 1024,
     };
     let err = run(&spec).unwrap_err();
@@ -428,79 +430,16 @@ fn runner_death_kills_every_step() {
 }
 
 #[test]
-fn prune_runs_keeps_the_newest_by_number() {
-    let dir = tempfile::tempdir().unwrap();
-    for name in ["1", "2", "3", "10", "11", "notes"] {
-        std::fs::create_dir(dir.path().join(name)).unwrap();
-    }
-    std::fs::write(dir.path().join("4"), "").unwrap();
-    assert_eq!(prune_runs(dir.path(), 2).unwrap(), 3);
-    let mut left: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    left.sort();
-    assert_eq!(left, ["10", "11", "4", "notes"]);
-    assert_eq!(prune_runs(dir.path(), 5).unwrap(), 0);
-    assert_eq!(prune_runs(&dir.path().join("missing"), 1).unwrap(), 0);
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    names
-}
-
-#[test]
-fn a_new_run_directory_reuses_the_oldest_emptied_and_keeps_keep() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let runs = dir.path().join("runs");
-    assert_eq!(make_run_dir(&runs, 1, 3).unwrap(), runs.join("1"));
-    for tick in [2, 3] {
-        make_run_dir(&runs, tick, 3).unwrap();
-    }
-    // What the oldest run left: output, a metrics file, a note, a folder.
-    let oldest = runs.join("1");
-    std::fs::write(oldest.join("step.out"), "old").unwrap();
-    std::fs::write(oldest.join("metrics"), "cost=1").unwrap();
-    std::fs::create_dir_all(oldest.join("deep/er")).unwrap();
-    std::fs::set_permissions(&oldest, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(runs.join("notes"), "").unwrap();
-    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&p.symlink_metadata().unwrap());
-    let was = inode(&oldest);
-
-    let made = make_run_dir(&runs, 4, 3).unwrap();
-    assert_eq!(names_in(&runs), ["2", "3", "4", "notes"]);
-    assert_eq!(inode(&made), was, "the oldest directory is reused");
-    assert!(names_in(&made).is_empty(), "and emptied");
-    let mode = made.symlink_metadata().unwrap().permissions().mode();
-    assert_eq!(mode & 0o7777, 0o700);
-
-    // Fewer kept now: the oldest are removed, one reused.
-    make_run_dir(&runs, 5, 1).unwrap();
-    assert_eq!(names_in(&runs), ["5", "notes"]);
-}
-
-#[test]
-fn a_run_directory_made_first_by_cancel_is_kept_with_its_note() {
-    let dir = tempfile::tempdir().unwrap();
-    let runs = dir.path().join("runs");
-    for tick in [1, 2] {
-        make_run_dir(&runs, tick, 2).unwrap();
-    }
-    std::fs::create_dir(runs.join("3")).unwrap();
-    std::fs::write(runs.join("3/cancel"), "ann\n").unwrap();
-    make_run_dir(&runs, 3, 2).unwrap();
-    assert_eq!(names_in(&runs), ["2", "3"]);
-    assert_eq!(names_in(&runs.join("3")), ["cancel"]);
-    // keep = 0: the new one is made (the tick removes it once recorded).
-    make_run_dir(&runs, 4, 0).unwrap();
-    assert_eq!(names_in(&runs), ["4"]);
-    // A file where the directory should be is an error, not a directory.
-    std::fs::write(runs.join("5"), "").unwrap();
-    assert!(make_run_dir(&runs, 5, 2).is_err());
+fn output_goes_to_a_file_of_its_own_not_through_a_link_the_step_planted() {
+    let f = Fixture::new();
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "precious\n").unwrap();
+    let script = format!(
+        "ln -s '{}' \"$OUT_DIR/stdout\"; echo hi",
+        outside.path().display()
+    );
+    assert!(f.run_sh(&script, None).unwrap().success());
+    assert_eq!(std::fs::read_to_string(outside.path()).unwrap(), "precious\n");
+    assert!(f.path("stdout").symlink_metadata().unwrap().is_file());
+    assert_eq!(f.read("stdout"), "hi\n");
 }

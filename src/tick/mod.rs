@@ -27,7 +27,7 @@ use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
-pub use process::{Cancel, Failure, cancel_file, output_file, pgid_file};
+pub use process::{Cancel, Failure};
 
 /// How a tick was asked to run. The command line sets `timeout`; the
 /// daemon sets the rest.
@@ -318,7 +318,7 @@ impl Tick<'_> {
         let events = std::mem::take(&mut self.events);
         session.commit(state, events, Durability::Relaxed)?;
 
-        let run_dir = self.store.runs_dir().join(number.to_string());
+        let run_dir = crate::runs::run_path(self.store.base_dir(), number);
         let cwd = match worktree {
             Some(w) => w.to_owned(),
             None => self.store.base_dir().join(&self.config.workdir),
@@ -331,7 +331,8 @@ impl Tick<'_> {
             worktree,
             run_dir: &run_dir,
         };
-        let ran = process::run_step_and_verifier(self.config, &cwd, &env, self.cancel, group);
+        let base = self.store.base_dir();
+        let ran = process::run_step_and_verifier(self.config, base, &cwd, &env, self.cancel, group);
         let worktree_changed = match (worktree, before_snapshot) {
             (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
             _ => None,
@@ -340,7 +341,7 @@ impl Tick<'_> {
             ran,
             worktree_changed,
         };
-        self.record_results(state, started_at, decision, &stepped, &run_dir);
+        self.record_results(state, started_at, decision, &stepped);
         Ok(stepped)
     }
 
@@ -409,7 +410,7 @@ impl Tick<'_> {
         // The step's run directory was made with `keep - 1` old ones left;
         // with `keep = 0` it goes too, now that the tick is recorded.
         if self.config.runs.keep == 0
-            && let Err(e) = crate::step::prune_runs(&self.store.runs_dir(), 0)
+            && let Err(e) = crate::runs::prune(self.store.base_dir(), 0)
         {
             tracing::warn!(
                 "loop {:?}: could not prune old runs: {e}",
@@ -543,7 +544,6 @@ impl Tick<'_> {
         started_at: Timestamp,
         decision: Decision,
         stepped: &Stepped,
-        run_dir: &std::path::Path,
     ) {
         let (number, ran, worktree_changed) = (self.number, &stepped.ran, stepped.worktree_changed);
         state.tick = number;
@@ -557,7 +557,11 @@ impl Tick<'_> {
             Some(false) => state.unchanged_ticks += 1,
             None => {}
         }
-        match metrics::read_metrics(&run_dir.join(process::METRICS_FILE)) {
+        let reported = match &ran.run_dir {
+            Some(dir) => metrics::read_metrics_in(dir, crate::runs::METRICS),
+            None => Ok(Default::default()),
+        };
+        match reported {
             Ok(m) => {
                 let left_out = metrics::add_totals(&mut state.totals, &m);
                 if !left_out.is_empty() {

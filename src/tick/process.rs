@@ -9,50 +9,18 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::config::{CommandLine, LoopConfig};
+use crate::fsx::Dir;
+use crate::runs::{self, Runs};
 use crate::state::ProcessOutcome;
 use crate::step::{self, Canceller, StepError, StepSpec};
 use crate::worktree::WorktreeError;
 
-/// The file in `runs/<tick>/` that `AUTOMATON_METRICS` names.
-pub const METRICS_FILE: &str = "metrics";
 /// A step's timeout when loop.toml sets none.
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(3600);
 /// A verifier's timeout when loop.toml sets none.
 pub const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Between SIGTERM and SIGKILL when a timeout ends a process group.
 const KILL_GRACE: Duration = Duration::from_secs(5);
-
-/// The file in `runs/<tick>/` that holds `what`'s (`step`, `verifier`)
-/// standard output, or its standard error.
-pub fn output_file(run_dir: &Path, what: &str, stderr: bool) -> std::path::PathBuf {
-    run_dir.join(format!("{what}.{}", if stderr { "err" } else { "out" }))
-}
-
-/// The file in `runs/<tick>/` holding the process group id of `what`
-/// while it runs, so `automaton cancel` can signal it from outside: the
-/// verifier's, and the step's when its group could not be made before the
-/// tick's `in_flight` record (which names it otherwise).
-pub fn pgid_file(run_dir: &Path, what: &str) -> std::path::PathBuf {
-    run_dir.join(format!("{what}.pgid"))
-}
-
-/// The file in `runs/<tick>/` that `automaton cancel` writes (who asked,
-/// as one line) before it signals the step: the tick then records itself as
-/// cancelled by them, and runs no verifier.
-pub fn cancel_file(run_dir: &Path) -> std::path::PathBuf {
-    run_dir.join("cancel")
-}
-
-/// Who cancelled the tick whose run directory this is, if anyone did.
-fn cancelled_by(run_dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(cancel_file(run_dir)).ok()?;
-    let by = text.lines().next().unwrap_or("").trim();
-    Some(if by.is_empty() {
-        "an operator".to_owned()
-    } else {
-        by.to_owned()
-    })
-}
 
 /// What the step's environment says about the tick.
 pub struct Env<'a> {
@@ -70,7 +38,10 @@ impl Env<'_> {
             ("AUTOMATON_TICK".into(), self.tick.to_string().into()),
             ("AUTOMATON_ROOT".into(), self.root.into()),
             ("AUTOMATON_RUN_DIR".into(), self.run_dir.into()),
-            ("AUTOMATON_METRICS".into(), self.run_dir.join(METRICS_FILE).into()),
+            (
+                "AUTOMATON_METRICS".into(),
+                self.run_dir.join(runs::METRICS).into(),
+            ),
         ];
         if let Some(w) = self.worktree {
             vars.push(("AUTOMATON_WORKTREE".into(), w.into()));
@@ -140,6 +111,8 @@ pub struct Ran {
     pub verifier: Option<ProcessOutcome>,
     /// Why the tick failed, if it did.
     pub failure: Option<Failure>,
+    /// The run directory, held open, once it was made.
+    pub run_dir: Option<Dir>,
 }
 
 impl Ran {
@@ -194,27 +167,47 @@ impl Cancel {
 }
 
 /// Runs the step (in `group` when the tick made it beforehand), then (if
-/// it succeeded) the verifier. The run directory is made first, old ones
-/// pruned to `[runs] keep`.
+/// it succeeded) the verifier. The run directory is made first in the loop
+/// directory `base`, old ones pruned to `[runs] keep`.
 pub fn run_step_and_verifier(
     config: &LoopConfig,
+    base: &Path,
     cwd: &Path,
     env: &Env<'_>,
     cancel: Option<&Cancel>,
     group: Option<step::Group>,
 ) -> Ran {
-    let runs_dir = env.run_dir.parent().unwrap_or(env.run_dir);
-    if let Err(e) = step::make_run_dir(runs_dir, env.tick, config.runs.keep) {
-        let e = crate::error::Error::io("creating directory", env.run_dir)(e);
-        return Ran {
-            failure: Some(Failure::RunDir(Box::new(e))),
-            ..Ran::default()
-        };
-    }
+    let made = Runs::make(base).and_then(|runs| {
+        let run = runs.make_for_tick(env.tick, config.runs.keep);
+        run.map_err(crate::fsx::io_error("creating directory", env.run_dir))
+    });
+    let run_dir = match made {
+        Ok(dir) => dir,
+        Err(e) => {
+            return Ran {
+                failure: Some(Failure::RunDir(Box::new(e))),
+                ..Ran::default()
+            };
+        }
+    };
+    let mut ran = run_in(config, cwd, env, cancel, group, &run_dir);
+    ran.run_dir = Some(run_dir);
+    ran
+}
+
+/// The step, then the verifier, with their output in `run_dir`.
+fn run_in(
+    config: &LoopConfig,
+    cwd: &Path,
+    env: &Env<'_>,
+    cancel: Option<&Cancel>,
+    group: Option<step::Group>,
+    run_dir: &Dir,
+) -> Ran {
     let runner = Runner {
         cwd,
         vars: env.vars(),
-        run_dir: env.run_dir,
+        run_dir,
         limit: config.runs.output_limit.as_u64(),
         cancel,
     };
@@ -228,22 +221,17 @@ pub fn run_step_and_verifier(
             };
         }
     };
-    if let Some(by) = cancelled_by(env.run_dir) {
-        return Ran {
-            failure: Some(Failure::Cancelled {
-                by,
-                ended: Box::new(Failure::ended("step", &step, timeout)),
-            }),
-            step: Some(step),
-            verifier: None,
-        };
+    let ended = |failure| Ran {
+        failure: Some(failure),
+        step: Some(step.clone()),
+        ..Ran::default()
+    };
+    if let Some(by) = runs::cancelled_by(run_dir) {
+        let ended_as = Box::new(Failure::ended("step", &step, timeout));
+        return ended(Failure::Cancelled { by, ended: ended_as });
     }
     if !step.success() {
-        return Ran {
-            failure: Some(Failure::ended("step", &step, timeout)),
-            step: Some(step),
-            verifier: None,
-        };
+        return ended(Failure::ended("step", &step, timeout));
     }
     let Some(v) = &config.verifier else {
         return Ran {
@@ -252,16 +240,12 @@ pub fn run_step_and_verifier(
         };
     };
     if cancel.is_some_and(Cancel::is_cancelled) {
-        return Ran {
-            failure: Some(Failure::CancelledBeforeVerifier),
-            step: Some(step),
-            verifier: None,
-        };
+        return ended(Failure::CancelledBeforeVerifier);
     }
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
     match runner.run("verifier", &v.command, timeout, None) {
         Ok(o) => Ran {
-            failure: match cancelled_by(env.run_dir) {
+            failure: match runs::cancelled_by(run_dir) {
                 Some(by) => Some(Failure::Cancelled {
                     by,
                     ended: Box::new(Failure::ended("verifier", &o, timeout)),
@@ -270,12 +254,9 @@ pub fn run_step_and_verifier(
             },
             step: Some(step),
             verifier: Some(o),
+            run_dir: None,
         },
-        Err(failure) => Ran {
-            failure: Some(failure),
-            step: Some(step),
-            verifier: None,
-        },
+        Err(failure) => ended(failure),
     }
 }
 
@@ -283,7 +264,7 @@ pub fn run_step_and_verifier(
 struct Runner<'a> {
     cwd: &'a Path,
     vars: Vec<(OsString, OsString)>,
-    run_dir: &'a Path,
+    run_dir: &'a Dir,
     limit: u64,
     cancel: Option<&'a Cancel>,
 }
@@ -302,6 +283,7 @@ impl Runner<'_> {
     ) -> Result<ProcessOutcome, Failure> {
         let argv: Vec<OsString> = command.argv().into_iter().map(OsString::from).collect();
         let (program, args) = argv.split_first().expect("commands are never empty");
+        let (stdout, stderr) = (runs::output_name(what, false), runs::output_name(what, true));
         let spec = StepSpec {
             program,
             args,
@@ -309,24 +291,28 @@ impl Runner<'_> {
             env: &self.vars,
             timeout: Some(timeout),
             kill_grace: KILL_GRACE,
-            stdout: &output_file(self.run_dir, what, false),
-            stderr: &output_file(self.run_dir, what, true),
+            out_dir: self.run_dir,
+            stdout: &stdout,
+            stderr: &stderr,
             output_limit: self.limit,
         };
-        let pgid = pgid_file(self.run_dir, what);
         let announced = group.is_some();
         // The file stays (removing it could free the very room a full disk
         // needs to fail the tick's commit visibly); `cancel` signals a group
-        // only while its leader is still this runner's child.
+        // only while its leader is still the one this runner started.
         step::run_in(&spec, group, |started| {
             if let Some(c) = self.cancel {
                 c.arm(started.canceller());
             }
             if !announced {
-                if let Err(e) = write_private(&pgid, started.pgid.to_string().as_bytes()) {
-                    tracing::debug!("cannot write {}: {e}", pgid.display());
+                let start = crate::procfs::start_of(started.pgid);
+                if let Err(e) = runs::write_group(self.run_dir, what, started.pgid, start.as_ref()) {
+                    tracing::debug!(
+                        "cannot write {}: {e}",
+                        self.run_dir.join(runs::pgid_name(what)).display()
+                    );
                 }
-            } else if cancel_file(self.run_dir).symlink_metadata().is_ok() {
+            } else if runs::has_note(self.run_dir) {
                 // `cancel` found the group in the `in_flight` record and may
                 // have signalled it before the command was in it: `cancel`
                 // leaves its note before it signals, so the note is there.
@@ -335,19 +321,6 @@ impl Runner<'_> {
         })
         .map_err(|source| Failure::Start { what, source })
     }
-}
-
-/// Writes a small file readable by its owner only.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?
-        .write_all(bytes)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use crate::invariants::{Audit, Scratch, approval_id};
 /// passed over.
 const WRITE_SIDE: &[&str] = &[
     "openat",
+    "openat2",
     "open",
     "creat",
     "write",

@@ -16,6 +16,7 @@ mod locking;
 mod loops;
 mod operator;
 mod parsers;
+mod paths;
 mod pg;
 mod rotation;
 mod schedule;
