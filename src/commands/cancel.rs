@@ -3,13 +3,18 @@
 //! note of who asked in the tick's run directory, sends SIGTERM to the
 //! step's process group (named in the `in_flight` record, or written by the
 //! runner into the run directory; the verifier's is written there), SIGKILL
-//! after a grace period, and waits for the runner to record the tick (as
-//! cancelled by whom) and free the lock, which it then takes briefly to be
-//! sure.
+//! after a grace period, and returns once the tick has recorded itself (as
+//! cancelled by whom), whoever takes the lock next.
+//!
+//! A group is signalled only once `/proc` proves it is the step's: its
+//! leader has the id and the start (clock ticks since boot, on this boot)
+//! that the runner recorded, is the runner's child, and runs what the
+//! runner's guard runs. A record that proves nothing (forged, stale, or
+//! written by a build that did not record the start) is refused, and
+//! nothing is signalled.
 
 use std::io::Write;
-use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -18,14 +23,15 @@ use serde::Serialize;
 use super::render::safe;
 use crate::cli::CancelArgs;
 use crate::error::{Error, Result};
+use crate::fsx::Dir;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::store::LoopStore;
-use crate::fsx::Dir;
 use crate::runs::{self, Runs};
+use crate::state::{InFlight, ProcessStart};
+use crate::store::LoopStore;
 use crate::who;
 
-/// How often to look for the step's process group to appear.
+/// How often to look at the tick: for its group, and for its record.
 const POLL: Duration = Duration::from_millis(50);
 
 #[derive(Serialize)]
@@ -54,28 +60,28 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
         return finish(&report, args.json.json, out);
     };
     report.tick = Some(flight.tick);
-    let run_dir = Runs::make(dir.base_dir())?.make_run(flight.tick)?;
-    runs::write_note(&run_dir, &by)?;
-
-    let runner = flight.pid;
-    let lock_free = |wait: Wait| match dir.lock(Holder::me("cancel"), wait) {
-        Ok(_session) => Ok(true),
-        Err(Error::LockNotObtained { .. }) => Ok(false),
-        Err(e) => Err(e),
-    };
-    // A group id means something on the runner's host only.
-    let named = flight.group.filter(|_| flight.host == who::host());
-    if let Some(group) = step_group(&run_dir, named, runner, &lock_free)? {
-        signal(group, Signal::SIGTERM, runner);
+    let target = Target { dir, flight: &flight };
+    target.check_host()?;
+    // A group the record names is proved before anything is written.
+    if let Some(Found::Refuted(why)) = target.named() {
+        return match target.ended()? {
+            true => finish(&report, args.json.json, out),
+            false => Err(target.refused(&why)),
+        };
+    }
+    let run = Runs::make(dir.base_dir())?.make_run(flight.tick)?;
+    runs::write_note(&run, &by)?;
+    if let Some(group) = target.group(&run)? {
+        signal(group, Signal::SIGTERM, flight.pid);
         report.signals.push("SIGTERM");
-        if !lock_free(Wait::For(args.grace))?
-            && let Some(group) = live_group(&run_dir, named, runner)
+        if !target.wait_ended(args.grace)?
+            && let Found::Proved(group) = target.live(&run)
         {
-            signal(group, Signal::SIGKILL, runner);
+            signal(group, Signal::SIGKILL, flight.pid);
             report.signals.push("SIGKILL");
         }
     }
-    if !lock_free(Wait::For(args.timeout))? {
+    if !target.wait_ended(args.timeout)? {
         return Err(Error::LockNotObtained {
             name: dir.name().to_string(),
             holder: LoopStore::holder(dir),
@@ -98,7 +104,7 @@ fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
             r.by
         ),
         (Some(t), None) => format!(
-            "tick {t} of loop {} had no step running; it ended and the lock is free",
+            "tick {t} of loop {} had no step running; it ended and is recorded",
             r.name
         ),
     };
@@ -106,47 +112,166 @@ fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
     Ok(0)
 }
 
-/// The process group of the tick's step (or verifier) once it runs; none
-/// if the tick ends (the lock comes free) before one starts. A group the
-/// `in_flight` record names may not hold the step yet: the runner then
-/// finds the note left before the signal, and stops the step itself.
-fn step_group(
-    run_dir: &Dir,
-    named: Option<i32>,
-    runner: u32,
-    lock_free: &dyn Fn(Wait) -> Result<bool>,
-) -> Result<Option<Pid>> {
-    loop {
-        if let Some(g) = live_group(run_dir, named, runner) {
-            return Ok(Some(g));
+/// What a look for a process group found.
+enum Found {
+    /// A group proved to be the tick's step's (or verifier's).
+    Proved(Pid),
+    /// None to signal yet: no group named, or its leader is gone (the
+    /// step ended; the verifier may follow).
+    Nothing,
+    /// A leader that is not the one the runner recorded: why.
+    Refuted(String),
+}
+
+/// The tick being cancelled.
+struct Target<'a> {
+    dir: &'a dyn LoopStore,
+    flight: &'a InFlight,
+}
+
+impl Target<'_> {
+    /// A group id means something on the runner's host only.
+    fn check_host(&self) -> Result<()> {
+        if self.flight.host == who::host() {
+            return Ok(());
         }
-        if lock_free(Wait::For(POLL))? {
-            return Ok(None);
+        Err(Error::Refused {
+            name: self.dir.name().to_string(),
+            message: format!(
+                "tick {} runs on host {}; cancel it there (nothing was signalled)",
+                self.flight.tick, self.flight.host
+            ),
+        })
+    }
+
+    /// The group the `in_flight` record names, proved or not.
+    fn named(&self) -> Option<Found> {
+        let group = self.flight.group?;
+        Some(prove(group, self.flight.group_start.as_ref(), self.flight.pid))
+    }
+
+    /// The verifier's group, else the step's (named in the `in_flight`
+    /// record, or written in the run directory when it could not be): the
+    /// first proved, else why one was refuted. A group file the step
+    /// forged cannot hide a group that proves.
+    fn live(&self, run: &Dir) -> Found {
+        let runner = self.flight.pid;
+        let named = self.flight.group.map(|g| (g, self.flight.group_start.clone()));
+        let written = || runs::read_group(run, "step");
+        let candidates = [runs::read_group(run, "verifier"), named.or_else(written)];
+        let mut refuted = None;
+        for (group, start) in candidates.into_iter().flatten() {
+            match prove(group, start.as_ref(), runner) {
+                Found::Proved(group) => return Found::Proved(group),
+                Found::Refuted(why) => {
+                    refuted.get_or_insert(why);
+                }
+                Found::Nothing => {}
+            }
+        }
+        refuted.map_or(Found::Nothing, Found::Refuted)
+    }
+
+    /// The group to signal once the step (or verifier) runs; none if the
+    /// tick is recorded before one does. A group the record names may not
+    /// hold the step yet: the runner then finds the note left before the
+    /// signal, and stops the step itself. A group that proves to be
+    /// another's is refused, and the note taken back.
+    fn group(&self, run: &Dir) -> Result<Option<Pid>> {
+        loop {
+            match self.live(run) {
+                Found::Proved(group) => return Ok(Some(group)),
+                Found::Refuted(why) if !self.ended()? => {
+                    runs::remove_note(run);
+                    return Err(self.refused(&why));
+                }
+                Found::Refuted(_) => return Ok(None),
+                Found::Nothing if self.ended()? => return Ok(None),
+                Found::Nothing => std::thread::sleep(POLL),
+            }
+        }
+    }
+
+    /// Whether the tick has recorded itself: the committed state no longer
+    /// has it in flight. A runner that died leaves it there: the lock is
+    /// then free, and taking it records the tick as crashed.
+    fn ended(&self) -> Result<bool> {
+        let state = self.dir.load()?;
+        if state
+            .in_flight
+            .as_ref()
+            .is_none_or(|f| f.tick != self.flight.tick)
+        {
+            return Ok(true);
+        }
+        if alive(self.flight.pid) {
+            return Ok(false);
+        }
+        match self.dir.lock(Holder::me("cancel"), Wait::No) {
+            Ok(mut session) => session.load().map(|_| true),
+            Err(Error::LockNotObtained { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits up to `bound` for the tick to record itself.
+    fn wait_ended(&self, bound: Duration) -> Result<bool> {
+        let until = Instant::now() + bound;
+        loop {
+            if self.ended()? {
+                return Ok(true);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            std::thread::sleep(left.min(POLL));
+        }
+    }
+
+    fn refused(&self, why: &str) -> Error {
+        Error::Refused {
+            name: self.dir.name().to_string(),
+            message: format!(
+                "tick {} is in flight, but {why}; nothing was signalled",
+                self.flight.tick
+            ),
         }
     }
 }
 
-/// The verifier's group, else the step's (named in the `in_flight` record
-/// or the run directory), if its leader (the runner's guard process) is
-/// still the runner's child: a stale id is never signalled.
-fn live_group(run_dir: &Dir, named: Option<i32>, runner: u32) -> Option<Pid> {
-    let written = |what| runs::read_group(run_dir, what).map(|(group, _)| group);
-    let candidates = [written("verifier"), named.or_else(|| written("step"))];
-    candidates.into_iter().flatten().find_map(|pgid| {
-        let ours = match Path::new("/proc/self").exists() {
-            true => parent_of(pgid) == Some(runner),
-            // No /proc to ask: trusted while the tick is in flight.
-            false => true,
-        };
-        (pgid > 1 && ours).then(|| Pid::from_raw(pgid))
-    })
+/// Whether `group`, led since `start`, is the group of a step the runner
+/// `runner` started.
+fn prove(group: i32, start: Option<&ProcessStart>, runner: u32) -> Found {
+    let Some(start) = start else {
+        return Found::Refuted(match crate::procfs::boot_id() {
+            Some(_) => format!(
+                "its record names process group {group} without the start of its leader \
+                 (an older automaton wrote it), so the group cannot be told from another that took its id"
+            ),
+            None => format!("this system has no /proc to prove that process group {group} is the step's"),
+        });
+    };
+    if group <= 1 || crate::procfs::stat(group).is_none() {
+        return Found::Nothing;
+    }
+    match crate::step::is_step_group(group, runner, start) {
+        true => Found::Proved(Pid::from_raw(group)),
+        false => Found::Refuted(format!(
+            "process group {group} is not the one its runner (pid {runner}) started for the step"
+        )),
+    }
 }
 
-/// A process's parent, from /proc; none where there is no /proc.
-fn parent_of(pid: i32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+/// Whether process `pid` is alive (or not ours to signal, which is alive).
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    !matches!(
+        nix::sys::signal::kill(Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 fn signal(group: Pid, sig: Signal, runner: u32) {

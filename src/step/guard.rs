@@ -39,6 +39,23 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+/// Whether process `pid` runs what a guard of the runner `runner` runs,
+/// as `/proc` tells: the runner's own program (a cloned guard execs
+/// nothing), or the shell named `automaton-guard`. False where there is no
+/// `/proc`.
+pub(super) fn runs_as_guard(pid: i32, runner: u32) -> bool {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        let guard = crate::procfs::exe(pid);
+        guard.is_some() && guard == crate::procfs::exe(runner as i32)
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = runner;
+        crate::procfs::argv0(pid).is_some_and(|a| a == b"automaton-guard")
+    }
+}
+
 /// A running guard; dropping it kills the whole group and reaps the guard.
 pub(super) struct Guard {
     pid: Pid,

@@ -151,6 +151,22 @@ impl Group {
     }
 }
 
+/// Whether process `pid` is the guard of a step group that the runner
+/// `runner` started, as far as `/proc` can tell: the runner's child,
+/// leading its own group since `start`, running what a guard runs. What
+/// `cancel` checks before it signals a group; false where there is no
+/// `/proc`.
+pub fn is_step_group(pid: i32, runner: u32, start: &crate::state::ProcessStart) -> bool {
+    let Some(stat) = crate::procfs::stat(pid) else {
+        return false;
+    };
+    crate::procfs::boot_id() == Some(start.boot.as_str())
+        && stat.start == start.ticks
+        && stat.pgrp == pid
+        && u32::try_from(stat.ppid) == Ok(runner)
+        && guard::runs_as_guard(pid, runner)
+}
+
 /// Like [`run`], calling `on_start` once the step is running (to record its
 /// pid, or keep a [`Canceller`]). `on_start` runs on the supervising thread,
 /// before any output is read: it must not wait for the step.

@@ -514,3 +514,49 @@ fn many_loops_found_due_at_once_are_spread_over_their_cadence() {
     let ticked: Vec<u64> = (0..8).map(|i| ticks(&env, &format!("l{i}"))).collect();
     assert_eq!(ticked, [1, 0, 0, 0, 0, 0, 0, 0], "{log}");
 }
+
+#[test]
+fn cancel_returns_once_the_tick_is_recorded_though_the_next_tick_takes_the_lock() {
+    let env = Env::new();
+    let signals = dir(&env).join("signals");
+    std::fs::create_dir_all(&signals).unwrap();
+    // A step that takes a moment to end once told to: the daemon's next
+    // firing is due long before, and takes the lock the moment it is free.
+    let step = format!(
+        "trap 'sleep 0.3; exit 143' TERM; touch '{}/started-'$AUTOMATON_TICK; while :; do sleep 0.05; done",
+        signals.display()
+    );
+    new_loop(&env, "busy", &scheduled(&step, OFTEN));
+    let d = Daemon::start(&env, &["--grace", "1s"]);
+    wait_for(&signals.join("started-1"));
+    // Before, cancel waited for the lock, which the daemon's next tick
+    // (its step as long as this one's) took first: exit 4 at the timeout.
+    let out = env
+        .cmd()
+        .args(["cancel", "busy", "--grace", "5s", "--timeout", "20s"])
+        .env("AUTOMATON_USER", "ann")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert!(said.contains("cancelled tick 1"), "{said}");
+    let cancelled = env
+        .history("busy")
+        .into_iter()
+        .find(|e| e["kind"] == "tick" && e["tick"] == 1)
+        .expect("tick 1 is recorded when cancel returns");
+    assert_eq!(cancelled["outcome"], "failed");
+    assert!(
+        cancelled["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled by ann"),
+        "{cancelled}"
+    );
+    assert_eq!(d.terminate(), Some(0));
+}
