@@ -2,7 +2,8 @@
 //! finding, what to do. The loop's record is checked by its store (state,
 //! history, lock, a dead tick, temporary files); here: the config, gate
 //! files against their pins, the installed schedule, the cache's
-//! permissions and leftovers of killed `new`, `rm` and `edit`. `--fix` repairs
+//! permissions, loop directories that are links and leftovers of killed
+//! `new`, `rm` and `edit`. `--fix` repairs
 //! what is safe, the loop's record through the same recovery every locking
 //! command runs, then the store's mending of what an older build left
 //! (rotated history files with a gap in their numbers).
@@ -265,7 +266,8 @@ fn check_schedule(root: &Root, dir: &dyn LoopStore, config: Option<&LoopConfig>)
 }
 
 /// The root: the gate cache's permissions, schedules of loops that are
-/// gone, leftovers of a killed `new` or `rm`.
+/// gone, loop directories that are links, leftovers of a killed `new` or
+/// `rm`.
 fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) -> Vec<Finding> {
     let mut out = vec![check_cache(&root.cache_dir(), fix)];
     if !whole_root {
@@ -292,6 +294,18 @@ fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) 
     let loops = root.loops_dir();
     for entry in std::fs::read_dir(&loops).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) && crate::root::LoopName::new(&name).is_ok() {
+            out.push(Finding::new(
+                "loop directory",
+                Level::Error,
+                format!(
+                    "{} is a symbolic link; automaton follows no link to a loop's files, so every command refuses loop {name:?}",
+                    entry.path().display()
+                ),
+                "move the directory it points to into loops/ in its place, or remove the link",
+            ));
+            continue;
+        }
         if !(name.starts_with(".new-") || name.starts_with(".removed-")) {
             continue;
         }

@@ -71,9 +71,14 @@ impl LoopDir {
         LoopName::new(name).ok().map(|n| LoopDir::new(root, n))
     }
 
-    /// The loop `name`, which must exist (have a state file).
+    /// The loop `name`, which must exist (have a state file). A loop
+    /// directory that is a symbolic link is refused: its files would be
+    /// read, written and removed wherever it points.
     pub fn open(root: &Root, name: &str) -> Result<LoopDir> {
         let dir = LoopDir::new(root, LoopName::new(name)?);
+        if dir.is_link() {
+            return Err(Error::Link { path: dir.dir });
+        }
         if !dir.exists() {
             return Err(Error::NoSuchLoop {
                 name: name.to_owned(),
@@ -81,6 +86,13 @@ impl LoopDir {
             });
         }
         Ok(dir)
+    }
+
+    /// Whether the loop directory is a symbolic link.
+    pub fn is_link(&self) -> bool {
+        self.dir
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
     }
 
     pub fn name(&self) -> &LoopName {
@@ -710,13 +722,23 @@ impl FileSession<'_> {
     fn remove_dir(self: Box<Self>) -> Result<()> {
         let dir = self.dir;
         let parent = dir.path().parent().unwrap_or(Path::new("."));
-        let aside = parent.join(format!(".removed-{}-{}", dir.name(), std::process::id()));
+        let loops = fsx::Dir::open(parent).map_err(fsx::io_error("opening", parent))?;
+        // The directory was opened as a directory, not a link; checked again
+        // here, under the lock, so that nothing it might point to is touched.
+        if dir.is_link() {
+            return Err(Error::Link {
+                path: dir.path().to_owned(),
+            });
+        }
+        let aside = format!(".removed-{}-{}", dir.name(), std::process::id());
         // Moved aside under the lock, so a waiter that then takes the (now
         // orphaned) lock finds no loop rather than half of one.
-        fs::rename(dir.path(), &aside).map_err(Error::io("moving aside", dir.path()))?;
+        fs::rename(dir.path(), loops.join(&aside)).map_err(Error::io("moving aside", dir.path()))?;
         sync_dir(parent)?;
         drop(self);
-        fs::remove_dir_all(&aside).map_err(Error::io("removing", &aside))
+        // Through descriptors, from the loops directory down: a link inside
+        // (a `runs/` pointing elsewhere, say) is unlinked, not followed.
+        loops.remove_tree(&aside).map_err(loops.error("removing", &aside))
     }
 }
 
@@ -945,7 +967,8 @@ pub fn list_loops(root: &Root) -> Result<Vec<LoopDir>> {
             continue;
         };
         let dir = LoopDir::new(root, name);
-        if dir.exists() {
+        // A link in place of a loop directory is no loop (`doctor` says so).
+        if !dir.is_link() && dir.exists() {
             out.push(dir);
         }
     }

@@ -1,8 +1,8 @@
 //! Links planted in and around a loop never lead automaton outside it: a
 //! `runs/` that points elsewhere is refused and nothing behind it is
 //! pruned, a link the step leaves as `runs/<tick>/cancel` is replaced, not
-//! written through, and a forged `in_flight` record gets no process group
-//! signalled.
+//! written through, a forged `in_flight` record gets no process group
+//! signalled, and `rm` of a loop directory that is a link removes nothing.
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -191,4 +191,26 @@ fn cancel_signals_no_group_a_forged_or_stale_record_names() {
         let note = env.loop_dir("demo").join("runs/1/cancel");
         assert!(note.symlink_metadata().is_err(), "{what}: a note was left");
     }
+}
+
+#[test]
+fn rm_of_a_loop_directory_that_is_a_link_removes_nothing() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"echo hi\"\n");
+    env.ok(&["tick", "demo"]);
+    let dir = env.loop_dir("demo");
+    let target = outside(&env).join("demo");
+    fs::rename(&dir, &target).unwrap();
+    symlink(&target, &dir).unwrap();
+    let before = tree(&target);
+    assert!(!before.is_empty());
+
+    let err = env.fails(5, &["rm", "demo", "--force"]);
+    assert!(err.contains(&dir.display().to_string()), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(tree(&target), before, "rm touched what the link points to");
+    assert!(
+        dir.symlink_metadata().unwrap().file_type().is_symlink(),
+        "the link is kept"
+    );
 }

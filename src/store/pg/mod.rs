@@ -713,13 +713,33 @@ impl Session for PgSession<'_> {
     fn remove(mut self: Box<Self>) -> Result<()> {
         let lp = self.lp;
         let name = lp.name.as_str().to_owned();
+        // This host's files of the loop are removed after its rows: a
+        // directory that is a link is refused first, with nothing removed.
+        let parent = lp.base.parent().unwrap_or(Path::new("."));
+        let loops = match crate::fsx::Dir::open(parent) {
+            Ok(loops) => Some(loops),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(crate::fsx::io_error("opening", parent)(e)),
+        };
+        if lp
+            .base
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(Error::Link {
+                path: lp.base.clone(),
+            });
+        }
         self.delete_rows(&name)
             .map_err(lp.db.fail(lp.n(), "cannot remove the loop"))?;
         drop(self);
-        // This host's files of the loop; other hosts keep theirs.
-        match std::fs::remove_dir_all(&lp.base) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("removing", &lp.base)(e)),
-            _ => Ok(()),
-        }
+        // Other hosts keep theirs. Through descriptors: a link inside is
+        // unlinked, not followed.
+        let Some(loops) = loops else {
+            return Ok(());
+        };
+        loops
+            .remove_tree(name.as_str())
+            .map_err(loops.error("removing", &name))
     }
 }
