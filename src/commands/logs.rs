@@ -1,5 +1,7 @@
 //! `logs`: a tick's step or verifier output from `runs/<tick>/`, as the
-//! tick wrote it; `--follow` keeps printing while that tick runs.
+//! tick wrote it; `--follow` keeps printing while that tick runs. The file
+//! is reached from the loop's directory without following a link, and one
+//! that is not a regular file (a FIFO the step left) is refused at once.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
