@@ -50,6 +50,11 @@ pub enum GateErrorKind {
         trap: String,
         guest_output: String,
     },
+    /// The gate returned a value the host cannot read as the WIT type (an
+    /// unknown decision tag, a string that is not UTF-8): `detail` is
+    /// wasmtime's reason, `expected` what the export returns. The call
+    /// fails; no decision is made up.
+    WrongValue { detail: String, expected: &'static str },
     /// The file is not a WebAssembly component (not wasm, or a core module).
     NotAComponent { detail: String },
     /// The component does not target the `gate` world: an import the host
@@ -105,6 +110,12 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::Thrown { value, at, .. } => {
                 write!(f, "threw {}", tail(value, 2048))?;
                 at.iter().try_for_each(|at| write!(f, " (at {at})"))
+            }
+            GateErrorKind::WrongValue { detail, expected } => {
+                write!(
+                    f,
+                    "returned a value of the wrong type ({detail}); expected {expected}"
+                )
             }
             GateErrorKind::NotAComponent { detail } => {
                 write!(f, "is not a WebAssembly component: {detail}")

@@ -160,6 +160,26 @@ pub struct GateHost {
     spares: Option<Spares<Instance>>,
 }
 
+/// Which export a call is, for what an error says it should have returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Export {
+    Describe,
+    CheckParams,
+    Evaluate,
+}
+
+impl Export {
+    fn expects(self) -> &'static str {
+        match self {
+            Export::Describe => "a gate-info record: name, version, description, params-schema",
+            Export::CheckParams => "ok, or an error message saying what is wrong with the params",
+            Export::Evaluate => {
+                "a decision: proceed | skip(reason) | await-approval(reason) | halt(reason) | complete(reason), or an error message (a refusal)"
+            }
+        }
+    }
+}
+
 /// Whether a call uses (and makes) instances made ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ahead {
@@ -457,7 +477,7 @@ impl GateHost {
             gate,
             &Limits::default(),
             crate::clock::now(),
-            Ahead::No,
+            (Export::Describe, Ahead::No),
             |store, g| g.call_describe(store),
         )?;
         let info = GateInfo {
@@ -477,7 +497,7 @@ impl GateHost {
             gate,
             &Limits::default(),
             crate::clock::now(),
-            Ahead::No,
+            (Export::CheckParams, Ahead::No),
             |store, g| g.call_check_params(store, &json),
         )?;
         answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
@@ -488,9 +508,13 @@ impl GateHost {
     pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
         let wit_ctx = sandbox::to_wit(ctx);
         let (answer, logs, elapsed) = self
-            .call(gate, limits, ctx.now, Ahead::Yes, |store, g| {
-                g.call_evaluate(store, &wit_ctx)
-            })
+            .call(
+                gate,
+                limits,
+                ctx.now,
+                (Export::Evaluate, Ahead::Yes),
+                |store, g| g.call_evaluate(store, &wit_ctx),
+            )
             .map_err(|e| self.named(gate, e))?;
         match answer {
             Ok(decision) => Ok(Evaluation {
@@ -531,7 +555,7 @@ impl GateHost {
         gate: &Gate,
         limits: &Limits,
         now: Timestamp,
-        ahead: Ahead,
+        (export, ahead): (Export, Ahead),
         f: impl FnOnce(&mut Store<HostState>, &GateWorld) -> wasmtime::Result<R>,
     ) -> Result<(R, Vec<GateLog>, Duration), GateError> {
         let spares = self.spares.as_ref().filter(|_| ahead == Ahead::Yes);
@@ -571,7 +595,9 @@ impl GateHost {
                 instance
             }
         };
-        let result = made.and_then(|g| f(&mut store, &g));
+        let result = made
+            .map_err(Failed::Instantiate)
+            .and_then(|g| f(&mut store, &g).map_err(|e| Failed::Call(export, e)));
         let elapsed = started.elapsed();
         let outcome = self.finish(gate, limits, &mut store, result);
         match spares.zip(key).filter(|_| ahead) {
@@ -617,15 +643,19 @@ impl GateHost {
         gate: &Gate,
         limits: &Limits,
         store: &mut Store<HostState>,
-        result: wasmtime::Result<R>,
+        result: Result<R, Failed>,
     ) -> Result<(R, Vec<GateLog>), GateError> {
         match result {
             Ok(r) => Ok((r, store.data_mut().take_logs())),
-            Err(e) => {
-                let kind = classify(&e, store.data(), limits);
+            Err(failed) => {
+                let (kind, e) = match failed {
+                    Failed::Instantiate(e) => (classify(&e, store.data(), limits, None), e),
+                    Failed::Call(export, e) => (classify(&e, store.data(), limits, Some(export)), e),
+                };
                 if matches!(
                     kind,
                     GateErrorKind::Trap { .. }
+                        | GateErrorKind::WrongValue { .. }
                         | GateErrorKind::Exception { .. }
                         | GateErrorKind::Panic { .. }
                         | GateErrorKind::Thrown { .. }
@@ -673,15 +703,37 @@ fn reread(label: &str, path: &Path, sha256: &str) -> Result<Vec<u8>, GateError> 
     Ok(bytes)
 }
 
+/// How a call failed: making its instance, or in the export itself.
+enum Failed {
+    Instantiate(wasmtime::Error),
+    Call(Export, wasmtime::Error),
+}
+
 /// Which limit or fault ended a call, from the store's own record and the
-/// error's type; never from the error's text.
-fn classify(e: &wasmtime::Error, state: &HostState, limits: &Limits) -> GateErrorKind {
+/// error's type; never from the error's text. An export's error that is no
+/// trap is the host refusing what the gate returned (wasmtime checks every
+/// value it lifts), unless the gate printed a fault of its own first.
+fn classify(
+    e: &wasmtime::Error,
+    state: &HostState,
+    limits: &Limits,
+    export: Option<Export>,
+) -> GateErrorKind {
     if state.budget.hit {
         return GateErrorKind::MemoryCap { limit: limits.memory };
     }
-    if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+    let trap = e.downcast_ref::<Trap>();
+    if trap == Some(&Trap::Interrupt) {
         return GateErrorKind::Timeout {
             limit: limits.timeout,
+        };
+    }
+    if let (None, Some(export)) = (trap, export)
+        && fault::read(&state.guest_output()).is_none()
+    {
+        return GateErrorKind::WrongValue {
+            detail: error_text(e),
+            expected: export.expects(),
         };
     }
     let raw = error_text(e);

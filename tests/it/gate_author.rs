@@ -1,0 +1,80 @@
+//! What a gate author meets: a gate that returns a decision the host does
+//! not know fails closed, naming the gate and what it should have returned.
+
+use std::path::{Path, PathBuf};
+
+use automaton::gate::{Context, GateErrorKind, GateHost, GateSource, Limits};
+
+use crate::gate_fixtures as fx;
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn file(path: &Path) -> GateSource {
+    GateSource::File {
+        path: path.to_owned(),
+        sha256: None,
+    }
+}
+
+/// Returns decision tag 9 (there are five).
+fn bad_tag() -> Vec<u8> {
+    fx::WatGate::new("(call $decide (i32.const 9) (i32.const 1024) (i32.const 4))")
+        .data(1024, "nine")
+        .build()
+}
+
+#[test]
+fn an_unknown_decision_tag_is_an_error_not_proceed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&write(tmp.path(), "nine.wasm", &bad_tag())))
+        .unwrap();
+    let err = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::WrongValue { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("nine.wasm (test-gate 0.1.0)"), "{text}");
+    assert!(text.contains("returned a value of the wrong type"), "{text}");
+    assert!(
+        text.contains("expected a decision: proceed | skip(reason)"),
+        "{text}"
+    );
+
+    // Through the binary, with on_error = "proceed" only the policy lets
+    // the tick go on; by default the loop halts rather than run the step.
+    let env = crate::common::Env::new();
+    let dir = tmp.path();
+    std::fs::copy(dir.join("nine.wasm"), dir.join("gate.wasm")).unwrap();
+    let out = env.fails(1, &["gate", "test", dir.join("gate.wasm").to_str().unwrap()]);
+    assert!(out.contains("returned a value of the wrong type"), "{out}");
+}
+
+#[test]
+fn a_tick_whose_gate_returns_an_unknown_decision_does_not_run_the_step() {
+    let env = crate::common::Env::new();
+    let marker = env.loop_dir("nine").with_file_name("step-ran");
+    env.new_loop(
+        "nine",
+        &format!(
+            "step = \"touch {}\"\n[[gate]]\npath = \"gates/nine.wasm\"\n",
+            marker.display()
+        ),
+    );
+    let dir = env.loop_dir("nine");
+    std::fs::create_dir_all(dir.join("gates")).unwrap();
+    std::fs::write(dir.join("gates/nine.wasm"), bad_tag()).unwrap();
+    let out = env.run(&["tick", "nine", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let error = v["decisions"][0]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("returned a value of the wrong type"),
+        "{v} {out:?}"
+    );
+    assert!(!marker.exists(), "the step ran");
+}
