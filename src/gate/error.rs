@@ -59,7 +59,12 @@ pub enum GateErrorKind {
     NotAComponent { detail: String },
     /// The component does not target the `gate` world: an import the host
     /// does not offer, or an export missing or of the wrong type.
-    WrongWorld { detail: String },
+    /// `built_against` is the `automaton:gate` version the component
+    /// names, when it names one other than the host's.
+    WrongWorld {
+        detail: String,
+        built_against: Option<String>,
+    },
     /// The component file does not exist.
     MissingFile { path: PathBuf },
     /// The component file could not be read.
@@ -120,9 +125,19 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::NotAComponent { detail } => {
                 write!(f, "is not a WebAssembly component: {detail}")
             }
-            GateErrorKind::WrongWorld { detail } => {
-                write!(f, "does not target the automaton:gate/gate world: {detail}")
-            }
+            GateErrorKind::WrongWorld {
+                detail,
+                built_against: Some(theirs),
+            } => write!(
+                f,
+                "was built against automaton:gate@{theirs}; this automaton offers automaton:gate@{} ({detail})",
+                super::host::GATE_WIT_VERSION
+            ),
+            GateErrorKind::WrongWorld { detail, .. } => write!(
+                f,
+                "does not target the automaton:gate@{}/gate world: {detail}",
+                super::host::GATE_WIT_VERSION
+            ),
             // The path is the gate's label, already in front of these.
             GateErrorKind::MissingFile { .. } => f.write_str("was not found (no such file)"),
             GateErrorKind::Io { message, .. } => write!(f, "cannot be read: {message}"),

@@ -28,6 +28,10 @@ use super::stock;
 use super::ticker::{self, Ticker};
 use super::types::{Context, Decision, GateSource, Limits};
 
+/// The version of the `automaton:gate` package (wit/gate.wit) this host
+/// offers.
+pub const GATE_WIT_VERSION: &str = "0.1.0";
+
 /// What a gate says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GateInfo {
@@ -436,6 +440,7 @@ impl GateHost {
                 label,
                 GateErrorKind::WrongWorld {
                     detail: error_text(&e),
+                    built_against: self.built_against(&component),
                 },
             )
         };
@@ -456,6 +461,21 @@ impl GateHost {
 
     fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
         self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The `automaton:gate` version a component's imports and exports name
+    /// (`automaton:gate/host@0.2.0`), when it is not the host's.
+    fn built_against(&self, component: &Component) -> Option<String> {
+        let ty = component.component_type();
+        let names: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .chain(ty.exports(&self.engine).map(|(n, _)| n.to_owned()))
+            .collect();
+        names.iter().find_map(|n| {
+            let version = n.strip_prefix("automaton:gate/")?.split_once('@')?.1;
+            (version != GATE_WIT_VERSION).then(|| version.to_owned())
+        })
     }
 
     /// The names the component imports and exports.
@@ -789,6 +809,15 @@ fn check_is_component(label: &str, bytes: &[u8]) -> Result<(), GateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offered_version_is_the_wits() {
+        let wit = include_str!("../../wit/gate.wit");
+        assert!(
+            wit.contains(&format!("package automaton:gate@{GATE_WIT_VERSION};")),
+            "wit/gate.wit's package version differs from GATE_WIT_VERSION"
+        );
+    }
 
     #[test]
     fn host_and_gates_can_be_shared_across_threads() {

@@ -78,3 +78,40 @@ fn a_tick_whose_gate_returns_an_unknown_decision_does_not_run_the_step() {
     );
     assert!(!marker.exists(), "the step ran");
 }
+
+#[test]
+fn a_gate_built_against_another_wit_names_both_versions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = GateHost::new(None).unwrap();
+    let newer = fx::WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))")
+        .build_against("0.2.0", str::to_owned);
+    let err = host
+        .load(&file(&write(tmp.path(), "newer.wasm", &newer)))
+        .unwrap_err();
+    assert!(matches!(err.kind(), GateErrorKind::WrongWorld { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "gate {}/newer.wasm was built against automaton:gate@0.2.0; this automaton offers automaton:gate@0.1.0 ("
+                .replace("{}", &tmp.path().display().to_string())
+                .as_str()
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_gate_built_against_an_edited_wit_says_which_export_differs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = GateHost::new(None).unwrap();
+    let edited = fx::WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))")
+        .build_against("0.1.0", |t| {
+            t.replace("totals: string,", "totals: string,\nextra: string,")
+        });
+    let err = host
+        .load(&file(&write(tmp.path(), "edited.wasm", &edited)))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("automaton:gate@0.1.0"), "{text}");
+    assert!(text.contains("export func `evaluate`"), "{text}");
+}
