@@ -115,3 +115,37 @@ fn a_gate_built_against_an_edited_wit_says_which_export_differs() {
     assert!(text.contains("automaton:gate@0.1.0"), "{text}");
     assert!(text.contains("export func `evaluate`"), "{text}");
 }
+
+#[test]
+fn new_refuses_an_existing_loop_before_compiling_its_gates() {
+    let env = crate::common::Env::new();
+    env.new_loop("cc", "step = \"true\"\n");
+    // A gate that would fail to load: `new` must not get that far.
+    let toml = env.loop_dir("cc").with_file_name("cc.toml");
+    std::fs::write(&toml, "step = \"true\"\n[[gate]]\npath = \"gates/notes.wasm\"\n").unwrap();
+    std::fs::create_dir_all(env.loop_dir("cc").join("gates")).unwrap();
+    std::fs::write(env.loop_dir("cc").join("gates/notes.wasm"), "not wasm").unwrap();
+    let err = env.fails(1, &["new", "cc", "--from", toml.to_str().unwrap()]);
+    assert!(err.contains("loop \"cc\" already exists"), "{err}");
+    assert!(!err.contains("notes.wasm"), "{err}");
+}
+
+#[test]
+fn new_names_a_directory_that_holds_gates_but_no_loop() {
+    let Some(env) = crate::common::Env::files_only("the file store's directories") else {
+        return;
+    };
+    let dir = env.loop_dir("cc");
+    std::fs::create_dir_all(dir.join("gates")).unwrap();
+    std::fs::write(dir.join("gates/good.wasm"), fx::good()).unwrap();
+    let toml = dir.with_file_name("cc.toml");
+    std::fs::write(&toml, "step = \"true\"\n[[gate]]\npath = \"gates/good.wasm\"\n").unwrap();
+    let err = env.fails(1, &["new", "cc", "--from", toml.to_str().unwrap()]);
+    assert!(
+        err.contains("exists without a loop in it (it holds gates/)"),
+        "{err}"
+    );
+    assert!(dir.join("gates/good.wasm").exists(), "nothing is lost");
+    let tick = env.fails(3, &["tick", "cc"]);
+    assert!(tick.contains("no loop named \"cc\""), "{tick}");
+}
