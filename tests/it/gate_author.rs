@@ -149,3 +149,55 @@ fn new_names_a_directory_that_holds_gates_but_no_loop() {
     let tick = env.fails(3, &["tick", "cc"]);
     assert!(tick.contains("no loop named \"cc\""), "{tick}");
 }
+
+#[test]
+fn a_gates_log_lines_are_kept_in_history_and_shown_by_logs() {
+    let env = crate::common::Env::new();
+    env.new_loop(
+        "logged",
+        "step = \"true\"\n[[gate]]\npath = \"gates/good.wasm\"\n",
+    );
+    let dir = env.loop_dir("logged");
+    std::fs::create_dir_all(dir.join("gates")).unwrap();
+    std::fs::write(dir.join("gates/good.wasm"), fx::good()).unwrap();
+    env.ok(&["tick", "logged"]);
+    let gate = env
+        .history("logged")
+        .into_iter()
+        .find(|e| e["kind"] == "gate")
+        .expect("a gate event");
+    assert_eq!(gate["logs"], serde_json::json!(["info: hello, host"]), "{gate}");
+    let out = env.ok(&["logs", "logged", "--gates"]);
+    assert_eq!(out, "gates/good.wasm (before-step): info: hello, host\n");
+}
+
+#[test]
+fn a_failing_gates_output_is_kept_with_its_error_under_on_error_skip() {
+    let env = crate::common::Env::new();
+    env.new_loop(
+        "skipper",
+        "step = \"true\"\n[[gate]]\npath = \"gates/panic.wasm\"\non_error = \"skip\"\n",
+    );
+    let dir = env.loop_dir("skipper");
+    std::fs::create_dir_all(dir.join("gates")).unwrap();
+    std::fs::write(dir.join("gates/panic.wasm"), fx::panics()).unwrap();
+    env.ok(&["tick", "skipper"]);
+    let gate = env
+        .history("skipper")
+        .into_iter()
+        .find(|e| e["kind"] == "gate")
+        .expect("a gate event");
+    assert!(
+        gate["error"].as_str().unwrap_or_default().contains("panic.wasm"),
+        "{gate}"
+    );
+    assert!(
+        gate["logs"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("stderr: thread panicked"),
+        "{gate}"
+    );
+    let out = env.ok(&["logs", "skipper", "--gates"]);
+    assert!(out.contains("boom!!"), "{out}");
+}
