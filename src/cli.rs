@@ -283,6 +283,9 @@ pub struct LogsArgs {
     /// Keep printing as the tick writes, until it ends
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// What the tick's gates logged and printed, from its history, instead
+    #[arg(long, conflicts_with_all = ["stderr", "verifier", "follow"])]
+    pub gates: bool,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,12 @@ pub enum Error {
     #[error("loop {name:?} already exists in {}", root.display())]
     LoopExists { name: String, root: PathBuf },
 
+    #[error(
+        "a directory {} exists without a loop in it (it holds {holds}); move it aside, run `automaton new` again, then move what it held into the new loop's directory",
+        dir.display()
+    )]
+    NotALoop { dir: PathBuf, holds: String },
+
     #[error(transparent)]
     Config(#[from] ConfigError),
 
@@ -229,7 +235,7 @@ impl Error {
             Error::Unrecorded { .. } => 8,
             // Made, but maybe not durable: a retry would make it twice.
             Error::NotDurable { .. } => 9,
-            Error::LoopExists { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
+            Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
             Error::NoOutput { .. } | Error::Clock { .. } => 1,
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,

@@ -191,6 +191,7 @@ mod tests {
                     decision,
                     micros: 42,
                     error: None,
+                    logs: Vec::new(),
                 },
                 context: Box::default(),
             });

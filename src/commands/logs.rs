@@ -20,6 +20,9 @@ const POLL: Duration = Duration::from_millis(100);
 
 pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
     let dir = crate::store::open(root, &args.name)?;
+    if args.gates {
+        return gate_lines(dir.as_ref(), args.tick, out);
+    }
     let state = dir.load()?;
     let running = state.in_flight.as_ref().map(|f| f.tick);
     let Some(tick) = args
@@ -101,6 +104,35 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
         }
         std::thread::sleep(POLL);
     }
+    Ok(0)
+}
+
+/// What each gate of tick `tick` (default: the last evaluated) logged, from
+/// its gate events, under the gate's label and phase (gates that logged
+/// nothing print nothing).
+fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Result<u8> {
+    let history = dir.history()?;
+    let last = history.events.iter().rev().find_map(|e| match &e.kind {
+        EventKind::Gate { tick, .. } => Some(*tick),
+        _ => None,
+    });
+    let Some(tick) = tick.or(last) else {
+        return Err(Error::Refused {
+            name: dir.name().to_string(),
+            message: "no gate has been evaluated yet".into(),
+        });
+    };
+    let mut text = String::new();
+    for e in &history.events {
+        if let EventKind::Gate { tick: t, verdict, .. } = &e.kind
+            && *t == tick
+        {
+            for line in &verdict.logs {
+                text.push_str(&format!("{} ({}): {line}\n", verdict.gate, verdict.phase));
+            }
+        }
+    }
+    super::emit(out, &text)?;
     Ok(0)
 }
 

@@ -25,6 +25,9 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     // operator wrote.
     let shown = args.from.clone().unwrap_or_else(|| "loop.toml".into());
     let config = LoopConfig::parse(&text, &shown)?;
+    // An existing loop is refused before its gates are compiled.
+    let stores = store::Stores::open(root)?;
+    refuse_existing(root, &stores, &name)?;
     check_gates(
         root,
         &root.loops_dir().join(name.as_str()),
@@ -37,13 +40,55 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     let mut state = State::new(now);
     state.version = 1;
     let created = EventKind::Created { by: who::user() };
-    let dir = store::Stores::open(root)?.create(&name, &text, &state, vec![created])?;
+    let dir = stores.create(&name, &text, &state, vec![created])?;
     if args.json.json {
         super::emit_json(out, &super::status::view(dir.as_ref(), &state))?;
     } else {
         super::emit(out, &format!("created loop {name} in {}\n", dir.location()))?;
     }
     Ok(0)
+}
+
+/// A loop of this name is refused, and so (in the file store) is a
+/// directory of its name that holds no loop, naming what it holds.
+fn refuse_existing(root: &Root, stores: &store::Stores, name: &LoopName) -> Result<()> {
+    match stores.get(name.as_str()) {
+        Ok(_) => {
+            return Err(crate::Error::LoopExists {
+                name: name.to_string(),
+                root: root.path().to_owned(),
+            });
+        }
+        Err(crate::Error::NoSuchLoop { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let dir = root.loops_dir().join(name.as_str());
+    if stores.is_shared() {
+        return Ok(());
+    }
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let mut held: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                format!("{n}/")
+            } else {
+                n
+            }
+        })
+        .collect();
+    held.sort();
+    Err(crate::Error::NotALoop {
+        dir,
+        holds: if held.is_empty() {
+            "nothing".to_owned()
+        } else {
+            held.join(", ")
+        },
+    })
 }
 
 /// What to make of a gate file that is not there.

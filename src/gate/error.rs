@@ -50,11 +50,21 @@ pub enum GateErrorKind {
         trap: String,
         guest_output: String,
     },
+    /// The gate returned a value the host cannot read as the WIT type (an
+    /// unknown decision tag, a string that is not UTF-8): `detail` is
+    /// wasmtime's reason, `expected` what the export returns. The call
+    /// fails; no decision is made up.
+    WrongValue { detail: String, expected: &'static str },
     /// The file is not a WebAssembly component (not wasm, or a core module).
     NotAComponent { detail: String },
     /// The component does not target the `gate` world: an import the host
     /// does not offer, or an export missing or of the wrong type.
-    WrongWorld { detail: String },
+    /// `built_against` is the `automaton:gate` version the component
+    /// names, when it names one other than the host's.
+    WrongWorld {
+        detail: String,
+        built_against: Option<String>,
+    },
     /// The component file does not exist.
     MissingFile { path: PathBuf },
     /// The component file could not be read.
@@ -106,12 +116,28 @@ impl fmt::Display for GateErrorKind {
                 write!(f, "threw {}", tail(value, 2048))?;
                 at.iter().try_for_each(|at| write!(f, " (at {at})"))
             }
+            GateErrorKind::WrongValue { detail, expected } => {
+                write!(
+                    f,
+                    "returned a value of the wrong type ({detail}); expected {expected}"
+                )
+            }
             GateErrorKind::NotAComponent { detail } => {
                 write!(f, "is not a WebAssembly component: {detail}")
             }
-            GateErrorKind::WrongWorld { detail } => {
-                write!(f, "does not target the automaton:gate/gate world: {detail}")
-            }
+            GateErrorKind::WrongWorld {
+                detail,
+                built_against: Some(theirs),
+            } => write!(
+                f,
+                "was built against automaton:gate@{theirs}; this automaton offers automaton:gate@{} ({detail})",
+                super::host::GATE_WIT_VERSION
+            ),
+            GateErrorKind::WrongWorld { detail, .. } => write!(
+                f,
+                "does not target the automaton:gate@{}/gate world: {detail}",
+                super::host::GATE_WIT_VERSION
+            ),
             // The path is the gate's label, already in front of these.
             GateErrorKind::MissingFile { .. } => f.write_str("was not found (no such file)"),
             GateErrorKind::Io { message, .. } => write!(f, "cannot be read: {message}"),

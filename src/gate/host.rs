@@ -28,6 +28,10 @@ use super::stock;
 use super::ticker::{self, Ticker};
 use super::types::{Context, Decision, GateSource, Limits};
 
+/// The version of the `automaton:gate` package (wit/gate.wit) this host
+/// offers.
+pub const GATE_WIT_VERSION: &str = "0.1.0";
+
 /// What a gate says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GateInfo {
@@ -158,6 +162,26 @@ pub struct GateHost {
     slots: Option<Arc<Slots>>,
     /// In a long-lived host, instances made ahead.
     spares: Option<Spares<Instance>>,
+}
+
+/// Which export a call is, for what an error says it should have returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Export {
+    Describe,
+    CheckParams,
+    Evaluate,
+}
+
+impl Export {
+    fn expects(self) -> &'static str {
+        match self {
+            Export::Describe => "a gate-info record: name, version, description, params-schema",
+            Export::CheckParams => "ok, or an error message saying what is wrong with the params",
+            Export::Evaluate => {
+                "a decision: proceed | skip(reason) | await-approval(reason) | halt(reason) | complete(reason), or an error message (a refusal)"
+            }
+        }
+    }
 }
 
 /// Whether a call uses (and makes) instances made ahead.
@@ -416,6 +440,7 @@ impl GateHost {
                 label,
                 GateErrorKind::WrongWorld {
                     detail: error_text(&e),
+                    built_against: self.built_against(&component),
                 },
             )
         };
@@ -438,6 +463,21 @@ impl GateHost {
         self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The `automaton:gate` version a component's imports and exports name
+    /// (`automaton:gate/host@0.2.0`), when it is not the host's.
+    fn built_against(&self, component: &Component) -> Option<String> {
+        let ty = component.component_type();
+        let names: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_owned())
+            .chain(ty.exports(&self.engine).map(|(n, _)| n.to_owned()))
+            .collect();
+        names.iter().find_map(|n| {
+            let version = n.strip_prefix("automaton:gate/")?.split_once('@')?.1;
+            (version != GATE_WIT_VERSION).then(|| version.to_owned())
+        })
+    }
+
     /// The names the component imports and exports.
     pub fn interface(&self, gate: &Gate) -> GateInterface {
         let ty = gate.compiled.component.component_type();
@@ -457,7 +497,7 @@ impl GateHost {
             gate,
             &Limits::default(),
             crate::clock::now(),
-            Ahead::No,
+            (Export::Describe, Ahead::No),
             |store, g| g.call_describe(store),
         )?;
         let info = GateInfo {
@@ -477,7 +517,7 @@ impl GateHost {
             gate,
             &Limits::default(),
             crate::clock::now(),
-            Ahead::No,
+            (Export::CheckParams, Ahead::No),
             |store, g| g.call_check_params(store, &json),
         )?;
         answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
@@ -488,9 +528,13 @@ impl GateHost {
     pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
         let wit_ctx = sandbox::to_wit(ctx);
         let (answer, logs, elapsed) = self
-            .call(gate, limits, ctx.now, Ahead::Yes, |store, g| {
-                g.call_evaluate(store, &wit_ctx)
-            })
+            .call(
+                gate,
+                limits,
+                ctx.now,
+                (Export::Evaluate, Ahead::Yes),
+                |store, g| g.call_evaluate(store, &wit_ctx),
+            )
             .map_err(|e| self.named(gate, e))?;
         match answer {
             Ok(decision) => Ok(Evaluation {
@@ -531,7 +575,7 @@ impl GateHost {
         gate: &Gate,
         limits: &Limits,
         now: Timestamp,
-        ahead: Ahead,
+        (export, ahead): (Export, Ahead),
         f: impl FnOnce(&mut Store<HostState>, &GateWorld) -> wasmtime::Result<R>,
     ) -> Result<(R, Vec<GateLog>, Duration), GateError> {
         let spares = self.spares.as_ref().filter(|_| ahead == Ahead::Yes);
@@ -571,7 +615,9 @@ impl GateHost {
                 instance
             }
         };
-        let result = made.and_then(|g| f(&mut store, &g));
+        let result = made
+            .map_err(Failed::Instantiate)
+            .and_then(|g| f(&mut store, &g).map_err(|e| Failed::Call(export, e)));
         let elapsed = started.elapsed();
         let outcome = self.finish(gate, limits, &mut store, result);
         match spares.zip(key).filter(|_| ahead) {
@@ -617,15 +663,19 @@ impl GateHost {
         gate: &Gate,
         limits: &Limits,
         store: &mut Store<HostState>,
-        result: wasmtime::Result<R>,
+        result: Result<R, Failed>,
     ) -> Result<(R, Vec<GateLog>), GateError> {
         match result {
             Ok(r) => Ok((r, store.data_mut().take_logs())),
-            Err(e) => {
-                let kind = classify(&e, store.data(), limits);
+            Err(failed) => {
+                let (kind, e) = match failed {
+                    Failed::Instantiate(e) => (classify(&e, store.data(), limits, None), e),
+                    Failed::Call(export, e) => (classify(&e, store.data(), limits, Some(export)), e),
+                };
                 if matches!(
                     kind,
                     GateErrorKind::Trap { .. }
+                        | GateErrorKind::WrongValue { .. }
                         | GateErrorKind::Exception { .. }
                         | GateErrorKind::Panic { .. }
                         | GateErrorKind::Thrown { .. }
@@ -673,15 +723,37 @@ fn reread(label: &str, path: &Path, sha256: &str) -> Result<Vec<u8>, GateError> 
     Ok(bytes)
 }
 
+/// How a call failed: making its instance, or in the export itself.
+enum Failed {
+    Instantiate(wasmtime::Error),
+    Call(Export, wasmtime::Error),
+}
+
 /// Which limit or fault ended a call, from the store's own record and the
-/// error's type; never from the error's text.
-fn classify(e: &wasmtime::Error, state: &HostState, limits: &Limits) -> GateErrorKind {
+/// error's type; never from the error's text. An export's error that is no
+/// trap is the host refusing what the gate returned (wasmtime checks every
+/// value it lifts), unless the gate printed a fault of its own first.
+fn classify(
+    e: &wasmtime::Error,
+    state: &HostState,
+    limits: &Limits,
+    export: Option<Export>,
+) -> GateErrorKind {
     if state.budget.hit {
         return GateErrorKind::MemoryCap { limit: limits.memory };
     }
-    if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+    let trap = e.downcast_ref::<Trap>();
+    if trap == Some(&Trap::Interrupt) {
         return GateErrorKind::Timeout {
             limit: limits.timeout,
+        };
+    }
+    if let (None, Some(export)) = (trap, export)
+        && fault::read(&state.guest_output()).is_none()
+    {
+        return GateErrorKind::WrongValue {
+            detail: error_text(e),
+            expected: export.expects(),
         };
     }
     let raw = error_text(e);
@@ -737,6 +809,15 @@ fn check_is_component(label: &str, bytes: &[u8]) -> Result<(), GateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offered_version_is_the_wits() {
+        let wit = include_str!("../../wit/gate.wit");
+        assert!(
+            wit.contains(&format!("package automaton:gate@{GATE_WIT_VERSION};")),
+            "wit/gate.wit's package version differs from GATE_WIT_VERSION"
+        );
+    }
 
     #[test]
     fn host_and_gates_can_be_shared_across_threads() {

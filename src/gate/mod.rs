@@ -22,4 +22,4 @@ pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
 pub use spare::SpareStats;
 pub use stock::{StockGate, stock_gates};
 pub use types::{Approval, Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
-pub use verdict::Verdict;
+pub use verdict::{LOG_LINES, Verdict, kept_logs};

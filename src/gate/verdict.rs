@@ -18,4 +18,33 @@ pub struct Verdict {
     /// The gate's error, when it failed and its `on_error` policy decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the gate logged and printed in this evaluation (`info: ...`,
+    /// `stderr: ...`): its first [`LOG_LINES`] lines, each bounded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
+}
+
+/// The most log lines of one evaluation a verdict keeps.
+pub const LOG_LINES: usize = 20;
+
+/// The lines a verdict keeps of a gate's logs: the `log` import's as
+/// `LEVEL: message`, stdout's and stderr's as `stdout: ...`, `stderr: ...`;
+/// past [`LOG_LINES`], a line saying how many more there were.
+pub fn kept_logs(logs: &[super::GateLog]) -> Vec<String> {
+    let mut kept: Vec<String> = logs
+        .iter()
+        .take(LOG_LINES)
+        .map(|l| {
+            let from = match l.source {
+                super::LogSource::Host => l.level.as_str(),
+                super::LogSource::Stdout => "stdout",
+                super::LogSource::Stderr => "stderr",
+            };
+            crate::bounds::text(format!("{from}: {}", l.message.trim_end()))
+        })
+        .collect();
+    if logs.len() > LOG_LINES {
+        kept.push(format!("… {} more lines", logs.len() - LOG_LINES));
+    }
+    kept
 }

@@ -79,17 +79,22 @@ pub fn evaluate_phase(
             .load(&source)
             .and_then(|gate| host.evaluate(&gate, &ctx, &g.limits))
             .map_err(|e| e.labelled(label.clone()));
-        let (decision, error) = match result {
+        let (decision, error, logs) = match result {
             Ok(eval) => {
                 for log in &eval.logs {
                     tracing::info!(gate = %label, "{}", log.message);
                 }
-                (eval.decision, None)
+                (eval.decision, None, gate::kept_logs(&eval.logs))
             }
             Err(err) => {
                 // The tick reports it (and records it); the daemon logs it.
                 tracing::info!("loop {name:?}: {err}");
-                (gate::decide_on_error(g.on_error, &err), Some(err.to_string()))
+                let logs = gate::kept_logs(err.logs());
+                (
+                    gate::decide_on_error(g.on_error, &err),
+                    Some(err.to_string()),
+                    logs,
+                )
             }
         };
         verdicts.push(Verdict {
@@ -98,6 +103,7 @@ pub fn evaluate_phase(
             decision: bounded(decision),
             micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             error: crate::bounds::opt_text(error),
+            logs,
         });
         contexts.push(ctx);
     }

@@ -148,6 +148,27 @@ impl WatGate {
     }
 }
 
+impl WatGate {
+    /// The component, built against `wit/gate.wit` with `edit` applied to
+    /// its text (another version of the package, say) and the module's
+    /// import renamed to match.
+    pub fn build_against(&self, version: &str, edit: impl Fn(&str) -> String) -> Vec<u8> {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/gate.wit")).unwrap();
+        let text = edit(&text.replace("automaton:gate@0.1.0", &format!("automaton:gate@{version}")));
+        let mut resolve = wit_parser::Resolve::default();
+        let pkg = resolve
+            .push_str("gate.wit", &text)
+            .expect("the edited wit parses");
+        let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
+        let module = self.module().replace(
+            "automaton:gate/host@0.1.0",
+            &format!("automaton:gate/host@{version}"),
+        );
+        encode(&module, &resolve, world, self.wasi)
+    }
+}
+
 fn encode(wat: &str, resolve: &wit_parser::Resolve, world: wit_parser::WorldId, wasi: bool) -> Vec<u8> {
     let mut module = wat::parse_str(wat).unwrap_or_else(|e| panic!("{e}\n{wat}"));
     wit_component::embed_component_metadata(&mut module, resolve, world, wit_component::StringEncoding::UTF8)

@@ -9,6 +9,7 @@ mod daemon;
 mod doctor;
 mod edit;
 mod example_gates;
+mod gate_author;
 mod gate_fixtures;
 mod gate_host;
 mod invariants;

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gate.h"
@@ -167,7 +168,8 @@ bool exports_gate_check_params(gate_string_t *params, gate_string_t *err) {
   return ok;
 }
 
-bool exports_gate_evaluate(gate_context_t *ctx, gate_decision_t *ret, gate_string_t *err) {
+// The decision: true with `*ret` set, or false with `*err` set to refuse.
+static bool evaluate(gate_context_t *ctx, gate_decision_t *ret, gate_string_t *err) {
   long start, end;
   char msg[128];
   bool ok = hours(&ctx->params, &start, &end, msg, sizeof msg);
@@ -197,5 +199,22 @@ bool exports_gate_evaluate(gate_context_t *ctx, gate_decision_t *ret, gate_strin
     ret->tag = AUTOMATON_GATE_TYPES_DECISION_PROCEED;
   }
   gate_context_free(ctx);
+  return true;
+}
+
+// The bindings copy only the decision tags they know to the host, so an
+// unknown tag would reach it as `proceed`: stop here instead (the host
+// reports the trap with this line, and the loop's on_error applies).
+bool exports_gate_evaluate(gate_context_t *ctx, gate_decision_t *ret, gate_string_t *err) {
+  ret->tag = AUTOMATON_GATE_TYPES_DECISION_PROCEED;
+  if (!evaluate(ctx, ret, err))
+    return false;
+  if (ret->tag > AUTOMATON_GATE_TYPES_DECISION_COMPLETE) {
+    fprintf(stderr,
+            "gate.c: evaluate returned decision tag %d; expected a decision: proceed | "
+            "skip(reason) | await-approval(reason) | halt(reason) | complete(reason)\n",
+            (int)ret->tag);
+    abort();
+  }
   return true;
 }

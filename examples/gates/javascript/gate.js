@@ -86,7 +86,25 @@ export const checkParams = reportingThrows((params) => {
   hours(params);
 });
 
-export const evaluate = reportingThrows((ctx) => {
+export const evaluate = reportingThrows((ctx) => checked(decide(ctx)));
+
+const DECISION =
+  "a decision: {tag: 'proceed'} | {tag: 'skip' | 'await-approval' | 'halt' | 'complete', val: reason}";
+
+// A decision of the wrong shape would fail in the bindings with a message
+// that names neither this file nor the decision: say both here instead.
+function checked(d) {
+  const tags = ['proceed', 'skip', 'await-approval', 'halt', 'complete'];
+  const ok =
+    d !== null &&
+    typeof d === 'object' &&
+    tags.includes(d.tag) &&
+    (d.tag === 'proceed' || typeof d.val === 'string');
+  if (!ok) throw new TypeError(`gate.js: evaluate returned ${shown(d)}; expected ${DECISION}`);
+  return d;
+}
+
+function decide(ctx) {
   const [start, end] = hours(ctx.params);
   const days = ctx.nowMs / MS_PER_DAY;
   const weekday = Number((days + 3n) % 7n); // 1970-01-01 was a Thursday; Monday is 0
@@ -103,4 +121,4 @@ export const evaluate = reportingThrows((ctx) => {
     return { tag: 'await-approval', val: `the last run (tick ${run.tick}) ${how}` };
   }
   return { tag: 'proceed' };
-});
+}

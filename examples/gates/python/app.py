@@ -67,19 +67,46 @@ class WitWorld(wit_world.WitWorld):
         hours(params)
 
     def evaluate(self, ctx: types.Context) -> types.Decision:
-        start, end = hours(ctx.params)
-        days = ctx.now_ms // MS_PER_DAY
-        weekday = (days + 3) % 7  # 1970-01-01 was a Thursday; Monday is 0
-        hour = ctx.now_ms % MS_PER_DAY // MS_PER_HOUR
-        if weekday >= 5:
-            return types.Decision_Skip("weekend")
-        if not start <= hour < end:
-            return types.Decision_Skip(f"outside office hours ({start:02}:00-{end:02}:00 UTC)")
-        run = ctx.last_run
-        if run is not None and failed(run):
-            how = "was killed" if run.exit_code is None else f"exited {run.exit_code}"
-            if run.exit_code == 0:
-                how = "failed its verifier"
-            host.log(types.Level.INFO, f"tick {run.tick} {how}")
-            return types.Decision_AwaitApproval(f"the last run (tick {run.tick}) {how}")
-        return types.Decision_Proceed()
+        return checked(decide(ctx))
+
+
+DECISION = (
+    "a decision: types.Decision_Proceed() | types.Decision_Skip(reason) | "
+    "types.Decision_AwaitApproval(reason) | types.Decision_Halt(reason) | "
+    "types.Decision_Complete(reason)"
+)
+
+
+def checked(d: types.Decision) -> types.Decision:
+    """A decision of the wrong type would fail in the bindings with a message
+    that names neither this file nor the decision: say both here instead."""
+    with_reason = (
+        types.Decision_Skip,
+        types.Decision_AwaitApproval,
+        types.Decision_Halt,
+        types.Decision_Complete,
+    )
+    if isinstance(d, types.Decision_Proceed):
+        return d
+    if isinstance(d, with_reason) and isinstance(d.value, str):
+        return d
+    raise TypeError(f"app.py: evaluate returned {d!r}; expected {DECISION}")
+
+
+def decide(ctx: types.Context) -> types.Decision:
+    start, end = hours(ctx.params)
+    days = ctx.now_ms // MS_PER_DAY
+    weekday = (days + 3) % 7  # 1970-01-01 was a Thursday; Monday is 0
+    hour = ctx.now_ms % MS_PER_DAY // MS_PER_HOUR
+    if weekday >= 5:
+        return types.Decision_Skip("weekend")
+    if not start <= hour < end:
+        return types.Decision_Skip(f"outside office hours ({start:02}:00-{end:02}:00 UTC)")
+    run = ctx.last_run
+    if run is not None and failed(run):
+        how = "was killed" if run.exit_code is None else f"exited {run.exit_code}"
+        if run.exit_code == 0:
+            how = "failed its verifier"
+        host.log(types.Level.INFO, f"tick {run.tick} {how}")
+        return types.Decision_AwaitApproval(f"the last run (tick {run.tick}) {how}")
+    return types.Decision_Proceed()
