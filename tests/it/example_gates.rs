@@ -386,11 +386,12 @@ fn a_javascript_gates_thrown_value_is_named() {
         std::fs::copy(example.join(f), src.join(f)).unwrap();
     }
     let gate = std::fs::read_to_string(example.join("gate.js")).unwrap();
-    let head = "export const evaluate = reportingThrows((ctx) => {\n";
-    let at = gate
-        .find(head)
-        .expect("the example wraps evaluate in reportingThrows")
-        + head.len();
+    assert!(
+        gate.contains("export const evaluate = reportingThrows("),
+        "the example wraps evaluate in reportingThrows"
+    );
+    let head = "function decide(ctx) {\n";
+    let at = gate.find(head).expect("evaluate's logic is in decide") + head.len();
     let line = gate[..at].lines().count() + 3; // the `ctx.missing.field` below
     let throwing = format!(
         "{}  if (ctx.loopName === 'number') throw 42;\n  \
