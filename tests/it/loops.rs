@@ -276,11 +276,18 @@ fn bash_completes(env: &Env, script: &str, words: &[&str]) -> Vec<String> {
         cur = words[words.len() - 1],
         prev = words[words.len() - 2],
     );
-    let out = std::process::Command::new("bash")
+    let mut bash = std::process::Command::new("bash");
+    // The environment the test's own commands get (its store among it).
+    for (k, v) in env.cmd().get_envs() {
+        match v {
+            Some(v) => bash.env(k, v),
+            None => bash.env_remove(k),
+        };
+    }
+    let out = bash
         .args(["--norc", "-c", &body])
         .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
         .env("AUTOMATON_ROOT", &env.root)
-        .env_remove("AUTOMATON_STORE")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
