@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The daemon at scale (SPEC §12): N loops every 10 s (step `true`, one stock
+# The daemon at scale (targets: docs/design.md): N loops every 10 s (step `true`, one stock
 # gate) under `automaton daemon`, for N in $SIZES, then the same firing done
 # by a bash scheduler running `flock -n <lock> true` per tick, then an idle
 # daemon over 5,000 loops, and (MEMORY_RUN=600) its memory over a long run.

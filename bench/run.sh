@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whole-process benchmarks, side by side in one run (SPEC §12):
+# Whole-process benchmarks, side by side in one run (targets: docs/design.md):
 #   1. one `automaton tick` (warm cache, one stock gate, step `true`) against
 #      the predecessor's tick (peers/pyautomaton, under /usr/bin/python3) and
 #      the minimal durable tick in C (peers/floor.c, cc -O2);

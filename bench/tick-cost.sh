@@ -85,5 +85,5 @@ for label, binary, _ in bins:
     print(f"{v:28} {med(v, 0):8.2f} {med(v, 1):8.2f}")
     print(f"{t:28} {med(t, 0):8.2f} {med(t, 1):8.2f}   "
           f"{med(t, 0) / fw:11.2f}x {med(t, 1) / fc:10.2f}x")
-print("targets (SPEC 12): tick <= 2.5x the floor's wall time, <= 2x its CPU time")
+print("targets (docs/design.md): tick <= 2.5x the floor's wall time, <= 2x its CPU time")
 PY

@@ -1,4 +1,4 @@
-//! `loop.toml`: the whole schema of SPEC §5 as typed structs. Unknown keys and
+//! `loop.toml`: the whole schema (README, "Config") as typed structs. Unknown keys and
 //! bad values are errors that name the file, line and column.
 
 use std::fmt;

@@ -1,5 +1,5 @@
 //! The crate's error type. Every variant carries what an operator needs to
-//! act on it (the loop, file, line, holder) and maps to one exit code (SPEC §9).
+//! act on it (the loop, file, line, holder) and maps to one exit code (README, "Exit codes").
 
 use std::io;
 use std::path::PathBuf;
@@ -212,7 +212,7 @@ fn describe_holder(holder: Option<&Holder>) -> String {
 }
 
 impl Error {
-    /// The process exit code for this error (SPEC §9).
+    /// The process exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::InvalidName { .. } => 2,

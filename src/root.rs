@@ -1,4 +1,4 @@
-//! Finding the root (SPEC §3) and the store it uses, and validating loop
+//! Finding the root (README, "Layout on disk") and the store it uses, and validating loop
 //! names before any file is touched.
 
 use std::env;

@@ -117,7 +117,7 @@ impl Outcome {
 }
 
 impl Outcome {
-    /// The exit code of `tick` for this outcome (SPEC §7).
+    /// The exit code of `tick` for this outcome (docs/ticks.md).
     pub fn exit_code(self) -> u8 {
         match self {
             Outcome::Failed => 6,

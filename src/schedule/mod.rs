@@ -1,4 +1,4 @@
-//! Scheduling (SPEC §10): what fires a loop's ticks. `schedule install`
+//! Scheduling (docs/scheduling.md): what fires a loop's ticks. `schedule install`
 //! hands the loop's cadence to an OS scheduler (one file a backend), records
 //! what it installed (`record`), and the halt and resume hooks switch that
 //! schedule off and on. The embedded scheduler is `crate::daemon`.

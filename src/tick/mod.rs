@@ -1,4 +1,4 @@
-//! The tick (SPEC §7): take the loop's lock, and while holding it evaluate
+//! The tick (docs/ticks.md): take the loop's lock, and while holding it evaluate
 //! the before-step gates in-process, run the step and the verifier, evaluate
 //! the after-step gates and commit the state with the tick's events. Each
 //! step of the pipeline is a small method of `Tick`; what gates see and say
@@ -88,7 +88,7 @@ impl TickReport {
         self.started_waiting || self.stopped()
     }
 
-    /// The exit code of SPEC §7's outcomes.
+    /// The exit code of each outcome (docs/ticks.md).
     pub fn exit_code(&self) -> u8 {
         self.outcome.exit_code()
     }
