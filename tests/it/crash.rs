@@ -186,24 +186,16 @@ fn run_faulted(s: &Scratch, fault: Fault, syscall: &str, k: u32, args: &[&str]) 
     // strace marks an injected call `(INJECTED)` in its trace: that tells
     // a run whose k-th call failed from one that never made it.
     let trace = s.root.join(".strace");
-    let out = crate::common::isolate(&mut Command::new("strace"))
-        .args(["-f", "-e"])
-        .arg(format!("trace={syscall}"))
-        .arg("-o")
-        .arg(&trace)
-        .arg("-e")
-        .arg(fault.inject(syscall, k))
-        .arg(BIN)
-        .arg("--root")
-        .arg(&s.root)
-        .args(args)
-        .env_remove("AUTOMATON_ROOT")
-        .env("AUTOMATON_USER", "operator")
-        .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let strace = [
+        "-f".to_owned(),
+        "-e".to_owned(),
+        format!("trace={syscall}"),
+        "-o".to_owned(),
+        trace.display().to_string(),
+        "-e".to_owned(),
+        fault.inject(syscall, k),
+    ];
+    let out = under_strace(s, &strace, args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let injected = std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("INJECTED"));
     let _ = std::fs::remove_file(&trace);
@@ -469,13 +461,16 @@ fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
 /// Runs `args` with every `fsync` failing (`errno`): the directory sync
 /// after a commit's rename is the only `fsync` a commit makes.
 fn with_failing_dir_sync(s: &Scratch, args: &[&str]) -> std::process::Output {
-    crate::common::isolate(&mut Command::new("strace"))
-        .args(["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO"])
-        .arg(BIN)
-        .arg("--root")
-        .arg(&s.root)
-        .args(args)
-        .env_remove("AUTOMATON_ROOT")
+    let strace = ["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO"].map(String::from);
+    under_strace(s, &strace, args)
+}
+
+/// `args` run on `s`'s root under strace with `strace` (its options), in
+/// the environment of every scratch command.
+fn under_strace(s: &Scratch, strace: &[String], args: &[&str]) -> std::process::Output {
+    let mut c = Command::new("strace");
+    c.args(strace).arg(BIN).arg("--root").arg(&s.root).args(args);
+    crate::common::isolate(&mut c)
         .env("AUTOMATON_USER", "operator")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
