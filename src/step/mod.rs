@@ -472,11 +472,37 @@ mod exit {
     }
 }
 
-/// The step's command: its own group (led by the guard) and no stdin. It
-/// sets no `pre_exec` hook, so the standard library starts it with
-/// `posix_spawn` (a vfork) rather than by copying the runner with `fork`.
+/// What the runner's environment may hold that is the store's secret, or
+/// leads to one: its URL (which may carry a password) and libpq's
+/// password, password file, service file and client key. A step, a
+/// verifier and a notify command never inherit them; the tick passes on
+/// those loop.toml names in `pass_env`, through the step's own variables.
+pub const WITHHELD_ENV: &[&str] = &[
+    "AUTOMATON_STORE",
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "PGSERVICE",
+    "PGSERVICEFILE",
+    "PGSSLKEY",
+];
+
+/// Removes the variables of [`WITHHELD_ENV`] from `cmd`'s environment,
+/// but those `set` gives a value of its own.
+pub fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) {
+    for name in WITHHELD_ENV {
+        if !set.iter().any(|(k, _)| k == name) {
+            cmd.env_remove(name);
+        }
+    }
+}
+
+/// The step's command: its own group (led by the guard), no stdin, and
+/// no store secret from the runner's environment. It sets no `pre_exec`
+/// hook, so the standard library starts it with `posix_spawn` (a vfork)
+/// rather than by copying the runner with `fork`.
 fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     let mut cmd = Command::new(program);
+    withhold_secrets(&mut cmd, spec.env);
     cmd.args(spec.args)
         .current_dir(spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))

@@ -218,6 +218,104 @@ fn an_unknown_store_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store"));
 }
 
+/// A password however it is spelled — holding `/` or `?`, percent-encoded,
+/// as a `password=` parameter, as a quoted `key=value` pair — is masked in
+/// every message about a store that cannot be reached, and an unknown
+/// store's value too.
+#[test]
+fn a_password_is_masked_however_it_is_spelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let socket = dir.path().join("no-server-here");
+    let socket = socket.display();
+    let stores = [
+        format!("postgres://ann:hunter2/x?y@/automaton?host={socket}"),
+        format!("postgres://ann:%68unter2%2Fx@/automaton?host={socket}"),
+        format!("postgresql:///automaton?host={socket}&password=hunter2/x?y&user=ann"),
+        format!("host={socket} user=ann password='hunter2 x\\'y' dbname=automaton"),
+        format!("host={socket} password=hunter2\\ x dbname=automaton"),
+    ];
+    for store in &stores {
+        for args in [vec!["init"], vec!["list", "--json"], vec!["-vv", "tick", "x"]] {
+            let out = isolate(&mut Command::new(BIN))
+                .arg("--root")
+                .arg(&root)
+                .args(["--store", store])
+                .args(&args)
+                .output()
+                .unwrap();
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(1), "{store} {args:?}: {all}");
+            assert!(all.contains("PostgreSQL store"), "{store} {args:?}: {all}");
+            assert!(all.contains("***"), "{store} {args:?}: {all}");
+            assert!(!all.contains("unter2"), "{store} {args:?}: {all}");
+        }
+    }
+    let env = Env::new();
+    for store in ["mysql://ann:hunter2@db/x", "ann:hunter2 password=hunter2"] {
+        let out = env.cmd().args(["--store", store, "list"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("unknown store"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+/// The step, its verifier and the notify command do not inherit the
+/// store's secrets from the runner's environment, unless loop.toml passes
+/// one on by name.
+#[test]
+fn the_step_and_notify_do_not_inherit_the_stores_secrets() {
+    let env = Env::new();
+    let seen = env.root.with_file_name("seen");
+    std::fs::create_dir(&seen).unwrap();
+    let config = |pass: &str| {
+        format!(
+            "step = \"env > '{0}/step'\"\n{pass}\
+             [verifier]\ncommand = \"env > '{0}/verifier'\"\n\
+             [[gate]]\nstock = \"max-ticks\"\nparams = {{ max = 1 }}\nphase = [\"after-step\"]\n\
+             [notify]\ncommand = \"env > '{0}/notify'\"\n",
+            seen.display()
+        )
+    };
+    let tick = |name: &str| {
+        let mut c = env.cmd();
+        if env.pg.is_none() {
+            c.env("AUTOMATON_STORE", "file");
+        }
+        let out = c
+            .env("PGPASSWORD", "hunter2")
+            .env("PGPASSFILE", "/secret/pgpass")
+            .env("PGSERVICEFILE", "/secret/services")
+            .args(["tick", name])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.code().is_some(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ["step", "verifier", "notify"].map(|f| std::fs::read_to_string(seen.join(f)).unwrap())
+    };
+    env.new_loop("plain", &config(""));
+    for (what, text) in ["step", "verifier", "notify"].iter().zip(tick("plain")) {
+        assert!(text.contains("AUTOMATON_LOOP=plain"), "{what}: {text}");
+        for secret in ["PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "AUTOMATON_STORE"] {
+            assert!(!text.contains(secret), "{what} got {secret}: {text}");
+        }
+    }
+    env.new_loop("passes", &config("pass_env = [\"PGPASSWORD\"]\n"));
+    for (what, text) in ["step", "verifier", "notify"].iter().zip(tick("passes")) {
+        assert!(text.contains("AUTOMATON_LOOP=passes"), "{what}: {text}");
+        assert!(text.contains("PGPASSWORD=hunter2"), "{what}: {text}");
+        assert!(!text.contains("PGPASSFILE"), "{what}: {text}");
+    }
+}
+
 #[test]
 fn credentials_are_never_printed_nor_stored() {
     let Some(env) = Env::postgres() else { return };
