@@ -35,8 +35,27 @@ use crate::store::{Durability, LoopStore};
 
 /// Runs the parsed command line, writing its output to `out`; returns the
 /// exit code of a command that succeeded.
+/// What a command's `--timeout` bounds besides the wait for the loop's
+/// lock: every wait on a shared store's server.
+fn server_bound(command: &Command) -> Option<std::time::Duration> {
+    match command {
+        Command::Pause(a) => a.target.wait.timeout,
+        Command::Resume(a) => a.wait.timeout,
+        Command::Approve(a) => a.target.wait.timeout,
+        Command::Reject(a) => a.target.wait.timeout,
+        Command::Rm(a) => a.target.wait.timeout,
+        Command::CheckGate(a) => a.target.wait.timeout,
+        Command::Tick(a) => a.timeout,
+        Command::Cancel(a) => Some(a.timeout),
+        _ => None,
+    }
+}
+
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
     crate::root::set_store_flag(cli.store.clone());
+    if let Some(bound) = server_bound(&cli.command) {
+        crate::store::bound_server_waits(bound);
+    }
     // A clock past what can be recorded stamps and schedules nothing.
     if !matches!(cli.command, Command::Completions(_) | Command::Man) {
         crate::clock::check()?;

@@ -40,6 +40,14 @@ pub use file::{
 };
 pub use pg::Listener;
 
+/// Bounds every wait of this process on a shared store's server
+/// (connecting, each statement, each table or row lock) by a command's
+/// `--timeout`, where that is shorter than the defaults
+/// (docs/postgres.md). Call it before opening the store.
+pub fn bound_server_waits(bound: std::time::Duration) {
+    pg::set_bound(bound);
+}
+
 /// The loops of a root, in whichever store it uses (`--store`,
 /// `$AUTOMATON_STORE`, or `store` in `<root>/automaton.toml`): the one way
 /// commands find, list, create and remove loops.

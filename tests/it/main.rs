@@ -19,6 +19,7 @@ mod operator;
 mod parsers;
 mod paths;
 mod pg;
+mod pg_bounds;
 mod rotation;
 mod schedule;
 mod snapshots;

@@ -700,7 +700,7 @@ fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
 /// A PostgreSQL server of the test's own, which it stops and starts: a
 /// throw-away cluster in a temporary directory on a Unix socket (no TCP),
 /// run as user `postgres` when the tests run as root (initdb refuses root).
-struct Cluster {
+pub struct Cluster {
     dir: tempfile::TempDir,
     bin: std::path::PathBuf,
     /// Who runs the server: `postgres` under root, else the test's user.
@@ -711,8 +711,9 @@ impl Cluster {
     /// A running cluster, or `None` (skipped, said on stderr) when the
     /// suite has no PostgreSQL: like every test here, it runs when
     /// `AUTOMATON_TEST_STORE` is set, and needs the server's programs
-    /// (`/usr/lib/postgresql/*/bin`, or `AUTOMATON_TEST_PGBIN`).
-    fn start() -> Option<Cluster> {
+    /// (`/usr/lib/postgresql/*/bin`, or `AUTOMATON_TEST_PGBIN`); without
+    /// them it is skipped too, unless `AUTOMATON_REQUIRE_POSTGRES=1`.
+    pub fn start() -> Option<Cluster> {
         crate::common::test_store().or_else(|| {
             crate::common::skip_without_postgres();
             None
@@ -727,8 +728,19 @@ impl Cluster {
                 found.sort();
                 Some(format!("/usr/lib/postgresql/{}/bin", found.last()?).into())
             })
-            .filter(|b: &std::path::PathBuf| b.join("initdb").is_file())
-            .expect("no PostgreSQL server programs: set AUTOMATON_TEST_PGBIN");
+            .filter(|b: &std::path::PathBuf| b.join("initdb").is_file());
+        let Some(bin) = bin else {
+            assert!(
+                std::env::var("AUTOMATON_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "AUTOMATON_REQUIRE_POSTGRES=1, but there are no PostgreSQL server programs \
+                 in /usr/lib/postgresql/*/bin: install them, or set AUTOMATON_TEST_PGBIN"
+            );
+            eprintln!(
+                "skipped: no PostgreSQL server programs to start a cluster of the test's own \
+                 (/usr/lib/postgresql/*/bin, or set AUTOMATON_TEST_PGBIN)"
+            );
+            return None;
+        };
         let dir = tempfile::tempdir().unwrap();
         let owner = nix::unistd::getuid().is_root().then(|| {
             let pg = nix::unistd::User::from_name("postgres")
@@ -788,13 +800,57 @@ impl Cluster {
     }
 
     /// Stops the server as a crash would: no checkpoint, every session cut.
-    fn crash(&self) {
+    pub fn crash(&self) {
         self.pg_ctl(&["-m", "immediate", "stop"]);
+    }
+
+    /// Restarts the server as an operator would in a hurry: every session
+    /// is ended, then it starts again with the options it had.
+    pub fn restart_fast(&self) {
+        let log = self.dir.path().join("server.log");
+        self.pg_ctl(&["-l", log.to_str().unwrap(), "-m", "fast", "restart"]);
+    }
+
+    /// The server's processes: the postmaster and its children.
+    fn processes(&self) -> Vec<i32> {
+        let pidfile = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid")).unwrap();
+        let postmaster: i32 = pidfile.lines().next().unwrap().trim().parse().unwrap();
+        let mut all = vec![postmaster];
+        for e in std::fs::read_dir("/proc").unwrap() {
+            let Some(pid) = e
+                .unwrap()
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1));
+            if ppid.and_then(|p| p.parse::<i32>().ok()) == Some(postmaster) {
+                all.push(pid);
+            }
+        }
+        all
+    }
+
+    /// Freezes the server (SIGSTOP to it and every backend) or thaws it.
+    pub fn freeze(&self, frozen: bool) {
+        let signal = if frozen {
+            nix::sys::signal::Signal::SIGSTOP
+        } else {
+            nix::sys::signal::Signal::SIGCONT
+        };
+        for pid in self.processes() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
     }
 
     /// Its URL, with a password (which trust authentication ignores) that
     /// no message may show.
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!(
             "postgresql://automaton:hunter2secret@/postgres?host={}",
             self.dir.path().display()
@@ -805,6 +861,10 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         use std::os::unix::process::CommandExt;
+        // A test that failed with the server frozen leaves it stoppable.
+        if self.dir.path().join("data/postmaster.pid").exists() {
+            self.freeze(false);
+        }
         let mut c = Command::new(self.bin.join("pg_ctl"));
         c.arg("-D")
             .arg(self.dir.path().join("data"))

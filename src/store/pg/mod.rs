@@ -42,6 +42,8 @@ const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $
 /// and removal.
 pub const CHANNEL: &str = "automaton_loops";
 
+pub use conn::set_bound;
+
 /// One PostgreSQL store: how to connect, and the connections kept idle.
 pub struct Database {
     /// The URL with its password redacted: the only form ever shown.
@@ -76,7 +78,12 @@ impl Database {
     }
 
     fn connect(&self, name: Option<&str>) -> Result<Client> {
-        conn::connect(&self.config).map_err(self.fail(name, "cannot connect"))
+        conn::connect(&self.config).map_err(|e| Error::Database {
+            name: name.map(str::to_owned),
+            url: self.url.clone(),
+            action: "cannot connect".to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// An error about loop `name` (or the store) while doing `action`.
