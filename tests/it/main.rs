@@ -20,6 +20,7 @@ mod parsers;
 mod paths;
 mod pg;
 mod pg_bounds;
+mod pg_lease;
 mod rotation;
 mod schedule;
 mod snapshots;
