@@ -4,7 +4,6 @@
 use std::env;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde::Deserialize;
 
@@ -95,13 +94,12 @@ struct RootConfig {
 /// The root's config file.
 pub const ROOT_CONFIG: &str = "automaton.toml";
 
-static STORE_FLAG: OnceLock<Option<String>> = OnceLock::new();
-
-/// Records the `--store` flag for this process, before any root is opened
-/// (the flag, then `$AUTOMATON_STORE`, then the root's automaton.toml
-/// choose the store).
-pub fn set_store_flag(flag: Option<String>) {
-    let _ = STORE_FLAG.set(flag);
+/// What the command line says of the root: `--root` and `--store`, each
+/// first among the ways a root and its store are chosen.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Flags<'a> {
+    pub root: Option<&'a Path>,
+    pub store: Option<&'a str>,
 }
 
 /// Where a root was found, for messages and `init`.
@@ -118,9 +116,9 @@ impl Root {
     /// `.automaton/` in the working directory or its parents, else
     /// `$XDG_DATA_HOME/automaton` (`~/.local/share/automaton`). The path is
     /// made absolute; nothing is created.
-    pub fn locate(flag: Option<&Path>) -> Result<(Root, Origin)> {
+    pub fn locate(flags: Flags<'_>) -> Result<(Root, Origin)> {
         let cwd = env::current_dir().map_err(Error::io("reading the working directory", "."))?;
-        let (path, origin) = if let Some(p) = flag {
+        let (path, origin) = if let Some(p) = flags.root {
             (p.to_path_buf(), Origin::Flag)
         } else if let Some(p) = env::var_os("AUTOMATON_ROOT").filter(|v| !v.is_empty()) {
             (PathBuf::from(p), Origin::Env)
@@ -130,13 +128,13 @@ impl Root {
             (default_root(), Origin::Default)
         };
         let path = cwd.join(path);
-        let store = choose_store(&path)?;
+        let store = choose_store(&path, flags.store)?;
         Ok((Root { path, store }, origin))
     }
 
     /// Resolves the root and checks that it has been initialised.
-    pub fn open(flag: Option<&Path>) -> Result<Root> {
-        let (root, _) = Root::locate(flag)?;
+    pub fn open(flags: Flags<'_>) -> Result<Root> {
+        let (root, _) = Root::locate(flags)?;
         if !root.loops_dir().is_dir() {
             return Err(Error::NoRoot { path: root.path });
         }
@@ -175,15 +173,10 @@ impl Root {
     }
 }
 
-/// The `--store` flag of this process, if one was given.
-pub fn store_flag() -> Option<&'static str> {
-    STORE_FLAG.get().and_then(Option::as_deref)
-}
-
 /// The store for the root at `path`: `--store`, else `$AUTOMATON_STORE`,
 /// else the `store` key of `<root>/automaton.toml`, else the file store.
-fn choose_store(path: &Path) -> Result<StoreChoice> {
-    if let Some(flag) = STORE_FLAG.get().and_then(Option::as_deref) {
+fn choose_store(path: &Path, flag: Option<&str>) -> Result<StoreChoice> {
+    if let Some(flag) = flag {
         return StoreChoice::parse(flag, "--store");
     }
     if let Some(v) = env::var("AUTOMATON_STORE").ok().filter(|v| !v.trim().is_empty()) {

@@ -29,19 +29,21 @@ use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
-use crate::root::Root;
+use crate::root::{Flags, Root};
 use crate::state::State;
 use crate::store::{Durability, LoopStore};
 
 /// Runs the parsed command line, writing its output to `out`; returns the
 /// exit code of a command that succeeded.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
-    crate::root::set_store_flag(cli.store.clone());
     // A clock past what can be recorded stamps and schedules nothing.
     if !matches!(cli.command, Command::Completions(_) | Command::Man) {
         crate::clock::check()?;
     }
-    let root = cli.root.as_deref();
+    let root = Flags {
+        root: cli.root.as_deref(),
+        store: cli.store.as_deref(),
+    };
     match cli.command {
         Command::Init => init::run(root, out),
         Command::New(args) => new::run(&Root::open(root)?, &args, out),
