@@ -16,7 +16,9 @@ use nix::fcntl::OFlag;
 
 use crate::error::{Error, Result};
 
+mod atomic;
 mod beneath;
+pub use atomic::{TMP_PREFIX, Written, create_dirs, replace, sync_dir, write_file};
 pub use beneath::{Dir, io_error, is_link};
 
 /// Flags for every open of a loop's file.

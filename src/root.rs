@@ -4,7 +4,6 @@
 use std::env;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde::Deserialize;
 
@@ -16,6 +15,9 @@ use crate::error::{Error, Result};
 pub struct Root {
     path: PathBuf,
     store: StoreChoice,
+    /// What the command's `--timeout` bounds every wait on a shared
+    /// store's server by, where it sets one (docs/postgres.md).
+    server_bound: Option<std::time::Duration>,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -211,13 +213,15 @@ struct RootConfig {
 /// The root's config file.
 pub const ROOT_CONFIG: &str = "automaton.toml";
 
-static STORE_FLAG: OnceLock<Option<String>> = OnceLock::new();
-
-/// Records the `--store` flag for this process, before any root is opened
-/// (the flag, then `$AUTOMATON_STORE`, then the root's automaton.toml
-/// choose the store).
-pub fn set_store_flag(flag: Option<String>) {
-    let _ = STORE_FLAG.set(flag);
+/// What the command line says of the root: `--root` and `--store`, each
+/// first among the ways a root and its store are chosen.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Flags<'a> {
+    pub root: Option<&'a Path>,
+    pub store: Option<&'a str>,
+    /// The command's `--timeout`, which also bounds its waits on a shared
+    /// store's server.
+    pub server_bound: Option<std::time::Duration>,
 }
 
 /// Where a root was found, for messages and `init`.
@@ -234,9 +238,9 @@ impl Root {
     /// `.automaton/` in the working directory or its parents, else
     /// `$XDG_DATA_HOME/automaton` (`~/.local/share/automaton`). The path is
     /// made absolute; nothing is created.
-    pub fn locate(flag: Option<&Path>) -> Result<(Root, Origin)> {
+    pub fn locate(flags: Flags<'_>) -> Result<(Root, Origin)> {
         let cwd = env::current_dir().map_err(Error::io("reading the working directory", "."))?;
-        let (path, origin) = if let Some(p) = flag {
+        let (path, origin) = if let Some(p) = flags.root {
             (p.to_path_buf(), Origin::Flag)
         } else if let Some(p) = env::var_os("AUTOMATON_ROOT").filter(|v| !v.is_empty()) {
             (PathBuf::from(p), Origin::Env)
@@ -246,13 +250,21 @@ impl Root {
             (default_root(), Origin::Default)
         };
         let path = cwd.join(path);
-        let store = choose_store(&path)?;
-        Ok((Root { path, store }, origin))
+        let store = choose_store(&path, flags.store)?;
+        let server_bound = flags.server_bound;
+        Ok((
+            Root {
+                path,
+                store,
+                server_bound,
+            },
+            origin,
+        ))
     }
 
     /// Resolves the root and checks that it has been initialised.
-    pub fn open(flag: Option<&Path>) -> Result<Root> {
-        let (root, _) = Root::locate(flag)?;
+    pub fn open(flags: Flags<'_>) -> Result<Root> {
+        let (root, _) = Root::locate(flags)?;
         if !root.loops_dir().is_dir() {
             return Err(Error::NoRoot { path: root.path });
         }
@@ -264,6 +276,7 @@ impl Root {
         Root {
             path: path.into(),
             store: StoreChoice::File,
+            server_bound: None,
         }
     }
 
@@ -276,6 +289,12 @@ impl Root {
     /// The store the root's loops live in.
     pub fn store(&self) -> &StoreChoice {
         &self.store
+    }
+
+    /// What bounds every wait on a shared store's server besides its
+    /// defaults: the command's `--timeout`, if it has one.
+    pub fn server_bound(&self) -> Option<std::time::Duration> {
+        self.server_bound
     }
 
     pub fn path(&self) -> &Path {
@@ -291,15 +310,10 @@ impl Root {
     }
 }
 
-/// The `--store` flag of this process, if one was given.
-pub fn store_flag() -> Option<&'static str> {
-    STORE_FLAG.get().and_then(Option::as_deref)
-}
-
 /// The store for the root at `path`: `--store`, else `$AUTOMATON_STORE`,
 /// else the `store` key of `<root>/automaton.toml`, else the file store.
-fn choose_store(path: &Path) -> Result<StoreChoice> {
-    if let Some(flag) = STORE_FLAG.get().and_then(Option::as_deref) {
+fn choose_store(path: &Path, flag: Option<&str>) -> Result<StoreChoice> {
+    if let Some(flag) = flag {
         return StoreChoice::parse(flag, "--store");
     }
     if let Some(v) = env::var("AUTOMATON_STORE").ok().filter(|v| !v.trim().is_empty()) {

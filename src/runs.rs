@@ -1,5 +1,6 @@
-//! A loop's run directories, `runs/<tick>/`, and the files automaton
-//! itself reads and writes there: the step's and verifier's output, the
+//! A loop's run directories, `runs/<tick>/` (this is the one code that
+//! names them, in either store), and the files automaton itself reads and
+//! writes there: the step's and verifier's output, the
 //! metrics file, the note `cancel` leaves and the process group files.
 //!
 //! All of it is reached through [`fsx::Dir`] from the loop's directory:

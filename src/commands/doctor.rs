@@ -291,42 +291,7 @@ fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) 
             }
         }
     }
-    let loops = root.loops_dir();
-    for entry in std::fs::read_dir(&loops).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type().is_ok_and(|t| t.is_symlink()) && crate::root::LoopName::new(&name).is_ok() {
-            out.push(Finding::new(
-                "loop directory",
-                Level::Error,
-                format!(
-                    "{} is a symbolic link; automaton follows no link to a loop's files, so every command refuses loop {name:?}",
-                    entry.path().display()
-                ),
-                "move the directory it points to into loops/ in its place, or remove the link",
-            ));
-            continue;
-        }
-        if !(name.starts_with(".new-") || name.starts_with(".removed-")) {
-            continue;
-        }
-        // A `new` or `rm` may be at work on it right now: only old ones go.
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().unwrap_or_default() > LEFTOVER_AGE);
-        let path = entry.path();
-        if fix && old && std::fs::remove_dir_all(&path).is_ok() {
-            out.push(Finding::ok("leftovers", format!("removed {}", path.display())));
-            continue;
-        }
-        let finding = Finding::new(
-            "leftovers",
-            Level::Warning,
-            format!("{} was left by a `new` or `rm` that was killed", path.display()),
-            "`--fix` removes it once it is ten minutes old",
-        );
-        out.push(if old { finding.fixable() } else { finding });
-    }
+    out.extend(store::check_loops_dir(root, fix, LEFTOVER_AGE));
     out
 }
 

@@ -18,21 +18,15 @@ use crate::config::LoopConfig;
 use crate::error::{Error, Result};
 use crate::root::Root;
 use crate::store::edits::{self, Left};
-use crate::store::{self, LoopStore, Stores};
+use crate::store::{LoopStore, Stores};
 
 pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
     let stores = Stores::open(root)?;
     let dir = stores.get(&args.name)?;
     let config_path = dir.config_path();
-    let read = || -> Result<Vec<u8>> {
-        match stores.is_shared() {
-            true => Ok(dir.config_text()?.into_bytes()),
-            false => edits::read_config(&config_path),
-        }
-    };
-    let original = read()?;
+    let original = dir.config_bytes()?;
     // A shared store's loop may have no directory on this host yet.
-    store::create_dirs(dir.base_dir())?;
+    crate::fsx::create_dirs(dir.base_dir())?;
     let copy = open_copy(dir.as_ref(), &original)?;
     let edited = loop {
         run_editor(&copy)?;
@@ -54,7 +48,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
         }
     };
     // Someone else may have changed it meanwhile: theirs is not overwritten.
-    let now = read()?;
+    let now = dir.config_bytes()?;
     if now != original {
         let kept = keep(copy)?;
         return Err(Error::Editor {
@@ -62,10 +56,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
             message: format!("it was left as it is now; the edit is kept in {}", kept.display()),
         });
     }
-    match stores.set_config(dir.name(), &String::from_utf8_lossy(&edited)) {
-        Some(saved) => saved?,
-        None => edits::save(dir.base_dir(), &config_path, &edited)?,
-    }
+    dir.save_config(&edited)?;
     super::emit(out, &format!("saved {}\n", config_path.display()))?;
     Ok(0)
 }

@@ -3,7 +3,7 @@
 //! function for people and `--json` for programs.
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::gate::{
     self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
 };
-use crate::root::Root;
+use crate::root::{Flags, Root};
 use crate::term::safe;
 
 mod cases;
@@ -23,7 +23,7 @@ pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root; `gate compile` needs one.
-pub fn run(cmd: GateCommand, root: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
+pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
     let cache = || Root::open(root).ok().map(|r| r.cache_dir());
     match cmd {
         GateCommand::Test {

@@ -1,14 +1,13 @@
 //! `init`: create a root.
 
 use std::io::Write;
-use std::path::Path;
 
 use crate::error::Result;
-use crate::root::{self, Origin, Root, StoreChoice};
+use crate::root::{self, Flags, Origin, Root, StoreChoice};
 use crate::store;
 
-pub fn run(flag: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
-    let (located, origin) = Root::locate(flag)?;
+pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
+    let (located, origin) = Root::locate(flags)?;
     let located_store = located.store().clone();
     // Without --root or $AUTOMATON_ROOT, init makes ./.automaton, as `git
     // init` makes ./.git: the nearest-parent and per-user defaults are for
@@ -35,13 +34,13 @@ pub fn run(flag: Option<&Path>, out: &mut dyn Write) -> Result<u8> {
         line += &format!(" (loops in {})", stores.describe());
         // A store named on the command line is the root's from now on,
         // for every command and schedule that uses the root.
-        if let Some(flag) = root::store_flag() {
+        if let Some(flag) = flags.store {
             let file = root.path().join(root::ROOT_CONFIG);
             let text = format!(
                 "# Where this root's loops live (docs/postgres.md).\nstore = {}\n",
                 toml::Value::String(flag.to_owned())
             );
-            store::write_file(root.path(), &file, text.as_bytes())?;
+            crate::fsx::write_file(root.path(), &file, text.as_bytes())?;
             line += &format!("; recorded in {}", file.display());
         }
     }

@@ -4,13 +4,13 @@
 //! the root's `loops/<name>/` on this host, where both stores look for them.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::cli::MigrateArgs;
 use crate::error::{Error, Result};
-use crate::root::{Root, StoreChoice};
+use crate::root::{Flags, Root, StoreChoice};
 use crate::store::Stores;
 
 /// One side of a move.
@@ -40,7 +40,7 @@ struct Moved {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Option<&Path>, args: &MigrateArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<u8> {
     let (from, to) = (Side::parse(&args.from)?, Side::parse(&args.to)?);
     // The root whose loops/<name>/ directories hold the loops' files here.
     let local = match (&from, &to) {

@@ -29,7 +29,7 @@ use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
-use crate::root::Root;
+use crate::root::{Flags, Root};
 use crate::state::State;
 use crate::store::{Durability, LoopStore};
 
@@ -52,15 +52,15 @@ fn server_bound(command: &Command) -> Option<std::time::Duration> {
 }
 
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
-    crate::root::set_store_flag(cli.store.clone());
-    if let Some(bound) = server_bound(&cli.command) {
-        crate::store::bound_server_waits(bound);
-    }
     // A clock past what can be recorded stamps and schedules nothing.
     if !matches!(cli.command, Command::Completions(_) | Command::Man) {
         crate::clock::check()?;
     }
-    let root = cli.root.as_deref();
+    let root = Flags {
+        root: cli.root.as_deref(),
+        store: cli.store.as_deref(),
+        server_bound: server_bound(&cli.command),
+    };
     match cli.command {
         Command::Init => init::run(root, out),
         Command::New(args) => new::run(&Root::open(root)?, &args, out),

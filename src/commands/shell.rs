@@ -55,7 +55,12 @@ pub fn man(out: &mut dyn Write) -> Result<u8> {
 /// no root: a completion never fails loudly.
 pub fn complete_loop_names() -> Vec<CompletionCandidate> {
     let flag = root_flag(std::env::args_os());
-    let Ok(root) = Root::open(flag.as_deref()) else {
+    let flags = crate::root::Flags {
+        root: flag.as_deref(),
+        store: None,
+        server_bound: None,
+    };
+    let Ok(root) = Root::open(flags) else {
         return Vec::new();
     };
     // The root's store, so a root in PostgreSQL completes its loops too.

@@ -83,7 +83,7 @@ pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
         last_run_dir: state
             .last_tick
             .as_ref()
-            .map(|t| dir.runs_dir().join(t.number.to_string()))
+            .map(|t| crate::runs::run_path(dir.base_dir(), t.number))
             .filter(|p| p.is_dir()),
         lock: LoopStore::holder(dir),
     };

@@ -10,7 +10,7 @@ use super::new::{MissingGate, check_gates};
 use crate::cli::ValidateArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Result};
-use crate::root::{LoopName, Root};
+use crate::root::{Flags, LoopName, Root};
 use crate::store::{self, LoopStore};
 
 /// One config checked.
@@ -24,7 +24,7 @@ struct Checked {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Option<&Path>, args: &ValidateArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<u8> {
     let mut checked = Vec::new();
     let mut first_error = None;
     let mut record = |name: Option<String>, path: PathBuf, r: Result<()>| {
@@ -90,7 +90,7 @@ pub fn run(root_flag: Option<&Path>, args: &ValidateArgs, out: &mut dyn Write) -
 
 /// The loop `target` names, when it is a loop name and the loop exists;
 /// otherwise `target` is taken for a file.
-fn loop_named(root_flag: Option<&Path>, target: &str) -> Result<Option<(Root, Box<dyn LoopStore>)>> {
+fn loop_named(root_flag: Flags<'_>, target: &str) -> Result<Option<(Root, Box<dyn LoopStore>)>> {
     if LoopName::new(target).is_err() || Path::new(target).exists() {
         return Ok(None);
     }

@@ -165,7 +165,7 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                 .name("listen".into())
                 .spawn_scoped(scope, move || {
                     while listening.load(std::sync::atomic::Ordering::Relaxed) {
-                        match stores.wait_changes(&mut listener, MAX_SLEEP) {
+                        match listener.wait(MAX_SLEEP) {
                             Ok(names) if names.is_empty() => {}
                             Ok(names) => {
                                 if tx.send(Msg::Changed(names)).is_err() {

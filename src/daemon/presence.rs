@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::lock::{self, RootLock};
 use crate::root::Root;
-use crate::{store, who};
+use crate::who;
 
 const RECORD: &str = "daemon.json";
 const LOCK: &str = "daemon.lock";
@@ -200,7 +200,7 @@ impl Presence {
             return;
         };
         bytes.push(b'\n');
-        if let Err(e) = store::write_file(root.path(), &record_path(root), &bytes) {
+        if let Err(e) = crate::fsx::write_file(root.path(), &record_path(root), &bytes) {
             tracing::warn!("cannot write the daemon record: {e}");
         }
     }

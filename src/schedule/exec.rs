@@ -112,7 +112,7 @@ pub fn perform(actions: &[Action]) -> Result<()> {
 
 fn write(path: &std::path::Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
-        crate::store::create_dirs(dir)?;
+        crate::fsx::create_dirs(dir)?;
     }
     let mut f = fs::OpenOptions::new()
         .write(true)

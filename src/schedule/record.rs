@@ -91,10 +91,10 @@ pub fn all(root: &Root) -> Result<Vec<Record>> {
 
 pub fn write(root: &Root, record: &Record) -> Result<()> {
     let dir = dir(root);
-    crate::store::create_dirs(&dir)?;
+    crate::fsx::create_dirs(&dir)?;
     let mut bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
     bytes.push(b'\n');
-    crate::store::write_file(&dir, &path(root, &record.loop_name), &bytes)
+    crate::fsx::write_file(&dir, &path(root, &record.loop_name), &bytes)
 }
 
 pub fn delete(root: &Root, name: &str) -> Result<()> {

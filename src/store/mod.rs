@@ -4,27 +4,25 @@
 //! at any instant both are there or neither is, and readers never see one
 //! without the other (docs/store.md gives the argument step by step).
 //!
-//! The interface is two traits. [`LoopStore`] is a loop: its config, its
+//! The interface is three traits. [`Store`] is a root's store: it finds,
+//! lists, makes and watches loops. [`LoopStore`] is a loop: its config, its
 //! committed state and history (read without the lock), its lock holder,
 //! and [`LoopStore::lock`], which opens a [`Session`]. A session holds the
 //! loop's lock until it is dropped; its [`Session::load`] first finishes
 //! what a dead holder left (a torn record, stray temporary files, a tick
 //! that died mid-way, recorded as crashed in a commit of its own), and its
-//! [`Session::commit`] checks the version and commits. The file store
-//! ([`LoopDir`]) is the first implementation; the PostgreSQL store
-//! (`pg/`) is the second, where the session is a server connection holding
-//! an advisory lock and a commit is a transaction. [`Stores`] opens
-//! whichever one a root uses.
+//! [`Session::commit`] checks the version and commits. Both stores share
+//! the commit's prologue (the version check and the next version, [`Next`])
+//! and the recording of a dead tick ([`recover`]). The file store (`file/`,
+//! [`FileStore`], [`LoopDir`]) is the first implementation; the PostgreSQL
+//! store (`pg/`) is the second, where the session is a server connection
+//! holding an advisory lock and a commit is a transaction. [`Stores`] opens
+//! whichever one a root uses; no caller branches on which it has.
 
-pub mod edits;
 mod file;
-mod flight;
-mod journal;
 mod pg;
-mod rotation;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -35,116 +33,71 @@ use crate::lock::{Holder, Wait};
 use crate::root::{LoopName, Root, StoreChoice};
 use crate::state::{InFlight, State};
 
-pub use file::{
-    LoopDir, adopt_loop, create_dirs, create_loop, init_root, list_loops, parse_state, write_file,
-};
-pub use pg::Listener;
+pub use file::{FileStore, LoopDir, check_loops_dir, edits, init_root, parse_state};
 
-/// Bounds every wait of this process on a shared store's server
-/// (connecting, each statement, each table or row lock) by a command's
-/// `--timeout`, where that is shorter than the defaults
-/// (docs/postgres.md). Call it before opening the store.
-pub fn bound_server_waits(bound: std::time::Duration) {
-    pg::set_bound(bound);
-}
+/// A root's store: where its loops are kept, and how they are found,
+/// listed, made and watched. The file store ([`FileStore`]) and PostgreSQL
+/// implement it; no caller asks which one it has.
+pub trait Store: Send + Sync {
+    /// Where the loops are, for messages: the root's loops directory, or
+    /// the store's URL with its password masked.
+    fn describe(&self) -> String;
 
-/// The loops of a root, in whichever store it uses (`--store`,
-/// `$AUTOMATON_STORE`, or `store` in `<root>/automaton.toml`): the one way
-/// commands find, list, create and remove loops.
-pub struct Stores {
-    root: Root,
-    pg: Option<Arc<pg::Database>>,
-}
-
-impl Stores {
-    /// Opens the root's store: for PostgreSQL, connects and brings the
-    /// schema up to date.
-    pub fn open(root: &Root) -> Result<Stores> {
-        let pg = match root.store() {
-            StoreChoice::File => None,
-            StoreChoice::Postgres(url) => Some(pg::Database::open(url, root.loops_dir())?),
-        };
-        Ok(Stores {
-            root: root.clone(),
-            pg,
-        })
-    }
-
-    /// Where the loops are, for messages: the root's loops directory or the
-    /// store's URL (its password redacted).
-    pub fn describe(&self) -> String {
-        match &self.pg {
-            Some(db) => db.url().to_owned(),
-            None => self.root.loops_dir().display().to_string(),
-        }
-    }
-
-    pub fn is_shared(&self) -> bool {
-        self.pg.is_some()
-    }
+    /// Whether runners on other hosts share the store.
+    fn is_shared(&self) -> bool;
 
     /// The loop `name`, which must exist.
-    pub fn get(&self, name: &str) -> Result<Box<dyn LoopStore>> {
-        let store: Box<dyn LoopStore> = match &self.pg {
-            Some(db) => Box::new(db.open_loop(name)?),
-            None => Box::new(LoopDir::open(&self.root, name)?),
-        };
-        Ok(store)
-    }
+    fn get(&self, name: &str) -> Result<Box<dyn LoopStore>>;
 
     /// Every loop, sorted by name.
-    pub fn list(&self) -> Result<Vec<Box<dyn LoopStore>>> {
-        Ok(match &self.pg {
-            Some(db) => db
-                .list()?
-                .into_iter()
-                .map(|l| Box::new(l) as Box<dyn LoopStore>)
-                .collect(),
-            None => list_loops(&self.root)?
-                .into_iter()
-                .map(|l| Box::new(l) as Box<dyn LoopStore>)
-                .collect(),
-        })
-    }
+    fn list(&self) -> Result<Vec<Box<dyn LoopStore>>>;
 
     /// Makes a loop from its config text, first state and first events;
     /// fails if it exists.
-    pub fn create(
+    fn create(
         &self,
         name: &LoopName,
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
-    ) -> Result<Box<dyn LoopStore>> {
-        let store: Box<dyn LoopStore> = match &self.pg {
-            Some(db) => Box::new(db.create(name, config_text, state, events)?),
-            None => Box::new(create_loop(&self.root, name, config_text, state, events)?),
-        };
-        Ok(store)
-    }
+    ) -> Result<Box<dyn LoopStore>>;
 
-    /// Replaces a loop's config text; `None` for the file store, whose
-    /// loop.toml is a file the caller replaces itself.
-    pub fn set_config(&self, name: &LoopName, text: &str) -> Option<Result<()>> {
-        self.pg.as_ref().map(|db| db.set_config(name, text))
-    }
+    /// Takes in a loop moved here from another store, with its config,
+    /// state and history as they were there (each event keeps its
+    /// version); fails if it exists here.
+    fn adopt(&self, name: &LoopName, config_text: &str, state: &State, events: &[Event]) -> Result<()>;
 
-    /// A connection told of every change to a loop (a commit, a new loop, a
-    /// removal), for a shared store; `None` for the file store.
-    pub fn listen(&self) -> Option<Result<Listener>> {
-        self.pg.as_ref().map(|db| db.listen())
-    }
-
-    /// Waits up to `timeout` for changes on `listener`; the loops named.
-    pub fn wait_changes(&self, listener: &mut Listener, timeout: std::time::Duration) -> Result<Vec<String>> {
-        match &self.pg {
-            Some(db) => db.wait_changes(listener, timeout),
-            None => Ok(Vec::new()),
-        }
+    /// A connection told of every change to a loop (a commit, a new loop,
+    /// a removal), where the store can tell; `None` where changes are seen
+    /// by polling each loop's [`LoopStore::commit_marker`] instead.
+    fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
+        None
     }
 }
 
+/// Changes to loops as a store tells of them ([`Store::listen`]).
+pub trait Changes: Send {
+    /// Waits up to `timeout` for changes; the loops named.
+    fn wait(&mut self, timeout: std::time::Duration) -> Result<Vec<String>>;
+}
+
+/// The store a root uses (`--store`, `$AUTOMATON_STORE`, or `store` in
+/// `<root>/automaton.toml`): the one way commands find, list, create and
+/// remove loops, whichever store it is.
+pub struct Stores(Box<dyn Store>);
+
 impl Stores {
+    /// Opens the root's store: for PostgreSQL, connects and brings the
+    /// schema up to date.
+    pub fn open(root: &Root) -> Result<Stores> {
+        Ok(Stores(match root.store() {
+            StoreChoice::File => Box::new(FileStore::new(root)),
+            StoreChoice::Postgres(url) => {
+                Box::new(pg::Database::open(url, root.loops_dir(), root.server_bound())?)
+            }
+        }))
+    }
+
     /// Moves loop `name` from this store to `to` with its config, state and
     /// history (each event keeps its version), under the loop's lock here:
     /// a loop whose lock is held is refused. A tick that died mid-way is
@@ -178,17 +131,17 @@ impl Stores {
             });
         }
         let config = src.config_text()?;
-        let loop_name = src.name().clone();
-        match &to.pg {
-            Some(db) => {
-                db.import(&loop_name, &config, &state, &history.events)?;
-            }
-            None => {
-                adopt_loop(&to.root, &loop_name, &config, &state, &history.events)?;
-            }
-        }
+        to.adopt(src.name(), &config, &state, &history.events)?;
         session.forget()?;
         Ok(history.events.len())
+    }
+}
+
+impl std::ops::Deref for Stores {
+    type Target = dyn Store;
+
+    fn deref(&self) -> &(dyn Store + 'static) {
+        self.0.as_ref()
     }
 }
 
@@ -204,9 +157,6 @@ pub trait LoopStore: Send + Sync {
     /// The directory paths in loop.toml are relative to (gate files, the
     /// workdir, the worktree).
     fn base_dir(&self) -> &Path;
-
-    /// Where this host keeps the loop's step and verifier output.
-    fn runs_dir(&self) -> PathBuf;
 
     /// What messages call the loop's loop.toml.
     fn config_path(&self) -> PathBuf;
@@ -228,6 +178,17 @@ pub trait LoopStore: Send + Sync {
 
     /// The loop's config as written.
     fn config_text(&self) -> Result<String>;
+
+    /// The loop's config byte for byte, for `edit`, which must be able to
+    /// open a loop.toml that is not UTF-8 text in order to mend it.
+    fn config_bytes(&self) -> Result<Vec<u8>> {
+        self.config_text().map(String::into_bytes)
+    }
+
+    /// Replaces the loop's config with `text`, which the caller has
+    /// checked, atomically and durably. Takes no lock: each command reads
+    /// the config afresh.
+    fn save_config(&self, text: &[u8]) -> Result<()>;
 
     /// The last committed state, read without the lock.
     fn load(&self) -> Result<State>;
@@ -423,6 +384,55 @@ pub enum Durability {
     /// `in_flight` marker, whose loss only forgets that a step was running
     /// (the file store writes it into its record without syncing it).
     Relaxed,
+}
+
+/// What a commit writes: the state's next version and the events stamped
+/// with it, once the version check has passed. Every store's commit starts
+/// here.
+struct Next {
+    state: State,
+    events: Vec<Event>,
+}
+
+impl Next {
+    /// The commit of `state` with `events` in a session that loaded or last
+    /// committed version `held` (`None`: it may commit no more).
+    fn of(name: &LoopName, held: Option<u64>, state: &State, events: Vec<EventKind>) -> Result<Next> {
+        if held != Some(state.version) {
+            return Err(crate::Error::Conflict {
+                name: name.to_string(),
+                expected: held,
+                found: state.version,
+            });
+        }
+        let now = crate::clock::now();
+        let mut next = state.clone();
+        next.version = state.version + 1;
+        next.updated_at = now;
+        Ok(Next {
+            events: stamp(events, next.version, now),
+            state: next,
+        })
+    }
+}
+
+/// Records the tick that `state` says is in flight, whose holder is gone
+/// (the caller holds the lock), as crashed, in a commit of its own through
+/// `session`; returns it. Every store's `load` ends here.
+fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Result<Option<InFlight>> {
+    let Some(dead) = state.in_flight.take() else {
+        return Ok(None);
+    };
+    tracing::warn!(
+        "loop {:?}: tick {} (pid {} on {}) died mid-way; recorded as crashed",
+        name.as_str(),
+        dead.tick,
+        dead.pid,
+        dead.host
+    );
+    let event = record_crash(state, &dead);
+    session.commit(state, vec![event], Durability::Full)?;
+    Ok(Some(dead))
 }
 
 /// Events of one commit, stamped with the version they belong to.

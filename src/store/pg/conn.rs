@@ -37,24 +37,12 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shortest bound a command's `--timeout` sets on its server waits.
 const MIN_BOUND: Duration = Duration::from_secs(1);
 
-static BOUND: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-
-/// Bounds every wait of this process on the server (connecting, each
-/// statement, each table or row lock) by `bound` (at least 1s), where it
-/// is shorter than the defaults: a command's `--timeout`. Set once, before
-/// the store is opened.
-pub fn set_bound(bound: Duration) {
-    let _ = BOUND.set(bound.max(MIN_BOUND));
-}
-
-/// `default`, or the process's bound when that is shorter.
-fn bounded(default: Duration) -> Duration {
-    BOUND.get().map_or(default, |b| default.min(*b))
-}
-
 /// Reads `url` into a connection config; `shown` is the redacted URL, for
-/// messages.
-pub fn config(url: &str, shown: &str) -> Result<Config> {
+/// messages. `bound` (a command's `--timeout`, at least 1s) shortens the
+/// connect timeout, `statement_timeout` and `lock_timeout` where it is
+/// shorter than they are.
+pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Config> {
+    let bounded = |default: Duration| bound.map_or(default, |b| default.min(b.max(MIN_BOUND)));
     let mut config: Config = url.parse().map_err(|e: postgres::Error| Error::Database {
         name: None,
         url: shown.to_owned(),

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use postgres::Client;
 
-use super::{Durability, Finding, Level, Loaded, LoopStore, Session};
+use super::{Changes, Durability, Finding, Level, Loaded, LoopStore, Session, Store};
 use crate::config::LoopConfig;
 use crate::error::{Error, Result};
 use crate::history::{BadLine, Event, EventKind, History};
@@ -43,8 +43,6 @@ const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $
 /// and removal.
 pub const CHANNEL: &str = "automaton_loops";
 
-pub use conn::set_bound;
-
 /// One PostgreSQL store: how to connect, and the connections kept idle.
 pub struct Database {
     /// The URL with its password redacted: the only form ever shown.
@@ -57,10 +55,11 @@ pub struct Database {
 
 impl Database {
     /// Connects to the store at `url`, bringing its schema up to date (or
-    /// refusing one newer than this binary knows).
-    pub fn open(url: &str, loops_dir: PathBuf) -> Result<Arc<Database>> {
+    /// refusing one newer than this binary knows); `bound`, a command's
+    /// `--timeout`, shortens every wait on the server (docs/postgres.md).
+    pub fn open(url: &str, loops_dir: PathBuf, bound: Option<Duration>) -> Result<Arc<Database>> {
         let shown = crate::root::redact(url);
-        let config = conn::config(url, &shown)?;
+        let config = conn::config(url, &shown, bound)?;
         let db = Database {
             url: shown,
             config,
@@ -230,15 +229,79 @@ impl Database {
         })
     }
 
+    /// A connection listening for changes to loops.
+    pub fn listen(self: &Arc<Self>) -> Result<Listener> {
+        let mut client = self.connect(None)?;
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .map_err(self.fail(None, "cannot listen for changes"))?;
+        Ok(Listener {
+            client,
+            db: Arc::clone(self),
+        })
+    }
+}
+
+impl Store for Arc<Database> {
+    fn describe(&self) -> String {
+        self.url().to_owned()
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn get(&self, name: &str) -> Result<Box<dyn LoopStore>> {
+        Ok(Box::new(self.open_loop(name)?))
+    }
+
+    fn list(&self) -> Result<Vec<Box<dyn LoopStore>>> {
+        Ok(Database::list(self)?
+            .into_iter()
+            .map(|l| Box::new(l) as Box<dyn LoopStore>)
+            .collect())
+    }
+
+    fn create(
+        &self,
+        name: &LoopName,
+        config_text: &str,
+        state: &State,
+        events: Vec<EventKind>,
+    ) -> Result<Box<dyn LoopStore>> {
+        Ok(Box::new(Database::create(
+            self,
+            name,
+            config_text,
+            state,
+            events,
+        )?))
+    }
+
+    fn adopt(&self, name: &LoopName, config_text: &str, state: &State, events: &[Event]) -> Result<()> {
+        self.import(name, config_text, state, events)
+    }
+
+    fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
+        Some(Database::listen(self).map(|l| Box::new(l) as Box<dyn Changes>))
+    }
+}
+
+/// A connection that listens for changes to loops.
+pub struct Listener {
+    client: Client,
+    db: Arc<Database>,
+}
+
+impl Changes for Listener {
     /// Waits up to `timeout` for a loop to change (a commit, a new loop, a
-    /// removal) on the listening connection `listener`, opened by
-    /// [`Database::listen`]; returns the names notified.
-    pub fn wait_changes(&self, listener: &mut Listener, timeout: Duration) -> Result<Vec<String>> {
+    /// removal); returns the names notified.
+    fn wait(&mut self, timeout: Duration) -> Result<Vec<String>> {
         use postgres::fallible_iterator::FallibleIterator;
-        let lost = || self.fail(None, "lost the notification connection");
+        let lost = || self.db.fail(None, "lost the notification connection");
         let mut names = Vec::new();
-        let first = listener
-            .0
+        let first = self
+            .client
             .notifications()
             .timeout_iter(timeout)
             .next()
@@ -246,7 +309,7 @@ impl Database {
         if let Some(n) = first {
             names.push(n.payload().to_owned());
             // Whatever else has arrived, without waiting.
-            let mut notes = listener.0.notifications();
+            let mut notes = self.client.notifications();
             let mut rest = notes.iter();
             while let Some(n) = rest.next().map_err(lost())? {
                 names.push(n.payload().to_owned());
@@ -254,19 +317,7 @@ impl Database {
         }
         Ok(names)
     }
-
-    /// A connection listening for changes to loops.
-    pub fn listen(&self) -> Result<Listener> {
-        let mut client = self.connect(None)?;
-        client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
-            .map_err(self.fail(None, "cannot listen for changes"))?;
-        Ok(Listener(client))
-    }
 }
-
-/// A connection that listens for changes to loops.
-pub struct Listener(Client);
 
 /// Inserts loop `name`'s row; false when a loop of that name exists.
 fn insert_loop(
@@ -398,10 +449,6 @@ impl LoopStore for PgLoop {
         &self.base
     }
 
-    fn runs_dir(&self) -> PathBuf {
-        self.base.join("runs")
-    }
-
     fn config_path(&self) -> PathBuf {
         self.config_path.clone()
     }
@@ -418,6 +465,10 @@ impl LoopStore for PgLoop {
         })?;
         let text = text.ok_or_else(|| self.no_such())?;
         Ok(LoopConfig::parse(&text, &self.config_path)?)
+    }
+
+    fn save_config(&self, text: &[u8]) -> Result<()> {
+        self.db.set_config(&self.name, &String::from_utf8_lossy(text))
     }
 
     fn config_text(&self) -> Result<String> {
@@ -502,7 +553,7 @@ impl LoopStore for PgLoop {
 
     fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>> {
         // The step's workdir and output live here, on whichever host runs it.
-        super::create_dirs(&self.base)?;
+        crate::fsx::create_dirs(&self.base)?;
         // One connection polls for the lock and, between attempts, reads
         // who holds it: a waiting command holds one connection, not two.
         let client = std::cell::RefCell::new(self.db.take(self.n())?);
@@ -728,18 +779,7 @@ impl Session for PgSession<'_> {
             .map_err(lp.db.fail(lp.n(), "cannot read the state"))?;
         let mut state = lp.parse(text)?;
         self.version = Some(state.version);
-        let recovered = state.in_flight.take();
-        if let Some(dead) = &recovered {
-            tracing::warn!(
-                "loop {:?}: tick {} (pid {} on {}) died mid-way; recorded as crashed",
-                lp.name.as_str(),
-                dead.tick,
-                dead.pid,
-                dead.host
-            );
-            let event = super::record_crash(&mut state, dead);
-            self.commit(&mut state, vec![event], Durability::Full)?;
-        }
+        let recovered = super::recover(self, &lp.name, &mut state)?;
         Ok(Loaded { state, recovered })
     }
 
@@ -749,20 +789,12 @@ impl Session for PgSession<'_> {
     /// step ran go unrecorded and its run number be used again.
     fn commit(&mut self, state: &mut State, events: Vec<EventKind>, _durability: Durability) -> Result<()> {
         let lp = self.lp;
-        if self.version != Some(state.version) {
-            return Err(Error::Conflict {
-                name: lp.name.to_string(),
-                expected: self.version,
-                found: state.version,
-            });
-        }
+        let super::Next {
+            state: next_state,
+            events,
+        } = super::Next::of(&lp.name, self.version, state, events)?;
+        let next = next_state.version;
         self.refuse_if_lost()?;
-        let now = crate::clock::now();
-        let next = state.version + 1;
-        let events = super::stamp(events, next, now);
-        let mut next_state = state.clone();
-        next_state.version = next;
-        next_state.updated_at = now;
         let name = lp.name.as_str();
         let text = state_text(&next_state);
         let fence = self.lease.fence();

@@ -15,9 +15,9 @@ use std::fs::{self, File};
 use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 
-use super::{Finding, Level};
 use crate::error::{Error, Result};
 use crate::fsx;
+use crate::store::{Finding, Level};
 
 /// The history file commits append to.
 pub const HISTORY: &str = "history.jsonl";
@@ -216,7 +216,7 @@ pub fn rotate(dir: &Path, keep: usize) -> Result<()> {
     let from = dir.join(HISTORY);
     let to = dir.join(next.file_name());
     fs::rename(&from, &to).map_err(Error::io("renaming", &from))?;
-    super::file::sync_dir(dir)?;
+    fsx::sync_dir(dir)?;
     let mut rotated: Vec<Rotated> = listing.rotated().collect();
     rotated.push(next);
     let excess = rotated.len().saturating_sub(keep);
@@ -269,7 +269,7 @@ fn rename_step(dir: &Path, from: Rotated, to: Rotated) -> Result<()> {
     let (from, to) = (dir.join(from.file_name()), dir.join(to.file_name()));
     tracing::info!("renaming {} to {}", from.display(), to.display());
     fs::rename(&from, &to).map_err(Error::io("renaming", &from))?;
-    super::file::sync_dir(dir)
+    fsx::sync_dir(dir)
 }
 
 #[cfg(test)]

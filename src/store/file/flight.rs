@@ -137,7 +137,7 @@ pub fn write(dir: &Path, path: &Path, flight: &Flight, sync: bool) -> Result<()>
     let bytes = encode(flight, len);
     write_at(&file, &bytes, sync).map_err(Error::io("writing", path))?;
     if sync {
-        super::file::sync_dir(dir)?;
+        fsx::sync_dir(dir)?;
     }
     Ok(())
 }

@@ -16,9 +16,10 @@ use std::time::SystemTime;
 
 use tempfile::TempPath;
 
-use super::file::{CONFIG_MAX, sync_dir};
+use super::CONFIG_MAX;
 use crate::error::{Error, Result};
 use crate::fsx;
+use crate::fsx::sync_dir;
 
 /// The copy an editor works on.
 const COPY_PREFIX: &str = ".loop.toml.edit-";

@@ -1,0 +1,111 @@
+//! Making a root, a loop, and a loop moved here from another store.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+use super::state_file::state_bytes;
+use super::{CONFIG, HISTORY, LoopDir, NEW_PREFIX, STATE};
+use crate::error::{Error, Result};
+use crate::fsx::{create_dirs, sync_dir, write_file};
+use crate::history::{Event, EventKind};
+use crate::root::{LoopName, Root};
+use crate::state::State;
+
+/// Makes the root's directories.
+pub fn init_root(root: &Root) -> Result<bool> {
+    let fresh = !root.loops_dir().is_dir();
+    create_dirs(&root.loops_dir())?;
+    create_dirs(&root.cache_dir())?;
+    Ok(fresh)
+}
+
+/// Builds a new loop in a temporary directory beside the others and renames
+/// it into place; fails if the loop exists. No lock file is made. `events`
+/// are the loop's first history, committed with `state`.
+pub fn create_loop(
+    root: &Root,
+    name: &LoopName,
+    config_text: &str,
+    state: &State,
+    events: Vec<EventKind>,
+) -> Result<LoopDir> {
+    let target = LoopDir::new(root, name.clone());
+    let exists = || Error::LoopExists {
+        name: name.to_string(),
+        root: root.path().to_owned(),
+    };
+    if target.path().symlink_metadata().is_ok() {
+        return Err(exists());
+    }
+    let loops = root.loops_dir();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("{NEW_PREFIX}{name}-"))
+        .permissions(fs::Permissions::from_mode(0o700))
+        .tempdir_in(&loops)
+        .map_err(Error::io("creating a temporary directory in", &loops))?;
+    let write = |file: &str, bytes: &[u8]| -> Result<()> {
+        let path = tmp.path().join(file);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(Error::io("creating", &path))?;
+        f.write_all(bytes)
+            .and_then(|()| f.sync_data())
+            .map_err(Error::io("writing", &path))
+    };
+    let history: Vec<u8> = crate::store::stamp(events, state.version, state.updated_at)
+        .iter()
+        .flat_map(Event::to_line)
+        .collect();
+    write(CONFIG, config_text.as_bytes())?;
+    write(HISTORY, &history)?;
+    write(STATE, &state_bytes(state))?;
+    sync_dir(tmp.path())?;
+    match crate::fsx::rename_noreplace(tmp.path(), target.path()) {
+        Ok(()) => {
+            // The directory now lives at its final name; nothing to clean up.
+            let _ = tmp.keep();
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(exists()),
+        Err(e) => return Err(Error::io("renaming into place", target.path())(e)),
+    }
+    sync_dir(&loops)?;
+    Ok(target)
+}
+
+/// Writes a loop moved here from another store into `<root>/loops/<name>/`,
+/// which may hold the loop's files already (step output, gate files): its
+/// loop.toml and history as given (each event keeps its version), then its
+/// state, the commit point. Fails if the loop exists here.
+pub fn adopt_loop(
+    root: &Root,
+    name: &LoopName,
+    config_text: &str,
+    state: &State,
+    events: &[Event],
+) -> Result<LoopDir> {
+    let target = LoopDir::new(root, name.clone());
+    if target.exists() {
+        return Err(Error::LoopExists {
+            name: name.to_string(),
+            root: root.path().to_owned(),
+        });
+    }
+    create_dirs(target.path())?;
+    // An `in_flight` record left from the loop's earlier life here would
+    // be read against the new state: it goes before the state exists.
+    match fs::remove_file(target.flight_path()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("removing", target.flight_path())(e));
+        }
+        _ => {}
+    }
+    let history: Vec<u8> = events.iter().flat_map(Event::to_line).collect();
+    write_file(target.path(), &target.config_path(), config_text.as_bytes())?;
+    write_file(target.path(), &target.history_path(), &history)?;
+    write_file(target.path(), &target.state_path(), &state_bytes(state))?;
+    Ok(target)
+}
