@@ -14,8 +14,12 @@ use std::process::{Child, Command, Stdio};
 use crate::common::{BIN, Env, isolate};
 use crate::pg::Cluster;
 
-/// The lease the runners take here: short, so a lost one runs out soon.
-const TTL: &str = "4s";
+/// The lease the runners take where it must run out during the test:
+/// short, so a lost one runs out soon...
+const SHORT_TTL: &str = "4s";
+/// ...and where the first runner must keep it through the test: long
+/// enough that a loaded machine never delays a renewal past it.
+const LONG_TTL: &str = "20s";
 
 /// A step that marks its start and end in `log` and sleeps between for
 /// the seconds [`step_takes`] last wrote, and touches `started.<pid>` in
@@ -105,27 +109,31 @@ fn wait_started(dir: &Path) {
 struct Runners {
     root: PathBuf,
     url: String,
+    /// The lease the runners take (`AUTOMATON_LEASE_TTL`).
+    ttl: &'static str,
     _dir: tempfile::TempDir,
     /// The suite's server, when the test uses it.
     env: Option<Env>,
 }
 
 impl Runners {
-    fn on_suite_server() -> Option<Runners> {
+    fn on_suite_server(ttl: &'static str) -> Option<Runners> {
         let env = Env::postgres()?;
         Some(Runners {
             root: env.root.clone(),
             url: env.pg.as_ref().unwrap().url.clone(),
+            ttl,
             _dir: tempfile::tempdir().unwrap(),
             env: Some(env),
         })
     }
 
-    fn on(cluster: &Cluster) -> Runners {
+    fn on(cluster: &Cluster, ttl: &'static str) -> Runners {
         let dir = tempfile::tempdir().unwrap();
         let r = Runners {
             root: dir.path().join("root"),
             url: cluster.url(),
+            ttl,
             _dir: dir,
             env: None,
         };
@@ -141,7 +149,7 @@ impl Runners {
             .arg(&self.root)
             .env("AUTOMATON_STORE", url)
             .env("AUTOMATON_HOST", host)
-            .env("AUTOMATON_LEASE_TTL", TTL)
+            .env("AUTOMATON_LEASE_TTL", self.ttl)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         c
@@ -214,7 +222,7 @@ fn two_ticks_accounted_for(r: &Runners) -> Vec<serde_json::Value> {
 /// its tick; the other runner waits for it, and runs after.
 #[test]
 fn a_terminated_backend_does_not_let_another_runner_overlap_the_step() {
-    let Some(r) = Runners::on_suite_server() else {
+    let Some(r) = Runners::on_suite_server(LONG_TTL) else {
         return;
     };
     let marks = tempfile::tempdir().unwrap();
@@ -258,7 +266,7 @@ fn a_terminated_backend_does_not_let_another_runner_overlap_the_step() {
 /// make their connection again when it is, and the other runner waits.
 #[test]
 fn an_idle_session_timeout_shorter_than_the_step_does_not_free_the_lock() {
-    let Some(r) = Runners::on_suite_server() else {
+    let Some(r) = Runners::on_suite_server(LONG_TTL) else {
         return;
     };
     let pg = r.env.as_ref().unwrap().pg.as_ref().unwrap();
@@ -297,7 +305,7 @@ fn an_idle_session_timeout_shorter_than_the_step_does_not_free_the_lock() {
 #[test]
 fn a_fast_restart_mid_step_never_lets_two_steps_overlap() {
     let Some(cluster) = Cluster::start() else { return };
-    let r = Runners::on(&cluster);
+    let r = Runners::on(&cluster, SHORT_TTL);
     let marks = tempfile::tempdir().unwrap();
     let log = marks.path().join("steps.log");
     r.new_loop("solo", &marked_step(&log, 5));
@@ -325,7 +333,7 @@ fn a_fast_restart_mid_step_never_lets_two_steps_overlap() {
 #[test]
 fn a_frozen_server_makes_the_runner_kill_its_step_before_anyone_takes_the_lock() {
     let Some(cluster) = Cluster::start() else { return };
-    let r = Runners::on(&cluster);
+    let r = Runners::on(&cluster, SHORT_TTL);
     let marks = tempfile::tempdir().unwrap();
     let log = marks.path().join("steps.log");
     r.new_loop("solo", &marked_step(&log, 30));
