@@ -222,6 +222,21 @@ pub struct State {
     pub in_flight: Option<InFlight>,
     #[serde(default)]
     pub worktree: Option<Worktree>,
+    /// The gate that failed (could not load, trapped, timed out, refused)
+    /// in the last tick whose gates ran, whatever its `on_error` made of
+    /// it; cleared by a tick whose gates all answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_error: Option<GateFailure>,
+}
+
+/// A gate's failure as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateFailure {
+    /// The gate as loop.toml names it.
+    pub gate: String,
+    pub error: String,
+    /// When it first failed so (the same gate, the same error).
+    pub since: Timestamp,
 }
 
 impl State {
@@ -243,6 +258,7 @@ impl State {
             totals: BTreeMap::new(),
             in_flight: None,
             worktree: None,
+            gate_error: None,
         }
     }
 

@@ -116,12 +116,14 @@ pub(crate) fn check_gates(
     let cache = root.cache_dir();
     let host = GateHost::new(cache.is_dir().then_some(cache))?;
     for (i, g) in config.gates.iter().enumerate() {
-        let invalid = |message: String| ConfigError::Gate {
+        let invalid_at = |line: Option<usize>, message: String| ConfigError::Gate {
             path: shown.to_owned(),
+            line,
             index: i + 1,
             gate: g.source.to_string(),
             message,
         };
+        let invalid = |message: String| invalid_at(None, message);
         let source = g.resolved_source(loop_dir);
         if let GateSource::File { path, .. } = &source
             && !path.exists()
@@ -139,7 +141,8 @@ pub(crate) fn check_gates(
         // The message already names the gate; say only what is wrong.
         let what = |e: crate::gate::GateError| invalid(e.kind().to_string());
         let gate = host.load(&source).map_err(what)?;
-        host.check_params(&gate, &g.params).map_err(what)?;
+        host.check_params(&gate, &g.params)
+            .map_err(|e| invalid_at(g.params_line, e.kind().to_string()))?;
     }
     Ok(())
 }

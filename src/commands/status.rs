@@ -124,13 +124,31 @@ pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u
     let dir = crate::store::open(root, name)?;
     let dir = &*dir;
     let state = dir.load()?;
-    let v = view(dir, &state);
+    let mut v = view(dir, &state);
+    if v.config_error.is_none() {
+        v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
+    }
     if json {
         super::emit_json(out, &v)?;
     } else {
         super::emit(out, &detail(&v))?;
     }
     Ok(0)
+}
+
+/// What `validate` finds wrong with the loop's gates (one missing, its
+/// params refused), so one loop's status calls a config valid only when
+/// `validate` would. A listing does not look: it would load every gate.
+fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
+    let config = dir.config()?;
+    let shown = dir.config_path();
+    super::new::check_gates(
+        root,
+        dir.base_dir(),
+        &config,
+        &shown,
+        super::new::MissingGate::Error,
+    )
 }
 
 /// A loop in a listing: its view, or why its state could not be read.
@@ -272,6 +290,9 @@ fn detail(v: &LoopView<'_>) -> String {
             None => "valid".into(),
         },
     );
+    if let Some(f) = &s.gate_error {
+        row("gate error", format!("{} (since {})", f.error, local(f.since)));
+    }
     row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
     if let Some(due) = v.next_due {
         row("next due", format!("{} ({})", local(due), left(due)));

@@ -520,7 +520,12 @@ impl GateHost {
             (Export::CheckParams, Ahead::No),
             |store, g| g.call_check_params(store, &json),
         )?;
-        answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
+        answer.map_err(|message| {
+            gate.error(GateErrorKind::ParamsRejected {
+                message: super::error::params_message(&message).to_owned(),
+                line: None,
+            })
+        })
     }
 
     /// Evaluates the gate against a context, in a fresh instance, under the

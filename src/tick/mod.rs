@@ -22,7 +22,7 @@ use crate::gate::{Decision, GateHost, Phase};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
+use crate::state::{GateFailure, InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
@@ -384,6 +384,7 @@ impl Tick<'_> {
             last.outcome = outcome;
         }
         state.in_flight = None;
+        self.note_gate_error(&mut state);
         self.events.push(EventKind::Tick {
             tick: number,
             outcome,
@@ -478,6 +479,31 @@ impl Tick<'_> {
             self.own_host = Some(GateHost::new(Some(self.root.cache_dir()))?);
         }
         Ok(self.shared_host.or(self.own_host.as_ref()))
+    }
+
+    /// Keeps in `state` the last failure of this tick's gates, or clears it
+    /// when they all answered (a tick that ran no gate leaves it); a
+    /// failure already kept stays as it was, with its `since`. Whether the
+    /// state changed.
+    fn note_gate_error(&self, state: &mut State) -> bool {
+        if self.verdicts.is_empty() {
+            return false;
+        }
+        let failed = self
+            .verdicts
+            .iter()
+            .rev()
+            .find_map(|v| v.error.as_ref().map(|e| (&v.gate, e)));
+        let kept = state.gate_error.as_ref().map(|f| (&f.gate, &f.error));
+        if failed == kept {
+            return false;
+        }
+        state.gate_error = failed.map(|(gate, error)| GateFailure {
+            gate: gate.clone(),
+            error: error.clone(),
+            since: crate::clock::now(),
+        });
+        true
     }
 
     /// Evaluates one phase's gates and keeps their verdicts and contexts.
@@ -633,7 +659,8 @@ impl Tick<'_> {
                 host: None,
             });
         }
-        if changed || !self.events.is_empty() {
+        let noted = self.note_gate_error(state);
+        if changed || noted || !self.events.is_empty() {
             let events = std::mem::take(&mut self.events);
             session.commit(state, events, Durability::Full)?;
         }

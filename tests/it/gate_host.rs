@@ -81,7 +81,8 @@ fn good_gate_describes_checks_and_decides() {
     assert_eq!(
         err.kind(),
         &GateErrorKind::ParamsRejected {
-            message: "params must be a JSON object".into()
+            message: "params must be a JSON object".into(),
+            line: None,
         }
     );
     assert!(err.to_string().contains("(test-gate 0.1.0)"), "{err}");
