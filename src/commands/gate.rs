@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::gate::{
     self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
 };
-use crate::root::{Flags, Root};
+use crate::root::{Flags, Origin, Root};
 use crate::term::safe;
 
 mod cases;
@@ -22,9 +22,10 @@ mod scaffold;
 pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
-/// `cache/` when there is an initialised root; `gate compile` needs one.
+/// `cache/` when there is an initialised root, else in the user's own cache
+/// (a gate's project folder is rarely inside a root).
 pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
-    let cache = || Root::open(root).ok().map(|r| r.cache_dir());
+    let cache = || gate_cache(root).ok().flatten();
     match cmd {
         GateCommand::Test {
             target,
@@ -85,8 +86,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
             render_inspect(&r, json.json, out).map_err(Error::Output)?;
         }
         GateCommand::Compile { files, json } => {
-            let root = Root::open(root)?;
-            let host = GateHost::new(Some(root.cache_dir()))?;
+            let host = GateHost::new(gate_cache(root)?)?;
             let r = compile(&host, &files)?;
             render_compile(&r, json.json, out).map_err(Error::Output)?;
         }
@@ -98,6 +98,35 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
     }
     Ok(0)
+}
+
+/// Where compiled gates are cached: the root's cache; the user's own when
+/// no root was named and none is found; an error when the root named
+/// (`--root`, `$AUTOMATON_ROOT`) is not initialised.
+fn gate_cache(flags: Flags<'_>) -> Result<Option<PathBuf>> {
+    let (root, origin) = Root::locate(flags)?;
+    if root.loops_dir().is_dir() {
+        return Ok(Some(root.cache_dir()));
+    }
+    match origin {
+        Origin::Flag | Origin::Env => Err(Error::NoRoot {
+            path: root.path().to_owned(),
+        }),
+        Origin::Discovered | Origin::Default => Ok(user_cache()),
+    }
+}
+
+/// The user's own gate cache, made (private) on first use; `None`, and
+/// gates compiled in memory, when there is no home to keep it in.
+fn user_cache() -> Option<PathBuf> {
+    let dir = crate::root::user_cache_dir()?;
+    match crate::fsx::create_dirs(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!("not using a gate cache: {e}; gates are compiled in memory");
+            None
+        }
+    }
 }
 
 /// `stock:NAME` names a stock gate; anything else is a component file.
