@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     init_logging(cli.verbose, cli.quiet, chatty);
     let mut stdout = io::stdout().lock();
     match automaton::commands::run(cli, &mut stdout) {
-        Ok(code) => ExitCode::from(code),
+        Ok(exit) => ExitCode::from(exit.exit_code()),
         Err(err) => {
             let code = err.exit_code();
             if code != 0 {
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
                 let text = automaton::error::with_causes(&err);
                 eprintln!("error: {}", automaton::term::safe(&text));
             }
-            ExitCode::from(u8::try_from(code).unwrap_or(1))
+            ExitCode::from(code)
         }
     }
 }

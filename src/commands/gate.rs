@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::GateCommand;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::gate::{
     self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
 };
@@ -23,7 +23,7 @@ pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root; `gate compile` needs one.
-pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
+pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
     let cache = || Root::open(root).ok().map(|r| r.cache_dir());
     match cmd {
         GateCommand::Test {
@@ -46,7 +46,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
                 let host = GateHost::new(cache())?;
                 let r = cases::run(&host, &target, table, params, phase, &limits)?;
                 cases::render(&r, json.json, out).map_err(Error::Output)?;
-                return Ok(if r.failed() == 0 { 0 } else { 1 });
+                return Ok(if r.failed() == 0 { Exit::Ok } else { Exit::Wanting });
             }
             let ctx = context.map(|c| ContextInput::parse(&c).read()).transpose()?;
             let host = GateHost::new(cache())?;
@@ -97,7 +97,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
         }
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// `stock:NAME` names a stock gate; anything else is a component file.

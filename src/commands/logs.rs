@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::cli::LogsArgs;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
 use crate::root::Root;
 use crate::runs::{self, Runs};
@@ -18,7 +18,7 @@ use crate::store::LoopStore;
 /// How often `--follow` looks for more output.
 const POLL: Duration = Duration::from_millis(100);
 
-pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &args.name)?;
     if args.gates {
         return gate_lines(dir.as_ref(), args.tick, out);
@@ -104,13 +104,13 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
         }
         std::thread::sleep(POLL);
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// What each gate of tick `tick` (default: the last evaluated) logged, from
 /// its gate events, under the gate's label and phase (gates that logged
 /// nothing print nothing).
-fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Result<u8> {
+fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Result<Exit> {
     let history = dir.history()?;
     let last = history.events.iter().rev().find_map(|e| match &e.kind {
         EventKind::Gate { tick, .. } => Some(*tick),
@@ -133,7 +133,7 @@ fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Re
         }
     }
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Whether the history records a verifier for tick `tick`.

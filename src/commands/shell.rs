@@ -11,7 +11,7 @@ use clap_complete::engine::CompletionCandidate;
 use clap_complete::env::{Bash, Elvish, EnvCompleter, Fish, Powershell, Zsh};
 
 use crate::cli::Cli;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::root::Root;
 use crate::store;
 
@@ -21,7 +21,7 @@ pub const COMPLETE_VAR: &str = "AUTOMATON_COMPLETE";
 
 /// Writes the registration script for `shell`: a function that calls
 /// `automaton` with `AUTOMATON_COMPLETE` set to get the candidates.
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) -> Result<u8> {
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) -> Result<Exit> {
     let completer: &dyn EnvCompleter = match shell {
         clap_complete::Shell::Bash => &Bash,
         clap_complete::Shell::Zsh => &Zsh,
@@ -33,21 +33,21 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) -> Result<u
         other => {
             let mut buf = Vec::new();
             clap_complete::generate(other, &mut Cli::command(), "automaton", &mut buf);
-            return super::emit(out, &String::from_utf8_lossy(&buf)).map(|()| 0);
+            return super::emit(out, &String::from_utf8_lossy(&buf)).map(|()| Exit::Ok);
         }
     };
     completer
         .write_registration(COMPLETE_VAR, "automaton", "automaton", "automaton", out)
         .map_err(Error::Output)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Writes the man page, in roff.
-pub fn man(out: &mut dyn Write) -> Result<u8> {
+pub fn man(out: &mut dyn Write) -> Result<Exit> {
     clap_mangen::Man::new(Cli::command())
         .render(out)
         .map_err(Error::Output)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// The loops of the root named on the line being completed (`--root DIR`),

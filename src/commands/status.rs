@@ -13,7 +13,7 @@ use super::render::{ago, left, local, safe, table};
 use crate::cli::StatusFilter;
 use crate::config::{Cadence, ConfigError, Schedule};
 use crate::daemon::When;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Outcome, State};
@@ -120,7 +120,7 @@ fn next_due(schedule: &Schedule, state: &State, now: Timestamp) -> Result<Option
     Ok(when.first(state.last_tick.as_ref().map(|t| t.started_at), now))
 }
 
-pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u8> {
+pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, name)?;
     let dir = &*dir;
     let state = dir.load()?;
@@ -130,7 +130,7 @@ pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u
     } else {
         super::emit(out, &detail(&v))?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// A loop in a listing: its view, or why its state could not be read.
@@ -141,7 +141,7 @@ enum Listed<'a> {
     Unreadable { name: &'a str, error: String },
 }
 
-pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<u8> {
+pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<Exit> {
     let dirs = store::Stores::open(root)?.list()?;
     let mut states = Vec::with_capacity(dirs.len());
     let mut first_error: Option<Error> = None;
@@ -187,7 +187,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
     // Every readable loop was shown; an unreadable one is the exit status.
     match first_error {
         Some(e) => Err(e),
-        None => Ok(0),
+        None => Ok(Exit::Ok),
     }
 }
 

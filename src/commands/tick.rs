@@ -4,12 +4,12 @@ use std::io::Write;
 
 use super::render::safe;
 use crate::cli::TickArgs;
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::root::Root;
 use crate::state::Outcome;
 use crate::tick::{self, Options, TickReport};
 
-pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     let store = crate::store::open(root, &args.name)?;
     let config = store.config()?;
     // A loop pinned to other hosts does not run here.
@@ -40,7 +40,7 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         super::emit(out, &human(&report))?;
     }
-    Ok(report.exit_code())
+    Ok(report.exit())
 }
 
 /// One line a tick, then one line a gate that did not simply proceed; what

@@ -88,9 +88,9 @@ impl TickReport {
         self.started_waiting || self.stopped()
     }
 
-    /// The exit code of each outcome (docs/ticks.md).
-    pub fn exit_code(&self) -> u8 {
-        self.outcome.exit_code()
+    /// How the `tick` command exits for this tick (docs/ticks.md).
+    pub fn exit(&self) -> crate::error::Exit {
+        self.outcome.into()
     }
 }
 
