@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     // A shell asking for completions (see `automaton completions`) gets them
     // here, and nothing else runs.
     clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
-        .var(automaton::commands::COMPLETE_VAR)
+        .var(automaton::complete::COMPLETE_VAR)
         .complete();
     let cli = Cli::parse();
     // The daemon logs one line a tick: info is its default level.

@@ -17,9 +17,6 @@ use crate::root::{Flags, Root};
 use crate::term::safe;
 
 mod cases;
-mod scaffold;
-
-pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root; `gate compile` needs one.
@@ -55,7 +52,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exi
         }
         GateCommand::New { name, lang, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            let files = scaffold::scaffold(&name, lang, &dir)?;
+            let files = gate::scaffold::scaffold(&name, lang, &dir)?;
             writeln!(
                 out,
                 "created gate project {} ({} files)",

@@ -21,8 +21,6 @@ mod status;
 mod tick;
 mod validate;
 
-pub use shell::{COMPLETE_VAR, complete_loop_names};
-
 use std::io::Write;
 
 use crate::cli::{Cli, Command};
