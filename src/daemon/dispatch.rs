@@ -10,13 +10,14 @@ use std::time::{Duration, Instant, SystemTime};
 use jiff::{SignedDuration, Timestamp};
 
 use super::due::jittered;
+use super::messages::Msg;
 use super::phase::Phase;
 use super::presence::Presence;
 use super::queue::Queue;
 use super::report::Lags;
 use super::scan::{Entry, mtime};
 use super::workers::{Handoff, Inbox, Job, Woken};
-use super::{GATHER, MAX_SLEEP, Msg, Options};
+use super::{GATHER, MAX_SLEEP, Options};
 use crate::error::Result;
 use crate::root::Root;
 use crate::state::Outcome;

@@ -26,10 +26,12 @@
 //! between it and the dispatcher, which keeps the wake-up rules), `report`
 //! (lag figures and the daemon's log line for a tick), `due` (when a
 //! schedule fires), `queue` (the timer queue) and `presence` (the record
-//! of the daemon serving a root).
+//! of the daemon serving a root), `messages` (what wakes the dispatcher,
+//! and the threads that send it: signals, a shared store's changes).
 
 mod dispatch;
 mod due;
+mod messages;
 mod phase;
 pub mod presence;
 mod queue;
@@ -40,9 +42,6 @@ mod workers;
 use std::thread;
 use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
-
 pub use due::{When, next_due};
 pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 
@@ -50,8 +49,9 @@ use crate::error::Result;
 use crate::gate::GateHost;
 use crate::root::Root;
 use crate::schedule::ScheduleError;
-use crate::store::{Changes, Stores};
+use crate::store::Stores;
 use dispatch::Dispatcher;
+use messages::{listen_for_signals, relay_changes};
 use presence::Presence;
 use workers::{Handoff, worker};
 
@@ -101,18 +101,6 @@ const LATE: Duration = Duration::from_secs(1);
 /// hundreds of ticks a second wakes a fraction as often.
 const GATHER: Duration = Duration::from_millis(10);
 
-enum Msg {
-    Signal(i32),
-    /// A tick ended and the dispatcher is needed now (see [`Handoff`]).
-    Done,
-    /// A shared store said these loops changed (a commit, a new loop, an
-    /// edit, a removal), possibly on another host.
-    Changed(Vec<String>),
-    /// The shared store's notifications had a gap (their connection was
-    /// lost and made again): any loop may have changed unseen.
-    Resync,
-}
-
 /// Runs the scheduler until a stop signal; returns once every tick it
 /// started has ended. The wiring: a thread for signals, the workers, a
 /// thread for a shared store's notifications, and the dispatcher on this
@@ -155,25 +143,6 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     result
 }
 
-/// A thread that passes each SIGTERM and SIGINT on to the dispatcher;
-/// the handle stops it.
-fn listen_for_signals(handoff: &Handoff) -> Result<signal_hook::iterator::Handle> {
-    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(ScheduleError::Signals)?;
-    let handle = signals.handle();
-    let to_dispatcher = handoff.sender();
-    thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if to_dispatcher.send(Msg::Signal(sig)).is_err() {
-                    break;
-                }
-            }
-        })
-        .map_err(ScheduleError::Signals)?;
-    Ok(handle)
-}
-
 /// One gate host for every tick; if it cannot be built, each tick of a
 /// loop with gates builds its own (and reports why that fails).
 fn shared_host(root: &Root, max: usize) -> Option<GateHost> {
@@ -182,32 +151,6 @@ fn shared_host(root: &Root, max: usize) -> Option<GateHost> {
         Err(e) => {
             tracing::warn!("cannot build the shared gate host: {e}");
             None
-        }
-    }
-}
-
-/// The shared store's notifications, passed on to the dispatcher until
-/// the daemon stops; a lost connection is made again, and the gap it
-/// left is said with [`Msg::Resync`].
-fn relay_changes(stores: &Stores, listener: &mut Box<dyn Changes>, handoff: &Handoff) {
-    let to_dispatcher = handoff.sender();
-    while !handoff.is_closed() {
-        let msg = match listener.wait(MAX_SLEEP) {
-            Ok(names) if names.is_empty() => continue,
-            Ok(names) => Msg::Changed(names),
-            Err(e) => {
-                tracing::warn!("{e}; changes are seen at the next scan");
-                thread::sleep(MAX_SLEEP);
-                let Some(Ok(l)) = stores.listen() else {
-                    continue;
-                };
-                *listener = l;
-                tracing::info!("listening for changes again; every loop's config is read anew");
-                Msg::Resync
-            }
-        };
-        if to_dispatcher.send(msg).is_err() {
-            return;
         }
     }
 }

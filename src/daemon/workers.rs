@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
-use super::Msg;
+use super::messages::Msg;
 use super::report::log_tick;
 use crate::error::Result;
 use crate::gate::GateHost;
