@@ -116,17 +116,6 @@ impl Outcome {
     }
 }
 
-impl Outcome {
-    /// The exit code of `tick` for this outcome (docs/ticks.md).
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Failed => 6,
-            Outcome::Halted => 7,
-            _ => 0,
-        }
-    }
-}
-
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::GateCommand;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::gate::{
     self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
 };
@@ -17,14 +17,11 @@ use crate::root::{Flags, Origin, Root};
 use crate::term::safe;
 
 mod cases;
-mod scaffold;
-
-pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root, else in the user's own cache
 /// (a gate's project folder is rarely inside a root).
-pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
+pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
     let cache = || gate_cache(root).ok().flatten();
     match cmd {
         GateCommand::Test {
@@ -47,7 +44,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
                 let host = GateHost::new(cache())?;
                 let r = cases::run(&host, &target, table, params, phase, &limits)?;
                 cases::render(&r, json.json, out).map_err(Error::Output)?;
-                return Ok(if r.failed() == 0 { 0 } else { 1 });
+                return Ok(if r.failed() == 0 { Exit::Ok } else { Exit::Wanting });
             }
             let ctx = context.map(|c| ContextInput::parse(&c).read()).transpose()?;
             let host = GateHost::new(cache())?;
@@ -56,7 +53,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
         }
         GateCommand::New { name, lang, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            let files = scaffold::scaffold(&name, lang, &dir)?;
+            let files = gate::scaffold::scaffold(&name, lang, &dir)?;
             writeln!(
                 out,
                 "created gate project {} ({} files)",
@@ -97,7 +94,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
         }
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Where compiled gates are cached: the root's cache; the user's own when

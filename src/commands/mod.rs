@@ -21,21 +21,19 @@ mod status;
 mod tick;
 mod validate;
 
-pub use shell::{COMPLETE_VAR, complete_loop_names};
-
 use std::io::Write;
 
 use crate::cli::{Cli, Command};
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::{Flags, Root};
 use crate::state::State;
 use crate::store::{Durability, LoopStore};
 
-/// Runs the parsed command line, writing its output to `out`; returns the
-/// exit code of a command that succeeded.
-pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
+/// Runs the parsed command line, writing its output to `out`; returns how
+/// a command that ran to its end exits.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
     // A clock past what can be recorded stamps and schedules nothing.
     if !matches!(cli.command, Command::Completions(_) | Command::Man) {
         crate::clock::check()?;

@@ -5,14 +5,14 @@ use std::path::Path;
 
 use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::gate::{GateHost, GateSource};
 use crate::history::EventKind;
 use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::{store, who};
 
-pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let name = LoopName::new(&args.name)?;
     let text = match &args.from {
         Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -46,7 +46,7 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         super::emit(out, &format!("created loop {name} in {}\n", dir.location()))?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// A loop of this name is refused, and so (in the file store) is a

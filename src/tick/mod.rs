@@ -8,6 +8,7 @@
 
 pub mod after;
 pub mod gates;
+mod line;
 mod process;
 
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
+pub use line::View;
 pub use process::{Cancel, Failure};
 
 /// How a tick was asked to run. The command line sets `timeout`; the
@@ -88,9 +90,9 @@ impl TickReport {
         self.started_waiting || self.stopped()
     }
 
-    /// The exit code of each outcome (docs/ticks.md).
-    pub fn exit_code(&self) -> u8 {
-        self.outcome.exit_code()
+    /// How the `tick` command exits for this tick (docs/ticks.md).
+    pub fn exit(&self) -> crate::error::Exit {
+        self.outcome.into()
     }
 }
 
