@@ -216,7 +216,7 @@ pub struct NewArgs {
 
 /// Completes a loop name from the root's loops.
 fn loop_names() -> ArgValueCandidates {
-    ArgValueCandidates::new(crate::commands::complete_loop_names)
+    ArgValueCandidates::new(crate::complete::loop_names)
 }
 
 #[derive(Debug, Args)]
@@ -497,10 +497,10 @@ pub enum GateCommand {
     /// its WIT, pinned build script and sample cases
     New {
         /// The gate's name (lower-case letters, digits, dashes)
-        #[arg(value_parser = crate::commands::gate::parse_name)]
+        #[arg(value_parser = crate::gate::scaffold::parse_name)]
         name: String,
         #[arg(long, value_enum)]
-        lang: crate::commands::gate::Lang,
+        lang: crate::gate::scaffold::Lang,
         /// Where to create it [default: ./NAME]
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,

@@ -330,6 +330,12 @@ pub struct GateConfig {
     pub source: GateSource,
     pub phases: Vec<Phase>,
     pub params: serde_json::Value,
+    /// The line of loop.toml that sets `params` (or of the gate's entry
+    /// when it sets none), for messages about them.
+    pub params_line: Option<usize>,
+    /// Where `params` starts in loop.toml's text, until
+    /// [`LoopConfig::parse`] turns it into `params_line`.
+    params_at: Option<usize>,
     pub on_error: OnError,
     pub limits: Limits,
 }
@@ -356,7 +362,7 @@ struct RawGate {
     #[serde(default)]
     phase: Option<Vec<Phase>>,
     #[serde(default)]
-    params: Option<serde_json::Value>,
+    params: Option<toml::Spanned<serde_json::Value>>,
     #[serde(default)]
     on_error: OnError,
     #[serde(default)]
@@ -398,7 +404,10 @@ impl TryFrom<RawGate> for GateConfig {
         }
         phases.sort();
         phases.dedup();
-        let params = r.params.unwrap_or_else(|| serde_json::json!({}));
+        let params_at = r.params.as_ref().map(|p| p.span().start);
+        let params = r
+            .params
+            .map_or_else(|| serde_json::json!({}), toml::Spanned::into_inner);
         if !params.is_object() {
             return Err("`params` must be a table, e.g. params = { every = 5 }".into());
         }
@@ -414,6 +423,8 @@ impl TryFrom<RawGate> for GateConfig {
             source,
             phases,
             params,
+            params_line: None,
+            params_at,
             on_error: r.on_error,
             limits,
         })
@@ -517,9 +528,11 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid config {}: [[gate]] {index} ({gate}): {message}", path.display())]
+    #[error("invalid config {}{}: [[gate]] {index} ({gate}): {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
     Gate {
         path: PathBuf,
+        /// The line the message is about, when it is about one.
+        line: Option<usize>,
         /// 1 for the first `[[gate]]`.
         index: usize,
         gate: String,
@@ -548,7 +561,7 @@ impl LoopConfig {
 
     /// Parses loop.toml text; `path` is used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<LoopConfig, ConfigError> {
-        let config: LoopConfig = toml::from_str(text).map_err(|e| {
+        let mut config: LoopConfig = toml::from_str(text).map_err(|e| {
             let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
             ConfigError::Invalid {
                 path: path.to_owned(),
@@ -557,6 +570,9 @@ impl LoopConfig {
                 message: e.message().trim_end().to_owned(),
             }
         })?;
+        for gate in &mut config.gates {
+            gate.params_line = gate.params_at.take().map(|at| line_column(text, at).0);
+        }
         Ok(config)
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::config::ConfigError;
 use crate::lock::Holder;
+use crate::state::Outcome;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -217,9 +218,50 @@ fn describe_holder(holder: Option<&Holder>) -> String {
     }
 }
 
+/// How a command that ran to its end went, as its exit status says it
+/// (README, "Exit codes"). Most end [`Exit::Ok`]; a tick, a check or a
+/// report may end otherwise with nothing gone wrong. A command that fails
+/// returns an [`Error`] instead, whose [`Error::exit_code`] says its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok,
+    /// A check found something wanting: no daemon serves the root
+    /// (`daemon --status`), a gate's case did not decide as expected
+    /// (`gate test --cases`), `doctor` found a problem.
+    Wanting,
+    /// The tick's step or verifier failed.
+    StepFailed,
+    /// The tick, or a decision `check-gate --apply` recorded, halted the
+    /// loop.
+    Halted,
+}
+
+impl Exit {
+    /// The process exit code (README, "Exit codes").
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Wanting => 1,
+            Exit::StepFailed => 6,
+            Exit::Halted => 7,
+        }
+    }
+}
+
+/// How `tick` exits for each outcome (docs/ticks.md).
+impl From<Outcome> for Exit {
+    fn from(outcome: Outcome) -> Exit {
+        match outcome {
+            Outcome::Failed => Exit::StepFailed,
+            Outcome::Halted => Exit::Halted,
+            _ => Exit::Ok,
+        }
+    }
+}
+
 impl Error {
     /// The process exit code for this error (README, "Exit codes").
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             Error::InvalidName { .. } => 2,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,

@@ -9,6 +9,7 @@ pub mod bounds;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod complete;
 pub mod config;
 pub mod cron;
 pub mod daemon;

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     // A shell asking for completions (see `automaton completions`) gets them
     // here, and nothing else runs.
     clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
-        .var(automaton::commands::COMPLETE_VAR)
+        .var(automaton::complete::COMPLETE_VAR)
         .complete();
     let cli = Cli::parse();
     // The daemon logs one line a tick: info is its default level.
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     init_logging(cli.verbose, cli.quiet, chatty);
     let mut stdout = io::stdout().lock();
     match automaton::commands::run(cli, &mut stdout) {
-        Ok(code) => ExitCode::from(code),
+        Ok(exit) => ExitCode::from(exit.exit_code()),
         Err(err) => {
             let code = err.exit_code();
             if code != 0 {
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
                 let text = automaton::error::with_causes(&err);
                 eprintln!("error: {}", automaton::term::safe(&text));
             }
-            ExitCode::from(u8::try_from(code).unwrap_or(1))
+            ExitCode::from(code)
         }
     }
 }

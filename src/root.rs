@@ -337,6 +337,22 @@ fn choose_store(path: &Path, flag: Option<&str>) -> Result<StoreChoice> {
     }
 }
 
+/// Where a user's compiled gates are kept when no root is at hand (`gate
+/// test` and `gate compile` in a gate's project folder):
+/// `$XDG_CACHE_HOME/automaton`, else `~/.cache/automaton`; `None` when
+/// neither variable is set.
+pub fn user_cache_dir() -> Option<PathBuf> {
+    let base = env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
+    Some(base.join("automaton"))
+}
+
 fn default_root() -> PathBuf {
     let data = env::var_os("XDG_DATA_HOME")
         .filter(|v| !v.is_empty())

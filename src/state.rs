@@ -116,17 +116,6 @@ impl Outcome {
     }
 }
 
-impl Outcome {
-    /// The exit code of `tick` for this outcome (docs/ticks.md).
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Failed => 6,
-            Outcome::Halted => 7,
-            _ => 0,
-        }
-    }
-}
-
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -222,6 +211,21 @@ pub struct State {
     pub in_flight: Option<InFlight>,
     #[serde(default)]
     pub worktree: Option<Worktree>,
+    /// The gate that failed (could not load, trapped, timed out, refused)
+    /// in the last tick whose gates ran, whatever its `on_error` made of
+    /// it; cleared by a tick whose gates all answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_error: Option<GateFailure>,
+}
+
+/// A gate's failure as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateFailure {
+    /// The gate as loop.toml names it.
+    pub gate: String,
+    pub error: String,
+    /// When it first failed so (the same gate, the same error).
+    pub since: Timestamp,
 }
 
 impl State {
@@ -243,6 +247,7 @@ impl State {
             totals: BTreeMap::new(),
             in_flight: None,
             worktree: None,
+            gate_error: None,
         }
     }
 

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use super::render::safe;
 use crate::cli::CancelArgs;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::fsx::Dir;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
@@ -45,7 +45,7 @@ struct Cancelled {
     by: String,
 }
 
-pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &args.name)?;
     let dir = &*dir;
     let state = dir.load()?;
@@ -90,10 +90,10 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<u8> {
     finish(&report, args.json.json, out)
 }
 
-fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
+fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<Exit> {
     if json {
         super::emit_json(out, r)?;
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     let line = match (r.tick, r.signals.last()) {
         (None, _) => format!("loop {} has no tick in flight; nothing to cancel", r.name),
@@ -109,7 +109,7 @@ fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<u8> {
         ),
     };
     super::emit(out, &format!("{}\n", safe(&line)))?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// What a look for a process group found.

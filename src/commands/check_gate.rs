@@ -8,12 +8,12 @@ use serde::Serialize;
 
 use super::render::safe;
 use crate::cli::CheckGateArgs;
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::gate::{Decision, GateHost, Phase};
 use crate::history::EventKind;
 use crate::lock::Holder;
 use crate::root::Root;
-use crate::state::{Moment, Outcome, Status};
+use crate::state::{Moment, Status};
 use crate::store::Durability;
 use crate::tick::gates::{self, PhaseResult, Verdict};
 use crate::who;
@@ -29,7 +29,7 @@ struct Report {
     applied: bool,
 }
 
-pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let config = dir.config()?;
@@ -87,8 +87,8 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<u8>
     }
     // Recording a halt halts the loop, as a tick's would.
     Ok(match (args.apply, &report.combined) {
-        (true, Decision::Halt(_)) => Outcome::Halted.exit_code(),
-        _ => 0,
+        (true, Decision::Halt(_)) => Exit::Halted,
+        _ => Exit::Ok,
     })
 }
 

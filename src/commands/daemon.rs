@@ -6,10 +6,10 @@ use std::io::Write;
 
 use crate::cli::DaemonArgs;
 use crate::daemon::{self, Options, daemon_status};
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::root::Root;
 
-pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<Exit> {
     if args.status {
         return status(root, args.json.json, out);
     }
@@ -21,11 +21,11 @@ pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<u8> {
             ..Options::default()
         },
     )?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Exit 0 when a daemon serves the root, 1 when none does.
-fn status(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
+fn status(root: &Root, json: bool, out: &mut dyn Write) -> Result<Exit> {
     let status = daemon_status(root)?;
     let serving = status.as_ref().is_some_and(|s| s.serving);
     if json {
@@ -37,5 +37,5 @@ fn status(root: &Root, json: bool, out: &mut dyn Write) -> Result<u8> {
         };
         super::emit(out, &format!("{}\n", super::render::safe(&line)))?;
     }
-    Ok(if serving { 0 } else { 1 })
+    Ok(if serving { Exit::Ok } else { Exit::Wanting })
 }

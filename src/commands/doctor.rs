@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::render::safe;
 use crate::cli::DoctorArgs;
 use crate::config::LoopConfig;
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::gate::GateSource;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
@@ -38,7 +38,7 @@ struct LoopReport {
     findings: Vec<Finding>,
 }
 
-pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = store::Stores::open(root)?;
     let dirs = match &args.name {
         Some(name) => vec![stores.get(name)?],
@@ -86,7 +86,11 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<u8> {
         .map(|f| f.level)
         .max()
         .unwrap_or(Level::Ok);
-    Ok(if worst >= Level::Warning { 1 } else { 0 })
+    Ok(if worst >= Level::Warning {
+        Exit::Wanting
+    } else {
+        Exit::Ok
+    })
 }
 
 /// Takes the loop's lock and loads it: the recovery every locking command

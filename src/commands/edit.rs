@@ -15,12 +15,12 @@ use super::new::{MissingGate, check_gates};
 use super::validate::check_schedule;
 use crate::cli::EditArgs;
 use crate::config::LoopConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::root::Root;
 use crate::store::edits::{self, Left};
 use crate::store::{LoopStore, Stores};
 
-pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = Stores::open(root)?;
     let dir = stores.get(&args.name)?;
     let config_path = dir.config_path();
@@ -33,7 +33,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
         let edited = edits::read_copy(&copy)?;
         if edited == original {
             super::emit(out, &format!("no changes to {}\n", config_path.display()))?;
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
         match check(root, dir.as_ref(), &copy, &edited) {
             Ok(()) => break edited,
@@ -58,7 +58,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<u8> {
     }
     dir.save_config(&edited)?;
     super::emit(out, &format!("saved {}\n", config_path.display()))?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// The copy to edit: the newest one an edit of this loop left (killed, or

@@ -9,22 +9,20 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::GateCommand;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::gate::{
     self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
 };
-use crate::root::{Flags, Root};
+use crate::root::{Flags, Origin, Root};
 use crate::term::safe;
 
 mod cases;
-mod scaffold;
-
-pub use scaffold::{Lang, parse_name};
 
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
-/// `cache/` when there is an initialised root; `gate compile` needs one.
-pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
-    let cache = || Root::open(root).ok().map(|r| r.cache_dir());
+/// `cache/` when there is an initialised root, else in the user's own cache
+/// (a gate's project folder is rarely inside a root).
+pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
+    let cache = || gate_cache(root).ok().flatten();
     match cmd {
         GateCommand::Test {
             target,
@@ -46,7 +44,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
                 let host = GateHost::new(cache())?;
                 let r = cases::run(&host, &target, table, params, phase, &limits)?;
                 cases::render(&r, json.json, out).map_err(Error::Output)?;
-                return Ok(if r.failed() == 0 { 0 } else { 1 });
+                return Ok(if r.failed() == 0 { Exit::Ok } else { Exit::Wanting });
             }
             let ctx = context.map(|c| ContextInput::parse(&c).read()).transpose()?;
             let host = GateHost::new(cache())?;
@@ -55,7 +53,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
         }
         GateCommand::New { name, lang, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            let files = scaffold::scaffold(&name, lang, &dir)?;
+            let files = gate::scaffold::scaffold(&name, lang, &dir)?;
             writeln!(
                 out,
                 "created gate project {} ({} files)",
@@ -85,8 +83,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
             render_inspect(&r, json.json, out).map_err(Error::Output)?;
         }
         GateCommand::Compile { files, json } => {
-            let root = Root::open(root)?;
-            let host = GateHost::new(Some(root.cache_dir()))?;
+            let host = GateHost::new(gate_cache(root)?)?;
             let r = compile(&host, &files)?;
             render_compile(&r, json.json, out).map_err(Error::Output)?;
         }
@@ -97,7 +94,36 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<u8>
         }
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
     }
-    Ok(0)
+    Ok(Exit::Ok)
+}
+
+/// Where compiled gates are cached: the root's cache; the user's own when
+/// no root was named and none is found; an error when the root named
+/// (`--root`, `$AUTOMATON_ROOT`) is not initialised.
+fn gate_cache(flags: Flags<'_>) -> Result<Option<PathBuf>> {
+    let (root, origin) = Root::locate(flags)?;
+    if root.loops_dir().is_dir() {
+        return Ok(Some(root.cache_dir()));
+    }
+    match origin {
+        Origin::Flag | Origin::Env => Err(Error::NoRoot {
+            path: root.path().to_owned(),
+        }),
+        Origin::Discovered | Origin::Default => Ok(user_cache()),
+    }
+}
+
+/// The user's own gate cache, made (private) on first use; `None`, and
+/// gates compiled in memory, when there is no home to keep it in.
+fn user_cache() -> Option<PathBuf> {
+    let dir = crate::root::user_cache_dir()?;
+    match crate::fsx::create_dirs(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!("not using a gate cache: {e}; gates are compiled in memory");
+            None
+        }
+    }
 }
 
 /// `stock:NAME` names a stock gate; anything else is a component file.

@@ -4,11 +4,11 @@ use std::io::Write;
 
 use super::render::{local, quoted};
 use crate::cli::HistoryArgs;
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::history;
 use crate::root::Root;
 
-pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &args.name)?;
     let history::History { events, bad } = dir.history()?;
     for b in &bad {
@@ -23,7 +23,7 @@ pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
     let events = &events[skip..];
     if args.json.json {
         super::emit_json(out, &events)?;
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     let mut text = String::new();
     for e in events {
@@ -46,5 +46,5 @@ pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<u8> {
         text += &format!("{}  {kind:<18} {}\n", local(e.at), details.join(" "));
     }
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -2,11 +2,11 @@
 
 use std::io::Write;
 
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::root::{self, Flags, Origin, Root, StoreChoice};
 use crate::store;
 
-pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
+pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
     let (located, origin) = Root::locate(flags)?;
     let located_store = located.store().clone();
     // Without --root or $AUTOMATON_ROOT, init makes ./.automaton, as `git
@@ -45,5 +45,5 @@ pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<u8> {
         }
     }
     super::emit(out, &format!("{line}\n"))?;
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -5,20 +5,22 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::LogsArgs;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
+use crate::fsx::Dir;
 use crate::history::EventKind;
 use crate::root::Root;
 use crate::runs::{self, Runs};
+use crate::state::State;
 use crate::store::LoopStore;
 
 /// How often `--follow` looks for more output.
 const POLL: Duration = Duration::from_millis(100);
 
-pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &args.name)?;
     if args.gates {
         return gate_lines(dir.as_ref(), args.tick, out);
@@ -35,31 +37,77 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
             message: "no tick has run its step yet, so there is no output".into(),
         });
     };
-    let what = if args.verifier { "verifier" } else { "step" };
-    let base = dir.base_dir();
-    let run_path = runs::run_path(base, tick);
-    let name = runs::output_name(what, args.stderr);
-    let file_path = run_path.join(&name);
-    let open_run = || match Runs::open(base)? {
-        Some(runs) => runs.run(tick),
-        None => Ok(None),
-    };
-    let in_flight = || {
-        dir.load()
-            .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == tick))
-    };
-    let mut run = open_run()?;
-    if args.follow {
-        // The tick may not have made its run directory yet.
-        while run.is_none() && in_flight() {
-            std::thread::sleep(POLL);
-            run = open_run()?;
+    let wanted = Wanted::new(dir.as_ref(), tick, args);
+    let run = wanted.find_run(args.follow, running == Some(tick), &state)?;
+    wanted.print(&run, args.follow, out)?;
+    Ok(Exit::Ok)
+}
+
+/// The output file of one tick that `logs` prints.
+struct Wanted<'a> {
+    dir: &'a dyn LoopStore,
+    tick: u64,
+    verifier: bool,
+    /// Its name in the run directory, and the paths of both.
+    name: String,
+    run_path: PathBuf,
+    file_path: PathBuf,
+}
+
+impl<'a> Wanted<'a> {
+    fn new(dir: &'a dyn LoopStore, tick: u64, args: &LogsArgs) -> Wanted<'a> {
+        let what = if args.verifier { "verifier" } else { "step" };
+        let run_path = runs::run_path(dir.base_dir(), tick);
+        let name = runs::output_name(what, args.stderr);
+        Wanted {
+            dir,
+            tick,
+            verifier: args.verifier,
+            file_path: run_path.join(&name),
+            name,
+            run_path,
         }
     }
-    // A stream that said nothing leaves no file (it is made at its first
-    // byte), so a missing file is no output when the process ran.
-    let ran = run.is_some() && (!args.verifier || running == Some(tick) || verifier_ran(dir.as_ref(), tick));
-    let Some(run) = run.filter(|_| ran) else {
+
+    /// The tick's run directory, if it has one yet.
+    fn open_run(&self) -> Result<Option<Dir>> {
+        match Runs::open(self.dir.base_dir())? {
+            Some(runs) => runs.run(self.tick),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the tick is running now.
+    fn in_flight(&self) -> bool {
+        self.dir
+            .load()
+            .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == self.tick))
+    }
+
+    /// The run directory to print from, waiting for it with `follow` (the
+    /// tick may not have made it yet); an error saying why there is no
+    /// output when the process did not run (or ran on another host).
+    fn find_run(&self, follow: bool, running: bool, state: &State) -> Result<Dir> {
+        let mut run = self.open_run()?;
+        if follow {
+            while run.is_none() && self.in_flight() {
+                std::thread::sleep(POLL);
+                run = self.open_run()?;
+            }
+        }
+        // A stream that said nothing leaves no file (it is made at its first
+        // byte), so a missing file is no output when the process ran.
+        let ran = run.is_some() && (!self.verifier || running || verifier_ran(self.dir, self.tick));
+        match run.filter(|_| ran) {
+            Some(run) => Ok(run),
+            None => Err(self.missing(state)?),
+        }
+    }
+
+    /// Why there is no output: the tick ran on another host, or the run
+    /// directory (or the file in it) is not there.
+    fn missing(&self, state: &State) -> Result<Error> {
+        let tick = self.tick;
         let elsewhere = state
             .last_tick
             .as_ref()
@@ -67,50 +115,53 @@ pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<u8> {
             .and_then(|t| t.host.clone())
             .filter(|h| *h != crate::who::host());
         if let Some(host) = elsewhere {
-            return Err(Error::Refused {
-                name: dir.name().to_string(),
+            return Ok(Error::Refused {
+                name: self.dir.name().to_string(),
                 message: format!(
                     "tick {tick} ran on host {host}; its output is in {} there",
-                    run_path.display()
+                    self.run_path.display()
                 ),
             });
         }
-        let missing = if open_run()?.is_some() {
-            file_path
+        let missing = if self.open_run()?.is_some() {
+            self.file_path.clone()
         } else {
-            run_path
+            self.run_path.clone()
         };
-        return Err(Error::NoOutput {
-            name: dir.name().to_string(),
+        Ok(Error::NoOutput {
+            name: self.dir.name().to_string(),
             tick,
-            what: if args.verifier {
+            what: if self.verifier {
                 "verifier output"
             } else {
                 "step output"
             },
             path: missing,
-        });
-    };
-    let mut offset = 0;
-    loop {
-        let running = args.follow && in_flight();
-        // Opened again each time: the step's file is made at its first
-        // byte. Never through a link, never a FIFO (refused at once).
-        if let Some((file, _)) = run.open_read(&name)? {
-            offset = copy_from(file, &file_path, offset, out)?;
-        }
-        if !running {
-            break;
-        }
-        std::thread::sleep(POLL);
+        })
     }
-    Ok(0)
+
+    /// Prints the file, and with `follow` what it gains until the tick ends.
+    fn print(&self, run: &Dir, follow: bool, out: &mut dyn Write) -> Result<()> {
+        let mut offset = 0;
+        loop {
+            let running = follow && self.in_flight();
+            // Opened again each time: the step's file is made at its first
+            // byte. Never through a link, never a FIFO (refused at once).
+            if let Some((file, _)) = run.open_read(&self.name)? {
+                offset = copy_from(file, &self.file_path, offset, out)?;
+            }
+            if !running {
+                return Ok(());
+            }
+            std::thread::sleep(POLL);
+        }
+    }
 }
 
 /// What each gate of tick `tick` (default: the last evaluated) logged, from
 /// its gate events, under the gate's label and phase (gates that logged
 /// nothing print nothing).
-fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Result<u8> {
+fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Result<Exit> {
     let history = dir.history()?;
     let last = history.events.iter().rev().find_map(|e| match &e.kind {
         EventKind::Gate { tick, .. } => Some(*tick),
@@ -133,7 +184,7 @@ fn gate_lines(dir: &dyn LoopStore, tick: Option<u64>, out: &mut dyn Write) -> Re
         }
     }
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Whether the history records a verifier for tick `tick`.

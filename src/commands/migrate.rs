@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cli::MigrateArgs;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::root::{Flags, Root, StoreChoice};
 use crate::store::Stores;
 
@@ -40,7 +40,7 @@ struct Moved {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<Exit> {
     let (from, to) = (Side::parse(&args.from)?, Side::parse(&args.to)?);
     // The root whose loops/<name>/ directories hold the loops' files here.
     let local = match (&from, &to) {
@@ -114,6 +114,6 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
     // Every loop was tried; the first that could not move is the exit status.
     match first_error {
         Some(e) => Err(e),
-        None => Ok(0),
+        None => Ok(Exit::Ok),
     }
 }

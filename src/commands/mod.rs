@@ -21,20 +21,16 @@ mod status;
 mod tick;
 mod validate;
 
-pub use shell::{COMPLETE_VAR, complete_loop_names};
-
 use std::io::Write;
 
 use crate::cli::{Cli, Command};
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::{Flags, Root};
 use crate::state::State;
 use crate::store::{Durability, LoopStore};
 
-/// Runs the parsed command line, writing its output to `out`; returns the
-/// exit code of a command that succeeded.
 /// What a command's `--timeout` bounds besides the wait for the loop's
 /// lock: every wait on a shared store's server.
 fn server_bound(command: &Command) -> Option<std::time::Duration> {
@@ -51,7 +47,9 @@ fn server_bound(command: &Command) -> Option<std::time::Duration> {
     }
 }
 
-pub fn run(cli: Cli, out: &mut dyn Write) -> Result<u8> {
+/// Runs the parsed command line, writing its output to `out`; returns how
+/// a command that ran to its end exits.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
     // A clock past what can be recorded stamps and schedules nothing.
     if !matches!(cli.command, Command::Completions(_) | Command::Man) {
         crate::clock::check()?;

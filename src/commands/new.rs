@@ -5,14 +5,14 @@ use std::path::Path;
 
 use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::gate::{GateHost, GateSource};
 use crate::history::EventKind;
 use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::{store, who};
 
-pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let name = LoopName::new(&args.name)?;
     let text = match &args.from {
         Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -46,7 +46,7 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         super::emit(out, &format!("created loop {name} in {}\n", dir.location()))?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// A loop of this name is refused, and so (in the file store) is a
@@ -116,12 +116,14 @@ pub(crate) fn check_gates(
     let cache = root.cache_dir();
     let host = GateHost::new(cache.is_dir().then_some(cache))?;
     for (i, g) in config.gates.iter().enumerate() {
-        let invalid = |message: String| ConfigError::Gate {
+        let invalid_at = |line: Option<usize>, message: String| ConfigError::Gate {
             path: shown.to_owned(),
+            line,
             index: i + 1,
             gate: g.source.to_string(),
             message,
         };
+        let invalid = |message: String| invalid_at(None, message);
         let source = g.resolved_source(loop_dir);
         if let GateSource::File { path, .. } = &source
             && !path.exists()
@@ -139,7 +141,8 @@ pub(crate) fn check_gates(
         // The message already names the gate; say only what is wrong.
         let what = |e: crate::gate::GateError| invalid(e.kind().to_string());
         let gate = host.load(&source).map_err(what)?;
-        host.check_params(&gate, &g.params).map_err(what)?;
+        host.check_params(&gate, &g.params)
+            .map_err(|e| invalid_at(g.params_line, e.kind().to_string()))?;
     }
     Ok(())
 }

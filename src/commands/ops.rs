@@ -5,7 +5,7 @@ use std::io::Write;
 
 use super::render::safe;
 use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
 use crate::lock::Holder;
 use crate::root::Root;
@@ -22,16 +22,16 @@ fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
 
 /// The command's line (what it quotes, a reason or a user, shown as
 /// [`safe`] shows text), or the loop's view as JSON.
-fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<u8> {
+fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<Exit> {
     if json {
         super::emit_json(out, &super::status::view(dir, state))?;
     } else {
         super::emit(out, &format!("{}\n", safe(&line)))?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
@@ -57,7 +57,7 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<u8> {
     report(dir, &state, t.json.json, line, out)
 }
 
-pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
     let mut from = Status::Active;
@@ -83,7 +83,7 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<u8> {
     report(dir, &state, t.json.json, line, out)
 }
 
-pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
@@ -136,7 +136,7 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<u
     report(dir, &state, t.json.json, line, out)
 }
 
-pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
@@ -162,7 +162,7 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<u8>
     )
 }
 
-pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
@@ -189,5 +189,5 @@ pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         super::emit(out, &format!("removed loop {}\n", dir.name()))?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::render::table;
 use crate::cli::ReplayArgs;
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::gate::{self, Decision, GateHost, Limits, Phase};
 use crate::history::EventKind;
 use crate::root::Root;
@@ -25,7 +25,7 @@ struct Row {
     differs: bool,
 }
 
-pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &req.name)?;
     let source = super::gate::parse_target(&req.gate);
     let events = dir.history()?.events;
@@ -67,7 +67,7 @@ pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<u8> {
     }
     if req.json.json {
         super::emit_json(out, &rows)?;
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     let differ = rows.iter().filter(|r| r.differs).count();
     let mut cells = vec![
@@ -100,5 +100,5 @@ pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<u8> {
         source
     );
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -8,11 +8,11 @@ use serde::Serialize;
 
 use super::render::safe;
 use crate::cli::{ScheduleCommand, ScheduleInstallArgs, ScheduleRemoveArgs, ScheduleShowArgs};
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::root::{LoopName, Root};
 use crate::schedule::{self, Action, Record, record};
 
-pub fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<Exit> {
     match cmd {
         ScheduleCommand::Install(args) => install(root, args, out),
         ScheduleCommand::Remove(args) => remove(root, args, out),
@@ -55,10 +55,10 @@ fn plan<'a>(record: &'a Record, actions: &'a [Action]) -> Plan<'a> {
     p
 }
 
-fn dry_run(record: &Record, actions: &[Action], verb: &str, json: bool, out: &mut dyn Write) -> Result<u8> {
+fn dry_run(record: &Record, actions: &[Action], verb: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
     if json {
         super::emit_json(out, &plan(record, actions))?;
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     let mut text = format!(
         "would {verb} the {} schedule {} of loop {} ({}):\n",
@@ -68,10 +68,10 @@ fn dry_run(record: &Record, actions: &[Action], verb: &str, json: bool, out: &mu
         text += &a.to_string();
     }
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Result<u8> {
+fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Result<Exit> {
     if args.dry_run {
         let (record, actions) = schedule::plan_install(root, &args.name, args.backend.map(Into::into))?;
         return dry_run(&record, &actions, "install", args.json.json, out);
@@ -103,10 +103,10 @@ fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Resu
             ),
         )?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result<u8> {
+fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result<Exit> {
     let recorded = match record::read(root, LoopName::new(&args.name)?.as_str()) {
         // An unreadable record is replaced by what the named backend says.
         Err(crate::Error::Schedule(schedule::ScheduleError::BadRecord { .. })) if args.backend.is_some() => {
@@ -148,10 +148,10 @@ fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result
             ),
         )?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8> {
+fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<Exit> {
     let records = match &args.name {
         Some(name) => {
             let dir = crate::store::open(root, name)?;
@@ -171,7 +171,7 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
                         };
                         super::emit(out, &format!("loop {name}: no OS schedule installed; {how}\n"))?;
                     }
-                    return Ok(0);
+                    return Ok(Exit::Ok);
                 }
             }
         }
@@ -182,14 +182,14 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
             Some(_) => super::emit_json(out, &records[0])?,
             None => super::emit_json(out, &records)?,
         }
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     if let (Some(_), [r]) = (&args.name, records.as_slice()) {
         return detail(r, out);
     }
     if records.is_empty() {
         super::emit(out, "no OS schedules installed\n")?;
-        return Ok(0);
+        return Ok(Exit::Ok);
     }
     let mut text = format!(
         "{:<20} {:<9} {:<9} {:<40} {}\n",
@@ -207,11 +207,11 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<u8>
         );
     }
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// `show NAME`: one installed schedule in full.
-fn detail(r: &Record, out: &mut dyn Write) -> Result<u8> {
+fn detail(r: &Record, out: &mut dyn Write) -> Result<Exit> {
     let mut text = format!(
         "loop       {}\nbackend    {}\nname       {}\nstate      {}\ncadence    {}\nruns       {}\n",
         safe(&r.loop_name),
@@ -233,5 +233,5 @@ fn detail(r: &Record, out: &mut dyn Write) -> Result<u8> {
         r.installed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     );
     super::emit(out, &text)?;
-    Ok(0)
+    Ok(Exit::Ok)
 }

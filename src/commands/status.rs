@@ -13,7 +13,7 @@ use super::render::{ago, left, local, safe, table};
 use crate::cli::StatusFilter;
 use crate::config::{Cadence, ConfigError, Schedule};
 use crate::daemon::When;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Outcome, State};
@@ -120,17 +120,35 @@ fn next_due(schedule: &Schedule, state: &State, now: Timestamp) -> Result<Option
     Ok(when.first(state.last_tick.as_ref().map(|t| t.started_at), now))
 }
 
-pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<u8> {
+pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, name)?;
     let dir = &*dir;
     let state = dir.load()?;
-    let v = view(dir, &state);
+    let mut v = view(dir, &state);
+    if v.config_error.is_none() {
+        v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
+    }
     if json {
         super::emit_json(out, &v)?;
     } else {
         super::emit(out, &detail(&v))?;
     }
-    Ok(0)
+    Ok(Exit::Ok)
+}
+
+/// What `validate` finds wrong with the loop's gates (one missing, its
+/// params refused), so one loop's status calls a config valid only when
+/// `validate` would. A listing does not look: it would load every gate.
+fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
+    let config = dir.config()?;
+    let shown = dir.config_path();
+    super::new::check_gates(
+        root,
+        dir.base_dir(),
+        &config,
+        &shown,
+        super::new::MissingGate::Error,
+    )
 }
 
 /// A loop in a listing: its view, or why its state could not be read.
@@ -141,7 +159,7 @@ enum Listed<'a> {
     Unreadable { name: &'a str, error: String },
 }
 
-pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<u8> {
+pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<Exit> {
     let dirs = store::Stores::open(root)?.list()?;
     let mut states = Vec::with_capacity(dirs.len());
     let mut first_error: Option<Error> = None;
@@ -187,7 +205,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
     // Every readable loop was shown; an unreadable one is the exit status.
     match first_error {
         Some(e) => Err(e),
-        None => Ok(0),
+        None => Ok(Exit::Ok),
     }
 }
 
@@ -251,91 +269,128 @@ fn summary_row(v: &LoopView<'_>) -> Vec<String> {
     ]
 }
 
+/// One loop in detail: a row each of what it is, how its ticks went,
+/// what it holds and who holds it.
 fn detail(v: &LoopView<'_>) -> String {
-    let s = v.state;
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut row = |k: &str, val: String| rows.push(vec![k.to_owned(), val]);
-    row("loop", v.name.to_owned());
-    if let Some(d) = &v.description {
-        row("description", d.clone());
+    let mut rows = Rows::default();
+    rows.identity(v);
+    rows.ticks(v);
+    rows.approvals(v.state);
+    rows.holdings(v);
+    table(&rows.0)
+}
+
+/// The rows of [`detail`]'s table: a key, then its value.
+#[derive(Default)]
+struct Rows(Vec<Vec<String>>);
+
+impl Rows {
+    fn row(&mut self, key: &str, value: String) {
+        self.0.push(vec![key.to_owned(), value]);
     }
-    let status = match (&v.config_error, &s.status_reason) {
-        (Some(_), _) => format!("invalid (stored status {})", s.status),
-        (None, Some(r)) => format!("{} ({r})", s.status),
-        (None, None) => s.status.to_string(),
-    };
-    row("status", status);
-    row(
-        "config",
-        match &v.config_error {
-            Some(e) => e.clone(),
-            None => "valid".into(),
-        },
-    );
-    row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
-    if let Some(due) = v.next_due {
-        row("next due", format!("{} ({})", local(due), left(due)));
-    }
-    row("ticks", format!("{} (state version {})", s.tick, s.version));
-    match &s.last_tick {
-        Some(t) => {
-            row("last tick", describe_last(t));
-            match t.host.as_deref().filter(|h| *h != crate::who::host()) {
-                Some(h) => row(
-                    "output",
-                    format!("on host {h}: automaton logs {} {} there", v.name, t.number),
-                ),
-                None if v.last_run_dir.is_some() => {
-                    row("output", format!("automaton logs {} {}", v.name, t.number));
-                }
-                None => {}
-            }
+
+    /// Its name, description, status, config and schedule.
+    fn identity(&mut self, v: &LoopView<'_>) {
+        let s = v.state;
+        self.row("loop", v.name.to_owned());
+        if let Some(d) = &v.description {
+            self.row("description", d.clone());
         }
-        None => row("last tick", "never".into()),
+        let status = match (&v.config_error, &s.status_reason) {
+            (Some(_), _) => format!("invalid (stored status {})", s.status),
+            (None, Some(r)) => format!("{} ({r})", s.status),
+            (None, None) => s.status.to_string(),
+        };
+        self.row("status", status);
+        self.row(
+            "config",
+            match &v.config_error {
+                Some(e) => e.clone(),
+                None => "valid".into(),
+            },
+        );
+        if let Some(f) = &s.gate_error {
+            self.row("gate error", format!("{} (since {})", f.error, local(f.since)));
+        }
+        self.row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
+        if let Some(due) = v.next_due {
+            self.row("next due", format!("{} ({})", local(due), left(due)));
+        }
     }
-    row("failures", format!("{} in a row", s.consecutive_failures));
-    if s.pending_approvals.is_empty() {
-        row("approvals", "none pending".into());
-    } else {
+
+    /// Its ticks: how many, the last and where its output is, failures.
+    fn ticks(&mut self, v: &LoopView<'_>) {
+        let s = v.state;
+        self.row("ticks", format!("{} (state version {})", s.tick, s.version));
+        match &s.last_tick {
+            Some(t) => {
+                self.row("last tick", describe_last(t));
+                match t.host.as_deref().filter(|h| *h != crate::who::host()) {
+                    Some(h) => self.row(
+                        "output",
+                        format!("on host {h}: automaton logs {} {} there", v.name, t.number),
+                    ),
+                    None if v.last_run_dir.is_some() => {
+                        self.row("output", format!("automaton logs {} {}", v.name, t.number));
+                    }
+                    None => {}
+                }
+            }
+            None => self.row("last tick", "never".into()),
+        }
+        self.row("failures", format!("{} in a row", s.consecutive_failures));
+    }
+
+    /// The approvals pending, one row each.
+    fn approvals(&mut self, s: &State) {
+        if s.pending_approvals.is_empty() {
+            self.row("approvals", "none pending".into());
+            return;
+        }
         for (i, a) in s.pending_approvals.iter().enumerate() {
             let mut text = format!("{} by {} {}", a.id, a.by, ago(a.at));
             if let Some(n) = &a.note {
                 text += &format!(": {n}");
             }
-            row(if i == 0 { "approvals" } else { "" }, text);
+            self.row(if i == 0 { "approvals" } else { "" }, text);
         }
     }
-    if !s.totals.is_empty() {
-        let totals: Vec<String> = s.totals.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        row("totals", totals.join(" "));
-    }
-    if let Some(w) = &s.worktree {
-        row("worktree", format!("{} ({})", w.path.display(), w.branch));
-    }
-    if let Some(f) = &s.in_flight {
-        row(
-            "in flight",
-            format!(
-                "tick {} by pid {} on {} since {}",
-                f.tick,
-                f.pid,
-                f.host,
-                local(f.started_at)
-            ),
+
+    /// What it holds and who holds it: totals, worktree, the tick in
+    /// flight, the lock, and when it was made and last changed.
+    fn holdings(&mut self, v: &LoopView<'_>) {
+        let s = v.state;
+        if !s.totals.is_empty() {
+            let totals: Vec<String> = s.totals.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            self.row("totals", totals.join(" "));
+        }
+        if let Some(w) = &s.worktree {
+            self.row("worktree", format!("{} ({})", w.path.display(), w.branch));
+        }
+        if let Some(f) = &s.in_flight {
+            self.row(
+                "in flight",
+                format!(
+                    "tick {} by pid {} on {} since {}",
+                    f.tick,
+                    f.pid,
+                    f.host,
+                    local(f.started_at)
+                ),
+            );
+        }
+        self.row(
+            "lock",
+            v.lock
+                .as_ref()
+                .map_or_else(|| "free".to_owned(), |h| format!("held by {}", h.describe())),
+        );
+        self.row("created", local(s.created_at));
+        self.row(
+            "updated",
+            format!("{} ({})", local(s.updated_at), ago(s.updated_at)),
         );
     }
-    row(
-        "lock",
-        v.lock
-            .as_ref()
-            .map_or_else(|| "free".to_owned(), |h| format!("held by {}", h.describe())),
-    );
-    row("created", local(s.created_at));
-    row(
-        "updated",
-        format!("{} ({})", local(s.updated_at), ago(s.updated_at)),
-    );
-    table(&rows)
 }
 
 /// `#3 failed 2m ago, step exited 3 in 18ms`.

@@ -4,12 +4,12 @@ use std::io::Write;
 
 use super::render::safe;
 use crate::cli::TickArgs;
-use crate::error::Result;
+use crate::error::{Exit, Result};
 use crate::root::Root;
 use crate::state::Outcome;
-use crate::tick::{self, Options, TickReport};
+use crate::tick::{self, Options, TickReport, View};
 
-pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     let store = crate::store::open(root, &args.name)?;
     let config = store.config()?;
     // A loop pinned to other hosts does not run here.
@@ -40,41 +40,13 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         super::emit(out, &human(&report))?;
     }
-    Ok(report.exit_code())
+    Ok(report.exit())
 }
 
-/// One line a tick, then one line a gate that did not simply proceed; what
+/// The tick's line, then one line a gate that did not simply proceed; what
 /// a gate or a step said is shown as [`safe`] shows it.
 fn human(r: &TickReport) -> String {
-    let mut line = format!("{} tick {}: {}", r.loop_name, r.tick, r.outcome);
-    if let Some(step) = &r.step {
-        line += &format!(" (step {step}");
-        if let Some(v) = &r.verifier {
-            line += if v.success() {
-                ", verifier passed"
-            } else {
-                ", verifier failed"
-            };
-        }
-        line += ")";
-    }
-    // A reason said already (how the step ended) or by a gate line below
-    // is not repeated here.
-    let shown_below = |reason: &str| {
-        r.step.as_ref().is_some_and(|s| reason == format!("step {s}"))
-            || r.decisions
-                .iter()
-                .any(|v| v.error.as_deref() == Some(reason) || v.decision.reason() == reason)
-    };
-    if let Some(reason) = &r.reason
-        && r.outcome != Outcome::Ran
-        && !shown_below(reason)
-    {
-        line += &format!(": {}", safe(reason));
-    }
-    if let Some(t) = r.recovered_crash {
-        line += &format!(" [tick {t} had crashed; recorded]");
-    }
+    let mut line = r.line(View::Command);
     line.push('\n');
     if r.outcome == Outcome::Failed && r.step.is_some() {
         let stream = if r.step.as_ref().is_some_and(|s| !s.success()) || r.verifier.is_none() {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::new::{MissingGate, check_gates};
 use crate::cli::ValidateArgs;
 use crate::config::LoopConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Exit, Result};
 use crate::root::{Flags, LoopName, Root};
 use crate::store::{self, LoopStore};
 
@@ -24,7 +24,7 @@ struct Checked {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<u8> {
+pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<Exit> {
     let mut checked = Vec::new();
     let mut first_error = None;
     let mut record = |name: Option<String>, path: PathBuf, r: Result<()>| {
@@ -84,7 +84,7 @@ pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Re
     // Every config was checked and listed; the first invalid one is the error.
     match first_error {
         Some(e) => Err(e),
-        None => Ok(0),
+        None => Ok(Exit::Ok),
     }
 }
 

@@ -4,18 +4,20 @@
 //! signal stops firing, waits out the grace and cancels what still runs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use jiff::{SignedDuration, Timestamp};
 
 use super::due::jittered;
+use super::messages::Msg;
+use super::phase::Phase;
 use super::presence::Presence;
 use super::queue::Queue;
 use super::report::Lags;
 use super::scan::{Entry, mtime};
-use super::workers::{Finished, Job, Jobs};
-use super::{GATHER, MAX_SLEEP, Msg, Options};
+use super::workers::{Handoff, Inbox, Job, Woken};
+use super::{GATHER, MAX_SLEEP, Options};
 use crate::error::Result;
 use crate::root::Root;
 use crate::state::Outcome;
@@ -36,6 +38,9 @@ pub(super) struct Dispatcher<'a> {
     pub(super) ticks: u64,
     pub(super) lags: Lags,
     pub(super) last_report: Instant,
+    /// When the root is next rescanned, and the record next published.
+    pub(super) next_scan: Instant,
+    pub(super) next_report: Instant,
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     pub(super) clock: (Timestamp, Instant),
@@ -63,99 +68,112 @@ impl<'a> Dispatcher<'a> {
             ticks: 0,
             lags: Lags::default(),
             last_report: Instant::now(),
+            next_scan: Instant::now(),
+            next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
             clock: (crate::clock::now(), Instant::now()),
         }
     }
 
-    pub(super) fn run(&mut self, jobs: &Jobs, rx: &mpsc::Receiver<Msg>, finished: &Finished) {
-        let mut stop: Option<Instant> = None;
-        let mut cancelled = false;
-        let mut next_scan = Instant::now();
-        let mut next_report = Instant::now() + self.opts.report.min(Duration::from_secs(1));
+    /// The dispatcher's loop, a list of named phases: serve (rescan,
+    /// check the clock, fire what is due, report), sleep until a tick
+    /// ends, a message comes or the next thing is due, take in what woke
+    /// it, and cancel the running steps once a stop's grace is over.
+    /// Returns once stopping with no tick running.
+    pub(super) fn run(&mut self, handoff: &Handoff, inbox: &Inbox) {
+        let mut phase = Phase::Serving;
         loop {
-            if stop.is_none() {
-                if Instant::now() >= next_scan {
-                    self.rescan();
-                    next_scan = Instant::now() + self.opts.rescan;
-                }
-                self.check_clock();
-                self.dispatch(jobs);
-                if Instant::now() >= next_report {
-                    self.report();
-                    next_report = Instant::now() + self.opts.report;
-                }
-            } else if self.running.is_empty() {
+            if !phase.stopping() {
+                self.serve(handoff);
+            } else if phase.stopped(self.running.len()) {
                 break;
             }
-            let wait = match stop {
-                Some(deadline) if !cancelled => deadline.saturating_duration_since(Instant::now()),
-                Some(_) => MAX_SLEEP,
-                None => self.sleep(next_scan.min(next_report)),
+            let wait = match phase.wait(Instant::now(), MAX_SLEEP) {
+                Some(wait) => wait,
+                None => self.sleep(self.next_scan.min(self.next_report)),
             };
-            // Ticks that ended since the last look are taken in now;
-            // those that end while it sleeps wake it only when needed.
-            let ended = {
-                let mut f = finished.lock();
-                let ended = std::mem::take(&mut f.ended);
-                if ended.is_empty() {
-                    let must_wake = stop.is_some() || self.running.len() >= self.max;
-                    f.sleeps_until = Some(match must_wake {
-                        true => Instant::now() + MAX_SLEEP * 3600,
-                        false => Instant::now() + wait,
-                    });
-                }
-                ended
-            };
-            if !ended.is_empty() {
-                for (name, result) in ended {
-                    self.done(name, &result);
-                }
-                continue;
-            }
-            let msg = rx.recv_timeout(wait);
-            finished.lock().sleeps_until = None;
-            match msg {
-                Ok(Msg::Signal(sig)) if stop.is_none() => {
-                    let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
-                    match self.running.len() {
-                        0 => tracing::info!("{name}: stopping"),
-                        n => tracing::info!(
-                            "{name}: no more ticks are started; waiting up to {} for {n} running \
-                             (a second signal stops their steps now)",
-                            crate::duration::format(self.opts.grace)
-                        ),
+            let urgent = phase.stopping() || self.running.len() >= self.max;
+            match handoff.sleep(inbox, wait, urgent) {
+                // Ticks that ended since the last look are taken in now;
+                // those that end while it sleeps wake it only when needed.
+                Woken::Ended(ended) => {
+                    for (name, result) in ended {
+                        self.done(name, &result);
                     }
-                    stop = Some(Instant::now() + self.opts.grace);
+                    continue;
                 }
-                Ok(Msg::Signal(_)) => stop = Some(Instant::now()),
-                Ok(Msg::Done) => {}
-                Ok(Msg::Changed(names)) => {
-                    if self.changed(&names) {
-                        next_scan = Instant::now();
-                    }
-                }
-                Ok(Msg::Resync) => {
-                    self.resync();
-                    next_scan = Instant::now();
-                }
-                Err(_) => {}
+                Woken::Msg(msg) => phase = self.receive(msg, phase),
+                Woken::Timeout => {}
             }
-            if let Some(deadline) = stop
-                && !cancelled
-                && Instant::now() >= deadline
-                && !self.running.is_empty()
-            {
-                tracing::warn!("cancelling the steps of {} running ticks", self.running.len());
-                for c in self.running.values() {
-                    c.cancel();
-                }
-                cancelled = true;
+            if phase.grace_over(Instant::now(), self.running.len()) {
+                self.cancel_running();
+                phase = Phase::Cancelling;
             }
         }
     }
 
+    /// One round while serving: the root rescanned and the daemon's
+    /// record published when each is due, the clock checked, and the due
+    /// ticks handed out.
+    fn serve(&mut self, handoff: &Handoff) {
+        if Instant::now() >= self.next_scan {
+            self.rescan();
+            self.next_scan = Instant::now() + self.opts.rescan;
+        }
+        self.check_clock();
+        self.dispatch(handoff);
+        if Instant::now() >= self.next_report {
+            self.report();
+            self.next_report = Instant::now() + self.opts.report;
+        }
+    }
+
+    /// Acts on a message; the phase after it.
+    fn receive(&mut self, msg: Msg, phase: Phase) -> Phase {
+        match msg {
+            Msg::Signal(sig) => {
+                if !phase.stopping() {
+                    self.say_stopping(sig);
+                }
+                return phase.signalled(Instant::now(), self.opts.grace);
+            }
+            Msg::Done => {}
+            Msg::Changed(names) => {
+                if self.changed(&names) {
+                    self.next_scan = Instant::now();
+                }
+            }
+            Msg::Resync => {
+                self.resync();
+                self.next_scan = Instant::now();
+            }
+        }
+        phase
+    }
+
+    /// The first stop signal: what happens to the ticks running.
+    fn say_stopping(&self, sig: i32) {
+        let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
+        match self.running.len() {
+            0 => tracing::info!("{name}: stopping"),
+            n => tracing::info!(
+                "{name}: no more ticks are started; waiting up to {} for {n} running \
+                 (a second signal stops their steps now)",
+                crate::duration::format(self.opts.grace)
+            ),
+        }
+    }
+
+    /// The grace is over: the steps of the ticks still running are
+    /// cancelled (each tick records that and ends).
+    fn cancel_running(&self) {
+        tracing::warn!("cancelling the steps of {} running ticks", self.running.len());
+        for c in self.running.values() {
+            c.cancel();
+        }
+    }
+
     /// Hands due loops to idle workers, most overdue first.
-    pub(super) fn dispatch(&mut self, jobs: &Jobs) {
+    pub(super) fn dispatch(&mut self, handoff: &Handoff) {
         let now = crate::clock::now();
         while self.running.len() < self.max {
             let Some((due, name)) = self.queue.pop_due(now) else {
@@ -191,7 +209,7 @@ impl<'a> Dispatcher<'a> {
                 }
                 _ => None,
             };
-            jobs.give(Job {
+            handoff.give(Job {
                 name,
                 cancel,
                 ran_since,

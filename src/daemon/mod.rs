@@ -18,28 +18,29 @@
 //! grace period, then cancels their steps, waits for the ticks to record
 //! that, and returns. A second signal cancels at once.
 //!
-//! The parts, one file each: `dispatch` (the dispatcher's loop: what is
-//! due, handing ticks out, taking ended ones in, stopping), `scan` (finding
-//! loops and their schedules), `workers` (the pool that runs ticks and the
-//! hand-offs between it and the dispatcher), `report` (lag figures and the
-//! daemon's log line for a tick), `due` (when a schedule fires), `queue`
-//! (the timer queue) and `presence` (the record of the daemon serving a
-//! root).
+//! This file only wires the threads and the shutdown. The parts, one file
+//! each: `phase` (the daemon's life: serving, draining, cancelling,
+//! stopped), `dispatch` (the dispatcher's loop, a list of named phases:
+//! serve, sleep, take in, cancel), `scan` (finding loops and their
+//! schedules), `workers` (the pool that runs ticks and the hand-off
+//! between it and the dispatcher, which keeps the wake-up rules), `report`
+//! (lag figures and the daemon's log line for a tick), `due` (when a
+//! schedule fires), `queue` (the timer queue) and `presence` (the record
+//! of the daemon serving a root), `messages` (what wakes the dispatcher,
+//! and the threads that send it: signals, a shared store's changes).
 
 mod dispatch;
 mod due;
+mod messages;
+mod phase;
 pub mod presence;
 mod queue;
 mod report;
 mod scan;
 mod workers;
 
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
-
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 pub use due::{When, next_due};
 pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
@@ -50,8 +51,9 @@ use crate::root::Root;
 use crate::schedule::ScheduleError;
 use crate::store::Stores;
 use dispatch::Dispatcher;
+use messages::{listen_for_signals, relay_changes};
 use presence::Presence;
-use workers::{CloseJobs, Finished, Jobs, worker};
+use workers::{Handoff, worker};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -99,107 +101,56 @@ const LATE: Duration = Duration::from_secs(1);
 /// hundreds of ticks a second wakes a fraction as often.
 const GATHER: Duration = Duration::from_millis(10);
 
-enum Msg {
-    Signal(i32),
-    /// A tick ended and the dispatcher is needed now (see [`Finished`]).
-    Done,
-    /// A shared store said these loops changed (a commit, a new loop, an
-    /// edit, a removal), possibly on another host.
-    Changed(Vec<String>),
-    /// The shared store's notifications had a gap (their connection was
-    /// lost and made again): any loop may have changed unseen.
-    Resync,
-}
-
 /// Runs the scheduler until a stop signal; returns once every tick it
-/// started has ended.
+/// started has ended. The wiring: a thread for signals, the workers, a
+/// thread for a shared store's notifications, and the dispatcher on this
+/// thread; its [`phase::Phase`] is the daemon's life, and when it returns
+/// the hand-off closes, which ends every other thread.
 pub fn run(root: &Root, opts: &Options) -> Result<()> {
-    let (tx, rx) = mpsc::channel::<Msg>();
-    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(ScheduleError::Signals)?;
-    let signal_handle = signals.handle();
-    let to_main = tx.clone();
-    thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if to_main.send(Msg::Signal(sig)).is_err() {
-                    break;
-                }
-            }
-        })
-        .map_err(ScheduleError::Signals)?;
-    // One gate host for every tick; if it cannot be built, each tick of a
-    // loop with gates builds its own (and reports why that fails).
-    let host = match GateHost::resident(Some(root.cache_dir()), opts.max_concurrent.max(1)) {
-        Ok(h) => Some(h),
-        Err(e) => {
-            tracing::warn!("cannot build the shared gate host: {e}");
-            None
-        }
-    };
     let max = opts.max_concurrent.max(1);
+    let (handoff, inbox) = Handoff::new();
+    let signals = listen_for_signals(&handoff)?;
+    let host = shared_host(root, max);
     let stores = Stores::open(root)?;
     let presence = Presence::claim(root);
     tracing::info!(
         "daemon started on {} (at most {max} ticks at once)",
         root.path().display()
     );
-    let listening = std::sync::atomic::AtomicBool::new(true);
-    let finished = Finished::default();
-    let jobs = Jobs::default();
     let result = thread::scope(|scope| {
-        let _close = CloseJobs(&jobs);
+        let _closing = handoff.closing();
         for i in 0..max {
-            let tx = tx.clone();
-            let host = host.as_ref();
-            let (stores, finished, jobs) = (&stores, &finished, &jobs);
+            let (stores, host, handoff) = (&stores, host.as_ref(), &handoff);
             thread::Builder::new()
                 .name(format!("tick-{i}"))
-                .spawn_scoped(scope, move || worker(root, stores, host, jobs, finished, &tx))
+                .spawn_scoped(scope, move || worker(root, stores, host, handoff))
                 .map_err(ScheduleError::Signals)?;
         }
         if let Some(listener) = stores.listen() {
-            let (stores, tx, listening) = (&stores, tx.clone(), &listening);
-            let mut listener = listener?;
+            let (stores, handoff, mut listener) = (&stores, &handoff, listener?);
             thread::Builder::new()
                 .name("listen".into())
-                .spawn_scoped(scope, move || {
-                    while listening.load(std::sync::atomic::Ordering::Relaxed) {
-                        match listener.wait(MAX_SLEEP) {
-                            Ok(names) if names.is_empty() => {}
-                            Ok(names) => {
-                                if tx.send(Msg::Changed(names)).is_err() {
-                                    return;
-                                }
-                            }
-                            Err(e) => {
-                                tracing::warn!("{e}; changes are seen at the next scan");
-                                thread::sleep(MAX_SLEEP);
-                                match stores.listen() {
-                                    Some(Ok(l)) => {
-                                        listener = l;
-                                        tracing::info!(
-                                            "listening for changes again; every loop's config is read anew"
-                                        );
-                                        if tx.send(Msg::Resync).is_err() {
-                                            return;
-                                        }
-                                    }
-                                    _ => continue,
-                                }
-                            }
-                        }
-                    }
-                })
+                .spawn_scoped(scope, move || relay_changes(stores, &mut listener, handoff))
                 .map_err(ScheduleError::Signals)?;
         }
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
-        d.run(&jobs, &rx, &finished);
-        listening.store(false, std::sync::atomic::Ordering::Relaxed);
+        d.run(&handoff, &inbox);
         d.presence.release(root);
         Ok(())
     });
-    signal_handle.close();
+    signals.close();
     tracing::info!("daemon stopped");
     result
+}
+
+/// One gate host for every tick; if it cannot be built, each tick of a
+/// loop with gates builds its own (and reports why that fails).
+fn shared_host(root: &Root, max: usize) -> Option<GateHost> {
+    match GateHost::resident(Some(root.cache_dir()), max) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("cannot build the shared gate host: {e}");
+            None
+        }
+    }
 }

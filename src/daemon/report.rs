@@ -12,7 +12,7 @@ use super::dispatch::Dispatcher;
 use super::presence::DaemonRecord;
 use crate::error::Result;
 use crate::state::Outcome;
-use crate::tick::TickReport;
+use crate::tick::{TickReport, View};
 
 /// How late the ticks of one report window started.
 #[derive(Default)]
@@ -97,35 +97,26 @@ impl<'a> Dispatcher<'a> {
     }
 }
 
+/// The daemon's log line for a tick (the line the `tick` command prints
+/// first, without what only a terminal gets): at info level, but at debug
+/// when it says nothing new (a firing another daemon took, a loop still
+/// waiting for the approval an earlier firing asked for).
 pub(super) fn log_tick(name: &str, result: &Result<TickReport>, shared: bool) {
-    match result {
-        // With daemons on several hosts, losing a firing to another is normal.
-        Ok(r) if shared && r.outcome == Outcome::Busy => {
-            tracing::debug!(
-                "{name} tick {}: busy: {}",
-                r.tick,
-                r.reason.as_deref().unwrap_or("")
-            );
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("{name}: tick failed: {e}");
+            return;
         }
-        Ok(r) => {
-            let mut line = format!("{name} tick {}: {}", r.tick, r.outcome);
-            let mut said = None;
-            if let Some(step) = &r.step {
-                let ended = format!("step {step}");
-                line += &format!(" ({ended})");
-                said = Some(ended);
-            }
-            if let Some(reason) = r.reason.as_ref().filter(|r| Some(*r) != said.as_ref()) {
-                line += &format!(": {reason}");
-            }
-            // A loop still waiting for the approval an earlier firing asked
-            // for is said once, when the wait starts.
-            if r.outcome == crate::state::Outcome::AwaitingApproval && !r.started_waiting {
-                tracing::debug!("{line}");
-            } else {
-                tracing::info!("{line}");
-            }
-        }
-        Err(e) => tracing::warn!("{name}: tick failed: {e}"),
+    };
+    let line = r.line(View::Log);
+    // With daemons on several hosts, losing a firing to another is normal;
+    // a loop still waiting is said once, when the wait starts.
+    let routine = (shared && r.outcome == Outcome::Busy)
+        || (r.outcome == Outcome::AwaitingApproval && !r.started_waiting);
+    if routine {
+        tracing::debug!("{line}");
+    } else {
+        tracing::info!("{line}");
     }
 }

@@ -13,6 +13,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::dispatch::Dispatcher;
 use super::due::{When, jittered};
+use super::queue::Queue;
 use super::{CONFIGS_PER_SCAN, FULL_LISTING};
 use crate::config::Schedule;
 use crate::store::LoopStore;
@@ -65,43 +66,62 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn rescan(&mut self) {
         self.scans += 1;
         let scan = self.scans;
-        let loops_dir = self.root.loops_dir();
-        let dir_mtime = mtime(&loops_dir);
+        if !self.relist(scan) {
+            return;
+        }
+        let now = crate::clock::now();
+        let (starting, scheduled) = self.read_configs(scan, now);
+        self.spread(&starting, now);
+        self.log_scheduled(&scheduled, starting.len());
+        self.forget_removed(scan);
+    }
+
+    /// Marks the loops listed as seen by `scan`, a loop new to the daemon
+    /// becoming an entry. The listing is read again only when the loops
+    /// directory changed, or it was read half a minute ago; otherwise every
+    /// loop known is taken as seen. False when the loops cannot be listed.
+    fn relist(&mut self, scan: u64) -> bool {
+        let dir_mtime = mtime(&self.root.loops_dir());
         let relist = match (self.listing, dir_mtime) {
             (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
             _ => true,
         };
-        if relist {
-            let dirs = match self.stores.list() {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::warn!("cannot list the loops: {e}");
-                    return;
-                }
-            };
-            self.listing = dir_mtime.map(|m| (m, Instant::now()));
-            for dir in dirs {
-                let name: Arc<str> = Arc::from(dir.name().as_str());
-                let known = self.loops.len() as u64;
-                self.loops
-                    .entry(name)
-                    .or_insert_with(|| Entry {
-                        turn: known,
-                        ..Entry::new(dir)
-                    })
-                    .seen = scan;
-            }
-        } else {
+        if !relist {
             for e in self.loops.values_mut() {
                 e.seen = scan;
             }
+            return true;
         }
-        let now = crate::clock::now();
+        let dirs = match self.stores.list() {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("cannot list the loops: {e}");
+                return false;
+            }
+        };
+        self.listing = dir_mtime.map(|m| (m, Instant::now()));
+        for dir in dirs {
+            let name: Arc<str> = Arc::from(dir.name().as_str());
+            let known = self.loops.len() as u64;
+            self.loops
+                .entry(name)
+                .or_insert_with(|| Entry {
+                    turn: known,
+                    ..Entry::new(dir)
+                })
+                .seen = scan;
+        }
+        true
+    }
+
+    /// Reads the configs that changed among those whose turn `scan` is (a
+    /// loop never read is read now), and takes in each new schedule: the
+    /// loops it makes due now, and every loop newly scheduled.
+    fn read_configs(&mut self, scan: u64, now: Timestamp) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
         let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
         for (name, entry) in self.loops.iter_mut() {
-            // A loop never read is read now; the others in their turn.
             if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
                 continue;
             }
@@ -120,40 +140,17 @@ impl<'a> Dispatcher<'a> {
                 continue;
             }
             entry.schedule = schedule;
-            match &entry.schedule {
-                None => {
-                    self.queue.unset(name);
-                    entry.nominal = None;
-                }
-                Some(_) if self.running.contains_key(name) => {
-                    // Rescheduled with the new cadence when its tick ends.
-                }
-                Some((s, when)) => {
-                    let last = entry.fired.or_else(|| {
-                        entry
-                            .dir
-                            .load()
-                            .ok()
-                            .and_then(|st| st.last_tick.map(|t| t.started_at))
-                    });
-                    let Some(first) = when.first(last, now) else {
-                        tracing::warn!("loop {name:?} is not scheduled: its cadence never fires again");
-                        continue;
-                    };
+            let running = self.running.contains_key(name);
+            match first_firing(name, entry, &mut self.queue, running, now) {
+                First::None => {}
+                First::Now => {
                     scheduled.push(Arc::clone(name));
-                    if first <= now {
-                        starting.push(Arc::clone(name));
-                    } else {
-                        entry.nominal = Some(first);
-                        self.queue
-                            .set(Arc::clone(name), jittered(first, s.jitter.map(|j| j.0)));
-                    }
+                    starting.push(Arc::clone(name));
                 }
+                First::Queued => scheduled.push(Arc::clone(name)),
             }
         }
-        self.spread(&starting, now);
-        self.log_scheduled(&scheduled, starting.len());
-        self.forget_removed(scan);
+        (starting, scheduled)
     }
 
     /// One line a newly scheduled loop; a summary (and the lines at debug
@@ -232,6 +229,54 @@ impl<'a> Dispatcher<'a> {
             tracing::info!("loop {name:?} was removed: it is no longer ticked");
         }
     }
+}
+
+/// Where a loop whose schedule changed fires first.
+enum First {
+    /// Not at all: it has no schedule now, its tick is running (it is
+    /// rescheduled with the new cadence when that ends), or its cadence
+    /// never fires again.
+    None,
+    /// Now: it is due, and is spread with the others due now.
+    Now,
+    /// At the time queued.
+    Queued,
+}
+
+/// Takes in `entry`'s new schedule: unqueued when it has none, else its
+/// first firing after its last tick (or the one it just filled).
+fn first_firing(
+    name: &Arc<str>,
+    entry: &mut Entry,
+    queue: &mut Queue<Arc<str>>,
+    running: bool,
+    now: Timestamp,
+) -> First {
+    let Some((s, when)) = &entry.schedule else {
+        queue.unset(name);
+        entry.nominal = None;
+        return First::None;
+    };
+    if running {
+        return First::None;
+    }
+    let last = entry.fired.or_else(|| {
+        entry
+            .dir
+            .load()
+            .ok()
+            .and_then(|st| st.last_tick.map(|t| t.started_at))
+    });
+    let Some(first) = when.first(last, now) else {
+        tracing::warn!("loop {name:?} is not scheduled: its cadence never fires again");
+        return First::None;
+    };
+    if first <= now {
+        return First::Now;
+    }
+    entry.nominal = Some(first);
+    queue.set(Arc::clone(name), jittered(first, s.jitter.map(|j| j.0)));
+    First::Queued
 }
 
 pub(super) fn read_schedule(name: &str, dir: &dyn LoopStore) -> Option<(Schedule, When)> {

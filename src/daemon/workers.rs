@@ -1,14 +1,20 @@
-//! The pool of workers that run ticks, and the two hand-offs between it
-//! and the dispatcher: the queue of ticks to run ([`Jobs`]) and the ticks
-//! that ended ([`Finished`]).
+//! The pool of workers that run ticks, and the hand-off between it and
+//! the dispatcher ([`Handoff`]): the queue of ticks to run, the ticks that
+//! ended, and the dispatcher's inbox. Its fields are private to this file,
+//! so the wake-up rules below hold by construction: a tick is given only
+//! by [`Handoff::give`], which wakes exactly one worker; it is taken only
+//! by a [`worker`]; an ended tick is handed back only by a worker, which
+//! wakes the dispatcher exactly when it must; and the dispatcher sleeps
+//! only in [`Handoff::sleep`], which says while it sleeps until when.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
-use super::Msg;
+use super::messages::Msg;
 use super::report::log_tick;
 use crate::error::Result;
 use crate::gate::GateHost;
@@ -16,92 +22,10 @@ use crate::root::Root;
 use crate::store::Stores;
 use crate::tick::{self, Cancel, TickReport};
 
-/// Ticks that ended, for the dispatcher to take in when it next wakes.
-///
-/// A worker wakes the dispatcher (with [`Msg::Done`]) only when it is
-/// needed now: it sleeps with every worker busy or while stopping, or would
-/// sleep past [`LAZY`]. Otherwise it is about to wake anyway (the next due
-/// firing, at a hundred ticks a second, is milliseconds away) and takes the
-/// ended ticks in then: a tick costs one wake-up of the dispatcher, not two.
-#[derive(Default)]
-pub(super) struct Finished {
-    pub(super) inner: Mutex<FinishedInner>,
-}
-
-#[derive(Default)]
-pub(super) struct FinishedInner {
-    pub(super) ended: Vec<(Arc<str>, Result<TickReport>)>,
-    /// While the dispatcher sleeps, until when; `None` while it is awake
-    /// (it looks here before it sleeps).
-    pub(super) sleeps_until: Option<Instant>,
-}
-
 /// How long the dispatcher may leave an ended tick untaken when it is to
 /// wake by then anyway: the loop's next firing is computed from its
 /// nominal time, so the wait moves no due time.
-pub(super) const LAZY: Duration = Duration::from_millis(50);
-
-impl Finished {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, FinishedInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records an ended tick; whether the dispatcher must be woken for it.
-    pub(super) fn push(&self, name: Arc<str>, result: Result<TickReport>) -> bool {
-        let mut f = self.lock();
-        f.ended.push((name, result));
-        f.sleeps_until.is_some_and(|at| at > Instant::now() + LAZY)
-    }
-}
-
-/// The ticks handed to the workers and not yet taken. Each one given wakes
-/// one idle worker, and only that one.
-#[derive(Default)]
-pub(super) struct Jobs {
-    pub(super) queue: Mutex<(VecDeque<Job>, bool)>,
-    pub(super) ready: Condvar,
-}
-
-impl Jobs {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Job>, bool)> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(super) fn give(&self, job: Job) {
-        self.lock().0.push_back(job);
-        self.ready.notify_one();
-    }
-
-    /// The next tick to run, waiting for one; `None` once closed.
-    pub(super) fn take(&self) -> Option<Job> {
-        let mut q = self.lock();
-        loop {
-            if let Some(job) = q.0.pop_front() {
-                return Some(job);
-            }
-            if q.1 {
-                return None;
-            }
-            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// No more ticks: each worker ends once the queue is empty.
-    pub(super) fn close(&self) {
-        self.lock().1 = true;
-        self.ready.notify_all();
-    }
-}
-
-/// Closes the queue when dropped, however the dispatcher's scope ends (a
-/// worker that cannot be started ends it early), so no worker waits on.
-pub(super) struct CloseJobs<'a>(pub(super) &'a Jobs);
-
-impl Drop for CloseJobs<'_> {
-    fn drop(&mut self) {
-        self.0.close();
-    }
-}
+const LAZY: Duration = Duration::from_millis(50);
 
 /// A tick for a worker.
 pub(super) struct Job {
@@ -111,21 +35,174 @@ pub(super) struct Job {
     pub(super) ran_since: Option<Timestamp>,
 }
 
+/// A tick that ended, and how.
+pub(super) type Ended = (Arc<str>, Result<TickReport>);
+
+/// Between the dispatcher and the workers (and the threads that message
+/// the dispatcher).
+///
+/// Ticks given and not yet taken wait in a queue; each one given wakes one
+/// idle worker, and only that one.
+///
+/// Ticks that ended wait for the dispatcher to take them in when it next
+/// wakes. A worker wakes it (with [`Msg::Done`]) only when it is needed
+/// now: it sleeps with every worker busy or while stopping, or would sleep
+/// past [`LAZY`]. Otherwise it is about to wake anyway (the next due
+/// firing, at a hundred ticks a second, is milliseconds away) and takes
+/// the ended ticks in then: a tick costs one wake-up of the dispatcher,
+/// not two.
+pub(super) struct Handoff {
+    jobs: Mutex<Jobs>,
+    ready: Condvar,
+    ended: Mutex<Finished>,
+    /// Set once the daemon stops: no more ticks are given and no more
+    /// messages are wanted.
+    closed: AtomicBool,
+    to_dispatcher: mpsc::Sender<Msg>,
+}
+
+#[derive(Default)]
+struct Jobs {
+    waiting: VecDeque<Job>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Finished {
+    ended: Vec<Ended>,
+    /// While the dispatcher sleeps, until when; `None` while it is awake
+    /// (it looks here before it sleeps).
+    sleeps_until: Option<Instant>,
+}
+
+/// The dispatcher's end of its messages: read only through
+/// [`Handoff::sleep`].
+pub(super) struct Inbox(mpsc::Receiver<Msg>);
+
+/// What ended the dispatcher's sleep.
+pub(super) enum Woken {
+    /// Ticks had ended before it slept: it did not.
+    Ended(Vec<Ended>),
+    Msg(Msg),
+    /// The time it meant to sleep passed.
+    Timeout,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Handoff {
+    pub(super) fn new() -> (Handoff, Inbox) {
+        let (tx, rx) = mpsc::channel();
+        let handoff = Handoff {
+            jobs: Mutex::default(),
+            ready: Condvar::new(),
+            ended: Mutex::default(),
+            closed: AtomicBool::new(false),
+            to_dispatcher: tx,
+        };
+        (handoff, Inbox(rx))
+    }
+
+    /// Where another thread (signals, the store's notifications) sends the
+    /// dispatcher a message.
+    pub(super) fn sender(&self) -> mpsc::Sender<Msg> {
+        self.to_dispatcher.clone()
+    }
+
+    /// Gives a tick to the workers, waking one idle worker.
+    pub(super) fn give(&self, job: Job) {
+        lock(&self.jobs).waiting.push_back(job);
+        self.ready.notify_one();
+    }
+
+    /// The next tick to run, waiting for one; `None` once closed.
+    fn take(&self) -> Option<Job> {
+        let mut q = lock(&self.jobs);
+        loop {
+            if let Some(job) = q.waiting.pop_front() {
+                return Some(job);
+            }
+            if q.closed {
+                return None;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Records a tick that ended, and wakes the dispatcher when it must;
+    /// false once the dispatcher is gone.
+    fn hand_back(&self, ended: Ended) -> bool {
+        let wake = {
+            let mut f = lock(&self.ended);
+            f.ended.push(ended);
+            f.sleeps_until.is_some_and(|at| at > Instant::now() + LAZY)
+        };
+        !wake || self.to_dispatcher.send(Msg::Done).is_ok()
+    }
+
+    /// The dispatcher's one way to wait: the ticks that ended since it last
+    /// looked, at once; else a message, or nothing within `wait`. While it
+    /// sleeps, a tick that ends wakes it only when it would sleep on past
+    /// [`LAZY`], or at once when `urgent` (every worker busy, or stopping).
+    pub(super) fn sleep(&self, inbox: &Inbox, wait: Duration, urgent: bool) -> Woken {
+        {
+            let mut f = lock(&self.ended);
+            if !f.ended.is_empty() {
+                return Woken::Ended(std::mem::take(&mut f.ended));
+            }
+            f.sleeps_until = Some(match urgent {
+                true => Instant::now() + Duration::from_secs(3600),
+                false => Instant::now() + wait,
+            });
+        }
+        let msg = inbox.0.recv_timeout(wait);
+        lock(&self.ended).sleeps_until = None;
+        match msg {
+            Ok(msg) => Woken::Msg(msg),
+            Err(_) => Woken::Timeout,
+        }
+    }
+
+    /// Whether the daemon is stopping: a thread that messages the
+    /// dispatcher ends at its next look.
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// A guard that closes the hand-off when dropped, however the
+    /// dispatcher's scope ends (a worker that cannot be started ends it
+    /// early), so no worker waits on.
+    pub(super) fn closing(&self) -> Closing<'_> {
+        Closing(self)
+    }
+
+    /// No more ticks: each worker ends once the queue is empty.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        lock(&self.jobs).closed = true;
+        self.ready.notify_all();
+    }
+}
+
+/// Closes the hand-off when dropped (see [`Handoff::closing`]).
+pub(super) struct Closing<'a>(&'a Handoff);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// A worker: runs the ticks it is handed, one at a time, until the
-/// dispatcher hangs up. It blocks while there is nothing to run.
-pub(super) fn worker(
-    root: &Root,
-    stores: &Stores,
-    host: Option<&GateHost>,
-    jobs: &Jobs,
-    finished: &Finished,
-    tx: &mpsc::Sender<Msg>,
-) {
+/// hand-off closes. It blocks while there is nothing to run.
+pub(super) fn worker(root: &Root, stores: &Stores, host: Option<&GateHost>, handoff: &Handoff) {
     while let Some(Job {
         name,
         cancel,
         ran_since,
-    }) = jobs.take()
+    }) = handoff.take()
     {
         let opts = tick::Options {
             never_wait: true,
@@ -144,7 +221,7 @@ pub(super) fn worker(
             tick::after::follow(root, tick::after::Change::Ticked(report));
         }
         log_tick(&name, &result, stores.is_shared());
-        if finished.push(name, result) && tx.send(Msg::Done).is_err() {
+        if !handoff.hand_back((name, result)) {
             return;
         }
     }

@@ -72,7 +72,12 @@ pub enum GateErrorKind {
     /// The file's sha256 differs from the pin in loop.toml.
     HashMismatch { expected: String, actual: String },
     /// The gate's `check-params` rejected the params.
-    ParamsRejected { message: String },
+    ParamsRejected {
+        message: String,
+        /// The line of loop.toml that sets them, when the message is not
+        /// already part of one that names it.
+        line: Option<usize>,
+    },
     /// The gate's `evaluate` returned an error instead of a decision.
     Refused { message: String },
     /// The component is malformed and does not compile.
@@ -145,7 +150,11 @@ impl fmt::Display for GateErrorKind {
                 f,
                 "sha256 mismatch: loop.toml pins {expected}, the file has {actual}"
             ),
-            GateErrorKind::ParamsRejected { message } => {
+            GateErrorKind::ParamsRejected {
+                message,
+                line: Some(line),
+            } => write!(f, "rejected its params (loop.toml line {line}): {message}"),
+            GateErrorKind::ParamsRejected { message, line: None } => {
                 write!(f, "rejected its params: {message}")
             }
             GateErrorKind::Refused { message } => write!(f, "refused to decide: {message}"),
@@ -157,6 +166,24 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::Host { message } => write!(f, "cannot start: {message}"),
         }
     }
+}
+
+/// What a gate said of its params, as the host says it after "rejected its
+/// params": without an "invalid params: " of its own in front, nor the
+/// position serde_json puts at its end (" at line 1 column 14"), a place
+/// in the JSON the host made of them that means nothing to whoever wrote
+/// them in loop.toml.
+pub(crate) fn params_message(message: &str) -> &str {
+    let message = message.strip_prefix("invalid params: ").unwrap_or(message);
+    let Some((head, pos)) = message.rsplit_once(" at line ") else {
+        return message;
+    };
+    let numbers = pos.split_once(" column ").is_some_and(|(l, c)| {
+        [l, c]
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if numbers { head } else { message }
 }
 
 fn tail(text: &str, max: usize) -> &str {
@@ -231,6 +258,13 @@ impl GateError {
 
     /// What the gate logged and printed before the call failed (empty for
     /// errors before any call), for the loop's history.
+    /// The same gate's error, said more precisely: what it was found to
+    /// be after the fact (a refusal found to be of the gate's params).
+    pub fn with_kind(mut self, kind: GateErrorKind) -> GateError {
+        self.0.kind = kind;
+        self
+    }
+
     pub fn logs(&self) -> &[GateLog] {
         &self.0.logs
     }
@@ -320,5 +354,19 @@ mod tests {
         let s = e.to_string();
         assert!(s.ends_with("THE END"));
         assert!(s.len() < 2200);
+    }
+
+    #[test]
+    fn a_params_message_loses_what_the_host_says_or_cannot_place() {
+        assert_eq!(
+            params_message("unknown field `evry`, expected `every` at line 1 column 7"),
+            "unknown field `evry`, expected `every`"
+        );
+        assert_eq!(params_message("invalid params: every: too big"), "every: too big");
+        assert_eq!(
+            params_message("every: must be at line 3"),
+            "every: must be at line 3"
+        );
+        assert_eq!(params_message("plain"), "plain");
     }
 }

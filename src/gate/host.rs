@@ -4,10 +4,13 @@
 //! a memory cap. A call that fails leaves nothing behind: the next one works.
 //! A long-lived host makes each gate's next instance ahead, off the call's
 //! path, and drops spent ones there too (see `spare`); the instance pool
-//! and the store a call runs in are in `pool`.
+//! and the store a call runs in are in `pool`. This file builds the host
+//! and makes the calls; `host/load.rs` loads the gates.
+
+mod load;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ use serde::Serialize;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 
-use super::cache::{Cache, CacheStats, sha256_hex};
+use super::cache::{Cache, CacheStats};
 use super::error::{GateError, GateErrorKind};
 use super::fault::{self, Fault};
 use super::pool::{Instance, Slots, config};
@@ -24,9 +27,8 @@ use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::sandbox::{self, GateLog, HostState};
 use super::seal::Fingerprint;
 use super::spare::{Make, SpareKey, SpareStats, Spares, Taken};
-use super::stock;
 use super::ticker::{self, Ticker};
-use super::types::{Context, Decision, GateSource, Limits};
+use super::types::{Context, Decision, Limits};
 
 /// The version of the `automaton:gate` package (wit/gate.wit) this host
 /// offers.
@@ -88,14 +90,6 @@ struct Compiled {
     pre: GatePre<HostState>,
     /// What the gate said about itself, once asked.
     info: OnceLock<GateInfo>,
-}
-
-/// A component file identified: its sha256, and its bytes when they were
-/// read to get it.
-struct Found {
-    sha256: String,
-    size: u64,
-    bytes: Option<Arc<[u8]>>,
 }
 
 impl Gate {
@@ -311,173 +305,6 @@ impl GateHost {
         self.spares.as_ref().map(Spares::stats).unwrap_or_default()
     }
 
-    /// Loads a gate: finds the component's sha256 (hashing the file only
-    /// when its fingerprint is new), checks the sha256 pin, then loads it
-    /// from the cache or compiles it, and checks it targets the `gate`
-    /// world. Loaded components are memoised by content and files by
-    /// fingerprint, so loading an unchanged gate again in a process costs a
-    /// `stat`.
-    pub fn load(&self, source: &GateSource) -> Result<Gate, GateError> {
-        let label = source.to_string();
-        let found = match source {
-            GateSource::Stock(name) => match stock::find(name) {
-                Some(g) => Found {
-                    sha256: g.sha256(),
-                    size: g.bytes.len() as u64,
-                    bytes: Some(g.bytes.into()),
-                },
-                None => {
-                    return Err(GateError::new(
-                        &label,
-                        GateErrorKind::UnknownStock { name: name.clone() },
-                    ));
-                }
-            },
-            GateSource::File { path, .. } => self.identify(&label, path)?,
-        };
-        if let GateSource::File {
-            sha256: Some(pin), ..
-        } = source
-            && !pin.trim().eq_ignore_ascii_case(&found.sha256)
-        {
-            return Err(GateError::new(
-                &label,
-                GateErrorKind::HashMismatch {
-                    expected: pin.trim().to_ascii_lowercase(),
-                    actual: found.sha256,
-                },
-            ));
-        }
-        let compiled = self.compiled(&label, source, &found)?;
-        Ok(Gate {
-            meta: Arc::new(GateMeta {
-                label,
-                sha256: found.sha256,
-                size: found.size,
-            }),
-            compiled,
-        })
-    }
-
-    /// The sha256 of a component file: remembered in this process or in
-    /// the cache while the file's fingerprint is unchanged, else read and
-    /// hashed (and the bytes kept for the compile that likely follows).
-    fn identify(&self, label: &str, path: &Path) -> Result<Found, GateError> {
-        let meta = std::fs::metadata(path).map_err(|e| io_error(label, path, e))?;
-        if !meta.is_file() {
-            return Err(io_error(label, path, std::io::Error::other("not a regular file")));
-        }
-        let file = Fingerprint::of(&meta);
-        let seen = self
-            .lock_seen()
-            .get(path)
-            .filter(|(f, _)| *f == file)
-            .map(|(_, s)| s.clone());
-        if let Some(sha256) = seen.or_else(|| self.cache.known_sha256(path, &file)) {
-            self.replaced(path, &sha256);
-            self.remember(path, file, &sha256);
-            return Ok(Found {
-                sha256,
-                size: meta.len(),
-                bytes: None,
-            });
-        }
-        let bytes = std::fs::read(path).map_err(|e| io_error(label, path, e))?;
-        let sha256 = sha256_hex(&bytes);
-        self.replaced(path, &sha256);
-        // Only a file that did not change while it was read is remembered.
-        if std::fs::metadata(path).is_ok_and(|m| Fingerprint::of(&m) == file) {
-            self.cache.remember_sha256(path, &file, &sha256);
-            self.remember(path, file, &sha256);
-        }
-        Ok(Found {
-            sha256,
-            size: bytes.len() as u64,
-            bytes: Some(bytes.into()),
-        })
-    }
-
-    /// Notes what a gate file holds now; when it held other content
-    /// before, that content's spare instances go (another path that still
-    /// holds it makes its own again at its next call).
-    fn replaced(&self, path: &Path, sha256: &str) {
-        let Some(spares) = &self.spares else { return };
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        match held.get_mut(path) {
-            Some(old) if old == sha256 => {}
-            Some(old) => spares.forget(&std::mem::replace(old, sha256.to_owned())),
-            None => {
-                held.insert(path.to_owned(), sha256.to_owned());
-            }
-        }
-    }
-
-    fn remember(&self, path: &Path, file: Fingerprint, sha256: &str) {
-        if file.settled(std::time::SystemTime::now()) {
-            self.lock_seen()
-                .insert(path.to_owned(), (file, sha256.to_owned()));
-        }
-    }
-
-    fn compiled(&self, label: &str, source: &GateSource, found: &Found) -> Result<Arc<Compiled>, GateError> {
-        if let Some(c) = self.lock_loaded().get(&found.sha256) {
-            return Ok(c.clone());
-        }
-        let component = match self.cache.load(&self.engine, label, &found.sha256) {
-            Some(c) => c,
-            None => {
-                let bytes = match (&found.bytes, source) {
-                    (Some(b), _) => b.clone(),
-                    (None, GateSource::File { path, .. }) => reread(label, path, &found.sha256)?.into(),
-                    (None, GateSource::Stock(_)) => unreachable!("stock gates carry their bytes"),
-                };
-                check_is_component(label, &bytes)?;
-                self.cache.compile(&self.engine, label, &found.sha256, &bytes)?
-            }
-        };
-        let wrong_world = |e: wasmtime::Error| {
-            GateError::new(
-                label,
-                GateErrorKind::WrongWorld {
-                    detail: error_text(&e),
-                    built_against: self.built_against(&component),
-                },
-            )
-        };
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong_world)?;
-        let pre = GatePre::new(instance_pre).map_err(wrong_world)?;
-        let compiled = Arc::new(Compiled {
-            component,
-            pre,
-            info: OnceLock::new(),
-        });
-        self.lock_loaded().insert(found.sha256.clone(), compiled.clone());
-        Ok(compiled)
-    }
-
-    fn lock_seen(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (Fingerprint, String)>> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The `automaton:gate` version a component's imports and exports name
-    /// (`automaton:gate/host@0.2.0`), when it is not the host's.
-    fn built_against(&self, component: &Component) -> Option<String> {
-        let ty = component.component_type();
-        let names: Vec<String> = ty
-            .imports(&self.engine)
-            .map(|(n, _)| n.to_owned())
-            .chain(ty.exports(&self.engine).map(|(n, _)| n.to_owned()))
-            .collect();
-        names.iter().find_map(|n| {
-            let version = n.strip_prefix("automaton:gate/")?.split_once('@')?.1;
-            (version != GATE_WIT_VERSION).then(|| version.to_owned())
-        })
-    }
-
     /// The names the component imports and exports.
     pub fn interface(&self, gate: &Gate) -> GateInterface {
         let ty = gate.compiled.component.component_type();
@@ -520,7 +347,12 @@ impl GateHost {
             (Export::CheckParams, Ahead::No),
             |store, g| g.call_check_params(store, &json),
         )?;
-        answer.map_err(|message| gate.error(GateErrorKind::ParamsRejected { message }))
+        answer.map_err(|message| {
+            gate.error(GateErrorKind::ParamsRejected {
+                message: super::error::params_message(&message).to_owned(),
+                line: None,
+            })
+        })
     }
 
     /// Evaluates the gate against a context, in a fresh instance, under the
@@ -693,36 +525,6 @@ impl GateHost {
     }
 }
 
-fn io_error(label: &str, path: &Path, e: std::io::Error) -> GateError {
-    let kind = match e.kind() {
-        std::io::ErrorKind::NotFound => GateErrorKind::MissingFile {
-            path: path.to_owned(),
-        },
-        _ => GateErrorKind::Io {
-            path: path.to_owned(),
-            message: e.to_string(),
-        },
-    };
-    GateError::new(label, kind)
-}
-
-/// Reads a component file again for a compile, and makes sure it is still
-/// the content whose sha256 was checked.
-fn reread(label: &str, path: &Path, sha256: &str) -> Result<Vec<u8>, GateError> {
-    let bytes = std::fs::read(path).map_err(|e| io_error(label, path, e))?;
-    let actual = sha256_hex(&bytes);
-    if actual != sha256 {
-        return Err(GateError::new(
-            label,
-            GateErrorKind::Io {
-                path: path.to_owned(),
-                message: "it changed while it was being loaded; try again".to_owned(),
-            },
-        ));
-    }
-    Ok(bytes)
-}
-
 /// How a call failed: making its instance, or in the export itself.
 enum Failed {
     Instantiate(wasmtime::Error),
@@ -785,27 +587,6 @@ fn classify(
     }
 }
 
-/// Refuses what is not a component before handing it to the compiler, so
-/// the error says what the file is.
-fn check_is_component(label: &str, bytes: &[u8]) -> Result<(), GateError> {
-    // The preamble: magic, then a u16 version and a u16 layer (0: a core
-    // module, 1: a component).
-    let detail = match bytes.get(..8) {
-        Some([0, b'a', b's', b'm', _, _, 1, 0]) => return Ok(()),
-        Some([0, b'a', b's', b'm', _, _, 0, 0]) => {
-            "it is a core WebAssembly module; build it as a component (wasm32-wasip2, or wrap it with `wasm-tools component new`)"
-        }
-        Some([0, b'a', b's', b'm', ..]) => "unknown WebAssembly layer",
-        _ => "the file does not start with the WebAssembly magic number",
-    };
-    Err(GateError::new(
-        label,
-        GateErrorKind::NotAComponent {
-            detail: detail.to_owned(),
-        },
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -824,21 +605,5 @@ mod tests {
         fn shared<T: Send + Sync>() {}
         shared::<GateHost>();
         shared::<Gate>();
-    }
-
-    #[test]
-    fn non_components_are_named_for_what_they_are() {
-        let core = b"\0asm\x01\0\0\0";
-        for (bytes, is_err) in [
-            (&b"hello"[..], true),
-            (&core[..], true),
-            (&b"\0asm\x0d\0\x01\0"[..], false),
-        ] {
-            let r = check_is_component("x", bytes);
-            assert_eq!(r.is_err(), is_err, "{bytes:?}");
-            if let Err(e) = r {
-                assert!(matches!(e.kind(), GateErrorKind::NotAComponent { .. }));
-            }
-        }
     }
 }

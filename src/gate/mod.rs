@@ -1,6 +1,7 @@
 //! Gates: policy plugins that are WebAssembly components, evaluated
 //! in-process in a sandbox. This folder is the only code that imports
-//! wasmtime; the rest of the program sees the types re-exported here.
+//! wasmtime; the rest of the program sees the types re-exported here (and
+//! `scaffold`, the gate projects `gate new` writes).
 
 mod cache;
 mod error;
@@ -8,6 +9,7 @@ mod fault;
 mod host;
 mod pool;
 mod sandbox;
+pub mod scaffold;
 mod seal;
 mod spare;
 mod stock;

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
 pub use crate::gate::Verdict;
-use crate::gate::{self, Context, Decision, GateHost, Phase, RunResult};
+use crate::gate::{self, Context, Decision, GateError, GateErrorKind, GateHost, Phase, RunResult};
 use crate::state::{LastTick, State};
 
 /// A phase's verdicts, their combination, and the contexts they saw.
@@ -77,7 +77,10 @@ pub fn evaluate_phase(
         // Errors name the gate as loop.toml writes it, not its resolved path.
         let result = host
             .load(&source)
-            .and_then(|gate| host.evaluate(&gate, &ctx, &g.limits))
+            .and_then(|gate| {
+                host.evaluate(&gate, &ctx, &g.limits)
+                    .map_err(|e| explain_refusal(host, &gate, g, e))
+            })
             .map_err(|e| e.labelled(label.clone()));
         let (decision, error, logs) = match result {
             Ok(eval) => {
@@ -112,6 +115,26 @@ pub fn evaluate_phase(
         verdicts,
         contexts,
         combined,
+    }
+}
+
+/// A gate that refused to decide may have refused its params: asked then
+/// (an error path only, so good params cost a tick nothing), the error says
+/// so and names the line of loop.toml that sets them. Any other error is
+/// returned as it was.
+fn explain_refusal(host: &GateHost, gate: &gate::Gate, g: &GateConfig, err: GateError) -> GateError {
+    if !matches!(err.kind(), GateErrorKind::Refused { .. }) {
+        return err;
+    }
+    match host.check_params(gate, &g.params) {
+        Err(rejected) => match rejected.kind() {
+            GateErrorKind::ParamsRejected { message, .. } => err.with_kind(GateErrorKind::ParamsRejected {
+                message: message.clone(),
+                line: g.params_line,
+            }),
+            _ => err,
+        },
+        Ok(()) => err,
     }
 }
 

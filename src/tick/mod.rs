@@ -8,6 +8,7 @@
 
 pub mod after;
 pub mod gates;
+mod line;
 mod process;
 
 use std::path::PathBuf;
@@ -22,11 +23,12 @@ use crate::gate::{Decision, GateHost, Phase};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
+use crate::state::{GateFailure, InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
+pub use line::View;
 pub use process::{Cancel, Failure};
 
 /// How a tick was asked to run. The command line sets `timeout`; the
@@ -88,9 +90,9 @@ impl TickReport {
         self.started_waiting || self.stopped()
     }
 
-    /// The exit code of each outcome (docs/ticks.md).
-    pub fn exit_code(&self) -> u8 {
-        self.outcome.exit_code()
+    /// How the `tick` command exits for this tick (docs/ticks.md).
+    pub fn exit(&self) -> crate::error::Exit {
+        self.outcome.into()
     }
 }
 
@@ -386,6 +388,7 @@ impl Tick<'_> {
             last.outcome = outcome;
         }
         state.in_flight = None;
+        self.note_gate_error(&mut state);
         self.events.push(EventKind::Tick {
             tick: number,
             outcome,
@@ -480,6 +483,31 @@ impl Tick<'_> {
             self.own_host = Some(GateHost::new(Some(self.root.cache_dir()))?);
         }
         Ok(self.shared_host.or(self.own_host.as_ref()))
+    }
+
+    /// Keeps in `state` the last failure of this tick's gates, or clears it
+    /// when they all answered (a tick that ran no gate leaves it); a
+    /// failure already kept stays as it was, with its `since`. Whether the
+    /// state changed.
+    fn note_gate_error(&self, state: &mut State) -> bool {
+        if self.verdicts.is_empty() {
+            return false;
+        }
+        let failed = self
+            .verdicts
+            .iter()
+            .rev()
+            .find_map(|v| v.error.as_ref().map(|e| (&v.gate, e)));
+        let kept = state.gate_error.as_ref().map(|f| (&f.gate, &f.error));
+        if failed == kept {
+            return false;
+        }
+        state.gate_error = failed.map(|(gate, error)| GateFailure {
+            gate: gate.clone(),
+            error: error.clone(),
+            since: crate::clock::now(),
+        });
+        true
     }
 
     /// Evaluates one phase's gates and keeps their verdicts and contexts.
@@ -635,7 +663,8 @@ impl Tick<'_> {
                 host: None,
             });
         }
-        if changed || !self.events.is_empty() {
+        let noted = self.note_gate_error(state);
+        if changed || noted || !self.events.is_empty() {
             let events = std::mem::take(&mut self.events);
             session.commit(state, events, Durability::Full)?;
         }

@@ -283,6 +283,7 @@ pub fn empty_home() -> &'static Path {
 pub fn isolate(cmd: &mut Command) -> &mut Command {
     cmd.env("HOME", empty_home())
         .env("XDG_DATA_HOME", empty_home().join(".local/share"))
+        .env("XDG_CACHE_HOME", empty_home().join(".cache"))
         .env_remove("AUTOMATON_ROOT")
         .env_remove("AUTOMATON_STORE")
         .env_remove("AUTOMATON_HOST")

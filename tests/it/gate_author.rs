@@ -201,3 +201,82 @@ fn a_failing_gates_output_is_kept_with_its_error_under_on_error_skip() {
     let out = env.ok(&["logs", "skipper", "--gates"]);
     assert!(out.contains("boom!!"), "{out}");
 }
+
+/// A loop whose stock gate is given params it does not take (`every` is a
+/// count, not a word), on line 3 of its loop.toml.
+const BAD_PARAMS: &str =
+    "step = \"true\"\n[[gate]]\nparams = { every = \"five\" }\nstock = \"approve-every\"\n";
+
+/// Makes loop `name` (`new` refuses params its gate rejects), then gives it
+/// `toml` as an edit by hand would.
+fn loop_edited_to(env: &crate::common::Env, name: &str, toml: &str) {
+    env.new_loop(name, "step = \"true\"\n");
+    std::fs::write(env.loop_dir(name).join("loop.toml"), toml).unwrap();
+}
+
+#[test]
+fn params_a_gate_rejects_are_named_by_their_line_in_loop_toml() {
+    let env = crate::common::Env::new();
+    loop_edited_to(&env, "p", BAD_PARAMS);
+    let out = env.fails(5, &["validate", "p"]);
+    assert!(
+        out.contains("loop.toml:3: [[gate]] 1 (stock:approve-every)"),
+        "{out}"
+    );
+    assert!(out.contains("rejected its params"), "{out}");
+    assert!(!out.contains("column"), "a position in JSON the host made: {out}");
+
+    // A tick says the same of them (not "refused to decide"), and halts.
+    let out = env.run(&["tick", "p", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let error = v["decisions"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("rejected its params (loop.toml line 3): every: invalid type"),
+        "{v} {out:?}"
+    );
+    assert_eq!(env.state("p")["status"], "halted");
+}
+
+#[test]
+fn status_of_one_loop_calls_its_config_invalid_when_validate_does() {
+    let env = crate::common::Env::new();
+    loop_edited_to(&env, "p", BAD_PARAMS);
+    let v = env.status("p");
+    let error = v["config_error"].as_str().unwrap_or_default();
+    assert!(error.contains("rejected its params"), "{v}");
+    let text = env.ok(&["status", "p"]);
+    assert!(text.contains("invalid"), "{text}");
+}
+
+#[test]
+fn a_gate_failure_its_policy_let_pass_is_shown_by_status_until_it_answers() {
+    let env = crate::common::Env::new();
+    loop_edited_to(&env, "p", &format!("{BAD_PARAMS}on_error = \"skip\"\n"));
+    env.ok(&["tick", "p"]);
+    let failure = &env.state("p")["gate_error"];
+    assert_eq!(failure["gate"], "stock:approve-every", "{failure}");
+    assert!(
+        failure["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rejected its params"),
+        "{failure}"
+    );
+    let since = failure["since"].clone();
+    let text = env.ok(&["status", "p"]);
+    assert!(text.contains("gate error"), "{text}");
+
+    // The same failure again keeps when it began.
+    env.ok(&["tick", "p"]);
+    assert_eq!(env.state("p")["gate_error"]["since"], since);
+
+    // Mended, the next tick's gates answer and the failure is gone.
+    let toml = env.loop_dir("p").join("loop.toml");
+    std::fs::write(
+        &toml,
+        "step = \"true\"\n[[gate]]\nparams = { every = 5 }\nstock = \"approve-every\"\n",
+    )
+    .unwrap();
+    env.ok(&["tick", "p"]);
+    assert!(env.state("p").get("gate_error").is_none(), "{}", env.state("p"));
+}

@@ -81,7 +81,8 @@ fn good_gate_describes_checks_and_decides() {
     assert_eq!(
         err.kind(),
         &GateErrorKind::ParamsRejected {
-            message: "params must be a JSON object".into()
+            message: "params must be a JSON object".into(),
+            line: None,
         }
     );
     assert!(err.to_string().contains("(test-gate 0.1.0)"), "{err}");
@@ -1165,4 +1166,28 @@ fn the_daemon_ends_on_sigterm_with_a_spare_instance_made() {
             "{e}"
         );
     }
+}
+
+/// In a gate's project folder, outside any root, `gate compile` and `gate
+/// test` cache compiled gates in the user's own cache, private to them.
+#[test]
+fn outside_a_root_gates_are_cached_for_the_user() {
+    let fx = Fixture::new();
+    let path = fx.write("project.wasm", &fx::good());
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = automaton();
+        cmd.args(args)
+            .arg(&path)
+            .current_dir(fx.dir.path())
+            .env("HOME", home.path())
+            .env_remove("XDG_CACHE_HOME");
+        cmd.assert().success()
+    };
+    run(&["gate", "compile"]).stdout(predicates::str::starts_with("compiled: "));
+    run(&["gate", "compile"]).stdout(predicates::str::starts_with("already cached: "));
+    run(&["-v", "-v", "gate", "test"]).stderr(predicates::str::contains("gate cache hit"));
+    let cache = home.path().join(".cache/automaton");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&cache).unwrap().permissions());
+    assert_eq!(mode & 0o077, 0, "the cache is the user's alone: {mode:o}");
 }

@@ -20,11 +20,11 @@ pub enum Lang {
 
 macro_rules! files {
     ($lang:literal: $($file:literal),* $(,)?) => {
-        &[$(($file, include_str!(concat!("../../../examples/gates/", $lang, "/", $file)))),*]
+        &[$(($file, include_str!(concat!("../../examples/gates/", $lang, "/", $file)))),*]
     };
 }
 
-const WIT: &str = include_str!("../../../wit/gate.wit");
+const WIT: &str = include_str!("../../wit/gate.wit");
 
 fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {

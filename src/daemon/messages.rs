@@ -1,0 +1,73 @@
+//! What wakes the dispatcher besides its own timers, and the threads that
+//! send it: one that passes stop signals on, and, with a shared store, one
+//! that passes on the store's notifications of changed loops. Both end
+//! when the daemon stops (see `mod.rs`).
+
+use std::thread;
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::{Handle, Signals};
+
+use super::MAX_SLEEP;
+use super::workers::Handoff;
+use crate::error::Result;
+use crate::schedule::ScheduleError;
+use crate::store::{Changes, Stores};
+
+/// A message to the dispatcher.
+pub(super) enum Msg {
+    Signal(i32),
+    /// A tick ended and the dispatcher is needed now (see [`Handoff`]).
+    Done,
+    /// A shared store said these loops changed (a commit, a new loop, an
+    /// edit, a removal), possibly on another host.
+    Changed(Vec<String>),
+    /// The shared store's notifications had a gap (their connection was
+    /// lost and made again): any loop may have changed unseen.
+    Resync,
+}
+
+/// A thread that passes each SIGTERM and SIGINT on to the dispatcher;
+/// the handle stops it.
+pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
+    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(ScheduleError::Signals)?;
+    let handle = signals.handle();
+    let to_dispatcher = handoff.sender();
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if to_dispatcher.send(Msg::Signal(sig)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(ScheduleError::Signals)?;
+    Ok(handle)
+}
+
+/// The shared store's notifications, passed on to the dispatcher until
+/// the daemon stops; a lost connection is made again, and the gap it
+/// left is said with [`Msg::Resync`].
+pub(super) fn relay_changes(stores: &Stores, listener: &mut Box<dyn Changes>, handoff: &Handoff) {
+    let to_dispatcher = handoff.sender();
+    while !handoff.is_closed() {
+        let msg = match listener.wait(MAX_SLEEP) {
+            Ok(names) if names.is_empty() => continue,
+            Ok(names) => Msg::Changed(names),
+            Err(e) => {
+                tracing::warn!("{e}; changes are seen at the next scan");
+                thread::sleep(MAX_SLEEP);
+                let Some(Ok(l)) = stores.listen() else {
+                    continue;
+                };
+                *listener = l;
+                tracing::info!("listening for changes again; every loop's config is read anew");
+                Msg::Resync
+            }
+        };
+        if to_dispatcher.send(msg).is_err() {
+            return;
+        }
+    }
+}
