@@ -23,6 +23,7 @@ pub fn loop_names() -> Vec<CompletionCandidate> {
     let flags = crate::root::Flags {
         root: flag.as_deref(),
         store: None,
+        server_bound: None,
     };
     let Ok(root) = Root::open(flags) else {
         return Vec::new();

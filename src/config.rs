@@ -45,6 +45,23 @@ pub struct LoopConfig {
     pub notify: Option<Notify>,
     #[serde(default)]
     pub runner: Runner,
+    /// Variables of the runner's environment that the step, the verifier
+    /// and the notify command get although they are the store's secrets
+    /// (`AUTOMATON_STORE`, `PGPASSWORD`, ...), which they otherwise never
+    /// inherit.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+}
+
+impl LoopConfig {
+    /// The withheld variables `pass_env` names that the runner has, with
+    /// their values.
+    pub fn passed_env(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        self.pass_env
+            .iter()
+            .filter_map(|name| Some((name.into(), std::env::var_os(name)?)))
+            .collect()
+    }
 }
 
 /// `[runner]`: which hosts may run the loop's ticks (a loop whose worktree

@@ -117,6 +117,12 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    #[error(
+        "loop {name:?}: its lock was lost ({reason}); nothing was written, and whatever ran under \
+         the lock was stopped before another holder could take it"
+    )]
+    LockLost { name: String, reason: String },
+
     #[error("loop {name:?} is busy: {}", describe_holder(holder.as_ref()))]
     LockNotObtained { name: String, holder: Option<Holder> },
 
@@ -271,7 +277,7 @@ impl Error {
             Error::Database { .. } | Error::NotMoved { .. } => 1,
             Error::SchemaTooNew { .. } => 5,
             Error::Editor { .. } => 1,
-            Error::Conflict { .. } => 1,
+            Error::Conflict { .. } | Error::LockLost { .. } => 1,
             // The step ran: a scheduler that retries on failure must not
             // run it again.
             Error::Unrecorded { .. } => 8,

@@ -76,7 +76,7 @@ impl Holder {
 
     /// Whether the process this names still runs. A holder on another host
     /// cannot be checked and is taken at its word.
-    fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         // Pid 0 (or one past i32) names no process on any host; here,
         // kill(0, ...) would ask about our own process group instead.
         let Ok(pid @ 1..) = i32::try_from(self.pid) else {
@@ -317,6 +317,63 @@ pub fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
 /// Whether some process holds the lock on `path` (a missing file: none).
 pub fn is_held(path: &Path) -> bool {
     path.exists() && matches!(try_hold(path), Ok(None))
+}
+
+/// Tells the holder of a lock that can be lost while it lives (the
+/// PostgreSQL store's lease) that it has lost it: the store calls
+/// [`LockWatch::lose`] once it can no longer prove it holds the lock, in
+/// time for what runs under the lock to be stopped before anyone else may
+/// take it. A tick hangs the killing of its step on [`LockWatch::on_lost`].
+#[derive(Clone, Default)]
+pub struct LockWatch(std::sync::Arc<std::sync::Mutex<WatchState>>);
+
+#[derive(Default)]
+struct WatchState {
+    lost: bool,
+    hooks: Vec<Box<dyn Fn() + Send>>,
+}
+
+impl LockWatch {
+    fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.state().lost
+    }
+
+    /// Runs `hook` when the lock is lost (at once if it is already).
+    /// Hooks must be quick and must not wait: they run on the store's
+    /// watchdog.
+    pub fn on_lost(&self, hook: impl Fn() + Send + 'static) {
+        let mut s = self.state();
+        if s.lost {
+            hook();
+        } else {
+            s.hooks.push(Box::new(hook));
+        }
+    }
+
+    /// Marks the lock lost and runs every hook; the first call only.
+    pub fn lose(&self) {
+        let mut s = self.state();
+        if s.lost {
+            return;
+        }
+        s.lost = true;
+        for hook in &s.hooks {
+            hook();
+        }
+    }
+}
+
+impl std::fmt::Debug for LockWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockWatch")
+            .field("lost", &self.is_lost())
+            .finish()
+    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,12 @@ fn run(config: &LoopConfig, root: &Root, base: &Path, report: &TickReport) {
         Ok(fd) => Stdio::from(fd),
         Err(_) => Stdio::null(),
     };
-    let mut child = match Command::new(program)
+    let mut command = Command::new(program);
+    // The store's secrets stay with the runner, as from the step.
+    let passed = config.passed_env();
+    crate::step::withhold_secrets(&mut command, &passed);
+    command.envs(passed);
+    let mut child = match command
         .args(args)
         .current_dir(base)
         .env("AUTOMATON_LOOP", name)

@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 pub struct Root {
     path: PathBuf,
     store: StoreChoice,
+    /// What the command's `--timeout` bounds every wait on a shared
+    /// store's server by, where it sets one (docs/postgres.md).
+    server_bound: Option<std::time::Duration>,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -37,12 +40,14 @@ impl fmt::Debug for StoreChoice {
 }
 
 impl StoreChoice {
-    /// Reads a `--store` value: `file`, or a PostgreSQL URL.
+    /// Reads a `--store` value: `file`, a PostgreSQL URL, or a libpq
+    /// `key=value` connection string (`host=/run/pg dbname=automaton`).
     pub fn parse(value: &str, from: &str) -> Result<StoreChoice> {
         let value = value.trim();
         if value == "file" {
             Ok(StoreChoice::File)
-        } else if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+        } else if value.starts_with("postgres://") || value.starts_with("postgresql://") || is_conninfo(value)
+        {
             Ok(StoreChoice::Postgres(value.to_owned()))
         } else {
             Err(Error::BadStore {
@@ -53,34 +58,148 @@ impl StoreChoice {
     }
 }
 
-/// A store URL with its password (in the user-info part or a `password=`
-/// parameter) replaced by `***`, for every message that names it.
+/// Whether `value` reads as a libpq `key=value` connection string: its
+/// first word is a key followed by `=`.
+fn is_conninfo(value: &str) -> bool {
+    let key: String = value
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    !key.is_empty() && value[key.len()..].trim_start().starts_with('=')
+}
+
+/// A store URL or `key=value` connection string with its password replaced
+/// by `***`, for every message that names it: the password of the URL's
+/// user-info part (whatever it holds: `/`, `?`, `@`, percent escapes), of
+/// a `password=` query parameter (its name percent-encoded or not), and of
+/// a `password=` pair of a connection string (quoted or not). What cannot
+/// be told apart from a password is masked with it.
 pub fn redact(url: &str) -> String {
+    match url.find("://") {
+        Some(scheme_end) => redact_url(url, scheme_end + 3),
+        None => redact_conninfo(url),
+    }
+}
+
+fn redact_url(url: &str, rest_start: usize) -> String {
     let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| rest_start + i);
-        if let Some(at) = out[rest_start..authority_end].rfind('@') {
-            let userinfo = &out[rest_start..rest_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
-            }
+    // The user-info part ends at an `@` followed by a host list (no `@`,
+    // `=` or `&` before the next `/` or `?`): the last such `@` whose user
+    // info holds a `:`, so a password holding `/`, `?` or `@` is masked
+    // whole. Masking more than the password (never less) is the price of
+    // an odd URL.
+    let rest = &url[rest_start..];
+    let host_follows = |at: usize| {
+        let after = &rest[at + 1..];
+        let host = &after[..after.find(['/', '?']).unwrap_or(after.len())];
+        !host.contains(['@', '=', '&'])
+    };
+    let at = rest
+        .match_indices('@')
+        .map(|(i, _)| i)
+        .rfind(|&i| host_follows(i));
+    let mut query_from = 0;
+    if let Some(at) = at
+        && let Some(colon) = rest[..at].find(':')
+    {
+        out.replace_range(rest_start + colon + 1..rest_start + at, "***");
+        query_from = rest_start + colon + 1 + "***".len() + 1;
+    }
+    let Some(q) = out[query_from..].find('?').map(|q| query_from + q) else {
+        return out;
+    };
+    let (head, query) = out.split_at(q + 1);
+    let query: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if percent_decode(k).trim().eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => kv.to_owned(),
+        })
+        .collect();
+    format!("{head}{}", query.join("&"))
+}
+
+/// `%XX` escapes decoded (an invalid one is kept as it is).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
         }
     }
-    if let Some(q) = out.find('?') {
-        let (head, query) = out.split_at(q + 1);
-        let query: Vec<String> = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect();
-        out = format!("{head}{}", query.join("&"));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A `key=value` connection string with each `password` value masked,
+/// read as libpq reads it: a value is single-quoted (with `\'` and `\\`
+/// inside) or runs to the next blank, `\` escaping the next character.
+/// From a part that does not read so on, everything after a `password`
+/// key is masked.
+fn redact_conninfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let blank = rest.len() - rest.trim_start().len();
+        out.push_str(&rest[..blank]);
+        rest = &rest[blank..];
+        if rest.is_empty() {
+            return out;
+        }
+        let key_len = rest
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let key = &rest[..key_len];
+        let after_key = &rest[key_len..];
+        let Some(value) = after_key.trim_start().strip_prefix('=') else {
+            // Not a pair: masked from here on if a password may follow.
+            if rest.to_ascii_lowercase().contains("password") {
+                out.push_str("***");
+            } else {
+                out.push_str(rest);
+            }
+            return out;
+        };
+        let value = value.trim_start();
+        let prefix_len = rest.len() - value.len();
+        let value_len = conninfo_value_len(value);
+        out.push_str(&rest[..prefix_len]);
+        if key.eq_ignore_ascii_case("password") {
+            out.push_str("***");
+        } else {
+            out.push_str(&value[..value_len]);
+        }
+        rest = &value[value_len..];
     }
-    out
+}
+
+/// The length of the value that starts `text`, quoted or not.
+fn conninfo_value_len(text: &str) -> usize {
+    let mut chars = text.char_indices();
+    let quoted = text.starts_with('\'');
+    if quoted {
+        chars.next();
+    }
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' if quoted => return i + 1,
+            c if c.is_whitespace() && !quoted => return i,
+            _ => {}
+        }
+    }
+    text.len()
 }
 
 /// `<root>/automaton.toml`: settings of the root itself.
@@ -100,6 +219,9 @@ pub const ROOT_CONFIG: &str = "automaton.toml";
 pub struct Flags<'a> {
     pub root: Option<&'a Path>,
     pub store: Option<&'a str>,
+    /// The command's `--timeout`, which also bounds its waits on a shared
+    /// store's server.
+    pub server_bound: Option<std::time::Duration>,
 }
 
 /// Where a root was found, for messages and `init`.
@@ -129,7 +251,15 @@ impl Root {
         };
         let path = cwd.join(path);
         let store = choose_store(&path, flags.store)?;
-        Ok((Root { path, store }, origin))
+        let server_bound = flags.server_bound;
+        Ok((
+            Root {
+                path,
+                store,
+                server_bound,
+            },
+            origin,
+        ))
     }
 
     /// Resolves the root and checks that it has been initialised.
@@ -146,6 +276,7 @@ impl Root {
         Root {
             path: path.into(),
             store: StoreChoice::File,
+            server_bound: None,
         }
     }
 
@@ -158,6 +289,12 @@ impl Root {
     /// The store the root's loops live in.
     pub fn store(&self) -> &StoreChoice {
         &self.store
+    }
+
+    /// What bounds every wait on a shared store's server besides its
+    /// defaults: the command's `--timeout`, if it has one.
+    pub fn server_bound(&self) -> Option<std::time::Duration> {
+        self.server_bound
     }
 
     pub fn path(&self) -> &Path {
@@ -278,6 +415,41 @@ mod tests {
             "postgresql:///x?host=/run&password=***&user=a"
         );
         assert_eq!(redact("postgres://a:p@ss@h:5/d"), "postgres://a:***@h:5/d");
+        // A password that holds what ends a URL's parts.
+        assert_eq!(redact("postgres://ann:pa/ss?w@db/x"), "postgres://ann:***@db/x");
+        assert_eq!(
+            redact("postgres://ann:p%2Fw%3F@db/x?a=1"),
+            "postgres://ann:***@db/x?a=1"
+        );
+        assert_eq!(
+            redact("postgres://ann@db/x?application_name=a&%70assword=s3cret"),
+            "postgres://ann@db/x?application_name=a&%70assword=***"
+        );
+        // key=value connection strings, quoted or not.
+        assert_eq!(
+            redact("host=/run/pg password=s3cret dbname=x"),
+            "host=/run/pg password=*** dbname=x"
+        );
+        assert_eq!(
+            redact("host=db password = 'it\\'s a secret' user=ann"),
+            "host=db password = *** user=ann"
+        );
+        assert_eq!(
+            redact("user=ann PASSWORD=a\\ b port=5"),
+            "user=ann PASSWORD=*** port=5"
+        );
+        assert_eq!(redact("host=db oops password s3cret"), "host=db ***");
+        for secret in [
+            "postgres://ann:pa/ss?w@db/x",
+            "host=db password='a b c'",
+            "postgresql://u:%73%33cret@h/d",
+        ] {
+            let shown = redact(secret);
+            assert!(
+                !shown.contains("ss?w") && !shown.contains("a b c") && !shown.contains("%73%33"),
+                "{shown}"
+            );
+        }
         assert!(!format!("{:?}", StoreChoice::Postgres("postgres://a:pw@h/d".into())).contains("pw"));
     }
 

@@ -31,6 +31,22 @@ use crate::root::{Flags, Root};
 use crate::state::State;
 use crate::store::{Durability, LoopStore};
 
+/// What a command's `--timeout` bounds besides the wait for the loop's
+/// lock: every wait on a shared store's server.
+fn server_bound(command: &Command) -> Option<std::time::Duration> {
+    match command {
+        Command::Pause(a) => a.target.wait.timeout,
+        Command::Resume(a) => a.wait.timeout,
+        Command::Approve(a) => a.target.wait.timeout,
+        Command::Reject(a) => a.target.wait.timeout,
+        Command::Rm(a) => a.target.wait.timeout,
+        Command::CheckGate(a) => a.target.wait.timeout,
+        Command::Tick(a) => a.timeout,
+        Command::Cancel(a) => Some(a.timeout),
+        _ => None,
+    }
+}
+
 /// Runs the parsed command line, writing its output to `out`; returns how
 /// a command that ran to its end exits.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
@@ -41,6 +57,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
     let root = Flags {
         root: cli.root.as_deref(),
         store: cli.store.as_deref(),
+        server_bound: server_bound(&cli.command),
     };
     match cli.command {
         Command::Init => init::run(root, out),

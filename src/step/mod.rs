@@ -94,9 +94,23 @@ impl Canceller {
     /// Asks for the step to be stopped; does nothing once it has ended.
     pub fn cancel(&self) {
         // Non-blocking: a full pipe already asks for the stop.
-        let _ = nix::unistd::write(&self.0.write, &[1]);
+        let _ = nix::unistd::write(&self.0.write, &[STOP]);
+    }
+
+    /// Kills the step's whole group at once (SIGKILL, no grace period):
+    /// for a runner that lost its loop's lock, which must have ended the
+    /// step before anyone else may take the lock. Does nothing once the
+    /// step has ended.
+    pub fn kill(&self) {
+        let _ = nix::unistd::write(&self.0.write, &[KILL]);
     }
 }
+
+/// What a byte written to the cancel pipe asks for: a stop as a timeout
+/// does it...
+const STOP: u8 = 1;
+/// ...or SIGKILL now.
+const KILL: u8 = 2;
 
 #[derive(Debug, Error)]
 pub enum StepError {
@@ -290,8 +304,13 @@ pub fn run_in(
             }
         }
         if ready[1] {
-            while nix::unistd::read(&canceller.0.read, &mut buf).is_ok_and(|n| n > 0) {}
-            if supervisor.kill_at.is_none() {
+            let mut kill = false;
+            while let Ok(n @ 1..) = nix::unistd::read(&canceller.0.read, &mut buf) {
+                kill |= buf[..n].contains(&KILL);
+            }
+            if kill {
+                supervisor.kill_now(Instant::now());
+            } else if supervisor.kill_at.is_none() {
                 supervisor.stop(Instant::now());
             }
         }
@@ -341,6 +360,13 @@ impl Supervisor<'_> {
         tracing::debug!(pgid = self.guard.pgid().as_raw(), "stopping step group");
         self.guard.signal_group(Signal::SIGTERM);
         self.kill_at = Some(now + self.grace);
+    }
+
+    fn kill_now(&mut self, now: Instant) {
+        tracing::debug!(pgid = self.guard.pgid().as_raw(), "killing step group");
+        self.guard.signal_group(Signal::SIGKILL);
+        self.killed = true;
+        self.kill_at.get_or_insert(now);
     }
 
     fn kill_if_due(&mut self, now: Instant) {
@@ -472,11 +498,37 @@ mod exit {
     }
 }
 
-/// The step's command: its own group (led by the guard) and no stdin. It
-/// sets no `pre_exec` hook, so the standard library starts it with
-/// `posix_spawn` (a vfork) rather than by copying the runner with `fork`.
+/// What the runner's environment may hold that is the store's secret, or
+/// leads to one: its URL (which may carry a password) and libpq's
+/// password, password file, service file and client key. A step, a
+/// verifier and a notify command never inherit them; the tick passes on
+/// those loop.toml names in `pass_env`, through the step's own variables.
+pub const WITHHELD_ENV: &[&str] = &[
+    "AUTOMATON_STORE",
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "PGSERVICE",
+    "PGSERVICEFILE",
+    "PGSSLKEY",
+];
+
+/// Removes the variables of [`WITHHELD_ENV`] from `cmd`'s environment,
+/// but those `set` gives a value of its own.
+pub fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) {
+    for name in WITHHELD_ENV {
+        if !set.iter().any(|(k, _)| k == name) {
+            cmd.env_remove(name);
+        }
+    }
+}
+
+/// The step's command: its own group (led by the guard), no stdin, and
+/// no store secret from the runner's environment. It sets no `pre_exec`
+/// hook, so the standard library starts it with `posix_spawn` (a vfork)
+/// rather than by copying the runner with `fork`.
 fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     let mut cmd = Command::new(program);
+    withhold_secrets(&mut cmd, spec.env);
     cmd.args(spec.args)
         .current_dir(spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))

@@ -92,7 +92,9 @@ impl Stores {
     pub fn open(root: &Root) -> Result<Stores> {
         Ok(Stores(match root.store() {
             StoreChoice::File => Box::new(FileStore::new(root)),
-            StoreChoice::Postgres(url) => Box::new(pg::Database::open(url, root.loops_dir())?),
+            StoreChoice::Postgres(url) => {
+                Box::new(pg::Database::open(url, root.loops_dir(), root.server_bound())?)
+            }
         }))
     }
 
@@ -316,6 +318,14 @@ pub trait Session {
 
     /// Records the tick being run, so waiters and `status` can name it.
     fn set_tick(&mut self, tick: u64);
+
+    /// For a lock that can be lost while its holder lives (the PostgreSQL
+    /// store's lease, when the holder can no longer renew it): the watch
+    /// that says so, in time to stop what runs under the lock before
+    /// anyone else may take it. `None` for a lock only death releases.
+    fn lock_watch(&self) -> Option<crate::lock::LockWatch> {
+        None
+    }
 
     /// The loop's config as the caller read it, for what a commit needs of
     /// it (history rotation), so the session does not read it again.

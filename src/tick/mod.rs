@@ -334,7 +334,9 @@ impl Tick<'_> {
             run_dir: &run_dir,
         };
         let base = self.store.base_dir();
-        let ran = process::run_step_and_verifier(self.config, base, &cwd, &env, self.cancel, group);
+        let lost = session.lock_watch();
+        let ran =
+            process::run_step_and_verifier(self.config, base, &cwd, &env, self.cancel, lost.as_ref(), group);
         let worktree_changed = match (worktree, before_snapshot) {
             (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
             _ => None,

@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::config::{CommandLine, LoopConfig};
 use crate::fsx::Dir;
+use crate::lock::LockWatch;
 use crate::runs::{self, Runs};
 use crate::state::ProcessOutcome;
 use crate::step::{self, Canceller, StepError, StepSpec};
@@ -77,6 +78,10 @@ pub enum Failure {
     /// `automaton cancel` stopped it; `ended` is how it ended.
     #[error("cancelled by {by} ({ended})")]
     Cancelled { by: String, ended: Box<Failure> },
+    /// The runner lost the loop's lock (the PostgreSQL store's lease) and
+    /// killed what ran under it; `ended` is how it ended.
+    #[error("the loop's lock was lost, and the runner killed the {what} ({ended})")]
+    LockLost { what: &'static str, ended: Box<Failure> },
     /// The daemon's grace period ended between the step and the verifier.
     #[error("cancelled before the verifier ran")]
     CancelledBeforeVerifier,
@@ -168,13 +173,16 @@ impl Cancel {
 
 /// Runs the step (in `group` when the tick made it beforehand), then (if
 /// it succeeded) the verifier. The run directory is made first in the loop
-/// directory `base`, old ones pruned to `[runs] keep`.
+/// directory `base`, old ones pruned to `[runs] keep`. When `lost` says
+/// the loop's lock is lost, whichever of them runs is killed at once, and
+/// the verifier does not start.
 pub fn run_step_and_verifier(
     config: &LoopConfig,
     base: &Path,
     cwd: &Path,
     env: &Env<'_>,
     cancel: Option<&Cancel>,
+    lost: Option<&LockWatch>,
     group: Option<step::Group>,
 ) -> Ran {
     let made = Runs::make(base).and_then(|runs| {
@@ -190,7 +198,7 @@ pub fn run_step_and_verifier(
             };
         }
     };
-    let mut ran = run_in(config, cwd, env, cancel, group, &run_dir);
+    let mut ran = run_in(config, cwd, env, cancel, lost, group, &run_dir);
     ran.run_dir = Some(run_dir);
     ran
 }
@@ -201,15 +209,19 @@ fn run_in(
     cwd: &Path,
     env: &Env<'_>,
     cancel: Option<&Cancel>,
+    lost: Option<&LockWatch>,
     group: Option<step::Group>,
     run_dir: &Dir,
 ) -> Ran {
+    let mut vars = env.vars();
+    vars.extend(config.passed_env());
     let runner = Runner {
         cwd,
-        vars: env.vars(),
+        vars,
         run_dir,
         limit: config.runs.output_limit.as_u64(),
         cancel,
+        lost,
     };
     let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
     let step = match runner.run("step", &config.step, timeout, group) {
@@ -226,6 +238,13 @@ fn run_in(
         step: Some(step.clone()),
         ..Ran::default()
     };
+    if lost.is_some_and(LockWatch::is_lost) {
+        let ended_as = Box::new(Failure::ended("step", &step, timeout));
+        return ended(Failure::LockLost {
+            what: "step",
+            ended: ended_as,
+        });
+    }
     if let Some(by) = runs::cancelled_by(run_dir) {
         let ended_as = Box::new(Failure::ended("step", &step, timeout));
         return ended(Failure::Cancelled { by, ended: ended_as });
@@ -244,6 +263,15 @@ fn run_in(
     }
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
     match runner.run("verifier", &v.command, timeout, None) {
+        Ok(o) if lost.is_some_and(LockWatch::is_lost) => Ran {
+            failure: Some(Failure::LockLost {
+                what: "verifier",
+                ended: Box::new(Failure::ended("verifier", &o, timeout)),
+            }),
+            step: Some(step),
+            verifier: Some(o),
+            run_dir: None,
+        },
         Ok(o) => Ran {
             failure: match runs::cancelled_by(run_dir) {
                 Some(by) => Some(Failure::Cancelled {
@@ -267,6 +295,7 @@ struct Runner<'a> {
     run_dir: &'a Dir,
     limit: u64,
     cancel: Option<&'a Cancel>,
+    lost: Option<&'a LockWatch>,
 }
 
 impl Runner<'_> {
@@ -303,6 +332,10 @@ impl Runner<'_> {
         step::run_in(&spec, group, |started| {
             if let Some(c) = self.cancel {
                 c.arm(started.canceller());
+            }
+            if let Some(lost) = self.lost {
+                let canceller = started.canceller();
+                lost.on_lost(move || canceller.kill());
             }
             if !announced {
                 let start = crate::procfs::start_of(started.pgid);

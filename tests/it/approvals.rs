@@ -188,8 +188,10 @@ fn notify_runs_outside_the_lock_when_a_loop_starts_waiting() {
     let out = env.root.join("notified");
     // From inside the notify command, an operator command that must take
     // the lock at once: it would fail (exit 4) if the tick still held it.
+    // The store named in the runner's environment is passed on by name
+    // (the notify command does not inherit it otherwise).
     let toml = format!(
-        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n\
+        "step = \"true\"\npass_env = [\"AUTOMATON_STORE\"]\n[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n\
          [notify]\ncommand = \"echo \\\"$AUTOMATON_LOOP $AUTOMATON_STATUS $AUTOMATON_TICK\\\" >> '{0}'; \
          '{1}' --root \\\"$AUTOMATON_ROOT\\\" pause \\\"$AUTOMATON_LOOP\\\" --no-wait --reason notified >> '{0}' 2>&1; echo rc=$? >> '{0}'\"\n",
         out.display(),

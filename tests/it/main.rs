@@ -19,6 +19,8 @@ mod operator;
 mod parsers;
 mod paths;
 mod pg;
+mod pg_bounds;
+mod pg_lease;
 mod rotation;
 mod schedule;
 mod snapshots;

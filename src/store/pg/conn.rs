@@ -6,6 +6,13 @@
 //! TLS connector (docs/postgres.md says how to reach a server that needs
 //! one). rust-postgres reads none of libpq's environment itself; the
 //! `.pgpass` format is written out here because no well-kept crate reads it.
+//!
+//! Every wait on the server is bounded: a connection attempt, the whole of
+//! it (the driver's own timeout covers only the socket's connect, so a
+//! listener that accepts and never answers would hold the caller for
+//! ever), by the connect timeout; every statement by `statement_timeout`
+//! and every wait for a table or row lock by `lock_timeout`, set for the
+//! session unless the URL's `options` sets them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,10 +30,19 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// ...and given up after this many unanswered probes (about a minute in all).
 const KEEPALIVE_RETRIES: u32 = 3;
+/// The longest a statement may run (the server cancels it past this).
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a statement may wait for a lock on a table or row.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest bound a command's `--timeout` sets on its server waits.
+const MIN_BOUND: Duration = Duration::from_secs(1);
 
 /// Reads `url` into a connection config; `shown` is the redacted URL, for
-/// messages.
-pub fn config(url: &str, shown: &str) -> Result<Config> {
+/// messages. `bound` (a command's `--timeout`, at least 1s) shortens the
+/// connect timeout, `statement_timeout` and `lock_timeout` where it is
+/// shorter than they are.
+pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Config> {
+    let bounded = |default: Duration| bound.map_or(default, |b| default.min(b.max(MIN_BOUND)));
     let mut config: Config = url.parse().map_err(|e: postgres::Error| Error::Database {
         name: None,
         url: shown.to_owned(),
@@ -34,14 +50,24 @@ pub fn config(url: &str, shown: &str) -> Result<Config> {
         source: Box::new(e),
     })?;
     fill_from_env(&mut config);
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
+    let connect = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+    config.connect_timeout(bounded(connect));
     config
         .keepalives(true)
         .keepalives_idle(KEEPALIVE_IDLE)
         .keepalives_interval(KEEPALIVE_INTERVAL)
         .keepalives_retries(KEEPALIVE_RETRIES);
+    // First, so that the URL's own `-c` settings win.
+    let bounds = format!(
+        "-c statement_timeout={}ms -c lock_timeout={}ms",
+        bounded(STATEMENT_TIMEOUT).as_millis(),
+        bounded(LOCK_TIMEOUT).as_millis()
+    );
+    let options = match config.get_options() {
+        Some(o) if !o.trim().is_empty() => format!("{bounds} {o}"),
+        _ => bounds,
+    };
+    config.options(&options);
     if config.get_application_name().is_none() {
         config.application_name("automaton");
     }
@@ -53,9 +79,40 @@ pub fn config(url: &str, shown: &str) -> Result<Config> {
     Ok(config)
 }
 
-/// Opens one connection.
-pub fn connect(config: &Config) -> Result<Client, postgres::Error> {
-    config.connect(NoTls)
+/// Opens one connection, within the config's connect timeout.
+pub fn connect(config: &Config) -> Result<Client, ConnectError> {
+    let bound = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+    connect_within(config, bound)
+}
+
+/// Opens one connection, giving up after `bound` whatever the server does
+/// (a listener that never answers, a server that is frozen): the attempt
+/// runs on a thread of its own, left to finish or fail alone after the
+/// bound, its connection then closed.
+pub fn connect_within(config: &Config, bound: Duration) -> Result<Client, ConnectError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let config = config.clone();
+    std::thread::Builder::new()
+        .name("pg-connect".into())
+        .spawn(move || {
+            let _ = tx.send(config.connect(NoTls));
+        })
+        .map_err(ConnectError::Thread)?;
+    match rx.recv_timeout(bound) {
+        Ok(connected) => connected.map_err(ConnectError::Server),
+        Err(_) => Err(ConnectError::NoAnswer(bound)),
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Server(postgres::Error),
+    #[error("the server did not answer within {}", crate::duration::format(*.0))]
+    NoAnswer(Duration),
+    #[error("cannot start a thread to connect")]
+    Thread(#[source] std::io::Error),
 }
 
 fn var(name: &str) -> Option<String> {

@@ -13,6 +13,7 @@
 //! `postgres` type.
 
 mod conn;
+mod lease;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -54,10 +55,11 @@ pub struct Database {
 
 impl Database {
     /// Connects to the store at `url`, bringing its schema up to date (or
-    /// refusing one newer than this binary knows).
-    pub fn open(url: &str, loops_dir: PathBuf) -> Result<Arc<Database>> {
+    /// refusing one newer than this binary knows); `bound`, a command's
+    /// `--timeout`, shortens every wait on the server (docs/postgres.md).
+    pub fn open(url: &str, loops_dir: PathBuf, bound: Option<Duration>) -> Result<Arc<Database>> {
         let shown = crate::root::redact(url);
-        let config = conn::config(url, &shown)?;
+        let config = conn::config(url, &shown, bound)?;
         let db = Database {
             url: shown,
             config,
@@ -76,7 +78,12 @@ impl Database {
     }
 
     fn connect(&self, name: Option<&str>) -> Result<Client> {
-        conn::connect(&self.config).map_err(self.fail(name, "cannot connect"))
+        conn::connect(&self.config).map_err(|e| Error::Database {
+            name: name.map(str::to_owned),
+            url: self.url.clone(),
+            action: "cannot connect".to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// An error about loop `name` (or the store) while doing `action`.
@@ -409,18 +416,16 @@ impl PgLoop {
         super::parse_state(text.as_bytes(), &shown)
     }
 
-    /// The holder row, if its session still holds the lock.
+    /// The holder row, if its lease still stands (its session may be gone:
+    /// the lock is held until the lease runs out).
     fn live_holder(&self, client: &mut Client) -> Result<Option<Holder>, postgres::Error> {
         let row = client.query_opt(
             "SELECT h.pid, h.host, h.command, h.tick,
                     to_char(h.since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
              FROM holders h
              WHERE h.loop = $1 AND EXISTS (
-                 SELECT 1 FROM pg_locks l
-                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-                   AND l.pid = h.backend_pid
-                   AND l.classid::bigint = ((h.lock_key >> 32) & 4294967295)
-                   AND l.objid::bigint = (h.lock_key & 4294967295))",
+                 SELECT 1 FROM leases l
+                 WHERE l.loop = h.loop AND l.expires_at > clock_timestamp())",
             &[&self.name.as_str()],
         )?;
         Ok(row.and_then(|r| {
@@ -553,27 +558,54 @@ impl LoopStore for PgLoop {
         // who holds it: a waiting command holds one connection, not two.
         let client = std::cell::RefCell::new(self.db.take(self.n())?);
         let name = self.name.as_str();
+        let ttl = lease::ttl();
         let key = std::cell::Cell::new(0i64);
+        let taken = std::cell::Cell::new(None);
+        // The advisory lock, then the lease: a lease still running (its
+        // holder's session may be gone, its step not) keeps the lock held.
+        // The lock's connection is never ended by the server for idling.
         let try_take = || -> Result<bool> {
+            let fail = || self.db.fail(Some(name), "cannot take the loop's lock");
+            let mut client = client.borrow_mut();
             let row = client
-                .borrow_mut()
                 .query_one(
-                    &format!("SELECT pg_try_advisory_lock(k), k FROM (SELECT {KEY} AS k) s"),
+                    &format!(
+                        "SELECT pg_try_advisory_lock(k), k,
+                            (SELECT set_config(name, '0', false) FROM pg_settings
+                             WHERE name = 'idle_session_timeout')
+                         FROM (SELECT {KEY} AS k) s"
+                    ),
                     &[&name],
                 )
-                .map_err(self.db.fail(Some(name), "cannot take the loop's lock"))?;
+                .map_err(fail())?;
             key.set(row.get(1));
-            Ok(row.get(0))
+            if !row.get::<_, bool>(0) {
+                return Ok(false);
+            }
+            match lease::take(&mut client, name, &holder, ttl).map_err(fail())? {
+                Some(t) => {
+                    taken.set(Some(t));
+                    Ok(true)
+                }
+                None => {
+                    client
+                        .query_one("SELECT pg_advisory_unlock($1)", &[&key.get()])
+                        .map_err(fail())?;
+                    Ok(false)
+                }
+            }
         };
         let holder_now = || self.live_holder(&mut client.borrow_mut()).ok().flatten();
         lock::poll(name, wait, MAX_POLL, try_take, holder_now)?;
         let (client, key) = (client.into_inner(), key.get());
+        let (fence, taken_at) = taken.get().expect("the lease was taken with the lock");
         let mut session = PgSession {
             lp: self,
             client: Some(client),
             key,
             holder,
             version: None,
+            lease: lease::Lease::start(name, fence, ttl, self.db.config.clone(), taken_at),
         };
         // The loop may have been removed while we waited.
         let exists = session
@@ -588,7 +620,8 @@ impl LoopStore for PgLoop {
     }
 }
 
-/// A held advisory lock on one loop, on a connection of its own.
+/// A held lock on one loop: its advisory lock on a connection of its own,
+/// and its lease, renewed until the session ends.
 struct PgSession<'a> {
     lp: &'a PgLoop,
     /// Taken back on drop.
@@ -597,6 +630,8 @@ struct PgSession<'a> {
     holder: Holder,
     /// The version loaded or last committed: a commit must build on it.
     version: Option<u64>,
+    /// The lock's lease: its fence goes with every commit.
+    lease: lease::Lease,
 }
 
 impl PgSession<'_> {
@@ -631,30 +666,88 @@ impl PgSession<'_> {
 }
 
 impl PgSession<'_> {
-    /// Deletes the loop's rows in one transaction.
-    fn delete_rows(&mut self, name: &str) -> Result<(), postgres::Error> {
-        let mut tx = self.client().transaction()?;
-        tx.execute("DELETE FROM events WHERE loop = $1", &[&name])?;
-        tx.execute("DELETE FROM loops WHERE name = $1", &[&name])?;
-        notify(&mut tx, name)?;
-        tx.commit()
+    /// Deletes the loop's rows in one transaction, under the lock's fence.
+    fn delete_rows(&mut self, name: &str) -> Result<()> {
+        self.refuse_if_lost()?;
+        let fence = self.lease.fence();
+        let deleted = (|| -> Result<bool, postgres::Error> {
+            let mut tx = self.client().transaction()?;
+            if !lease::fenced(&mut tx, name, fence)? {
+                return Ok(false);
+            }
+            tx.execute("DELETE FROM events WHERE loop = $1", &[&name])?;
+            tx.execute("DELETE FROM loops WHERE name = $1", &[&name])?;
+            notify(&mut tx, name)?;
+            tx.commit()?;
+            Ok(true)
+        })()
+        .map_err(self.lp.db.fail(self.lp.n(), "cannot remove the loop's record"))?;
+        if !deleted {
+            return Err(self.lost_error(None));
+        }
+        Ok(())
+    }
+
+    /// Lets the lease and the advisory lock go.
+    fn release(&mut self) -> Result<(), postgres::Error> {
+        let (name, fence, key) = (self.lp.name.as_str(), self.lease.fence(), self.key);
+        let client = self.client();
+        lease::release(client, name, fence)?;
+        client
+            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+            .map(drop)
+    }
+
+    /// Refuses, writing nothing, once the lease is known lost.
+    fn refuse_if_lost(&self) -> Result<()> {
+        match self.lease.lost() {
+            Some(why) => Err(self.lost_error(Some(why))),
+            None => Ok(()),
+        }
+    }
+
+    fn lost_error(&self, why: Option<String>) -> Error {
+        Error::LockLost {
+            name: self.lp.name.to_string(),
+            reason: why.unwrap_or_else(|| "its lease ran out or was taken over, the server says".to_owned()),
+        }
+    }
+
+    /// A new connection in place of one that broke (a backend terminated,
+    /// the server restarted): the lease, not the connection, holds the
+    /// lock, and the fence keeps whatever is done on it safe.
+    fn reconnect(&mut self) -> Result<()> {
+        let mut client = self.lp.db.connect(self.lp.n())?;
+        // Best effort: the advisory lock only keeps waiters from asking
+        // for the lease.
+        let _ = client.query_one("SELECT pg_try_advisory_lock($1)", &[&self.key]);
+        self.client = Some(client);
+        Ok(())
     }
 }
 
 impl Drop for PgSession<'_> {
     fn drop(&mut self) {
-        let Some(mut client) = self.client.take() else {
+        self.lease.stop();
+        // A lease known lost is not this session's to let go, and its
+        // server may not answer: the connection is closed.
+        if self.lease.lost().is_some() {
             return;
-        };
-        let released = client
-            .execute(
-                "DELETE FROM holders WHERE loop = $1 AND backend_pid = pg_backend_pid()",
-                &[&self.lp.name.as_str()],
-            )
-            .and_then(|_| client.query_one("SELECT pg_advisory_unlock($1)", &[&self.key]));
+        }
+        let mut released = self.release();
+        // A connection that broke while idle is made again once, so the
+        // next holder need not wait for the lease to run out.
+        if released.is_err()
+            && self.client.as_ref().is_some_and(Client::is_closed)
+            && self.reconnect().is_ok()
+        {
+            released = self.release();
+        }
         // A connection that could not say it let go is closed: the server
-        // then releases the lock itself.
-        if released.is_ok() {
+        // then releases the advisory lock itself, and the lease runs out.
+        if released.is_ok()
+            && let Some(client) = self.client.take()
+        {
             self.lp.db.put_back(client);
         }
     }
@@ -663,6 +756,10 @@ impl Drop for PgSession<'_> {
 impl Session for PgSession<'_> {
     fn holder(&self) -> &Holder {
         &self.holder
+    }
+
+    fn lock_watch(&self) -> Option<lock::LockWatch> {
+        Some(self.lease.watch())
     }
 
     fn set_tick(&mut self, tick: u64) {
@@ -697,24 +794,45 @@ impl Session for PgSession<'_> {
             events,
         } = super::Next::of(&lp.name, self.version, state, events)?;
         let next = next_state.version;
+        self.refuse_if_lost()?;
         let name = lp.name.as_str();
         let text = state_text(&next_state);
-        let result = (|| -> Result<u64, postgres::Error> {
-            let mut tx = self.client().transaction()?;
+        let fence = self.lease.fence();
+        // Under the lock's fence: a holder whose lease ran out or was taken
+        // over commits nothing (`None`), whatever its connection.
+        let attempt = |client: &mut Client, began: &mut bool| -> Result<Option<u64>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            *began = true;
+            if !lease::fenced(&mut tx, name, fence)? {
+                return Ok(None);
+            }
             let n = tx.execute(
                 "UPDATE loops SET state = $2::text::json, version = $3 WHERE name = $1 AND version = $4",
                 &[&name, &text, &(next as i64), &(state.version as i64)],
             )?;
             if n == 0 {
-                return Ok(0);
+                return Ok(Some(0));
             }
             insert_events(&mut tx, name, next, &events)?;
             notify(&mut tx, name)?;
             tx.commit()?;
-            Ok(n)
-        })();
+            Ok(Some(n))
+        };
+        let mut began = false;
+        let mut result = attempt(self.client(), &mut began);
+        // A connection that failed before the transaction began (a backend
+        // terminated while idle, a server restart) is made again: nothing
+        // was sent that could have committed.
+        if result.is_err() && !began && self.reconnect().is_ok() {
+            result = attempt(self.client(), &mut began);
+        }
         match result {
-            Ok(0) => {
+            Ok(None) => {
+                self.version = None;
+                self.lease.watch().lose();
+                Err(self.lost_error(None))
+            }
+            Ok(Some(0)) => {
                 self.version = None;
                 Err(Error::Conflict {
                     name: name.to_owned(),
@@ -722,7 +840,7 @@ impl Session for PgSession<'_> {
                     found: state.version,
                 })
             }
-            Ok(_) => {
+            Ok(Some(_)) => {
                 *state = next_state;
                 self.version = Some(next);
                 Ok(())
@@ -740,7 +858,6 @@ impl Session for PgSession<'_> {
         let lp = self.lp;
         let name = lp.name.as_str().to_owned();
         self.delete_rows(&name)
-            .map_err(lp.db.fail(lp.n(), "cannot remove the loop's record"))
     }
 
     fn remove(mut self: Box<Self>) -> Result<()> {
@@ -763,8 +880,7 @@ impl Session for PgSession<'_> {
                 path: lp.base.clone(),
             });
         }
-        self.delete_rows(&name)
-            .map_err(lp.db.fail(lp.n(), "cannot remove the loop"))?;
+        self.delete_rows(&name)?;
         drop(self);
         // Other hosts keep theirs. Through descriptors: a link inside is
         // unlinked, not followed.

@@ -10,7 +10,10 @@ use postgres::Client;
 use crate::error::{Error, Result};
 
 /// The migrations, in order: migration `i` takes the schema to version `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_leases.sql"),
+];
 
 /// The schema version this binary reads and writes.
 pub const KNOWN: i32 = MIGRATIONS.len() as i32;

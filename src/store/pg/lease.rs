@@ -1,0 +1,320 @@
+//! The lease that makes a loop's lock safe when its holder's session is
+//! lost (docs/postgres.md, "The lock"). A session-level advisory lock is
+//! freed by the server the moment the holder's connection ends: a backend
+//! terminated, a server restarted, an idle timeout, a network cut, while
+//! the holder and its step live on. So the lock is also a row of `leases`
+//! with a fence and an expiry set by the server's clock: the lock is taken
+//! only once the last lease has run out (or was let go, or its holder is a
+//! process of this host that is gone), and with the next fence; a commit
+//! is accepted only under its holder's fence and an unexpired lease.
+//!
+//! The holder renews the lease every quarter of its length, on a
+//! connection of its own (made again when it breaks). A watchdog thread
+//! that never waits on the server counts, by the holder's monotonic clock,
+//! from the moment the last renewal that succeeded was sent: the server
+//! set that lease's expiry later than that, so the lease lasts at least
+//! the length past it. Three quarters of the length past it with no
+//! renewal since, the watchdog declares the lock lost ([`LockWatch`]),
+//! which kills the step's group at once: a quarter of the length before
+//! the server could give the lock to anyone else.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use postgres::{Client, Config};
+
+use crate::lock::{Holder, LockWatch};
+
+/// How long a lease lasts past its last renewal, by the server's clock,
+/// unless `AUTOMATON_LEASE_TTL` says otherwise.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The shortest lease `AUTOMATON_LEASE_TTL` may ask for.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// The lease's length: `AUTOMATON_LEASE_TTL` (a duration, at least 1s),
+/// else [`DEFAULT_TTL`].
+pub fn ttl() -> Duration {
+    std::env::var("AUTOMATON_LEASE_TTL")
+        .ok()
+        .and_then(|v| crate::duration::parse(&v).ok())
+        .map_or(DEFAULT_TTL, |d| d.max(MIN_TTL))
+}
+
+/// Takes the lease of loop `name` for `me`, if it may be taken: no lease,
+/// one run out or let go by the server's clock, or one whose holder is a
+/// process of this host that is gone (its step died with it). Returns the
+/// new fence and an instant before the server set the expiry, or `None`
+/// when a live lease stands. Call it holding the loop's advisory lock.
+pub fn take(
+    client: &mut Client,
+    name: &str,
+    me: &Holder,
+    ttl: Duration,
+) -> Result<Option<(i64, Instant)>, postgres::Error> {
+    if let Some(taken) = upsert(client, name, me, ttl, None)? {
+        return Ok(Some(taken));
+    }
+    let row = client.query_opt(
+        "SELECT fence, pid, host FROM leases WHERE loop = $1 AND expires_at > clock_timestamp()",
+        &[&name],
+    )?;
+    let Some(row) = row else {
+        // Run out since the first look.
+        return upsert(client, name, me, ttl, None);
+    };
+    let holder = Holder {
+        pid: u32::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+        host: row.get(2),
+        ..me.clone()
+    };
+    if holder.host == me.host && !holder.is_alive() {
+        return upsert(client, name, me, ttl, Some(row.get(0)));
+    }
+    Ok(None)
+}
+
+/// The lease row made or taken over for `me` with the next fence, when it
+/// has run out or holds the fence `dead` (a holder known to be gone).
+fn upsert(
+    client: &mut Client,
+    name: &str,
+    me: &Holder,
+    ttl: Duration,
+    dead: Option<i64>,
+) -> Result<Option<(i64, Instant)>, postgres::Error> {
+    let sent = Instant::now();
+    let row = client.query_opt(
+        "INSERT INTO leases AS l (loop, fence, pid, host, expires_at)
+         VALUES ($1, 1, $2, $3, clock_timestamp() + $4::float8 * interval '1 second')
+         ON CONFLICT (loop) DO UPDATE SET fence = l.fence + 1, pid = EXCLUDED.pid,
+             host = EXCLUDED.host, expires_at = EXCLUDED.expires_at
+         WHERE l.expires_at <= clock_timestamp() OR l.fence = $5
+         RETURNING fence",
+        &[
+            &name,
+            &i64::from(me.pid),
+            &me.host,
+            &ttl.as_secs_f64(),
+            &dead.unwrap_or(0),
+        ],
+    )?;
+    Ok(row.map(|r| (r.get(0), sent)))
+}
+
+/// Inside a commit's transaction: whether the lease still holds `fence`
+/// and has not run out, locking its row until the transaction ends, so no
+/// one takes the lock between this check and the commit.
+pub fn fenced(tx: &mut postgres::Transaction<'_>, name: &str, fence: i64) -> Result<bool, postgres::Error> {
+    tx.query_opt(
+        "SELECT 1 FROM leases WHERE loop = $1 AND fence = $2 AND expires_at > clock_timestamp() FOR UPDATE",
+        &[&name, &fence],
+    )
+    .map(|r| r.is_some())
+}
+
+/// Lets the lease go, so the next holder need not wait for it to run out,
+/// and clears the holder record it stood for.
+pub fn release(client: &mut Client, name: &str, fence: i64) -> Result<(), postgres::Error> {
+    let mut tx = client.transaction()?;
+    let n = tx.execute(
+        "UPDATE leases SET expires_at = '-infinity' WHERE loop = $1 AND fence = $2",
+        &[&name, &fence],
+    )?;
+    if n == 1 {
+        tx.execute("DELETE FROM holders WHERE loop = $1", &[&name])?;
+    }
+    tx.commit()
+}
+
+/// A held lease, renewed until dropped; [`Lease::watch`] says when it is lost.
+pub struct Lease {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    name: String,
+    fence: i64,
+    ttl: Duration,
+    /// How renewals connect when they have no connection.
+    config: Config,
+    watch: LockWatch,
+    state: Mutex<State>,
+    wake: Condvar,
+    /// The renewals' connection, while no renewal is using it.
+    conn: Mutex<Option<Client>>,
+}
+
+struct State {
+    /// When the last renewal that succeeded was sent (at first, the take):
+    /// the server's expiry is at least the lease's length past it.
+    renewed: Instant,
+    /// When the next renewal is due.
+    next: Instant,
+    /// The server said the lease is no longer this holder's.
+    gone: bool,
+    /// Why the last renewal failed, for the message when the lease is lost.
+    error: Option<String>,
+    stopped: bool,
+}
+
+impl Lease {
+    /// Starts renewing the lease of loop `name` held with `fence`, taken by
+    /// a statement sent at `taken`.
+    pub fn start(name: &str, fence: i64, ttl: Duration, config: Config, taken: Instant) -> Lease {
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            fence,
+            ttl,
+            config,
+            watch: LockWatch::default(),
+            state: Mutex::new(State {
+                renewed: taken,
+                next: taken + ttl / 4,
+                gone: false,
+                error: None,
+                stopped: false,
+            }),
+            wake: Condvar::new(),
+            conn: Mutex::new(None),
+        });
+        let watchdog = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("lease-watchdog".into())
+            .spawn(move || watchdog.watch_over());
+        if let Err(e) = spawned {
+            // Nothing would kill the step in time: the lock is as good as lost.
+            tracing::warn!("loop {name:?}: cannot watch over the lock's lease ({e}); giving it up");
+            shared.watch.lose();
+        }
+        Lease { shared }
+    }
+
+    pub fn watch(&self) -> LockWatch {
+        self.shared.watch.clone()
+    }
+
+    pub fn fence(&self) -> i64 {
+        self.shared.fence
+    }
+
+    /// Why the lease is lost, when it is.
+    pub fn lost(&self) -> Option<String> {
+        self.shared.watch.is_lost().then(|| self.shared.why_lost())
+    }
+}
+
+impl Lease {
+    /// Stops renewing: the holder is letting the lease go.
+    pub fn stop(&self) {
+        self.shared.lock().stopped = true;
+        self.shared.wake.notify_all();
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The watchdog: starts each renewal when due (never waiting for one),
+    /// and declares the lock lost when the server said so or three
+    /// quarters of the lease have passed since the last renewal that
+    /// succeeded was sent.
+    fn watch_over(self: Arc<Self>) {
+        let every = self.ttl / 4;
+        let mut state = self.lock();
+        loop {
+            if state.stopped {
+                return;
+            }
+            let now = Instant::now();
+            let kill_at = state.renewed + self.ttl - every;
+            if state.gone || now >= kill_at {
+                drop(state);
+                tracing::warn!(
+                    "loop {:?}: the lock is lost ({}); stopping what runs under it",
+                    self.name,
+                    self.why_lost()
+                );
+                self.watch.lose();
+                return;
+            }
+            if now >= state.next {
+                // A renewal still waiting on the server is left to itself:
+                // the next one makes a connection of its own.
+                state.next = now + every;
+                let renewal = Arc::clone(&self);
+                let spawned = std::thread::Builder::new()
+                    .name("lease-renewal".into())
+                    .spawn(move || renewal.renew(every));
+                if let Err(e) = spawned {
+                    state.error = Some(format!("cannot start a renewal: {e}"));
+                }
+                continue;
+            }
+            let until = state.next.min(kill_at);
+            state = self
+                .wake
+                .wait_timeout(state, until.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// One renewal, on the renewals' connection (made anew, within
+    /// `bound`, when there is none or it broke).
+    fn renew(&self, bound: Duration) {
+        let kept = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut client = match kept.filter(|c| !c.is_closed()) {
+            Some(c) => c,
+            None => match super::conn::connect_within(&self.config, bound) {
+                Ok(c) => c,
+                Err(e) => return self.failed(format!("cannot connect: {e}")),
+            },
+        };
+        let sent = Instant::now();
+        let renewed = client.query_opt(
+            "UPDATE leases SET expires_at = clock_timestamp() + $3::float8 * interval '1 second'
+             WHERE loop = $1 AND fence = $2 AND expires_at > clock_timestamp()
+             RETURNING 1",
+            &[&self.name, &self.fence, &self.ttl.as_secs_f64()],
+        );
+        match renewed {
+            Ok(Some(_)) => {
+                let mut state = self.lock();
+                state.renewed = state.renewed.max(sent);
+                state.error = None;
+                drop(state);
+                *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(client);
+            }
+            Ok(None) => {
+                self.lock().gone = true;
+                self.wake.notify_all();
+            }
+            Err(e) => self.failed(crate::error::with_causes(&e)),
+        }
+    }
+
+    fn failed(&self, why: String) {
+        tracing::debug!("loop {:?}: the lock's lease was not renewed: {why}", self.name);
+        self.lock().error = Some(why);
+    }
+
+    fn why_lost(&self) -> String {
+        let state = self.lock();
+        if state.gone {
+            return "its lease ran out or was taken over, the server says".to_owned();
+        }
+        let since = crate::duration::format(Duration::from_secs(state.renewed.elapsed().as_secs()));
+        match &state.error {
+            Some(e) => format!("its lease was last renewed {since} ago; the last renewal failed: {e}"),
+            None => format!("its lease was last renewed {since} ago; no renewal has been answered since"),
+        }
+    }
+}
