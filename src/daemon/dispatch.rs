@@ -41,6 +41,12 @@ pub(super) struct Dispatcher<'a> {
     /// When the root is next rescanned, and the record next published.
     pub(super) next_scan: Instant,
     pub(super) next_report: Instant,
+    /// The loops a tick left awaiting approval, with their commit
+    /// marker's mtime then (`None` for a store that notifies instead),
+    /// watched so an approval fires them at once (`awaits`).
+    pub(super) awaiting: HashMap<Arc<str>, Option<SystemTime>>,
+    /// When the loops awaiting approval are next looked at.
+    pub(super) next_await_poll: Instant,
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     pub(super) clock: (Timestamp, Instant),
@@ -70,6 +76,8 @@ impl<'a> Dispatcher<'a> {
             last_report: Instant::now(),
             next_scan: Instant::now(),
             next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
+            awaiting: HashMap::new(),
+            next_await_poll: Instant::now(),
             clock: (crate::clock::now(), Instant::now()),
         }
     }
@@ -120,6 +128,7 @@ impl<'a> Dispatcher<'a> {
             self.next_scan = Instant::now() + self.opts.rescan;
         }
         self.check_clock();
+        self.poll_awaits();
         self.dispatch(handoff);
         if Instant::now() >= self.next_report {
             self.report();
@@ -228,6 +237,10 @@ impl<'a> Dispatcher<'a> {
                     e.config_mtime = None;
                     e.inactive = None;
                     scan = true;
+                    if let Some((name, _)) = self.awaiting.get_key_value(name.as_str()) {
+                        let name = Arc::clone(name);
+                        self.release_if_approved(&name);
+                    }
                 }
                 None => {
                     self.listing = None;
@@ -256,6 +269,15 @@ impl<'a> Dispatcher<'a> {
                 Ok(r) if r.outcome == Outcome::Inactive => entry.state_path.as_deref().and_then(mtime),
                 _ => None,
             };
+            match result {
+                Ok(r) if r.outcome == Outcome::AwaitingApproval => {
+                    let marker = entry.state_path.as_deref().and_then(mtime);
+                    self.awaiting.insert(Arc::clone(&name), marker);
+                }
+                _ => {
+                    self.awaiting.remove(&name);
+                }
+            }
             reschedule(&mut self.queue, &name, entry, now);
         }
     }
@@ -267,6 +289,9 @@ impl<'a> Dispatcher<'a> {
     /// overdue firing would be no sleep at all, and it would spin.
     pub(super) fn sleep(&mut self, next: Instant) -> Duration {
         let mut wait = next.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
+        if self.polling_awaits() {
+            wait = wait.min(self.next_await_poll.saturating_duration_since(Instant::now()));
+        }
         if self.running.len() < self.max
             && let Some((due, _)) = self.queue.peek()
         {

@@ -29,6 +29,7 @@
 //! of the daemon serving a root), `messages` (what wakes the dispatcher,
 //! and the threads that send it: signals, a shared store's changes).
 
+mod awaits;
 mod dispatch;
 mod due;
 mod messages;

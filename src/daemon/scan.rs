@@ -16,6 +16,7 @@ use super::due::{When, jittered};
 use super::queue::Queue;
 use super::{CONFIGS_PER_SCAN, FULL_LISTING};
 use crate::config::Schedule;
+use crate::state::Status;
 use crate::store::LoopStore;
 
 /// A loop the daemon knows.
@@ -129,8 +130,21 @@ impl<'a> Dispatcher<'a> {
             if entry.config_mtime == Some(modified) {
                 continue;
             }
+            let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
             let schedule = read_schedule(name, entry.dir.as_ref());
+            if first && schedule.is_some() {
+                // Found awaiting approval (before this daemon started, or
+                // by another's tick): watched, so an approval starts it.
+                let marker = entry.state_path.as_deref().and_then(mtime);
+                if entry
+                    .dir
+                    .load()
+                    .is_ok_and(|s| s.status == Status::AwaitingApproval)
+                {
+                    self.awaiting.insert(Arc::clone(name), marker);
+                }
+            }
             let same = match (&entry.schedule, &schedule) {
                 (Some((a, _)), Some((b, _))) => a == b,
                 (None, None) => true,

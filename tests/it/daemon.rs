@@ -560,3 +560,27 @@ fn cancel_returns_once_the_tick_is_recorded_though_the_next_tick_takes_the_lock(
     );
     assert_eq!(d.terminate(), Some(0));
 }
+
+/// An approval that releases an await starts the loop's tick at once, not
+/// at its next firing an hour away.
+#[test]
+fn an_approval_under_the_daemon_starts_the_tick_at_once() {
+    let env = Env::new();
+    let toml = "step = \"true\"\n[schedule]\nevery = \"1h\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "gated", toml);
+    // The first tick runs; the second awaits an approval. The next firing
+    // is an hour away.
+    env.ok(&["tick", "gated"]);
+    env.ok(&["tick", "gated"]);
+    assert_eq!(env.state("gated")["status"], "awaiting_approval");
+    let daemon = Daemon::start(&env, &[]);
+    until("the daemon read the loop's schedule", || {
+        daemon.log().contains("loop \"gated\" scheduled")
+    });
+    env.ok(&["approve", "gated"]);
+    until("the approved tick ran", || ticks(&env, "gated") == 2);
+    let log = daemon.log();
+    assert!(log.contains("approved; its tick starts now"), "{log}");
+    assert_eq!(daemon.terminate(), Some(0));
+}
