@@ -374,10 +374,14 @@ pub struct ApproveArgs {
     /// A note kept with the approval
     #[arg(long)]
     pub note: Option<String>,
-    /// Approve a loop that is not awaiting approval: the approval waits for
-    /// its next await
-    #[arg(long)]
+    /// Approve the loop's next await, not the one pending now (a loop that
+    /// is not awaiting is refused without it)
+    #[arg(long, conflicts_with = "await_id")]
     pub ahead: bool,
+    /// The await approved (`aw-N`, as `status` shows it): refused unless it
+    /// is the one pending
+    #[arg(long = "await", value_name = "ID")]
+    pub await_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -387,6 +391,12 @@ pub struct RejectArgs {
     /// Why, for the record
     #[arg(long)]
     pub reason: Option<String>,
+    /// The await rejected (`aw-N`): refused unless it is the one pending
+    #[arg(long = "await", value_name = "ID")]
+    pub await_id: Option<String>,
+    /// Halt the loop even when no await is pending (without it, that is refused)
+    #[arg(long)]
+    pub halt: bool,
 }
 
 #[derive(Debug, Args)]

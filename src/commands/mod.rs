@@ -91,6 +91,21 @@ pub(crate) fn update_loop(
     Ok(state)
 }
 
+/// The one check before a command changes a loop: the actor of this
+/// process must hold the role `action` needs (a refusal is recorded and
+/// returned). Returns the actor.
+pub(crate) fn allowed(
+    root: &Root,
+    store: &dyn LoopStore,
+    action: crate::access::Action,
+    wait: Wait,
+) -> Result<crate::who::Actor> {
+    let actor = crate::who::actor();
+    let rules = crate::access::rules(store, &root.settings().access);
+    crate::access::require(store, &actor, action, &rules, wait)?;
+    Ok(actor)
+}
+
 /// Writes to stdout, turning a failure into an error main can report (a
 /// closed pipe, as in `automaton history x | head`, is not worth one).
 pub(crate) fn emit(out: &mut dyn Write, text: &str) -> Result<()> {

@@ -242,8 +242,9 @@ impl Audit {
         v
     }
 
-    /// Acknowledged approvals are pending, used, or dropped by a later
-    /// rejection; none is used twice; each one pending or used was recorded.
+    /// Acknowledged approvals are pending, used, or dropped (by a later
+    /// rejection, or recorded as dropped); none is used twice; each one
+    /// pending or used was recorded.
     fn approval_violations(&self, acked: &[String]) -> Vec<String> {
         let mut v = Vec::new();
         let pending: BTreeSet<String> = self.state["pending_approvals"]
@@ -256,6 +257,7 @@ impl Audit {
             .unwrap_or_default();
         let mut approved_at: BTreeMap<String, usize> = BTreeMap::new();
         let mut used: BTreeMap<String, usize> = BTreeMap::new();
+        let mut recorded_dropped: BTreeSet<String> = BTreeSet::new();
         let mut last_reject = None;
         for (i, e) in self.events.iter().enumerate() {
             match Audit::kind(e) {
@@ -268,6 +270,13 @@ impl Audit {
                     for id in e["ids"].as_array().into_iter().flatten() {
                         if let Some(id) = id.as_str() {
                             *used.entry(id.to_owned()).or_default() += 1;
+                        }
+                    }
+                }
+                "approvals-dropped" => {
+                    for id in e["ids"].as_array().into_iter().flatten() {
+                        if let Some(id) = id.as_str() {
+                            recorded_dropped.insert(id.to_owned());
                         }
                     }
                 }
@@ -297,7 +306,7 @@ impl Audit {
             let dropped = match (approved_at.get(id), last_reject) {
                 (Some(&a), Some(r)) => r > a,
                 _ => false,
-            };
+            } || recorded_dropped.contains(id);
             if !pending.contains(id) && !used.contains_key(id) && !dropped {
                 v.push(format!(
                     "acknowledged approval {id} is neither pending nor used{}",
