@@ -71,6 +71,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Show a loop's events
     History(HistoryArgs),
+    /// What an approver decides on: the pending await, the ticks since the
+    /// last approval, their metrics, and the commits since the last approved one
+    Review(ReviewArgs),
     /// Print a tick's step (or verifier) output
     #[command(
         after_help = "Examples:\n  automaton logs nightly             the last tick's step stdout\n  \
@@ -319,6 +322,17 @@ pub struct HistoryArgs {
     /// Only the last N events
     #[arg(long, short = 'n', value_name = "N")]
     pub limit: Option<usize>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    #[arg(add = loop_names())]
+    pub name: String,
+    /// Show the patch from the last approved commit to HEAD, after the review
+    #[arg(long)]
+    pub diff: bool,
     #[command(flatten)]
     pub json: JsonArg,
 }

@@ -15,6 +15,7 @@ mod new;
 mod ops;
 mod render;
 mod replay;
+mod review;
 mod schedule;
 mod shell;
 mod status;
@@ -51,6 +52,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
             None => status::all(&Root::open(root)?, &[], args.json.json, out),
         },
         Command::History(args) => history::run(&Root::open(root)?, &args, out),
+        Command::Review(args) => review::run(&Root::open(root)?, &args, out),
         Command::Logs(args) => logs::run(&Root::open(root)?, &args, out),
         Command::Validate(args) => validate::run(root, &args, out),
         Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),

@@ -471,3 +471,65 @@ fn each_tick_records_the_worktrees_head_before_and_after_its_step() {
     );
     assert_eq!(&last(&env, "agent", "tick")["head"], head);
 }
+
+#[test]
+fn review_shows_the_await_the_ticks_and_the_work_since_the_last_approval() {
+    let env = crate::files_only!("the worktree and run output are this host's");
+    let repo = repo(&env);
+    let envs: String = GIT_ENV.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    let step = format!(
+        "for i in $(seq 1 30); do echo out $i; done; echo cost_usd=0.5 > \\\"$AUTOMATON_METRICS\\\"; \
+         echo $AUTOMATON_TICK >> f; git add f; {envs}git commit -q -m tick-$AUTOMATON_TICK"
+    );
+    awaiting_loop(
+        &env,
+        "agent",
+        &format!(
+            "[worktree]\nrepo = {:?}\nbranch = \"loop/agent\"\n",
+            repo.display().to_string()
+        ),
+    );
+    // The loop above runs `true`; give it the committing step from here on.
+    let config = env.loop_dir("agent").join("loop.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replacen("step = \"true\"", &format!("step = \"{step}\""), 1),
+    )
+    .unwrap();
+    env.ok(&["approve", "agent"]);
+    assert_eq!(tick(&env, "agent"), "ran");
+    assert_eq!(tick(&env, "agent"), "awaiting-approval");
+    let v: Value = serde_json::from_str(&env.ok(&["review", "agent", "--json"])).unwrap();
+    let id = env.state("agent")["awaiting"]["id"].clone();
+    assert_eq!(v["awaiting"]["id"], id);
+    assert_eq!(v["awaiting"]["gates"][0]["gate"], "stock:approve-every");
+    let ticks: Vec<u64> = v["ticks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tick"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ticks, [2, 3], "the ticks since the approval that released tick 2");
+    let out = &v["ticks"][0]["output"]["step.out"];
+    assert_eq!(out.as_array().unwrap().len(), 20);
+    assert_eq!(out[19], "out 30");
+    assert_eq!(v["ticks"][1]["gates"][0]["decision"], "await-approval");
+    assert_eq!(v["metrics_since"]["cost_usd"], 0.5);
+    assert_eq!(v["totals"]["cost_usd"], 0.5);
+    assert_eq!(v["work"]["commits"].as_array().unwrap().len(), 1, "{v}");
+    assert!(v["work"]["commits"][0].as_str().unwrap().ends_with("tick-2"));
+    assert!(v["work"]["diffstat"].as_str().unwrap().contains("f | 1 +"), "{v}");
+    let text = env.ok(&["review", "agent", "--diff"]);
+    assert!(
+        text.lines()
+            .take_while(|l| !l.starts_with("diff --git"))
+            .all(|l| l.chars().count() <= 80),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("await {}", id.as_str().unwrap())),
+        "{text}"
+    );
+    assert!(text.contains("\n+2\n"), "the patch: {text}");
+}
