@@ -360,12 +360,13 @@ fn root_wide_roles_hold_for_every_loop_that_sets_none() {
         &["check-gate", "demo", "--apply"],
         &["rm", "demo", "--force"],
         &["cancel", "demo"],
+        &["edit", "demo"],
     ] {
         let err = env.fails(10, args);
         assert!(err.contains("operators (nobody)"), "{args:?}: {err}");
     }
     let kinds = env.history_kinds("demo");
-    assert_eq!(kinds.iter().filter(|k| *k == "refused").count(), 6, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "refused").count(), 7, "{kinds:?}");
     // Read-only commands and check-gate without --apply need no role.
     env.ok(&["status", "demo"]);
     env.ok(&["check-gate", "demo"]);
