@@ -12,6 +12,15 @@ use tempfile::TempDir;
 
 use crate::common::{BIN, share_cache, warm_stock_gates};
 
+/// A name no other command of this run acts as: each scratch command is
+/// its own person, so approvals given one after another all count (one
+/// person counts once for an await).
+pub fn person() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("operator-{n}")
+}
+
 /// A root in a temporary directory, possibly copied from a template.
 pub struct Scratch {
     _dir: Option<TempDir>,
@@ -25,6 +34,9 @@ impl Scratch {
         let s = Scratch::at(dir.path().join("root"));
         let s = Scratch { _dir: Some(dir), ..s };
         s.ok(&["init"]);
+        // As in `Env`: the suite's user may act for the people commands name.
+        let delegates = format!("delegates = [{:?}]\n", automaton::who::os_user());
+        std::fs::write(s.root.join("automaton.toml"), delegates).unwrap();
         share_cache(&s.root);
         s
     }
@@ -51,7 +63,7 @@ impl Scratch {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
         crate::common::isolate(&mut c)
-            .env("AUTOMATON_USER", "operator")
+            .env("AUTOMATON_USER", person())
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         c
