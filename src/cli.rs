@@ -71,6 +71,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Show a loop's events
     History(HistoryArgs),
+    /// What an approver decides on: the pending await, the ticks since the
+    /// last approval, their metrics, and the commits since the last approved one
+    Review(ReviewArgs),
     /// Print a tick's step (or verifier) output
     #[command(
         after_help = "Examples:\n  automaton logs nightly             the last tick's step stdout\n  \
@@ -323,6 +326,17 @@ pub struct HistoryArgs {
     pub json: JsonArg,
 }
 
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    #[arg(add = loop_names())]
+    pub name: String,
+    /// Show the patch from the last approved commit to HEAD, after the review
+    #[arg(long)]
+    pub diff: bool,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
 /// How long to wait for the loop's lock.
 #[derive(Debug, Args, Clone, Copy)]
 pub struct WaitArgs {
@@ -374,10 +388,14 @@ pub struct ApproveArgs {
     /// A note kept with the approval
     #[arg(long)]
     pub note: Option<String>,
-    /// Approve a loop that is not awaiting approval: the approval waits for
-    /// its next await
-    #[arg(long)]
+    /// Approve the loop's next await, not the one pending now (a loop that
+    /// is not awaiting is refused without it)
+    #[arg(long, conflicts_with = "await_id")]
     pub ahead: bool,
+    /// The await approved (`aw-N`, as `status` shows it): refused unless it
+    /// is the one pending
+    #[arg(long = "await", value_name = "ID")]
+    pub await_id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -387,6 +405,12 @@ pub struct RejectArgs {
     /// Why, for the record
     #[arg(long)]
     pub reason: Option<String>,
+    /// The await rejected (`aw-N`): refused unless it is the one pending
+    #[arg(long = "await", value_name = "ID")]
+    pub await_id: Option<String>,
+    /// Halt the loop even when no await is pending (without it, that is refused)
+    #[arg(long)]
+    pub halt: bool,
 }
 
 #[derive(Debug, Args)]

@@ -37,6 +37,10 @@ pub struct LoopConfig {
     pub gates: Vec<GateConfig>,
     #[serde(default)]
     pub approval: ApprovalRules,
+    /// Who may approve and operate the loop; unset roles fall back to the
+    /// root's automaton.toml, then to anyone.
+    #[serde(default, rename = "access")]
+    pub access_lists: crate::access::Access,
     #[serde(default)]
     pub runs: Runs,
     #[serde(default)]
@@ -444,6 +448,20 @@ pub struct ApprovalRules {
     /// Approvals older than this are dropped.
     #[serde(default)]
     pub expires: Option<Dur>,
+    /// What an approval is bound to besides its await.
+    #[serde(default)]
+    pub bind: Bind,
+}
+
+/// `[approval] bind`: an approval counts for the await it was given for
+/// (`"await"`), and with `"commit"` only while the worktree's HEAD is the
+/// commit it was given on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bind {
+    #[default]
+    Await,
+    Commit,
 }
 
 fn one() -> u32 {
@@ -456,6 +474,7 @@ impl Default for ApprovalRules {
             approvers: None,
             required: 1,
             expires: None,
+            bind: Bind::Await,
         }
     }
 }
@@ -573,7 +592,28 @@ impl LoopConfig {
         for gate in &mut config.gates {
             gate.params_line = gate.params_at.take().map(|at| line_column(text, at).0);
         }
+        if config.approval.approvers.is_some() && config.access_lists.approvers.is_some() {
+            let at = text.find("[access]").unwrap_or(0);
+            let (line, column) = line_column(text, at);
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                line,
+                column,
+                message: "approvers are set in both [approval] and [access]; keep one list (they are the same role)"
+                    .to_owned(),
+            });
+        }
         Ok(config)
+    }
+
+    /// The loop's `[access]` lists, `[approval] approvers` being its
+    /// approvers when `[access]` does not name them.
+    pub fn access(&self) -> crate::access::Access {
+        let mut access = self.access_lists.clone();
+        if access.approvers.is_none() {
+            access.approvers = self.approval.approvers.clone();
+        }
+        access
     }
 }
 

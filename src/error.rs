@@ -129,6 +129,20 @@ pub enum Error {
     #[error("loop {name:?}: {message}")]
     Refused { name: String, message: String },
 
+    #[error(
+        "loop {name:?}: {user} may not `{command}`: it needs one of its {role} ({}); the attempt is recorded",
+        holders_text(holders)
+    )]
+    NotAllowed {
+        name: String,
+        command: &'static str,
+        /// The name that counts for the one who asked.
+        user: String,
+        role: &'static str,
+        /// Who holds the role.
+        holders: Vec<String>,
+    },
+
     #[error("loop {name:?} has no {what} for tick {tick} ({} is not there)", path.display())]
     NoOutput {
         name: String,
@@ -211,6 +225,13 @@ fn loop_prefix(name: Option<&str>) -> String {
     name.map(|n| format!("loop {n:?}: ")).unwrap_or_default()
 }
 
+fn holders_text(holders: &[String]) -> String {
+    match holders {
+        [] => "nobody holds it".to_owned(),
+        _ => holders.join(", "),
+    }
+}
+
 fn describe_holder(holder: Option<&Holder>) -> String {
     match holder {
         Some(h) => format!("held by {}", h.describe()),
@@ -285,6 +306,8 @@ impl Error {
             Error::NotDurable { .. } => 9,
             Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
             Error::NoOutput { .. } | Error::Clock { .. } => 1,
+            // Not one of the role's holders: nothing was changed.
+            Error::NotAllowed { .. } => 10,
             Error::Gate(_) => 1,
             Error::ContextJson { .. } => 2,
             Error::CasesJson { .. } => 2,

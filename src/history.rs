@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::access::{Action, Role};
 use crate::gate::{Context, Verdict};
-use crate::state::{Outcome, ProcessOutcome, Status};
+use crate::state::{Await, Head, Outcome, ProcessOutcome, Status};
+use crate::who::Actor;
 
 /// One line of history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,15 +20,26 @@ pub struct Event {
     #[serde(default)]
     pub v: u64,
     pub at: Timestamp,
+    /// Who committed it, and how they were identified (none in lines
+    /// written before actors were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
     #[serde(flatten)]
     pub kind: EventKind,
 }
 
 impl Event {
     pub fn now(kind: EventKind) -> Event {
+        Event::stamped(kind, 0, crate::clock::now())
+    }
+
+    /// An event of the commit of `version`, made at `at` by this process's
+    /// actor.
+    pub fn stamped(kind: EventKind, version: u64, at: Timestamp) -> Event {
         Event {
-            v: 0,
-            at: crate::clock::now(),
+            v: version,
+            at,
+            actor: Some(crate::who::actor()),
             kind,
         }
     }
@@ -60,6 +73,12 @@ pub enum EventKind {
         id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
+        /// The await it was given for; none for the next await (`--ahead`).
+        #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
+        await_id: Option<String>,
+        /// The worktree's HEAD it was given on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head: Option<String>,
     },
     ApprovalExpired {
         id: String,
@@ -70,6 +89,34 @@ pub enum EventKind {
         by: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The await it rejected; none for `reject --halt` of a loop that
+        /// was not awaiting.
+        #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
+        await_id: Option<String>,
+    },
+    /// A command its actor does not hold the role for; nothing else changed.
+    Refused {
+        by: String,
+        action: Action,
+        role: Role,
+        holders: Vec<String>,
+    },
+    /// The loop started awaiting approval: the await, the gates that asked
+    /// and the worktree's HEAD.
+    Awaiting {
+        #[serde(flatten)]
+        awaiting: Await,
+    },
+    /// Approvals that no longer count, and why.
+    ApprovalsDropped {
+        #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
+        await_id: Option<String>,
+        ids: Vec<String>,
+        by: Vec<String>,
+        why: Dropped,
+        /// With `why = "new-commit"`: the HEAD that voided them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head: Option<String>,
     },
     /// A tick found the previous one dead mid-way (its `in_flight` marker).
     Crashed {
@@ -90,6 +137,9 @@ pub enum EventKind {
         tick: u64,
         ids: Vec<String>,
         by: Vec<String>,
+        /// The await they released.
+        #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
+        await_id: Option<String>,
     },
     /// The step's metrics file could not be read.
     MetricsWarning {
@@ -121,7 +171,24 @@ pub enum EventKind {
         /// The host whose `runs/<tick>/` holds the step's output.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         host: Option<String>,
+        /// The worktree's branch and HEAD before and after the step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head: Option<Head>,
     },
+}
+
+/// Why approvals stopped counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dropped {
+    /// Their await was released by others: they were not needed.
+    Released,
+    /// Their await ended without them (the gates stopped asking).
+    Ended,
+    /// Their await was rejected.
+    Rejected,
+    /// A commit came after the one they were given on (`bind = "commit"`).
+    NewCommit,
 }
 
 impl EventKind {
@@ -133,6 +200,9 @@ impl EventKind {
             EventKind::Approved { .. } => "approved",
             EventKind::ApprovalExpired { .. } => "approval-expired",
             EventKind::Rejected { .. } => "rejected",
+            EventKind::Refused { .. } => "refused",
+            EventKind::Awaiting { .. } => "awaiting",
+            EventKind::ApprovalsDropped { .. } => "approvals-dropped",
             EventKind::Crashed { .. } => "crashed",
             EventKind::Gate { .. } => "gate",
             EventKind::ApprovalsUsed { .. } => "approvals-used",
@@ -165,16 +235,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lines_written_before_actors_still_read() {
+        let line = r#"{"v":3,"at":"2026-01-01T00:00:00Z","kind":"approved","by":"ann","id":"ap-3"}"#;
+        let e: Event = serde_json::from_str(line).unwrap();
+        assert_eq!(e.actor, None);
+        assert!(matches!(e.kind, EventKind::Approved { await_id: None, .. }));
+        let tick = r#"{"v":4,"at":"2026-01-01T00:00:00Z","kind":"tick","tick":1,"outcome":"ran","worktree_changed":true}"#;
+        let e: Event = serde_json::from_str(tick).unwrap();
+        assert!(matches!(e.kind, EventKind::Tick { head: None, .. }));
+    }
+
+    #[test]
     fn events_carry_kind_and_at() {
         let e = Event::now(EventKind::Approved {
             by: "ann".into(),
             id: "ap-3".into(),
             note: None,
+            await_id: None,
+            head: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&e.to_line()).unwrap();
         assert_eq!(v["kind"], "approved");
         assert!(v["at"].is_string());
         assert!(v.get("note").is_none());
+        assert!(v["actor"]["user"].is_string(), "{v}");
         let back: Event = serde_json::from_value(v).unwrap();
         assert_eq!(back, e);
     }
@@ -187,6 +271,7 @@ mod tests {
                 tick: 3,
                 verdict: Verdict {
                     gate: "stock:budget".into(),
+                    version: None,
                     phase: Phase::AfterStep,
                     decision,
                     micros: 42,

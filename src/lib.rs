@@ -5,6 +5,7 @@
 //! The layout on disk, the state, the config and the lock discipline are
 //! described in the README and `docs/`; each module here owns one of them.
 
+pub mod access;
 pub mod bounds;
 pub mod cli;
 pub mod clock;

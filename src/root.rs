@@ -4,6 +4,7 @@
 use std::env;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -18,6 +19,17 @@ pub struct Root {
     /// What the command's `--timeout` bounds every wait on a shared
     /// store's server by, where it sets one (docs/postgres.md).
     server_bound: Option<std::time::Duration>,
+    settings: Arc<Settings>,
+}
+
+/// What the root's automaton.toml says of people: who may act for whom,
+/// and the roles every loop has unless its loop.toml says otherwise.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// OS users who may act for the person `$AUTOMATON_USER` names.
+    pub delegates: Vec<String>,
+    /// The root-wide `[access]` lists.
+    pub access: crate::access::Access,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -208,6 +220,13 @@ fn conninfo_value_len(text: &str) -> usize {
 struct RootConfig {
     /// `file`, or a PostgreSQL URL.
     store: Option<String>,
+    /// OS users who may act for the person `$AUTOMATON_USER` names (a bot's
+    /// service account); anyone else acts as themselves.
+    #[serde(default)]
+    delegates: Vec<String>,
+    /// The roles of every loop whose loop.toml leaves them unset.
+    #[serde(default)]
+    access: crate::access::Access,
 }
 
 /// The root's config file.
@@ -250,13 +269,20 @@ impl Root {
             (default_root(), Origin::Default)
         };
         let path = cwd.join(path);
-        let store = choose_store(&path, flags.store)?;
         let server_bound = flags.server_bound;
+        let config = read_config(&path)?;
+        let store = choose_store(&path, flags.store, config.store.as_deref())?;
+        let settings = Arc::new(Settings {
+            delegates: config.delegates,
+            access: config.access,
+        });
+        crate::who::set_delegates(&settings.delegates);
         Ok((
             Root {
                 path,
                 store,
                 server_bound,
+                settings,
             },
             origin,
         ))
@@ -277,7 +303,13 @@ impl Root {
             path: path.into(),
             store: StoreChoice::File,
             server_bound: None,
+            settings: Arc::default(),
         }
+    }
+
+    /// What the root's automaton.toml says of people.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// The same root with another store.
@@ -311,30 +343,38 @@ impl Root {
 }
 
 /// The store for the root at `path`: `--store`, else `$AUTOMATON_STORE`,
-/// else the `store` key of `<root>/automaton.toml`, else the file store.
-fn choose_store(path: &Path, flag: Option<&str>) -> Result<StoreChoice> {
+/// else the `store` key of `<root>/automaton.toml` (`from_file`), else the
+/// file store.
+fn choose_store(path: &Path, flag: Option<&str>, from_file: Option<&str>) -> Result<StoreChoice> {
     if let Some(flag) = flag {
         return StoreChoice::parse(flag, "--store");
     }
     if let Some(v) = env::var("AUTOMATON_STORE").ok().filter(|v| !v.trim().is_empty()) {
         return StoreChoice::parse(&v, "$AUTOMATON_STORE");
     }
+    match from_file {
+        Some(v) => StoreChoice::parse(v, &path.join(ROOT_CONFIG).display().to_string()),
+        None => Ok(StoreChoice::File),
+    }
+}
+
+/// `<root>/automaton.toml`, or its defaults when there is none.
+fn read_config(path: &Path) -> Result<RootConfig> {
     let file = path.join(ROOT_CONFIG);
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StoreChoice::File),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RootConfig::default()),
         Err(e) => return Err(Error::io("reading", file)(e)),
     };
-    let config: RootConfig = toml::from_str(&text).map_err(|e| crate::config::ConfigError::Invalid {
-        path: file.clone(),
-        line: e.span().map_or(1, |s| text[..s.start].matches('\n').count() + 1),
-        column: 1,
-        message: e.message().trim_end().to_owned(),
-    })?;
-    match config.store {
-        Some(v) => StoreChoice::parse(&v, &file.display().to_string()),
-        None => Ok(StoreChoice::File),
-    }
+    toml::from_str(&text).map_err(|e| {
+        crate::config::ConfigError::Invalid {
+            path: file.clone(),
+            line: e.span().map_or(1, |s| text[..s.start].matches('\n').count() + 1),
+            column: 1,
+            message: e.message().trim_end().to_owned(),
+        }
+        .into()
+    })
 }
 
 /// Where a user's compiled gates are kept when no root is at hand (`gate

@@ -138,6 +138,47 @@ pub struct LastTick {
     /// The host that ran it: its output is in `runs/<number>/` there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// With a worktree: its branch, and its HEAD before and after the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<Head>,
+}
+
+/// A worktree's branch and the commit checked out before and after a step
+/// (none on a branch with no commit yet, or when git could not say).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    pub branch: String,
+    #[serde(default)]
+    pub before: Option<String>,
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+/// A gate that asked for the approval an await waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// As loop.toml names it.
+    pub gate: String,
+    /// The version the gate says it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub reason: String,
+}
+
+/// One wait for approval, from the moment a gate asked until approvals
+/// release it or it ends: what approvals are given for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Await {
+    /// `aw-<version>`: the state version that opened it.
+    pub id: String,
+    pub since: Timestamp,
+    /// The tick that asked.
+    pub tick: u64,
+    #[serde(default)]
+    pub gates: Vec<Asked>,
+    /// The worktree's HEAD when it opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }
 
 /// Set just before the step starts and cleared when the tick's state is
@@ -201,6 +242,9 @@ pub struct State {
     pub unchanged_ticks: u32,
     #[serde(default)]
     pub pending_approvals: Vec<Approval>,
+    /// The await approvals are given for now, if one is open.
+    #[serde(default)]
+    pub awaiting: Option<Await>,
     /// The metrics the step reported on its last run.
     #[serde(default)]
     pub metrics: BTreeMap<String, f64>,
@@ -243,6 +287,7 @@ impl State {
             consecutive_failures: 0,
             unchanged_ticks: 0,
             pending_approvals: Vec::new(),
+            awaiting: None,
             metrics: BTreeMap::new(),
             totals: BTreeMap::new(),
             in_flight: None,
@@ -305,6 +350,14 @@ impl State {
     }
 }
 
+/// What [`State::settle_await`] did.
+#[derive(Debug, Default)]
+pub struct Settled {
+    pub opened: Option<Await>,
+    /// The await that ended, and its approvals, which no longer count.
+    pub closed: Option<(Await, Vec<Approval>)>,
+}
+
 /// An operator's request the loop's state does not allow, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal(pub String);
@@ -334,41 +387,112 @@ impl State {
         from
     }
 
-    /// `reject`: halts the loop and drops its pending approvals.
-    pub fn reject(&mut self, by: &str, reason: Option<&str>) {
+    /// Keeps the open await in step with the status a decision left: a
+    /// loop that started awaiting opens one (for `gates`, on `head`), and
+    /// one that stopped (proceeding, halted, completed; a pause keeps it)
+    /// closes its own.
+    pub fn settle_await(
+        &mut self,
+        tick: u64,
+        gates: impl FnOnce() -> Vec<Asked>,
+        head: Option<String>,
+        now: Timestamp,
+    ) -> Settled {
+        match self.status {
+            Status::AwaitingApproval => Settled {
+                opened: self.open_await(tick, gates(), head, now),
+                closed: None,
+            },
+            Status::Paused => Settled::default(),
+            _ => Settled {
+                opened: None,
+                closed: self.close_await(),
+            },
+        }
+    }
+
+    /// `reject`: halts the loop and drops its pending approvals. Returns
+    /// the await it rejected (if one was open) and the approvals dropped.
+    pub fn reject(&mut self, by: &str, reason: Option<&str>) -> (Option<Await>, Vec<Approval>) {
         let why = match reason {
             Some(r) => format!("rejected by {by}: {r}"),
             None => format!("rejected by {by}"),
         };
         self.set_status(Status::Halted, Some(crate::bounds::text(why)));
-        self.pending_approvals.clear();
+        (self.awaiting.take(), std::mem::take(&mut self.pending_approvals))
     }
 
-    /// `approve`: records an approval by `by`, if the rules allow it. The id
-    /// is unique within the loop (it names the state version that added it).
+    /// Opens an await, when none is open, for the gates that asked; the
+    /// approvals given for the next await are now this one's. Returns it
+    /// when it opened. Its id names the version the next commit makes.
+    pub fn open_await(
+        &mut self,
+        tick: u64,
+        gates: Vec<Asked>,
+        head: Option<String>,
+        now: Timestamp,
+    ) -> Option<Await> {
+        if self.awaiting.is_some() {
+            return None;
+        }
+        let id = format!("aw-{}", self.version + 1);
+        for a in &mut self.pending_approvals {
+            if a.await_id.is_none() {
+                a.await_id = Some(id.clone());
+            }
+        }
+        let opened = Await {
+            id,
+            since: now,
+            tick,
+            gates,
+            head,
+        };
+        self.awaiting = Some(opened.clone());
+        Some(opened)
+    }
+
+    /// Ends the open await: returns it with the approvals that were given
+    /// for it, which no longer count.
+    pub fn close_await(&mut self) -> Option<(Await, Vec<Approval>)> {
+        let closed = self.awaiting.take()?;
+        let (theirs, rest) = std::mem::take(&mut self.pending_approvals)
+            .into_iter()
+            .partition(|a| a.await_id.as_deref() == Some(closed.id.as_str()));
+        self.pending_approvals = rest;
+        Some((closed, theirs))
+    }
+
+    /// `approve`: records an approval by `by` for the await `target` names,
+    /// if the rules allow it: one person counts once for an await (and once
+    /// among the approvals given ahead). The id is unique within the loop
+    /// (it names the state version that added it).
     pub fn approve(
         &mut self,
         by: &str,
         note: Option<String>,
         now: Timestamp,
-        approvers: Option<&[String]>,
+        target: Option<&str>,
+        head: Option<String>,
     ) -> Result<Approval, Refusal> {
-        if let Some(allowed) = approvers
-            && !allowed.iter().any(|a| a == by)
-        {
-            let list = if allowed.is_empty() {
-                "none".to_owned()
-            } else {
-                allowed.join(", ")
-            };
-            return Err(Refusal(format!(
-                "{by} is not an approver of this loop (approvers: {list})"
-            )));
-        }
         if matches!(self.status, Status::Halted | Status::Completed) {
             return Err(Refusal(format!(
                 "it is {}; an approval would never be used (`resume` it first)",
                 self.status
+            )));
+        }
+        if let Some(earlier) = self
+            .pending_approvals
+            .iter()
+            .find(|a| a.by == by && a.await_id.as_deref() == target)
+        {
+            let what = match target {
+                Some(id) => format!("await {id}"),
+                None => "the next await".to_owned(),
+            };
+            return Err(Refusal(format!(
+                "{by} has approved {what} already ({}); one person counts once",
+                earlier.id
             )));
         }
         if self.pending_approvals.len() >= MAX_PENDING_APPROVALS {
@@ -381,6 +505,8 @@ impl State {
             by: by.to_owned(),
             at: now,
             note,
+            await_id: target.map(str::to_owned),
+            head,
         };
         self.pending_approvals.push(approval.clone());
         Ok(approval)
@@ -398,17 +524,34 @@ impl State {
         stale
     }
 
-    /// Uses the approvals that release one await: the oldest approval of each
-    /// of the first `required` distinct approvers. None (and nothing used)
-    /// when there are not enough distinct approvers yet.
-    pub fn consume_approvals(&mut self, required: u32) -> Option<Vec<Approval>> {
+    /// Drops the open await's approvals given on another commit than
+    /// `head` (`bind = "commit"`); returns them, for the record.
+    pub fn void_other_commits(&mut self, head: Option<&str>) -> Vec<Approval> {
+        let Some(open) = self.awaiting.as_ref().map(|a| a.id.clone()) else {
+            return Vec::new();
+        };
+        let (void, kept) = std::mem::take(&mut self.pending_approvals)
+            .into_iter()
+            .partition(|a| a.await_id.as_deref() == Some(open.as_str()) && a.head.as_deref() != head);
+        self.pending_approvals = kept;
+        void
+    }
+
+    /// Releases the open await if `required` distinct people approved it:
+    /// returns the approvals used, and the await ends (its other approvals
+    /// are returned by [`State::close_await`]'s caller). None, and nothing
+    /// changed, when there are not enough.
+    pub fn release(&mut self, required: u32) -> Option<Vec<Approval>> {
+        let open = self.awaiting.as_ref()?.id.clone();
         let required = required.max(1) as usize;
         let mut chosen: Vec<usize> = Vec::new();
         for (i, a) in self.pending_approvals.iter().enumerate() {
             if chosen.len() == required {
                 break;
             }
-            if !chosen.iter().any(|&c| self.pending_approvals[c].by == a.by) {
+            if a.await_id.as_deref() == Some(open.as_str())
+                && !chosen.iter().any(|&c| self.pending_approvals[c].by == a.by)
+            {
                 chosen.push(i);
             }
         }
@@ -423,9 +566,15 @@ impl State {
         Some(used)
     }
 
-    /// Distinct approvers among the pending approvals.
-    pub fn distinct_approvers(&self) -> usize {
-        let mut by: Vec<&str> = self.pending_approvals.iter().map(|a| a.by.as_str()).collect();
+    /// Distinct people who approved the await `target` names (none: the
+    /// next await).
+    pub fn approvers_of(&self, target: Option<&str>) -> usize {
+        let mut by: Vec<&str> = self
+            .pending_approvals
+            .iter()
+            .filter(|a| a.await_id.as_deref() == target)
+            .map(|a| a.by.as_str())
+            .collect();
         by.sort_unstable();
         by.dedup();
         by.len()
@@ -445,17 +594,24 @@ mod tests {
         Timestamp::from_second(secs).unwrap()
     }
 
+    fn asked() -> Vec<Asked> {
+        vec![Asked {
+            gate: "stock:approve-every".into(),
+            version: None,
+            reason: "every 5".into(),
+        }]
+    }
+
     #[test]
     fn approvals_expire_at_either_end_of_time() {
         let mut s = state();
-        s.approve("ann", None, Timestamp::MIN, None).unwrap();
-        s.approve("bob", None, Timestamp::MAX, None).unwrap();
+        s.approve("ann", None, Timestamp::MIN, None, None).unwrap();
+        s.approve("bob", None, Timestamp::MAX, None, None).unwrap();
         let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_secs(60)));
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].by, "ann");
         assert_eq!(s.drop_expired(Timestamp::MIN, Some(Duration::MAX)).len(), 0);
     }
-
     #[test]
     fn pause_and_resume() {
         let mut s = state();
@@ -473,27 +629,55 @@ mod tests {
     #[test]
     fn halted_loops_are_not_paused_or_approved() {
         let mut s = state();
-        s.reject("ann", Some("wrong approach"));
+        let _ = s.reject("ann", Some("wrong approach"));
         assert_eq!(s.status, Status::Halted);
         assert_eq!(
             s.status_reason.as_deref(),
             Some("rejected by ann: wrong approach")
         );
         assert!(s.pause(None).is_err());
-        assert!(s.approve("bob", None, at(1), None).is_err());
+        assert!(s.approve("bob", None, at(1), None, None).is_err());
         assert_eq!(s.resume(), Status::Halted);
     }
 
     #[test]
-    fn allowlist_refuses_others() {
+    fn one_person_counts_once_for_an_await() {
         let mut s = state();
-        let allowed = ["ann".to_owned()];
-        let err = s.approve("mallory", None, at(1), Some(&allowed)).unwrap_err();
-        assert!(err.0.contains("mallory is not an approver"), "{}", err.0);
-        assert!(s.pending_approvals.is_empty());
-        s.approve("ann", Some("ok".into()), at(1), Some(&allowed))
+        s.status = Status::AwaitingApproval;
+        let id = s.open_await(1, asked(), None, at(1)).unwrap().id;
+        s.approve("ann", None, at(2), Some(&id), None).unwrap();
+        let twice = s.approve("ann", None, at(3), Some(&id), None).unwrap_err();
+        assert!(twice.0.contains("one person counts once"), "{}", twice.0);
+        assert_eq!(s.release(2), None, "one person is not two approvers");
+        s.approve("ann", None, at(4), None, None).unwrap();
+        assert_eq!(
+            s.release(2),
+            None,
+            "an approval for the next await does not count now"
+        );
+        s.approve("bob", None, at(5), Some(&id), None).unwrap();
+        let used = s.release(2).unwrap();
+        assert_eq!(
+            used.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(),
+            ["ann", "bob"]
+        );
+        let (closed, left) = s.close_await().unwrap();
+        assert_eq!((closed.id, left.len()), (id, 0));
+        assert_eq!(s.pending_approvals.len(), 1, "the one for the next await stays");
+        let next = s.open_await(9, asked(), None, at(9)).unwrap().id;
+        assert_eq!(s.pending_approvals[0].await_id.as_deref(), Some(next.as_str()));
+    }
+
+    #[test]
+    fn a_new_commit_voids_approvals_given_on_the_old_one() {
+        let mut s = state();
+        let id = s.open_await(1, asked(), Some("c1".into()), at(1)).unwrap().id;
+        s.approve("ann", None, at(2), Some(&id), Some("c1".into()))
             .unwrap();
-        assert_eq!(s.pending_approvals.len(), 1);
+        assert!(s.void_other_commits(Some("c1")).is_empty());
+        let void = s.void_other_commits(Some("c2"));
+        assert_eq!(void.len(), 1);
+        assert!(s.pending_approvals.is_empty());
     }
 
     #[test]
@@ -539,10 +723,10 @@ mod tests {
     #[test]
     fn pending_approvals_are_bounded() {
         let mut s = state();
-        for _ in 0..MAX_PENDING_APPROVALS {
-            s.approve("ann", None, at(1), None).unwrap();
+        for n in 0..MAX_PENDING_APPROVALS {
+            s.approve(&format!("p{n}"), None, at(1), None, None).unwrap();
         }
-        let err = s.approve("ann", None, at(1), None).unwrap_err();
+        let err = s.approve("ann", None, at(1), None, None).unwrap_err();
         assert!(err.0.contains("1000 pending approvals"), "{}", err.0);
     }
 
@@ -550,40 +734,18 @@ mod tests {
     fn approval_ids_follow_the_version() {
         let mut s = state();
         s.version = 41;
-        assert_eq!(s.approve("a", None, at(1), None).unwrap().id, "ap-42");
+        assert_eq!(s.approve("a", None, at(1), None, None).unwrap().id, "ap-42");
+        assert_eq!(s.open_await(1, asked(), None, at(1)).unwrap().id, "aw-42");
     }
 
     #[test]
     fn expiry_drops_only_stale_approvals() {
         let mut s = state();
-        s.approve("old", None, at(0), None).unwrap();
-        s.approve("new", None, at(90), None).unwrap();
+        s.approve("old", None, at(0), None, None).unwrap();
+        s.approve("new", None, at(90), None, None).unwrap();
         let stale = s.drop_expired(at(100), Some(Duration::from_secs(60)));
         assert_eq!(stale.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(), ["old"]);
         assert_eq!(s.pending_approvals.len(), 1);
         assert!(s.drop_expired(at(10_000), None).is_empty());
-    }
-
-    #[test]
-    fn consuming_needs_distinct_approvers() {
-        let mut s = state();
-        s.approve("ann", None, at(1), None).unwrap();
-        s.approve("ann", None, at(2), None).unwrap();
-        assert_eq!(
-            s.consume_approvals(2),
-            None,
-            "one person twice is not two approvers"
-        );
-        assert_eq!(s.pending_approvals.len(), 2, "nothing used when not enough");
-        s.approve("bob", None, at(3), None).unwrap();
-        let used = s.consume_approvals(2).unwrap();
-        assert_eq!(
-            used.iter().map(|a| (a.by.as_str(), a.at)).collect::<Vec<_>>(),
-            [("ann", at(1)), ("bob", at(3))]
-        );
-        assert_eq!(s.pending_approvals.len(), 1);
-        assert_eq!(s.pending_approvals[0].at, at(2));
-        assert_eq!(s.consume_approvals(1).unwrap().len(), 1);
-        assert_eq!(s.consume_approvals(1), None);
     }
 }

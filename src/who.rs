@@ -1,30 +1,164 @@
-//! Who is acting, for the record: the user named in history and approvals,
-//! and the host named in lock records. Each is kept to
-//! [`crate::bounds::MAX_NAME`] bytes, however long the environment makes it.
+//! Who is acting, and how we know: the actor of every command (README,
+//! "Who acts"), and the host named in lock records. Names are kept to
+//! [`crate::bounds::MAX_NAME`] bytes, however long the environment makes
+//! them.
+//!
+//! The actor is the real OS user of the process, its uid's name: nothing
+//! in the environment changes who that is. `$AUTOMATON_USER` names a
+//! person a bot acts for; it is recorded as "on behalf of", and counts as
+//! that person only when the OS user is one of the root's `delegates`
+//! (`<root>/automaton.toml`). A server names its users by a token or a
+//! trusted proxy; [`Via`] has room for both.
 
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock};
 
-/// The acting user: `$AUTOMATON_USER` when set (a bot acting for a person, or
-/// a shared service account), else the OS user. This names the actor in the
-/// record and is what `[approval] approvers` checks; it is not an
-/// authentication boundary — anyone who may write the loop's files may
-/// change its state.
-pub fn user() -> String {
-    crate::bounds::name(unbounded_user())
+use serde::{Deserialize, Serialize};
+
+/// How an actor was identified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// The process's real OS user.
+    Os,
+    /// A token a server checked.
+    Token,
+    /// A trusted proxy in front of a server named the user.
+    Proxy,
+    /// A delegate (an OS user listed in the root's `delegates`) acts for
+    /// the person `$AUTOMATON_USER` names.
+    Delegated,
 }
 
-fn unbounded_user() -> String {
-    if let Some(u) = std::env::var("AUTOMATON_USER")
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Os => "os",
+            Via::Token => "token",
+            Via::Proxy => "proxy",
+            Via::Delegated => "delegated",
+        }
+    }
+}
+
+/// Who acted: the name that counts (what `approvers` and `operators` are
+/// checked against), how it was identified, and what else was said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    /// The name that counts.
+    pub user: String,
+    pub via: Via,
+    /// The OS user of the process, when it is not `user` (a delegate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_user: Option<String>,
+    /// A person `$AUTOMATON_USER` named whom this actor does not count as
+    /// (the OS user is not a delegate): kept for the record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<String>,
+    /// The database role of a PostgreSQL store's connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_role: Option<String>,
+}
+
+impl Actor {
+    /// How the record says it: `ann`, `ann (delegated by ci)`,
+    /// `root (on behalf of lead)`.
+    pub fn describe(&self) -> String {
+        let mut text = self.user.clone();
+        if let Some(os) = &self.os_user {
+            text += &format!(" ({} by {os})", self.via.as_str());
+        } else if self.via != Via::Os {
+            text += &format!(" (by {})", self.via.as_str());
+        }
+        if let Some(p) = &self.on_behalf_of {
+            text += &format!(" (on behalf of {p})");
+        }
+        text
+    }
+}
+
+/// The root's `delegates`, set when the root is opened.
+static DELEGATES: RwLock<Vec<String>> = RwLock::new(Vec::new());
+/// The PostgreSQL store's role, set when the store is opened.
+static DB_ROLE: RwLock<Option<String>> = RwLock::new(None);
+
+/// Records the OS users who may act for the person `$AUTOMATON_USER`
+/// names (the root's `delegates`).
+pub fn set_delegates(delegates: &[String]) {
+    if let Ok(mut d) = DELEGATES.write() {
+        *d = delegates.to_vec();
+    }
+}
+
+/// Records the database role this process's PostgreSQL connections use.
+pub fn set_db_role(role: String) {
+    if let Ok(mut r) = DB_ROLE.write() {
+        *r = Some(crate::bounds::name(role));
+    }
+}
+
+/// The actor of this process's commands.
+pub fn actor() -> Actor {
+    let delegates = DELEGATES.read().map(|d| d.clone()).unwrap_or_default();
+    let mut actor = identify(&os_user(), requested().as_deref(), &delegates);
+    actor.db_role = DB_ROLE.read().ok().and_then(|r| r.clone());
+    actor
+}
+
+/// The pure rule: who `os` counts as, given the person a bot named.
+pub fn identify(os: &str, named: Option<&str>, delegates: &[String]) -> Actor {
+    let delegate = delegates.iter().any(|d| d == os);
+    match named {
+        Some(person) if person != os && delegate => Actor {
+            user: person.to_owned(),
+            via: Via::Delegated,
+            os_user: Some(os.to_owned()),
+            on_behalf_of: None,
+            db_role: None,
+        },
+        Some(person) if person != os => Actor {
+            user: os.to_owned(),
+            via: Via::Os,
+            os_user: None,
+            on_behalf_of: Some(person.to_owned()),
+            db_role: None,
+        },
+        _ => Actor {
+            user: os.to_owned(),
+            via: Via::Os,
+            os_user: None,
+            on_behalf_of: None,
+            db_role: None,
+        },
+    }
+}
+
+/// The name that counts for this process: see [`actor`].
+pub fn user() -> String {
+    actor().user
+}
+
+/// The person `$AUTOMATON_USER` names, if any.
+fn requested() -> Option<String> {
+    std::env::var("AUTOMATON_USER")
         .ok()
-        .filter(|u| !u.trim().is_empty())
-    {
-        return u.trim().to_owned();
-    }
-    let uid = nix::unistd::getuid();
-    match nix::unistd::User::from_uid(uid) {
-        Ok(Some(user)) => user.name,
-        _ => std::env::var("USER").unwrap_or_else(|_| format!("uid{uid}")),
-    }
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .map(crate::bounds::name)
+}
+
+/// The real OS user of this process: its uid's name (`uid<N>` for a uid
+/// with no name).
+pub fn os_user() -> String {
+    static USER: OnceLock<String> = OnceLock::new();
+    USER.get_or_init(|| {
+        let uid = nix::unistd::getuid();
+        let name = match nix::unistd::User::from_uid(uid) {
+            Ok(Some(user)) => user.name,
+            _ => format!("uid{uid}"),
+        };
+        crate::bounds::name(name)
+    })
+    .clone()
 }
 
 /// This machine's host name: `$AUTOMATON_HOST` when set (runners that
@@ -46,4 +180,32 @@ fn unbounded_host() -> String {
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_in_the_environment_is_a_record_unless_the_os_user_delegates() {
+        let none: [String; 0] = [];
+        let a = identify("root", Some("lead"), &none);
+        assert_eq!((a.user.as_str(), a.via), ("root", Via::Os));
+        assert_eq!(a.on_behalf_of.as_deref(), Some("lead"));
+        let d = identify("root", Some("lead"), &["root".to_owned()]);
+        assert_eq!((d.user.as_str(), d.via), ("lead", Via::Delegated));
+        assert_eq!(d.os_user.as_deref(), Some("root"));
+        let plain = identify("ann", None, &["ann".to_owned()]);
+        assert_eq!((plain.user.as_str(), plain.via), ("ann", Via::Os));
+        assert_eq!(identify("ann", Some("ann"), &none).on_behalf_of, None);
+    }
+
+    #[test]
+    fn actors_round_trip_and_older_fields_default() {
+        let a = identify("ci", Some("ann"), &["ci".to_owned()]);
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(text, r#"{"user":"ann","via":"delegated","os_user":"ci"}"#);
+        assert_eq!(serde_json::from_str::<Actor>(&text).unwrap(), a);
+        assert_eq!(a.describe(), "ann (delegated by ci)");
+    }
 }

@@ -48,8 +48,10 @@ struct Cancelled {
 pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &args.name)?;
     let dir = &*dir;
+    // The tick it would stop holds the lock: a refusal is recorded only
+    // when no tick does.
+    let by = super::allowed(root, dir, crate::access::Action::Cancel, Wait::No)?.user;
     let state = dir.load()?;
-    let by = who::user();
     let mut report = Cancelled {
         name: dir.name().to_string(),
         tick: None,

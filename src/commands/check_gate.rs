@@ -32,6 +32,18 @@ struct Report {
 pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
+    let by = match args.apply {
+        true => {
+            super::allowed(
+                root,
+                dir.as_ref(),
+                crate::access::Action::CheckGateApply,
+                t.wait.wait(),
+            )?
+            .user
+        }
+        false => who::user(),
+    };
     let config = dir.config()?;
     let host = match config.gates.is_empty() {
         true => None,
@@ -63,8 +75,39 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
                     context: Box::new(ctx.clone()),
                 })
                 .collect();
+            let head = state
+                .worktree
+                .as_ref()
+                .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
+            let asked = || {
+                result
+                    .verdicts
+                    .iter()
+                    .filter(|v| matches!(v.decision, Decision::AwaitApproval(_)))
+                    .map(|v| crate::state::Asked {
+                        gate: v.gate.clone(),
+                        version: v.version.clone(),
+                        reason: v.decision.reason().to_owned(),
+                    })
+                    .collect()
+            };
+            let settled = state.settle_await(state.tick + 1, asked, head, crate::clock::now());
+            if let Some(opened) = settled.opened {
+                events.push(EventKind::Awaiting { awaiting: opened });
+            }
+            if let Some((closed, left)) = settled.closed
+                && !left.is_empty()
+            {
+                events.push(EventKind::ApprovalsDropped {
+                    await_id: Some(closed.id),
+                    ids: left.iter().map(|a| a.id.clone()).collect(),
+                    by: left.into_iter().map(|a| a.by).collect(),
+                    why: crate::history::Dropped::Ended,
+                    head: None,
+                });
+            }
             events.push(EventKind::CheckGate {
-                by: who::user(),
+                by: by.clone(),
                 decision: result.combined.clone(),
             });
             session.commit(&mut state, events, Durability::Full)?;

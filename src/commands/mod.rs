@@ -15,6 +15,7 @@ mod new;
 mod ops;
 mod render;
 mod replay;
+mod review;
 mod schedule;
 mod shell;
 mod status;
@@ -68,6 +69,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
             None => status::all(&Root::open(root)?, &[], args.json.json, out),
         },
         Command::History(args) => history::run(&Root::open(root)?, &args, out),
+        Command::Review(args) => review::run(&Root::open(root)?, &args, out),
         Command::Logs(args) => logs::run(&Root::open(root)?, &args, out),
         Command::Validate(args) => validate::run(root, &args, out),
         Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),
@@ -106,6 +108,21 @@ pub(crate) fn update_loop(
         session.commit(&mut state, events, Durability::Full)?;
     }
     Ok(state)
+}
+
+/// The one check before a command changes a loop: the actor of this
+/// process must hold the role `action` needs (a refusal is recorded and
+/// returned). Returns the actor.
+pub(crate) fn allowed(
+    root: &Root,
+    store: &dyn LoopStore,
+    action: crate::access::Action,
+    wait: Wait,
+) -> Result<crate::who::Actor> {
+    let actor = crate::who::actor();
+    let rules = crate::access::rules(store, &root.settings().access);
+    crate::access::require(store, &actor, action, &rules, wait)?;
+    Ok(actor)
 }
 
 /// Writes to stdout, turning a failure into an error main can report (a

@@ -4,14 +4,15 @@
 use std::io::Write;
 
 use super::render::safe;
+use crate::access::Action;
+use crate::bounds;
 use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
 use crate::error::{Error, Exit, Result};
-use crate::history::EventKind;
+use crate::history::{Dropped, EventKind};
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Refusal, State, Status};
 use crate::store::LoopStore;
-use crate::{bounds, who};
 
 fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
     move |r| Error::Refused {
@@ -35,6 +36,7 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit>
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
+    let by = super::allowed(root, dir, Action::Pause, t.wait.wait())?.user;
     let reason = bounds::opt_text(args.reason.clone());
     let mut already = false;
     let state = super::update_loop(dir, "pause", t.wait.wait(), |s| {
@@ -44,10 +46,7 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit>
             return Ok(Vec::new());
         }
         s.pause(reason.clone()).map_err(refused(dir))?;
-        Ok(vec![EventKind::Paused {
-            by: who::user(),
-            reason,
-        }])
+        Ok(vec![EventKind::Paused { by, reason }])
     })?;
     let line = match (already, &state.status_reason) {
         (true, Some(r)) => format!("loop {} is already paused ({r}); nothing changed", dir.name()),
@@ -60,6 +59,7 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit>
 pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
+    let by = super::allowed(root, dir, Action::Resume, t.wait.wait())?.user;
     let mut from = Status::Active;
     let state = super::update_loop(dir, "resume", t.wait.wait(), |s| {
         // Active already: nothing changes (not even the failure count) and
@@ -68,10 +68,7 @@ pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<Exit> {
             return Ok(Vec::new());
         }
         from = s.resume();
-        Ok(vec![EventKind::Resumed {
-            by: who::user(),
-            from,
-        }])
+        Ok(vec![EventKind::Resumed { by, from }])
     })?;
     // Outside the lock: a schedule a halt or completion disabled runs again.
     crate::tick::after::follow(root, crate::tick::after::Change::Resumed(dir.name()));
@@ -87,8 +84,8 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<E
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
-    let by = who::user();
-    let mut id = String::new();
+    let by = super::allowed(root, dir, Action::Approve, t.wait.wait())?.user;
+    let mut given = None;
     let mut required = 1;
     let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
         let rules = dir.config()?.approval;
@@ -103,69 +100,129 @@ pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<E
                 approved_at: a.at,
             })
             .collect();
-        // An approval for a loop that is not waiting would be used silently
-        // by a later await: only on purpose. (Halted and completed loops are
-        // refused by `approve` itself.)
-        let may_approve = rules.approvers.as_deref().is_none_or(|a| a.contains(&by));
-        if may_approve && matches!(s.status, Status::Active | Status::Paused) && !args.ahead {
-            return Err(refused(dir)(Refusal(format!(
-                "it is {}, not awaiting approval; pass --ahead to approve its next await in advance",
-                s.status
-            ))));
+        let head = s
+            .worktree
+            .as_ref()
+            .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
+        // A loop an older build left awaiting has no await on record yet.
+        if s.status == Status::AwaitingApproval
+            && let Some(opened) = s.open_await(s.tick + 1, Vec::new(), head.clone(), now)
+        {
+            events.push(EventKind::Awaiting { awaiting: opened });
+        }
+        let target = match (args.ahead, &s.awaiting) {
+            (true, _) => None,
+            (false, Some(open)) => Some(open.id.clone()),
+            // Halted and completed loops are refused by `approve` itself.
+            (false, None) if matches!(s.status, Status::Halted | Status::Completed) => None,
+            (false, None) => {
+                return Err(refused(dir)(Refusal(format!(
+                    "it is {}, not awaiting approval; pass --ahead to approve its next await in advance",
+                    s.status
+                ))));
+            }
+        };
+        if let Some(named) = &args.await_id
+            && target.as_ref() != Some(named)
+        {
+            return Err(refused(dir)(not_pending(named, target.as_deref())));
         }
         let approval = s
             .approve(
                 &by,
                 bounds::opt_text(args.note.clone()),
                 now,
-                rules.approvers.as_deref(),
+                target.as_deref(),
+                head,
             )
             .map_err(refused(dir))?;
-        id = approval.id.clone();
+        given = Some(approval.clone());
         events.push(EventKind::Approved {
             by: by.clone(),
             id: approval.id,
             note: approval.note,
+            await_id: approval.await_id,
+            head: approval.head,
         });
         Ok(events)
     })?;
-    let mut line = format!("approved loop {} as {by} ({id})", dir.name());
+    let given = given.expect("an approval was given");
+    let what = match &given.await_id {
+        Some(id) => format!("await {id} of loop {}", dir.name()),
+        None => format!("the next await of loop {}", dir.name()),
+    };
+    let mut line = format!("approved {what} as {by} ({})", given.id);
     if required > 1 {
-        line += &format!("; {} of {required} approvers so far", state.distinct_approvers());
+        line += &format!(
+            "; {} of {required} approvers so far",
+            state.approvers_of(given.await_id.as_deref())
+        );
     }
     report(dir, &state, t.json.json, line, out)
+}
+
+/// A named await that is not the pending one.
+fn not_pending(named: &str, pending: Option<&str>) -> Refusal {
+    Refusal(match pending {
+        Some(p) => format!("await {named} is not pending; {p} is"),
+        None => format!("await {named} is not pending; no await is"),
+    })
 }
 
 pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
-    let by = who::user();
+    let by = super::allowed(root, dir, Action::Reject, t.wait.wait())?.user;
     let reason = bounds::opt_text(args.reason.clone());
+    let mut rejected = None;
     let state = super::update_loop(dir, "reject", t.wait.wait(), |s| {
-        s.reject(&by, reason.as_deref());
-        Ok(vec![EventKind::Rejected {
+        let pending = s.awaiting.as_ref().map(|a| a.id.clone());
+        if let Some(named) = &args.await_id
+            && pending.as_ref() != Some(named)
+        {
+            return Err(refused(dir)(not_pending(named, pending.as_deref())));
+        }
+        if pending.is_none() && s.status != Status::AwaitingApproval && !args.halt {
+            return Err(refused(dir)(Refusal(format!(
+                "it is {} and no await is pending; pass --halt to halt it anyway",
+                s.status
+            ))));
+        }
+        let (closed, dropped) = s.reject(&by, reason.as_deref());
+        rejected = closed.map(|a| a.id);
+        let mut events = vec![EventKind::Rejected {
             by: by.clone(),
             reason,
-        }])
+            await_id: rejected.clone(),
+        }];
+        if !dropped.is_empty() {
+            events.push(EventKind::ApprovalsDropped {
+                await_id: rejected.clone(),
+                ids: dropped.iter().map(|a| a.id.clone()).collect(),
+                by: dropped.into_iter().map(|a| a.by).collect(),
+                why: Dropped::Rejected,
+                head: None,
+            });
+        }
+        Ok(events)
     })?;
     // Outside the lock: a halted loop's OS schedule stops firing it.
     if state.status == Status::Halted {
         crate::tick::after::follow(root, crate::tick::after::Change::Stopped(dir.name()));
     }
-    report(
-        dir,
-        &state,
-        t.json.json,
-        format!("rejected loop {}: it is halted", dir.name()),
-        out,
-    )
+    let line = match rejected {
+        Some(id) => format!("rejected await {id} of loop {}: it is halted", dir.name()),
+        None => format!("rejected loop {}: it is halted", dir.name()),
+    };
+    report(dir, &state, t.json.json, line, out)
 }
 
 pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
+    super::allowed(root, dir, Action::Rm, t.wait.wait())?;
     let mut session = dir.lock(Holder::me("rm"), t.wait.wait())?;
     if !args.force {
         let state = session.load()?.state;

@@ -12,6 +12,9 @@ use crate::tick::{self, Options, TickReport, View};
 pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     let store = crate::store::open(root, &args.name)?;
     let config = store.config()?;
+    // A tick run by hand, or by an OS schedule installed as its user.
+    let wait = args.timeout.map_or(crate::lock::Wait::No, crate::lock::Wait::For);
+    super::allowed(root, store.as_ref(), crate::access::Action::Tick, wait)?;
     // A loop pinned to other hosts does not run here.
     let runner = &config.runner;
     let here = crate::who::host();

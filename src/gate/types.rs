@@ -18,6 +18,13 @@ pub struct Approval {
     pub at: Timestamp,
     #[serde(default)]
     pub note: Option<String>,
+    /// The await it counts for; none for the next await that opens (an
+    /// approval given `--ahead`, or by an older build).
+    #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
+    pub await_id: Option<String>,
+    /// The worktree's HEAD when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }
 
 /// When a gate is evaluated.

@@ -10,6 +10,9 @@ use super::{Decision, Phase};
 pub struct Verdict {
     /// `stock:NAME` or the component's path, as written in loop.toml.
     pub gate: String,
+    /// The version the gate says it is, when it could be loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     pub phase: Phase,
     #[serde(flatten)]
     pub decision: Decision,

@@ -220,7 +220,7 @@ pub fn install(root: &Root, name: &str, backend: Option<Backend>) -> Result<Reco
         tracing::warn!(
             "lingering is off for {user}: systemd stops user timers when {user} logs out; \
              `loginctl enable-linger {user}` keeps them running (see docs/scheduling.md)",
-            user = crate::who::user()
+            user = crate::who::os_user()
         );
     }
     Ok(record)

@@ -164,7 +164,7 @@ pub fn enable(r: &Record) -> Vec<Action> {
 /// Whether the user's systemd instance outlives their sessions
 /// (`loginctl show-user`'s `Linger`); `None` when loginctl cannot say.
 pub fn lingering() -> Option<bool> {
-    let user = crate::who::user();
+    let user = crate::who::os_user();
     let text = super::exec::stdout_of(&["loginctl", "show-user", &user, "--property=Linger"])?;
     match text.trim() {
         "Linger=yes" => Some(true),

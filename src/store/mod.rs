@@ -439,7 +439,7 @@ fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Res
 fn stamp(events: Vec<EventKind>, version: u64, at: jiff::Timestamp) -> Vec<Event> {
     events
         .into_iter()
-        .map(|kind| Event { v: version, at, kind })
+        .map(|kind| Event::stamped(kind, version, at))
         .collect()
 }
 

@@ -74,12 +74,16 @@ pub fn evaluate_phase(
         let source = g.resolved_source(loop_dir);
         let label = g.source.to_string();
         let started = std::time::Instant::now();
+        let mut version = None;
         // Errors name the gate as loop.toml writes it, not its resolved path.
         let result = host
             .load(&source)
             .and_then(|gate| {
-                host.evaluate(&gate, &ctx, &g.limits)
-                    .map_err(|e| explain_refusal(host, &gate, g, e))
+                let eval = host
+                    .evaluate(&gate, &ctx, &g.limits)
+                    .map_err(|e| explain_refusal(host, &gate, g, e));
+                version = gate.version().map(|v| crate::bounds::name(v.to_owned()));
+                eval
             })
             .map_err(|e| e.labelled(label.clone()));
         let (decision, error, logs) = match result {
@@ -102,6 +106,7 @@ pub fn evaluate_phase(
         };
         verdicts.push(Verdict {
             gate: crate::bounds::text(label),
+            version,
             phase,
             decision: bounded(decision),
             micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),

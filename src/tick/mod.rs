@@ -20,10 +20,13 @@ use serde::Serialize;
 use crate::config::{LoopConfig, Overlap};
 use crate::error::{Error, Result};
 use crate::gate::{Decision, GateHost, Phase};
+use crate::history::Dropped;
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{GateFailure, InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree};
+use crate::state::{
+    Asked, GateFailure, Head, InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree,
+};
 use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
@@ -206,6 +209,8 @@ enum Before {
 struct Stepped {
     ran: process::Ran,
     worktree_changed: Option<bool>,
+    /// The worktree's branch and HEAD around the step.
+    head: Option<Head>,
 }
 
 /// What the before-step gates let happen.
@@ -277,7 +282,7 @@ impl Tick<'_> {
             state.status_reason.clone(),
             state.pending_approvals.len(),
         );
-        let go = self.apply_before(state, &before);
+        let go = self.apply_before(state, &before, worktree.as_deref());
         let changed = (
             state.status,
             state.status_reason.clone(),
@@ -326,6 +331,7 @@ impl Tick<'_> {
             None => self.store.base_dir().join(&self.config.workdir),
         };
         let before_snapshot = worktree.and_then(|w| worktree::snapshot(w).ok());
+        let head_before = before_snapshot.as_ref().and_then(|s| s.head.clone());
         let env = process::Env {
             loop_name: self.store.name().as_str(),
             tick: number,
@@ -337,13 +343,23 @@ impl Tick<'_> {
         let lost = session.lock_watch();
         let ran =
             process::run_step_and_verifier(self.config, base, &cwd, &env, self.cancel, lost.as_ref(), group);
-        let worktree_changed = match (worktree, before_snapshot) {
-            (Some(w), Some(before)) => worktree::snapshot(w).ok().map(|after| after != before),
+        let after_snapshot = worktree.and_then(|w| worktree::snapshot(w).ok());
+        let worktree_changed = match (&before_snapshot, &after_snapshot) {
+            (Some(before), Some(after)) => Some(after != before),
+            _ => None,
+        };
+        let head = match (worktree, &state.worktree) {
+            (Some(_), Some(w)) => Some(Head {
+                branch: w.branch.clone(),
+                before: head_before,
+                after: after_snapshot.and_then(|s| s.head),
+            }),
             _ => None,
         };
         let stepped = Stepped {
             ran,
             worktree_changed,
+            head,
         };
         self.record_results(state, started_at, decision, &stepped);
         Ok(stepped)
@@ -364,6 +380,12 @@ impl Tick<'_> {
         if let Some(stopped) = state.apply(&after.combined, Moment::AfterStep) {
             (outcome, reason) = (stopped, Some(after.combined.reason().to_owned()));
         }
+        let head = state
+            .last_tick
+            .as_ref()
+            .and_then(|l| l.head.as_ref())
+            .and_then(|h| h.after.clone());
+        self.settle_await(state, &after, head);
         (outcome, reason)
     }
 
@@ -383,6 +405,7 @@ impl Tick<'_> {
         let Stepped {
             ran,
             worktree_changed,
+            head,
         } = stepped;
         if let Some(last) = &mut state.last_tick {
             last.outcome = outcome;
@@ -397,6 +420,7 @@ impl Tick<'_> {
             verifier: ran.verifier.clone(),
             worktree_changed,
             host: Some(crate::who::host()),
+            head,
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(&mut state, events, Durability::Full) {
@@ -530,24 +554,77 @@ impl Tick<'_> {
     }
 
     /// Step 6: what the combined before-step decision does to the loop. An
-    /// await that enough pending approvals release uses them and proceeds.
-    fn apply_before(&mut self, state: &mut State, before: &gates::PhaseResult) -> Go {
-        let released = matches!(before.combined, Decision::AwaitApproval(_)) && self.use_approvals(state);
+    /// await that enough approvals for it release uses them and proceeds.
+    fn apply_before(
+        &mut self,
+        state: &mut State,
+        before: &gates::PhaseResult,
+        worktree: Option<&std::path::Path>,
+    ) -> Go {
+        let asks = matches!(before.combined, Decision::AwaitApproval(_));
+        // The commit approvals are given on, read when it matters.
+        let head = match worktree {
+            Some(w) if asks || state.awaiting.is_some() => worktree::head(w).ok().flatten(),
+            _ => None,
+        };
+        let released = asks && self.use_approvals(state, before, head.clone());
         let decision = if released {
             &Decision::Proceed
         } else {
             &before.combined
         };
-        match state.apply(decision, Moment::BeforeStep) {
+        let go = match state.apply(decision, Moment::BeforeStep) {
             Some(outcome) => Go::Stop(outcome, decision.reason().to_owned()),
             None => Go::Run,
+        };
+        self.settle_await(state, before, head);
+        go
+    }
+
+    /// Opens an await when the loop started awaiting, or ends the open one
+    /// when it stopped; records either.
+    fn settle_await(&mut self, state: &mut State, phase: &gates::PhaseResult, head: Option<String>) {
+        let settled = state.settle_await(self.number, || asked(phase), head, crate::clock::now());
+        if let Some(opened) = settled.opened {
+            self.events.push(EventKind::Awaiting { awaiting: opened });
+        }
+        if let Some((closed, left)) = settled.closed {
+            self.drop_approvals(Some(closed.id), left, Dropped::Ended, None);
         }
     }
 
-    /// Drops expired approvals and uses those that release one await, if
-    /// there are enough; records both.
-    fn use_approvals(&mut self, state: &mut State) -> bool {
-        let rules = &self.config.approval;
+    /// Records approvals that no longer count.
+    fn drop_approvals(
+        &mut self,
+        await_id: Option<String>,
+        dropped: Vec<crate::state::Approval>,
+        why: Dropped,
+        head: Option<String>,
+    ) {
+        if dropped.is_empty() {
+            return;
+        }
+        self.events.push(EventKind::ApprovalsDropped {
+            await_id,
+            ids: dropped.iter().map(|a| a.id.clone()).collect(),
+            by: dropped.into_iter().map(|a| a.by).collect(),
+            why,
+            head,
+        });
+    }
+
+    /// Drops expired approvals, opens the await the gates ask for (the
+    /// approvals given ahead become its own), voids those given on another
+    /// commit (`bind = "commit"`), and uses those that release it, if there
+    /// are enough; records each.
+    fn use_approvals(
+        &mut self,
+        state: &mut State,
+        before: &gates::PhaseResult,
+        head: Option<String>,
+    ) -> bool {
+        let config = self.config;
+        let rules = &config.approval;
         for a in state.drop_expired(crate::clock::now(), rules.expires.map(|d| d.0)) {
             self.events.push(EventKind::ApprovalExpired {
                 id: a.id,
@@ -555,14 +632,27 @@ impl Tick<'_> {
                 approved_at: a.at,
             });
         }
-        let Some(used) = state.consume_approvals(rules.required) else {
+        if let Some(opened) = state.open_await(self.number, asked(before), head.clone(), crate::clock::now())
+        {
+            self.events.push(EventKind::Awaiting { awaiting: opened });
+        }
+        let open = state.awaiting.as_ref().map(|a| a.id.clone());
+        if rules.bind == crate::config::Bind::Commit {
+            let void = state.void_other_commits(head.as_deref());
+            self.drop_approvals(open.clone(), void, Dropped::NewCommit, head);
+        }
+        let Some(used) = state.release(rules.required) else {
             return false;
         };
         self.events.push(EventKind::ApprovalsUsed {
             tick: self.number,
             ids: used.iter().map(|a| a.id.clone()).collect(),
             by: used.into_iter().map(|a| a.by).collect(),
+            await_id: open.clone(),
         });
+        if let Some((_, left)) = state.close_await() {
+            self.drop_approvals(open, left, Dropped::Released, None);
+        }
         true
     }
 
@@ -631,6 +721,7 @@ impl Tick<'_> {
             verifier: ran.verifier.clone(),
             worktree_changed,
             host: Some(crate::who::host()),
+            head: stepped.head.clone(),
         });
     }
 
@@ -661,6 +752,7 @@ impl Tick<'_> {
                 verifier: None,
                 worktree_changed: None,
                 host: None,
+                head: None,
             });
         }
         let noted = self.note_gate_error(state);
@@ -680,4 +772,18 @@ impl Tick<'_> {
             started_waiting: false,
         }))
     }
+}
+
+/// The gates of a phase that asked for approval.
+fn asked(phase: &gates::PhaseResult) -> Vec<Asked> {
+    phase
+        .verdicts
+        .iter()
+        .filter(|v| matches!(v.decision, Decision::AwaitApproval(_)))
+        .map(|v| Asked {
+            gate: v.gate.clone(),
+            version: v.version.clone(),
+            reason: v.decision.reason().to_owned(),
+        })
+        .collect()
 }

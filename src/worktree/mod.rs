@@ -77,6 +77,39 @@ pub fn snapshot(path: &Path) -> Result<Snapshot, WorktreeError> {
     snapshot_with(&Git::default(), path)
 }
 
+/// The commit checked out in the worktree at `path`; none on a branch with
+/// no commit yet.
+pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
+    let git = Git::default();
+    let out = git.output(path, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], None)?;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned()))
+}
+
+/// `git log --oneline from..to` in the worktree at `path`, newest first.
+pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeError> {
+    let range = format!("{from}..{to}");
+    let out = Git::default().run(
+        path,
+        &["log", "--oneline", "--no-decorate", "--no-color", &range, "--"],
+    )?;
+    Ok(String::from_utf8_lossy(&out).lines().map(str::to_owned).collect())
+}
+
+/// `git diff --stat=80 from to` (`stat`), or the patch, in the worktree at
+/// `path`.
+pub fn diff(path: &Path, from: &str, to: &str, stat: bool) -> Result<String, WorktreeError> {
+    let mut args = vec!["diff", "--no-color", "--no-ext-diff"];
+    if stat {
+        args.push("--stat=78");
+    }
+    args.extend([from, to, "--"]);
+    let out = Git::default().run(path, &args)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
 fn ensure_with(git: &Git, repo: &Path, branch: &str, path: &Path) -> Result<Ensured, WorktreeError> {
     let probe = git.output(repo, &["rev-parse", "--git-dir"], None)?;
     if !probe.status.success() {

@@ -5,28 +5,36 @@ use std::fs;
 use crate::common::Env;
 
 #[test]
-fn allowlist_refuses_anyone_else_and_changes_nothing() {
-    let env = crate::files_only!("compares .state.loop bytes");
+fn allowlist_refuses_anyone_else_and_records_only_the_refusal() {
+    let env = Env::new();
     env.new_loop(
         "demo",
         "step = \"true\"\n[approval]\napprovers = [\"ann\", \"bob\"]\n",
     );
-    let before = fs::read(env.loop_dir("demo").join(".state.loop")).unwrap();
+    let before = env.state("demo");
     let out = env
         .cmd()
         .args(["approve", "demo", "--ahead"])
         .env("AUTOMATON_USER", "mallory")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(10));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("mallory is not an approver") && err.contains("ann, bob"),
+        err.contains("mallory may not `approve`") && err.contains("approvers (ann, bob)"),
         "{err}"
     );
+    let after = env.state("demo");
+    assert_eq!(after["pending_approvals"], before["pending_approvals"]);
+    assert_eq!(after["status"], before["status"]);
+    let refused = env.history("demo").pop().unwrap();
     assert_eq!(
-        fs::read(env.loop_dir("demo").join(".state.loop")).unwrap(),
-        before
+        (
+            refused["kind"].as_str(),
+            refused["by"].as_str(),
+            refused["action"].as_str()
+        ),
+        (Some("refused"), Some("mallory"), Some("approve"))
     );
     let ok = env
         .cmd()
@@ -43,21 +51,22 @@ fn required_counts_distinct_approvers() {
     let env = Env::new();
     env.new_loop("demo", "step = \"true\"\n[approval]\nrequired = 2\n");
     let approve = |who: &str| {
-        let out = env
-            .cmd()
+        env.cmd()
             .args(["approve", "demo", "--ahead"])
             .env("AUTOMATON_USER", who)
             .output()
-            .unwrap();
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap()
+            .unwrap()
     };
-    assert!(approve("ann").contains("1 of 2 approvers"));
-    assert!(
-        approve("ann").contains("1 of 2 approvers"),
+    let said = |out: std::process::Output| String::from_utf8(out.stdout).unwrap();
+    assert!(said(approve("ann")).contains("1 of 2 approvers"));
+    let twice = approve("ann");
+    assert_eq!(
+        twice.status.code(),
+        Some(1),
         "the same person twice is one approver"
     );
-    assert!(approve("bob").contains("2 of 2 approvers"));
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("one person counts once"));
+    assert!(said(approve("bob")).contains("2 of 2 approvers"));
 }
 
 #[test]
@@ -92,7 +101,7 @@ fn reject_halts_and_drops_approvals() {
     env.ok(&["approve", "demo", "--ahead"]);
     let out = env
         .cmd()
-        .args(["reject", "demo", "--reason", "wrong approach"])
+        .args(["reject", "demo", "--halt", "--reason", "wrong approach"])
         .env("AUTOMATON_USER", "ann")
         .output()
         .unwrap();

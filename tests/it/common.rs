@@ -38,6 +38,7 @@ impl Env {
         let pg = test_store().map(|url| PgStore::new(&url));
         let env = Env { _dir: dir, root, pg };
         env.ok(&["init"]);
+        env.delegate_tester();
         env
     }
 
@@ -64,6 +65,7 @@ impl Env {
             pg: None,
         };
         env.ok(&["init"]);
+        env.delegate_tester();
         env
     }
 
@@ -82,8 +84,34 @@ impl Env {
             pg: Some(PgStore::new(&url)),
         };
         env.ok(&["init"]);
+        env.delegate_tester();
         share_cache(&env.root);
         Some(env)
+    }
+
+    /// Makes the OS user running the suite one of the root's `delegates`,
+    /// so that the `AUTOMATON_USER` every command is given (`operator`,
+    /// or a test's own) is who acts, whichever user runs the tests. Tests
+    /// of identity itself replace the root's config with
+    /// [`root_config`](Env::root_config).
+    fn delegate_tester(&self) {
+        let file = self.root.join("automaton.toml");
+        let mut text = std::fs::read_to_string(&file).unwrap_or_default();
+        text += &format!("delegates = [{:?}]\n", automaton::who::os_user());
+        std::fs::write(&file, text).unwrap();
+    }
+
+    /// Replaces the root's automaton.toml settings of people (its
+    /// `delegates` and `[access]`) with `text`, keeping its `store`.
+    pub fn root_config(&self, text: &str) {
+        let file = self.root.join("automaton.toml");
+        let kept: String = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("store") || l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&file, kept + text).unwrap();
     }
 
     /// The binary with `--root` set and a clean environment.

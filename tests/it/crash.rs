@@ -477,7 +477,7 @@ fn under_strace(s: &Scratch, strace: &[String], args: &[&str]) -> std::process::
     let mut c = Command::new("strace");
     c.args(strace).arg(BIN).arg("--root").arg(&s.root).args(args);
     crate::common::isolate(&mut c)
-        .env("AUTOMATON_USER", "operator")
+        .env("AUTOMATON_USER", crate::invariants::person())
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .output()

@@ -181,7 +181,7 @@ fn record(template: &Scratch, command: &[&str]) -> (Recording, String) {
         .arg(&s.root)
         .args(command)
         .env_remove("AUTOMATON_ROOT")
-        .env("AUTOMATON_USER", "operator")
+        .env("AUTOMATON_USER", crate::invariants::person())
         .env_remove("RUST_LOG")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())

@@ -12,6 +12,15 @@ use tempfile::TempDir;
 
 use crate::common::{BIN, share_cache, warm_stock_gates};
 
+/// A name no other command of this run acts as: each scratch command is
+/// its own person, so approvals given one after another all count (one
+/// person counts once for an await).
+pub fn person() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("operator-{n}")
+}
+
 /// A root in a temporary directory, possibly copied from a template.
 pub struct Scratch {
     _dir: Option<TempDir>,
@@ -25,6 +34,9 @@ impl Scratch {
         let s = Scratch::at(dir.path().join("root"));
         let s = Scratch { _dir: Some(dir), ..s };
         s.ok(&["init"]);
+        // As in `Env`: the suite's user may act for the people commands name.
+        let delegates = format!("delegates = [{:?}]\n", automaton::who::os_user());
+        std::fs::write(s.root.join("automaton.toml"), delegates).unwrap();
         share_cache(&s.root);
         s
     }
@@ -51,7 +63,7 @@ impl Scratch {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
         crate::common::isolate(&mut c)
-            .env("AUTOMATON_USER", "operator")
+            .env("AUTOMATON_USER", person())
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         c
@@ -242,8 +254,9 @@ impl Audit {
         v
     }
 
-    /// Acknowledged approvals are pending, used, or dropped by a later
-    /// rejection; none is used twice; each one pending or used was recorded.
+    /// Acknowledged approvals are pending, used, or dropped (by a later
+    /// rejection, or recorded as dropped); none is used twice; each one
+    /// pending or used was recorded.
     fn approval_violations(&self, acked: &[String]) -> Vec<String> {
         let mut v = Vec::new();
         let pending: BTreeSet<String> = self.state["pending_approvals"]
@@ -256,6 +269,7 @@ impl Audit {
             .unwrap_or_default();
         let mut approved_at: BTreeMap<String, usize> = BTreeMap::new();
         let mut used: BTreeMap<String, usize> = BTreeMap::new();
+        let mut recorded_dropped: BTreeSet<String> = BTreeSet::new();
         let mut last_reject = None;
         for (i, e) in self.events.iter().enumerate() {
             match Audit::kind(e) {
@@ -268,6 +282,13 @@ impl Audit {
                     for id in e["ids"].as_array().into_iter().flatten() {
                         if let Some(id) = id.as_str() {
                             *used.entry(id.to_owned()).or_default() += 1;
+                        }
+                    }
+                }
+                "approvals-dropped" => {
+                    for id in e["ids"].as_array().into_iter().flatten() {
+                        if let Some(id) = id.as_str() {
+                            recorded_dropped.insert(id.to_owned());
                         }
                     }
                 }
@@ -297,7 +318,7 @@ impl Audit {
             let dropped = match (approved_at.get(id), last_reject) {
                 (Some(&a), Some(r)) => r > a,
                 _ => false,
-            };
+            } || recorded_dropped.contains(id);
             if !pending.contains(id) && !used.contains_key(id) && !dropped {
                 v.push(format!(
                     "acknowledged approval {id} is neither pending nor used{}",

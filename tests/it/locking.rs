@@ -75,9 +75,12 @@ fn a_held_lock_is_named_and_waited_for() {
 fn spawn_all(env: &Env, commands: &[Vec<String>]) -> Vec<std::process::Output> {
     let children: Vec<Child> = commands
         .iter()
-        .map(|args| {
+        .enumerate()
+        .map(|(i, args)| {
+            // Each its own person: one person counts once for an await.
             env.cmd()
                 .args(args)
+                .env("AUTOMATON_USER", format!("person-{i}"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -1,6 +1,7 @@
 //! The integration tests: one binary, one module per feature, each driving
 //! the real `automaton` binary in real processes.
 
+mod access;
 mod approvals;
 mod common;
 mod crash;

@@ -82,7 +82,8 @@ fn full_state() -> Vec<u8> {
     let mut s = State::new(now);
     s.version = 41;
     s.tick = 17;
-    s.approve("ann", Some("ok".into()), now, None).unwrap();
+    s.approve("ann", Some("ok".into()), now, None, Some("c0ffee".into()))
+        .unwrap();
     s.metrics.insert("cost_usd".into(), 0.25);
     s.totals.insert("cost_usd".into(), 4.5);
     serde_json::to_vec_pretty(&s).unwrap()
@@ -97,11 +98,14 @@ fn lines() -> Vec<Vec<u8>> {
             by: "ann".into(),
             id: "ap-3".into(),
             note: Some("go".into()),
+            await_id: Some("aw-3".into()),
+            head: Some("c0ffee".into()),
         },
         EventKind::ApprovalsUsed {
             tick: 4,
             ids: vec!["ap-3".into()],
             by: vec!["ann".into()],
+            await_id: Some("aw-3".into()),
         },
         EventKind::Crashed {
             tick: 5,
@@ -122,11 +126,16 @@ fn lines() -> Vec<Vec<u8>> {
             verifier: None,
             worktree_changed: Some(true),
             host: None,
+            head: Some(automaton::state::Head {
+                branch: "loop/x".into(),
+                before: Some("c0ffee".into()),
+                after: Some("decaf".into()),
+            }),
         },
     ];
     kinds
         .into_iter()
-        .map(|kind| Event { v: 7, at, kind }.to_line())
+        .map(|kind| Event::stamped(kind, 7, at).to_line())
         .collect()
 }
 

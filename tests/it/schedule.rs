@@ -643,7 +643,7 @@ fn a_rejected_loop_has_its_schedule_disabled() {
     let f = Fake::new();
     looped(&f, "agent", "every = \"5m\"");
     f.ok(&["schedule", "install", "agent", "--backend", "cron"]);
-    f.ok(&["reject", "agent", "--reason", "wrong direction"]);
+    f.ok(&["reject", "agent", "--halt", "--reason", "wrong direction"]);
     let tab = std::fs::read_to_string(&f.crontab).unwrap();
     assert!(tab.lines().last().unwrap().starts_with("#*/5 * * * *"), "{tab}");
     f.ok(&["resume", "agent"]);
@@ -708,7 +708,7 @@ fn a_rejected_loop_is_disabled_in_the_real_crontab() {
     };
     let installed = line(&RealCrontab::read()).expect("the job is in the crontab");
     assert!(installed.starts_with("*/5 * * * *"), "{installed}");
-    env.ok(&["reject", "agent"]);
+    env.ok(&["reject", "agent", "--halt"]);
     let rejected = line(&RealCrontab::read()).expect("the job stays, disabled");
     assert!(rejected.starts_with("#*/5 * * * *"), "{rejected}");
     env.ok(&["resume", "agent"]);

@@ -68,7 +68,7 @@ fn error_messages() {
     record(3, &["status", "ghost"]);
     record(2, &["pause", "Demo"]);
     record(1, &["new", "demo"]);
-    record(1, &["approve", "demo"]);
+    record(10, &["approve", "demo"]);
     record(1, &["rm", "demo"]);
     let bad = env.root.join("bad.toml");
     fs::write(&bad, "step = \"true\"\novrlap = \"wait\"\n").unwrap();

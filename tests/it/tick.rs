@@ -104,7 +104,7 @@ fn paused_and_halted_loops_tick_as_inactive_without_running() {
     env.new_loop("paused", "step = \"touch ran\"\n");
     env.ok(&["pause", "paused"]);
     env.new_loop("halted", "step = \"touch ran\"\n");
-    env.ok(&["reject", "halted", "--reason", "stop"]);
+    env.ok(&["reject", "halted", "--halt", "--reason", "stop"]);
     assert_eq!(env.state("halted")["status"], "halted");
     for name in ["paused", "halted"] {
         let version = env.state(name)["version"].clone();

@@ -35,8 +35,10 @@ fn approve_every_end_to_end() {
         "awaiting-approval",
         "still waiting without an approval"
     );
+    // One approval for the await pending, one for the next: each releases
+    // one await, and neither carries over.
     env.ok(&["approve", "demo", "--note", "one"]);
-    env.ok(&["approve", "demo", "--note", "two"]);
+    env.ok(&["approve", "demo", "--ahead", "--note", "two"]);
     assert_eq!(outcome(&env, "demo"), "ran");
     assert_eq!(env.state("demo")["status"], "active");
     assert_eq!(outcome(&env, "demo"), "ran");

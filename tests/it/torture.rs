@@ -59,7 +59,7 @@ fn args(op: &str) -> Vec<&str> {
         "history" => vec!["history", "t", "--json"],
         "check-gate" => [&["check-gate", "t", "--apply"][..], &wait].concat(),
         "approve" => [&["approve", "t", "--ahead", "--note", "torture"][..], &wait].concat(),
-        "reject" => [&["reject", "t", "--reason", "torture"][..], &wait].concat(),
+        "reject" => [&["reject", "t", "--halt", "--reason", "torture"][..], &wait].concat(),
         other => [&[other, "t"][..], &wait].concat(),
     }
 }

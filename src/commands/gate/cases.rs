@@ -217,6 +217,8 @@ pub fn example_context() -> Context {
             by: "alice".to_owned(),
             at: at("2026-11-30T09:30:00Z"),
             note: Some("looked at the logs; go ahead".to_owned()),
+            await_id: None,
+            head: None,
         }],
         params: serde_json::json!({"start_hour": 9, "end_hour": 17}),
         state: serde_json::json!({"status": "active", "tick": 4}),

@@ -189,14 +189,14 @@ mod tests {
         state.version = version;
         Flight {
             state,
-            events: vec![Event {
-                v: version,
-                at: crate::clock::now(),
-                kind: EventKind::Paused {
+            events: vec![Event::stamped(
+                EventKind::Paused {
                     by: "ann".into(),
                     reason: Some(note.into()),
                 },
-            }],
+                version,
+                crate::clock::now(),
+            )],
         }
     }
 

@@ -68,6 +68,11 @@ impl Database {
         };
         let mut client = db.connect(None)?;
         schema::ensure(&mut client, &db.url)?;
+        // Who the database knows this process as, recorded beside its actor.
+        let role = client
+            .query_one("SELECT current_user::text", &[])
+            .map_err(db.fail(None, "cannot read the connection's role"))?;
+        crate::who::set_db_role(role.get(0));
         db.put_back(client);
         Ok(Arc::new(db))
     }

@@ -1,0 +1,251 @@
+//! Who may do what to a loop (README, "Roles"): the roles, the commands
+//! each guards, and the one check every command that changes a loop makes
+//! before it changes anything. A refusal writes nothing but its own
+//! record: a `refused` event committed under the loop's lock.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::LoopConfig;
+use crate::error::{Error, Result};
+use crate::history::EventKind;
+use crate::lock::{Holder, Wait};
+use crate::store::{Durability, LoopStore};
+use crate::who::Actor;
+
+/// `[access]`, in loop.toml or in the root's automaton.toml (the loop's
+/// own lists win, each on its own). A role left unset is held by anyone
+/// who may use the root.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Access {
+    /// May `approve` and `reject`.
+    #[serde(default)]
+    pub approvers: Option<Vec<String>>,
+    /// May `pause`, `resume`, `cancel`, `edit`, `rm`, `tick` by hand and
+    /// `check-gate --apply`.
+    #[serde(default)]
+    pub operators: Option<Vec<String>>,
+    /// May read a loop through a server; the command line does not check it.
+    #[serde(default)]
+    pub viewers: Option<Vec<String>>,
+}
+
+impl Access {
+    /// The lists that hold for a loop: its own, else the root's.
+    pub fn over(&self, defaults: &Access) -> Access {
+        let pick =
+            |own: &Option<Vec<String>>, root: &Option<Vec<String>>| own.clone().or_else(|| root.clone());
+        Access {
+            approvers: pick(&self.approvers, &defaults.approvers),
+            operators: pick(&self.operators, &defaults.operators),
+            viewers: pick(&self.viewers, &defaults.viewers),
+        }
+    }
+
+    fn holders(&self, role: Role) -> Option<&[String]> {
+        match role {
+            Role::Approvers => self.approvers.as_deref(),
+            Role::Operators => self.operators.as_deref(),
+            Role::Viewers => self.viewers.as_deref(),
+        }
+    }
+}
+
+/// A role: who holds it is a list of user names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Approvers,
+    Operators,
+    Viewers,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Approvers => "approvers",
+            Role::Operators => "operators",
+            Role::Viewers => "viewers",
+        }
+    }
+}
+
+/// What a command does to a loop, as far as roles go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    Approve,
+    Reject,
+    Pause,
+    Resume,
+    Cancel,
+    Edit,
+    Rm,
+    Tick,
+    CheckGateApply,
+    View,
+}
+
+impl Action {
+    /// The command, as typed.
+    pub fn command(self) -> &'static str {
+        match self {
+            Action::Approve => "approve",
+            Action::Reject => "reject",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Cancel => "cancel",
+            Action::Edit => "edit",
+            Action::Rm => "rm",
+            Action::Tick => "tick",
+            Action::CheckGateApply => "check-gate --apply",
+            Action::View => "view",
+        }
+    }
+
+    /// The role that may do it.
+    pub fn role(self) -> Role {
+        match self {
+            Action::Approve | Action::Reject => Role::Approvers,
+            Action::View => Role::Viewers,
+            _ => Role::Operators,
+        }
+    }
+}
+
+/// Whether `actor` may do `action` under `access`: the one check.
+pub fn check(actor: &Actor, action: Action, access: &Access) -> std::result::Result<(), Denied> {
+    let role = action.role();
+    match access.holders(role) {
+        None => Ok(()),
+        Some(holders) if holders.contains(&actor.user) => Ok(()),
+        Some(holders) => Err(Denied {
+            action,
+            role,
+            holders: holders.to_vec(),
+        }),
+    }
+}
+
+/// A check that failed: what was asked, the role it needs, who holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    pub action: Action,
+    pub role: Role,
+    pub holders: Vec<String>,
+}
+
+/// The lists that hold for the loop `store` with the root's defaults: its
+/// loop.toml's, else (when it does not load) the root's alone.
+pub fn rules(store: &dyn LoopStore, defaults: &Access) -> Access {
+    match store.config() {
+        Ok(config) => rules_of(&config, defaults),
+        Err(_) => defaults.clone(),
+    }
+}
+
+/// The lists that hold for a loop configured as `config`.
+pub fn rules_of(config: &LoopConfig, defaults: &Access) -> Access {
+    config.access().over(defaults)
+}
+
+/// Checks `actor` against the loop's rules; a refusal is recorded in the
+/// loop's history (a `refused` event in a commit of its own, under the
+/// lock, waiting as `wait` allows) and returned as [`Error::NotAllowed`].
+pub fn require(
+    store: &dyn LoopStore,
+    actor: &Actor,
+    action: Action,
+    access: &Access,
+    wait: Wait,
+) -> Result<()> {
+    let Err(denied) = check(actor, action, access) else {
+        return Ok(());
+    };
+    if let Err(e) = record(store, actor, &denied, wait) {
+        tracing::warn!(
+            "loop {:?}: the refused {} could not be recorded: {e}",
+            store.name().as_str(),
+            action.command()
+        );
+    }
+    Err(Error::NotAllowed {
+        name: store.name().to_string(),
+        command: action.command(),
+        user: actor.user.clone(),
+        role: denied.role.as_str(),
+        holders: denied.holders,
+    })
+}
+
+fn record(store: &dyn LoopStore, actor: &Actor, denied: &Denied, wait: Wait) -> Result<()> {
+    let mut session = store.lock(Holder::me("refused"), wait)?;
+    let mut state = session.load()?.state;
+    let event = EventKind::Refused {
+        by: actor.user.clone(),
+        action: denied.action,
+        role: denied.role,
+        holders: denied.holders.clone(),
+    };
+    session.commit(&mut state, vec![event], Durability::Full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::who::identify;
+
+    fn list(names: &[&str]) -> Option<Vec<String>> {
+        Some(names.iter().map(|n| (*n).to_owned()).collect())
+    }
+
+    #[test]
+    fn each_command_needs_its_role_and_unset_roles_are_anyones() {
+        let access = Access {
+            approvers: list(&["lead"]),
+            operators: list(&["ops"]),
+            viewers: None,
+        };
+        let ops = identify("ops", None, &[]);
+        let lead = identify("lead", None, &[]);
+        assert!(check(&ops, Action::Pause, &access).is_ok());
+        let no = check(&ops, Action::Reject, &access).unwrap_err();
+        assert_eq!(
+            (no.role, no.holders.as_slice()),
+            (Role::Approvers, &["lead".to_owned()][..])
+        );
+        assert!(check(&lead, Action::Approve, &access).is_ok());
+        assert!(check(&lead, Action::CheckGateApply, &access).is_err());
+        assert!(check(&lead, Action::View, &access).is_ok());
+        assert!(check(&ops, Action::Tick, &Access::default()).is_ok());
+    }
+
+    #[test]
+    fn a_loops_list_wins_over_the_roots_one_role_at_a_time() {
+        let root = Access {
+            approvers: list(&["a"]),
+            operators: list(&["o"]),
+            viewers: None,
+        };
+        let own = Access {
+            approvers: list(&["b"]),
+            ..Access::default()
+        };
+        let both = own.over(&root);
+        assert_eq!(both.approvers, list(&["b"]));
+        assert_eq!(both.operators, list(&["o"]));
+        assert_eq!(both.viewers, None);
+    }
+
+    #[test]
+    fn a_person_named_by_a_bot_is_not_who_is_checked() {
+        let access = Access {
+            approvers: list(&["lead"]),
+            ..Access::default()
+        };
+        let spoof = identify("root", Some("lead"), &[]);
+        assert!(check(&spoof, Action::Approve, &access).is_err());
+        let delegated = identify("root", Some("lead"), &["root".to_owned()]);
+        assert!(check(&delegated, Action::Approve, &access).is_ok());
+    }
+}
