@@ -71,6 +71,11 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// `resume --reset-budget` started the metric totals over: what they were.
+    TotalsReset {
+        by: String,
+        totals: std::collections::BTreeMap<String, f64>,
+    },
     /// A tick found the previous one dead mid-way (its `in_flight` marker).
     Crashed {
         tick: u64,
@@ -133,6 +138,7 @@ impl EventKind {
             EventKind::Approved { .. } => "approved",
             EventKind::ApprovalExpired { .. } => "approval-expired",
             EventKind::Rejected { .. } => "rejected",
+            EventKind::TotalsReset { .. } => "totals-reset",
             EventKind::Crashed { .. } => "crashed",
             EventKind::Gate { .. } => "gate",
             EventKind::ApprovalsUsed { .. } => "approvals-used",
