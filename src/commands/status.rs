@@ -211,7 +211,7 @@ fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Listed<'a> {
-    Loop(LoopView<'a>),
+    Loop(Box<LoopView<'a>>),
     Unreadable { name: &'a str, error: String },
 }
 
@@ -232,7 +232,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
         .iter()
         .zip(&states)
         .map(|(dir, s)| match s {
-            Ok(state) => Listed::Loop(view(dir.as_ref(), state)),
+            Ok(state) => Listed::Loop(Box::new(view(dir.as_ref(), state))),
             Err(e) => Listed::Unreadable {
                 name: dir.name().as_str(),
                 error: e.clone(),
