@@ -275,13 +275,15 @@ pub struct LogsArgs {
     pub name: String,
     /// The tick whose output to print [default: the running tick, else the last]
     pub tick: Option<u64>,
-    /// Standard error instead of standard output
+    /// Standard error instead of standard output (shown anyway when it is
+    /// all the process wrote)
     #[arg(long)]
     pub stderr: bool,
     /// The verifier's output instead of the step's
     #[arg(long)]
     pub verifier: bool,
-    /// Keep printing as the tick writes, until it ends
+    /// Keep printing as the tick writes, until it ends (its standard error
+    /// to standard error)
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// What the tick's gates logged and printed, from its history, instead
