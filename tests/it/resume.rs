@@ -81,6 +81,11 @@ fn resume_warns_when_the_budget_is_still_spent_and_reset_budget_starts_it_over()
         (reset["totals"]["cost_usd"].as_f64().unwrap() - 1.11).abs() < 1e-9,
         "{reset}"
     );
+    let shown = env.ok(&["history", "spender", "--limit", "2"]);
+    assert!(
+        shown.contains("totals-reset") && shown.contains("totals={cost_usd=1.11}"),
+        "{shown}"
+    );
     assert_eq!(tick_outcome(&env, "spender"), "ran");
 }
 
