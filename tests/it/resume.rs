@@ -43,6 +43,7 @@ fn status_names_the_gate_that_halted_a_loop_and_what_clears_it() {
     // Three ticks of 0.37 are 1.11, not 1.1099999999999999.
     assert!(row("totals").contains("cost_usd=1.11"), "{status}");
     assert!(!status.contains("1.1099"), "{status}");
+    crate::snapshots::settings(&env).bind(|| insta::assert_snapshot!("status_budget_halted", status));
 }
 
 #[test]
