@@ -87,6 +87,12 @@ fn the_man_page_has_exit_status_environment_and_files_and_every_page_it_names() 
     ] {
         assert!(page.contains(word), "{word} missing");
     }
+    // Roff's own escapes, not control characters.
+    assert!(!page.contains('\x0c'), "a form feed in the page");
+    assert!(
+        page.contains("the root, when \\fB\\-\\-root\\fR is not given"),
+        "{page}"
+    );
     let approve = env.ok(&["man", "approve"]);
     assert!(approve.contains("\n.TH automaton-approve 1"), "{approve}");
     assert_eq!(approve.matches(".el .ds Aq").count(), 1, "{approve}");
