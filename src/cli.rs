@@ -57,7 +57,7 @@ Examples:
 
 Completions: `source <(automaton completions bash)` in ~/.bashrc
 (zsh, fish, elvish, powershell alike; see `automaton completions --help`).
-Manual: `automaton man > ~/.local/share/man/man1/automaton.1`.";
+Manual: `automaton man --dir ~/.local/share/man/man1` installs every page.";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -88,7 +88,7 @@ automaton logs nightly --follow     the running tick's output, until it ends"
     /// Pause a loop: ticks do nothing until it is resumed
     Pause(PauseArgs),
     /// Make a paused, halted or completed loop active again
-    Resume(LoopArgs),
+    Resume(ResumeArgs),
     /// Approve the loop's next awaited tick
     Approve(ApproveArgs),
     /// Reject: halt the loop, recording who and why
@@ -119,9 +119,9 @@ powershell  automaton completions powershell | Out-String | Invoke-Expression\n\
 The script asks `automaton` itself for completions, so it must be on PATH; loop\n\
 names come from $AUTOMATON_ROOT (or --root on the line being completed).")]
     Completions(CompletionsArgs),
-    /// Print the man page (roff), generated from these definitions
-    #[command(after_help = "Install: automaton man > ~/.local/share/man/man1/automaton.1")]
-    Man,
+    /// Print the man page (roff), or a command's, generated from these definitions
+    #[command(after_help = "Install every page: automaton man --dir ~/.local/share/man/man1")]
+    Man(ManArgs),
     /// Check a root or a loop for damage and stale leftovers; `--fix` repairs what is safe
     Doctor(DoctorArgs),
     /// Move loops, with their state and history, between a root's directory and PostgreSQL
@@ -261,7 +261,8 @@ impl From<Backend> for schedule::Backend {
 pub enum StatusFilter {
     Active,
     Paused,
-    #[value(alias = "awaiting-approval", alias = "awaiting")]
+    /// Also written awaiting-approval, or awaiting
+    #[value(name = "awaiting_approval", alias = "awaiting-approval", alias = "awaiting")]
     AwaitingApproval,
     Halted,
     Completed,
@@ -277,13 +278,15 @@ pub struct LogsArgs {
     pub name: String,
     /// The tick whose output to print [default: the running tick, else the last]
     pub tick: Option<u64>,
-    /// Standard error instead of standard output
+    /// Standard error instead of standard output (shown anyway when it is
+    /// all the process wrote)
     #[arg(long)]
     pub stderr: bool,
     /// The verifier's output instead of the step's
     #[arg(long)]
     pub verifier: bool,
-    /// Keep printing as the tick writes, until it ends
+    /// Keep printing as the tick writes, until it ends (its standard error
+    /// to standard error)
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// What the tick's gates logged and printed, from its history, instead
@@ -379,6 +382,16 @@ pub struct PauseArgs {
     /// Why, for the record
     #[arg(long)]
     pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// Start the loop's metric totals over, so a `budget` gate counts from
+    /// zero again (the totals it drops are recorded in its history)
+    #[arg(long)]
+    pub reset_budget: bool,
 }
 
 #[derive(Debug, Args)]
@@ -588,6 +601,16 @@ fn parse_phase(s: &str) -> Result<crate::gate::Phase, String> {
         "after-step" => Ok(crate::gate::Phase::AfterStep),
         _ => Err("expected before-step or after-step".to_owned()),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// A command whose page to print (`approve`, `gate test`) [default: automaton(1)]
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Write every page (automaton.1, automaton-approve.1, ...) into DIR instead
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,15 @@ use jiff::Timestamp;
 
 use crate::error::Error;
 
+/// A timestamp in the local time zone, to the second, with its offset:
+/// `2026-11-30 19:07:19 +01:00`, as every table and line for people shows
+/// a time (JSON keeps RFC 3339 in UTC).
+pub fn local(t: Timestamp) -> String {
+    t.to_zoned_datetime(jiff::tz::TimeZone::system())
+        .strftime("%Y-%m-%d %H:%M:%S %:z")
+        .to_string()
+}
+
 /// The time now, or the end of the range jiff represents nearest to it
 /// when the clock is outside it (a command checked it first: see
 /// [`check`]; a clock that jumped since is taken at the edge).

@@ -566,6 +566,20 @@ pub enum ConfigError {
         column: usize,
         message: String,
     },
+    /// More than one thing is wrong: each of them, in the file's order.
+    #[error("{} problems: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// `errors` as one error: none, the one, or [`ConfigError::Several`].
+    pub fn all(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ConfigError::Several(errors)),
+        }
+    }
 }
 
 impl LoopConfig {

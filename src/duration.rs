@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use jiff::fmt::friendly::SpanPrinter;
 use jiff::{SignedDuration, Span, SpanRelativeTo};
 
 /// Parses `"15m"`, `"1h 30m"`, `"2 days"` or ISO 8601's `"PT15M"`. A day
@@ -18,10 +17,37 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     Duration::try_from(signed).map_err(|_| "a duration cannot be negative".to_owned())
 }
 
-/// `"1h 30m"`, `"200ms"`, `"0s"`: how messages say a duration.
+/// How every message and table says a duration: `"200ms"` below a
+/// second, then seconds to a tenth (`"12.4s"`, `"12s"`), and past a minute
+/// hours, minutes and seconds with the tenth when there is one (`"1m"`,
+/// `"1m 0.4s"`, `"1h 30m"`). `"0s"` for nothing. It reads back as loop.toml
+/// reads a duration.
 pub fn format(d: Duration) -> String {
-    static PRINTER: SpanPrinter = SpanPrinter::new();
-    PRINTER.unsigned_duration_to_string(&d)
+    if d.is_zero() {
+        return "0s".to_owned();
+    }
+    if d < Duration::from_millis(1) {
+        return format!("{}µs", d.as_micros());
+    }
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    // In tenths of a second, rounded to the nearest.
+    let tenths = d.as_millis().div_ceil(50) / 2;
+    let (h, m, s, t) = (tenths / 36_000, tenths / 600 % 60, tenths / 10 % 60, tenths % 10);
+    let mut parts = Vec::new();
+    if h > 0 {
+        parts.push(format!("{h}h"));
+    }
+    if m > 0 {
+        parts.push(format!("{m}m"));
+    }
+    match (s, t) {
+        (0, 0) => {}
+        (_, 0) => parts.push(format!("{s}s")),
+        _ => parts.push(format!("{s}.{t}s")),
+    }
+    parts.join(" ")
 }
 
 /// ISO 8601, in hours, minutes and seconds: `PT1H30M`, `PT0S`.
@@ -56,6 +82,17 @@ mod tests {
         assert_eq!(format(Duration::from_millis(200)), "200ms");
         assert_eq!(format(Duration::from_secs(3600)), "1h");
         assert_eq!(format(Duration::ZERO), "0s");
+        assert_eq!(format(Duration::from_millis(60_394)), "1m 0.4s");
+        assert_eq!(format(Duration::from_millis(12_394)), "12.4s");
+        assert_eq!(format(Duration::from_millis(59_960)), "1m");
+        assert_eq!(format(Duration::from_secs(192)), "3m 12s");
+        assert_eq!(format(Duration::from_secs(7 * 86_400)), "168h");
+        assert_eq!(format(Duration::from_micros(20)), "20µs");
+        for d in [60_394, 12_394, 1_500, 3_723_000, 200] {
+            let d = Duration::from_millis(d);
+            let back = parse(&format(d)).unwrap();
+            assert!(back.abs_diff(d) <= Duration::from_millis(50), "{d:?}");
+        }
         assert_eq!(iso8601(Duration::from_secs(300)), "PT5M");
         assert_eq!(iso8601(Duration::from_secs(5430)), "PT1H30M30S");
         assert_eq!(iso8601(Duration::ZERO), "PT0S");

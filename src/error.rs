@@ -21,6 +21,14 @@ pub enum Error {
     #[error("no loop named {name:?} in {}", root.display())]
     NoSuchLoop { name: String, root: PathBuf },
 
+    #[error("no command {name:?}{hint} (`automaton help` lists them)")]
+    NoSuchCommand { name: String, hint: String },
+
+    /// An error about a name the user typed, with the name most like it
+    /// (`; did you mean "agent"?`, from [`crate::suggest`]).
+    #[error("{error}{hint}")]
+    Hinted { error: Box<Error>, hint: String },
+
     #[error("loop {name:?} already exists in {}", root.display())]
     LoopExists { name: String, root: PathBuf },
 
@@ -284,7 +292,7 @@ impl Error {
     /// The process exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::InvalidName { .. } => 2,
+            Error::InvalidName { .. } | Error::NoSuchCommand { .. } => 2,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
             Error::LockNotObtained { .. } => 4,
             Error::Config(_)
@@ -315,7 +323,7 @@ impl Error {
             Error::Schedule(crate::schedule::ScheduleError::BadRecord { .. }) => 5,
             // A cadence a backend cannot say, a scheduler command that failed.
             Error::Schedule(_) => 1,
-            Error::InstallFailed { error, .. } => error.exit_code(),
+            Error::InstallFailed { error, .. } | Error::Hinted { error, .. } => error.exit_code(),
             Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
             Error::Output(_) => 1,
         }

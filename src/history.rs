@@ -118,6 +118,11 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         head: Option<String>,
     },
+    /// `resume --reset-budget` started the metric totals over: what they were.
+    TotalsReset {
+        by: String,
+        totals: std::collections::BTreeMap<String, f64>,
+    },
     /// A tick found the previous one dead mid-way (its `in_flight` marker).
     Crashed {
         tick: u64,
@@ -203,6 +208,7 @@ impl EventKind {
             EventKind::Refused { .. } => "refused",
             EventKind::Awaiting { .. } => "awaiting",
             EventKind::ApprovalsDropped { .. } => "approvals-dropped",
+            EventKind::TotalsReset { .. } => "totals-reset",
             EventKind::Crashed { .. } => "crashed",
             EventKind::Gate { .. } => "gate",
             EventKind::ApprovalsUsed { .. } => "approvals-used",

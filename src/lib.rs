@@ -29,6 +29,7 @@ pub mod schedule;
 pub mod state;
 pub mod step;
 pub mod store;
+pub mod suggest;
 pub mod term;
 pub mod tick;
 pub mod who;

@@ -377,14 +377,21 @@ impl State {
         }
     }
 
-    /// `resume`: any loop becomes active, and its failure count starts over
-    /// (so a failure gate does not halt it again at once). Returns the status
-    /// it left.
+    /// `resume`: any loop becomes active, and its failure count and its
+    /// count of unchanged ticks start over (so a failure or no-progress
+    /// gate does not halt it again at once). Returns the status it left.
     pub fn resume(&mut self) -> Status {
         let from = self.status;
         self.set_status(Status::Active, None);
         self.consecutive_failures = 0;
+        self.unchanged_ticks = 0;
         from
+    }
+
+    /// `resume --reset-budget`: the metric totals start over. Returns what
+    /// they were.
+    pub fn reset_totals(&mut self) -> BTreeMap<String, f64> {
+        std::mem::take(&mut self.totals)
     }
 
     /// Keeps the open await in step with the status a decision left: a
@@ -616,6 +623,7 @@ mod tests {
     fn pause_and_resume() {
         let mut s = state();
         s.consecutive_failures = 3;
+        s.unchanged_ticks = 4;
         s.pause(Some("lunch".into())).unwrap();
         assert_eq!(
             (s.status, s.status_reason.as_deref()),
@@ -623,7 +631,7 @@ mod tests {
         );
         assert_eq!(s.resume(), Status::Paused);
         assert_eq!((s.status, s.status_reason.as_deref()), (Status::Active, None));
-        assert_eq!(s.consecutive_failures, 0);
+        assert_eq!((s.consecutive_failures, s.unchanged_ticks), (0, 0));
     }
 
     #[test]

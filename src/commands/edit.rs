@@ -11,8 +11,7 @@ use std::process::Command;
 
 use tempfile::TempPath;
 
-use super::new::{MissingGate, check_gates};
-use super::validate::check_schedule;
+use super::validate::check_config;
 use crate::cli::EditArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Exit, Result};
@@ -105,13 +104,13 @@ fn keep(copy: TempPath) -> Result<std::path::PathBuf> {
         .map_err(|e| Error::io("keeping", e.path.to_path_buf())(e.error))
 }
 
-/// Checks edited loop.toml text as a tick would load it (errors name `copy`,
+/// Checks edited loop.toml text as a tick would load it, reporting every
+/// problem after it parses (errors name `copy`,
 /// the file the editor saw, so line numbers match what was typed).
 fn check(root: &Root, dir: &dyn LoopStore, copy: &Path, text: &[u8]) -> Result<()> {
     let text = String::from_utf8_lossy(text);
     let config = LoopConfig::parse(&text, copy)?;
-    check_schedule(&config, copy)?;
-    check_gates(root, dir.base_dir(), &config, copy, MissingGate::Error)
+    check_config(root, dir.base_dir(), &config, copy)
 }
 
 /// Runs the editor on `path`, through `sh` so `EDITOR="code --wait"` works.

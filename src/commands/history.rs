@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use super::render::{local, quoted};
+use super::render::{local, number, quoted, safe};
 use crate::cli::HistoryArgs;
 use crate::error::{Exit, Result};
 use crate::history;
@@ -39,6 +39,14 @@ pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit>
             .into_iter()
             .filter_map(|(k, v)| match v {
                 serde_json::Value::String(s) => Some(format!("{k}={}", quoted(&s))),
+                // Numbers by name (the totals a reset dropped): `totals={cost_usd=1.11}`.
+                serde_json::Value::Object(m) if !m.is_empty() && m.values().all(|v| v.as_f64().is_some()) => {
+                    let shown: Vec<String> = m
+                        .iter()
+                        .map(|(n, v)| format!("{}={}", safe(n), number(v.as_f64().unwrap_or_default())))
+                        .collect();
+                    Some(format!("{k}={{{}}}", shown.join(" ")))
+                }
                 serde_json::Value::Null | serde_json::Value::Object(_) | serde_json::Value::Array(_) => None,
                 other => Some(format!("{k}={other}")),
             })

@@ -1,5 +1,7 @@
 //! `logs`: a tick's step or verifier output from `runs/<tick>/`, as the
-//! tick wrote it; `--follow` keeps printing while that tick runs. The file
+//! tick wrote it: its standard output, or its standard error when that is
+//! all it wrote; `--follow` keeps printing while that tick runs, standard
+//! error to standard error. The file
 //! is reached from the loop's directory without following a link, and one
 //! that is not a regular file (a FIFO the step left) is refused at once.
 
@@ -48,6 +50,9 @@ struct Wanted<'a> {
     dir: &'a dyn LoopStore,
     tick: u64,
     verifier: bool,
+    /// `step` or `verifier`, and whether standard error was asked for.
+    what: &'static str,
+    stderr: bool,
     /// Its name in the run directory, and the paths of both.
     name: String,
     run_path: PathBuf,
@@ -63,6 +68,8 @@ impl<'a> Wanted<'a> {
             dir,
             tick,
             verifier: args.verifier,
+            what,
+            stderr: args.stderr,
             file_path: run_path.join(&name),
             name,
             run_path,
@@ -141,14 +148,38 @@ impl<'a> Wanted<'a> {
     }
 
     /// Prints the file, and with `follow` what it gains until the tick ends.
+    /// Standard error, beside standard output: followed to this process's
+    /// standard error, or shown instead when it is all there is.
     fn print(&self, run: &Dir, follow: bool, out: &mut dyn Write) -> Result<()> {
+        let (mut name, mut file_path) = (self.name.clone(), self.file_path.clone());
+        let err_name = runs::output_name(self.what, true);
+        let err_path = self.run_path.join(&err_name);
+        let mut follow_err = None;
+        if !self.stderr {
+            if follow {
+                follow_err = Some(0);
+            } else if size(run, &name)? == 0 && size(run, &err_name)? > 0 {
+                tracing::warn!(
+                    "tick {}'s {} wrote nothing to standard output; this is its standard error ({err_name})",
+                    self.tick,
+                    self.what
+                );
+                name = err_name.clone();
+                file_path = err_path.clone();
+            }
+        }
         let mut offset = 0;
         loop {
             let running = follow && self.in_flight();
             // Opened again each time: the step's file is made at its first
             // byte. Never through a link, never a FIFO (refused at once).
-            if let Some((file, _)) = run.open_read(&self.name)? {
-                offset = copy_from(file, &self.file_path, offset, out)?;
+            if let Some((file, _)) = run.open_read(&name)? {
+                offset = copy_from(file, &file_path, offset, out)?;
+            }
+            if let Some(at) = follow_err
+                && let Some((file, _)) = run.open_read(&err_name)?
+            {
+                follow_err = Some(copy_from(file, &err_path, at, &mut io::stderr().lock())?);
             }
             if !running {
                 return Ok(());
@@ -156,6 +187,11 @@ impl<'a> Wanted<'a> {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// How many bytes `name` in the run directory holds (0 when it is missing).
+fn size(run: &Dir, name: &str) -> Result<u64> {
+    Ok(run.open_read(name)?.map_or(0, |(_, size)| size))
 }
 
 /// What each gate of tick `tick` (default: the last evaluated) logged, from

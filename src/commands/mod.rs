@@ -37,7 +37,7 @@ use crate::store::{Durability, LoopStore};
 fn server_bound(command: &Command) -> Option<std::time::Duration> {
     match command {
         Command::Pause(a) => a.target.wait.timeout,
-        Command::Resume(a) => a.wait.timeout,
+        Command::Resume(a) => a.target.wait.timeout,
         Command::Approve(a) => a.target.wait.timeout,
         Command::Reject(a) => a.target.wait.timeout,
         Command::Rm(a) => a.target.wait.timeout,
@@ -52,7 +52,7 @@ fn server_bound(command: &Command) -> Option<std::time::Duration> {
 /// a command that ran to its end exits.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
     // A clock past what can be recorded stamps and schedules nothing.
-    if !matches!(cli.command, Command::Completions(_) | Command::Man) {
+    if !matches!(cli.command, Command::Completions(_) | Command::Man(_)) {
         crate::clock::check()?;
     }
     let root = Flags {
@@ -60,7 +60,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         store: cli.store.as_deref(),
         server_bound: server_bound(&cli.command),
     };
-    match cli.command {
+    let result = match cli.command {
         Command::Init => init::run(root, out),
         Command::New(args) => new::run(&Root::open(root)?, &args, out),
         Command::List(args) => status::all(&Root::open(root)?, &args.status, args.json.json, out),
@@ -87,7 +87,36 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Migrate(args) => migrate::run(root, &args, out),
         Command::Completions(args) => shell::completions(args.shell, out),
-        Command::Man => shell::man(out),
+        Command::Man(args) => shell::man(&args, out),
+    };
+    result.map_err(|e| hint_name(e, root))
+}
+
+/// A loop or a stock gate that does not exist, named with the one most
+/// like the name typed, when one is.
+fn hint_name(e: Error, root: Flags<'_>) -> Error {
+    use crate::gate::GateErrorKind;
+    let (typed, names): (&str, Vec<String>) = match &e {
+        Error::NoSuchLoop { name, .. } => (
+            name,
+            Root::open(root)
+                .and_then(|r| crate::store::Stores::open(&r)?.list())
+                .map(|dirs| dirs.iter().map(|d| d.name().to_string()).collect())
+                .unwrap_or_default(),
+        ),
+        Error::Gate(g) => match g.kind() {
+            GateErrorKind::UnknownStock { name } => (name, stock_names()),
+            _ => return e,
+        },
+        _ => return e,
+    };
+    let hint = crate::suggest::hint(typed, names.iter().map(String::as_str));
+    match hint.is_empty() {
+        true => e,
+        false => Error::Hinted {
+            error: Box::new(e),
+            hint,
+        },
     }
 }
 
@@ -135,4 +164,12 @@ pub(crate) fn emit_json(out: &mut dyn Write, value: &impl serde::Serialize) -> R
     let mut text = serde_json::to_string_pretty(value).expect("output serialises");
     text.push('\n');
     emit(out, &text)
+}
+
+/// The stock gates' names.
+pub(crate) fn stock_names() -> Vec<String> {
+    crate::gate::stock_gates()
+        .iter()
+        .map(|s| s.name.to_owned())
+        .collect()
 }

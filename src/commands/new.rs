@@ -28,13 +28,16 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     // An existing loop is refused before its gates are compiled.
     let stores = store::Stores::open(root)?;
     refuse_existing(root, &stores, &name)?;
-    check_gates(
+    let problems = check_gates(
         root,
         &root.loops_dir().join(name.as_str()),
         &config,
         &shown,
         MissingGate::Later,
     )?;
+    if let Some(e) = ConfigError::all(problems) {
+        return Err(e.into());
+    }
 
     let now = crate::clock::now();
     let mut state = State::new(now);
@@ -102,16 +105,17 @@ pub(crate) enum MissingGate {
 
 /// Asks each gate whether it accepts its params, before any tick runs; gate
 /// paths are relative to `loop_dir`, errors name `shown`, the file as the
-/// operator wrote it.
+/// operator wrote it. Every gate is checked, and every problem returned.
 pub(crate) fn check_gates(
     root: &Root,
     loop_dir: &Path,
     config: &LoopConfig,
     shown: &Path,
     missing: MissingGate,
-) -> Result<()> {
+) -> Result<Vec<ConfigError>> {
+    let mut problems = Vec::new();
     if config.gates.is_empty() {
-        return Ok(());
+        return Ok(problems);
     }
     let cache = root.cache_dir();
     let host = GateHost::new(cache.is_dir().then_some(cache))?;
@@ -125,26 +129,40 @@ pub(crate) fn check_gates(
         };
         let invalid = |message: String| invalid_at(None, message);
         let source = g.resolved_source(loop_dir);
-        if let GateSource::File { path, .. } = &source
-            && !path.exists()
-        {
-            if missing == MissingGate::Error {
-                return Err(invalid(format!("{} does not exist", path.display())).into());
+        match &source {
+            GateSource::File { path, .. } if !path.exists() => {
+                if missing == MissingGate::Error {
+                    problems.push(invalid(format!("{} does not exist", path.display())));
+                    continue;
+                }
+                tracing::warn!(
+                    "gate {} is not there yet ({}); its params are checked at the first tick",
+                    g.source,
+                    path.display()
+                );
+                continue;
             }
-            tracing::warn!(
-                "gate {} is not there yet ({}); its params are checked at the first tick",
-                g.source,
-                path.display()
-            );
-            continue;
+            GateSource::Stock(name) if !crate::gate::stock_gates().iter().any(|s| s.name == name) => {
+                let names = super::stock_names();
+                let hint = crate::suggest::hint(name, names.iter().map(String::as_str));
+                problems.push(invalid(format!(
+                    "no stock gate is named {name:?}{hint} (`automaton gate list` shows them)"
+                )));
+                continue;
+            }
+            _ => {}
         }
         // The message already names the gate; say only what is wrong.
-        let what = |e: crate::gate::GateError| invalid(e.kind().to_string());
-        let gate = host.load(&source).map_err(what)?;
-        host.check_params(&gate, &g.params)
-            .map_err(|e| invalid_at(g.params_line, e.kind().to_string()))?;
+        match host.load(&source) {
+            Err(e) => problems.push(invalid(e.kind().to_string())),
+            Ok(gate) => {
+                if let Err(e) = host.check_params(&gate, &g.params) {
+                    problems.push(invalid_at(g.params_line, e.kind().to_string()));
+                }
+            }
+        }
     }
-    Ok(())
+    Ok(problems)
 }
 
 /// The loop.toml `new` writes when not given one.

@@ -1,18 +1,21 @@
 //! The operator's verbs that change a loop: `pause`, `resume`, `approve`,
 //! `reject` and `rm`. Each takes the loop's lock in the ordinary way.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
-use super::render::safe;
+use super::render::{number, safe};
 use crate::access::Action;
 use crate::bounds;
-use crate::cli::{ApproveArgs, LoopArgs, PauseArgs, RejectArgs, RmArgs};
+use crate::cli::{ApproveArgs, PauseArgs, RejectArgs, ResumeArgs, RmArgs};
 use crate::error::{Error, Exit, Result};
+use crate::gate::{Decision, GateHost, Phase};
 use crate::history::{Dropped, EventKind};
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Refusal, State, Status};
 use crate::store::LoopStore;
+use crate::tick::gates;
 
 fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
     move |r| Error::Refused {
@@ -56,28 +59,85 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit>
     report(dir, &state, t.json.json, line, out)
 }
 
-pub fn resume(root: &Root, t: &LoopArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn resume(root: &Root, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
+    let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
     let by = super::allowed(root, dir, Action::Resume, t.wait.wait())?.user;
     let mut from = Status::Active;
+    let mut dropped = BTreeMap::new();
     let state = super::update_loop(dir, "resume", t.wait.wait(), |s| {
+        let mut events = Vec::new();
         // Active already: nothing changes (not even the failure count) and
-        // nothing is recorded.
-        if s.status == Status::Active {
-            return Ok(Vec::new());
+        // nothing is recorded, unless the totals are to start over.
+        if s.status != Status::Active {
+            from = s.resume();
+            events.push(EventKind::Resumed { by: by.clone(), from });
         }
-        from = s.resume();
-        Ok(vec![EventKind::Resumed { by, from }])
+        if args.reset_budget && !s.totals.is_empty() {
+            dropped = s.reset_totals();
+            events.push(EventKind::TotalsReset {
+                by: by.clone(),
+                totals: dropped.clone(),
+            });
+        }
+        Ok(events)
     })?;
     // Outside the lock: a schedule a halt or completion disabled runs again.
     crate::tick::after::follow(root, crate::tick::after::Change::Resumed(dir.name()));
-    let line = if from == Status::Active {
-        format!("loop {} is already active; nothing changed", dir.name())
+    let mut line = if from == Status::Active {
+        format!("loop {} is already active", dir.name())
     } else {
         format!("resumed loop {} (was {from})", dir.name())
     };
+    line += &match (dropped.is_empty(), from == Status::Active) {
+        (false, _) => format!("; its totals start over (they were {})", totals(&dropped)),
+        (true, true) => "; nothing changed".to_owned(),
+        (true, false) => String::new(),
+    };
+    if from != Status::Active
+        && let Some(warning) = stops_again(root, dir, &state)
+    {
+        tracing::warn!("{warning}");
+    }
     report(dir, &state, t.json.json, line, out)
+}
+
+/// `cost_usd=20.5 tokens=1200`.
+fn totals(t: &BTreeMap<String, f64>) -> String {
+    let shown: Vec<String> = t.iter().map(|(k, v)| format!("{k}={}", number(*v))).collect();
+    shown.join(" ")
+}
+
+/// What a resumed loop's gates would do to it at its next tick, evaluated
+/// now on its resumed state: a warning when one would halt or complete it
+/// again (a budget still spent, say), with what clears it.
+fn stops_again(root: &Root, dir: &dyn LoopStore, state: &State) -> Option<String> {
+    let config = dir.config().ok()?;
+    if config.gates.is_empty() {
+        return None;
+    }
+    let host = GateHost::new(Some(root.cache_dir())).ok()?;
+    let name = dir.name().as_str();
+    let verdict = [Phase::BeforeStep, Phase::AfterStep]
+        .into_iter()
+        .find_map(|phase| {
+            gates::evaluate_phase(&host, name, dir.base_dir(), &config, state, phase)
+                .verdicts
+                .into_iter()
+                .find(|v| matches!(v.decision, Decision::Halt(_) | Decision::Complete(_)))
+        })?;
+    let when = match verdict.phase {
+        Phase::BeforeStep => "at its next tick",
+        Phase::AfterStep => "after its next step",
+    };
+    Some(format!(
+        "loop {name:?} is active, but gate {} would {} it again {when}: {}; {}",
+        verdict.gate,
+        verdict.decision.name(),
+        verdict.decision.reason(),
+        super::status::clears(name, &verdict.gate)
+    ))
 }
 
 pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use jiff::{Timestamp, tz::TimeZone};
+use jiff::Timestamp;
 use unicode_width::UnicodeWidthStr;
 
 pub use crate::term::{quoted, safe};
@@ -41,9 +41,19 @@ pub fn coarse(d: Duration) -> String {
 /// A timestamp in the local time zone, to the second, with its offset:
 /// `2026-11-30 19:07:19 +01:00`.
 pub fn local(t: Timestamp) -> String {
-    t.to_zoned_datetime(TimeZone::system())
-        .strftime("%Y-%m-%d %H:%M:%S %:z")
-        .to_string()
+    crate::clock::local(t)
+}
+
+/// A number as people read it: rounded to 10 significant digits, then
+/// written the shortest way that reads back (`1.11`, not
+/// `1.1099999999999999`, the sum of 0.37 three times). JSON keeps the
+/// number exact.
+pub fn number(v: f64) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return v.to_string();
+    }
+    let rounded: f64 = format!("{v:.9e}").parse().unwrap_or(v);
+    rounded.to_string()
 }
 
 /// Time left until `t`: `in 4m12s`, or `now` when it has come.
@@ -60,9 +70,22 @@ pub fn left(t: Timestamp) -> String {
 /// most emoji) and combining marks line up. Each cell is shown as
 /// [`safe`] shows text: one line, no control character.
 pub fn table(rows: &[Vec<String>]) -> String {
-    let rows: Vec<Vec<Cow<'_, str>>> = rows.iter().map(|r| r.iter().map(|c| safe(c)).collect()).collect();
+    fitted_table(rows, None, &[])
+}
+
+/// The gap between two columns.
+const GAP: usize = 2;
+
+/// [`table`], narrowed to `width` terminal cells when that is given: the
+/// columns in `shrink`, in its order, are cut (each cell that is longer
+/// ends in `…`) down to their minimum width until the table fits; a column
+/// whose minimum is 0 is left out when it would have to be cut below the
+/// narrowest that still says something. Columns not listed are never cut,
+/// so a table may still be wider than a very narrow terminal.
+pub fn fitted_table(rows: &[Vec<String>], width: Option<usize>, shrink: &[(usize, usize)]) -> String {
+    let mut rows: Vec<Vec<Cow<'_, str>>> = rows.iter().map(|r| r.iter().map(|c| safe(c)).collect()).collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
+    let mut widths: Vec<usize> = (0..cols)
         .map(|c| {
             rows.iter()
                 .filter_map(|r| r.get(c))
@@ -71,19 +94,91 @@ pub fn table(rows: &[Vec<String>]) -> String {
                 .unwrap_or(0)
         })
         .collect();
+    let mut shown = vec![true; cols];
+    if let Some(width) = width {
+        let total = |widths: &[usize], shown: &[bool]| {
+            let n = shown.iter().filter(|s| **s).count();
+            let cells: usize = widths
+                .iter()
+                .zip(shown)
+                .filter(|(_, s)| **s)
+                .map(|(w, _)| w)
+                .sum();
+            cells + GAP * n.saturating_sub(1)
+        };
+        for &(col, min) in shrink {
+            let over = total(&widths, &shown).saturating_sub(width);
+            if over == 0 || col >= cols {
+                break;
+            }
+            let narrowed = widths[col].saturating_sub(over).max(min);
+            // Below a few cells a column says nothing: left out instead.
+            if min == 0 && narrowed < MEANINGFUL {
+                shown[col] = false;
+            } else {
+                widths[col] = narrowed.min(widths[col]);
+            }
+        }
+        for row in &mut rows {
+            for (c, cell) in row.iter_mut().enumerate() {
+                if shown[c] && cell.width() > widths[c] {
+                    *cell = Cow::Owned(cut(cell, widths[c]));
+                }
+            }
+        }
+    }
     let mut out = String::new();
     for row in &rows {
         let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
+        let last = (0..row.len()).rev().find(|c| shown[*c]);
+        for (c, cell) in row.iter().enumerate().filter(|(c, _)| shown[*c]) {
             line += cell;
-            if c + 1 < row.len() {
-                line.extend(std::iter::repeat_n(' ', widths[c] - cell.width() + 2));
+            if Some(c) < last {
+                line.extend(std::iter::repeat_n(' ', widths[c] - cell.width() + GAP));
             }
         }
         out += line.trim_end();
         out.push('\n');
     }
     out
+}
+
+/// The narrowest a column that may be left out is shown.
+const MEANINGFUL: usize = 8;
+
+/// `text` cut to `width` cells, its last one `…`.
+fn cut(text: &str, width: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
+    if width == 0 {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > width - 1 {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// The width, in terminal cells, a table on stdout should fit: `$COLUMNS`
+/// when it is set to a number, else the terminal's when stdout is one;
+/// `None` when stdout is a pipe or a file, whose reader gets every cell
+/// whole.
+pub fn output_width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        && n > 0
+    {
+        return Some(n);
+    }
+    terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0))
 }
 
 #[cfg(test)]
@@ -97,6 +192,17 @@ mod tests {
         assert_eq!(coarse(Duration::from_secs(180)), "3m");
         assert_eq!(coarse(Duration::from_secs(7500)), "2h5m");
         assert_eq!(coarse(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+    }
+
+    #[test]
+    fn numbers_are_shown_the_short_way() {
+        assert_eq!(number(0.37 + 0.37 + 0.37), "1.11");
+        assert_eq!(number(1.1099999999999999), "1.11");
+        assert_eq!(number(20.0), "20");
+        assert_eq!(number(0.1 + 0.2), "0.3");
+        assert_eq!(number(123_456_789.5), "123456789.5");
+        assert_eq!(number(-2.5e-7), "-0.00000025");
+        assert_eq!(number(0.0), "0");
     }
 
     #[test]
@@ -115,6 +221,27 @@ mod tests {
             vec!["aaa".into(), "b".into(), "".into()],
         ]);
         assert_eq!(t, "A    BB  C\naaa  b\n");
+    }
+
+    #[test]
+    fn a_fitted_table_cuts_its_shrinkable_columns_with_an_ellipsis() {
+        let rows = vec![
+            vec!["NAME".into(), "DESCRIPTION".into()],
+            vec!["a".into(), "a long description of it".into()],
+        ];
+        let t = fitted_table(&rows, Some(16), &[(1, 0)]);
+        assert_eq!(t, "NAME  DESCRIPTI…\na     a long de…\n");
+        assert!(t.lines().all(|l| l.width() <= 16));
+        // Too narrow for the column to say anything: it is left out.
+        assert_eq!(fitted_table(&rows, Some(8), &[(1, 0)]), "NAME\na\n");
+        // Wide enough: nothing is cut.
+        assert_eq!(fitted_table(&rows, Some(80), &[(1, 0)]), table(&rows));
+    }
+
+    #[test]
+    fn cutting_counts_terminal_cells() {
+        assert_eq!(cut("名前名前", 5), "名前…");
+        assert_eq!(cut("abc", 1), "…");
     }
 
     #[test]

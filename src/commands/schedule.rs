@@ -191,21 +191,22 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<Exi
         super::emit(out, "no OS schedules installed\n")?;
         return Ok(Exit::Ok);
     }
-    let mut text = format!(
-        "{:<20} {:<9} {:<9} {:<40} {}\n",
-        "LOOP", "BACKEND", "STATE", "NAME", "CADENCE"
-    );
+    let mut rows = vec![
+        ["LOOP", "BACKEND", "STATE", "NAME", "CADENCE"]
+            .map(String::from)
+            .to_vec(),
+    ];
     for r in &records {
         let state = if r.enabled { "enabled" } else { "disabled" };
-        text += &format!(
-            "{:<20} {:<9} {:<9} {:<40} {}\n",
-            safe(&r.loop_name),
-            r.backend,
-            state,
-            safe(&r.name),
-            safe(&r.cadence)
-        );
+        rows.push(vec![
+            r.loop_name.clone(),
+            r.backend.to_string(),
+            state.to_owned(),
+            r.name.clone(),
+            r.cadence.clone(),
+        ]);
     }
+    let text = super::render::table(&rows);
     super::emit(out, &text)?;
     Ok(Exit::Ok)
 }

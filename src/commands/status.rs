@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::render::{ago, left, local, safe, table};
+use super::render::{ago, coarse, fitted_table, left, local, number, safe, table};
 use crate::cli::StatusFilter;
 use crate::config::{Cadence, ConfigError, Schedule};
 use crate::daemon::When;
@@ -37,6 +37,14 @@ pub struct LoopView<'a> {
     /// Where the last tick's step and verifier output is.
     pub last_run_dir: Option<PathBuf>,
     pub lock: Option<Holder>,
+    /// How long ago its next firing came due, when it has and no tick of
+    /// it runs (a table says `overdue 3h`; JSON has `next_due`).
+    #[serde(skip)]
+    pub overdue: Option<std::time::Duration>,
+    /// The gate that halted or completed it, with its phase and tick
+    /// (`status NAME` reads it from the history).
+    #[serde(skip)]
+    pub stopped_by: Option<(String, crate::gate::Phase, u64)>,
 }
 
 impl LoopView<'_> {
@@ -63,6 +71,15 @@ impl LoopView<'_> {
             StatusFilter::Failing => self.state.consecutive_failures > 0,
         }
     }
+
+    /// The tick running now, when a tick holds the loop's lock: its
+    /// number and when it took the lock.
+    pub fn running(&self) -> Option<(u64, Timestamp)> {
+        self.lock
+            .as_ref()
+            .filter(|h| h.command == "tick")
+            .and_then(|h| h.tick.map(|t| (t, h.since)))
+    }
 }
 
 pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
@@ -86,10 +103,16 @@ pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
             .map(|t| crate::runs::run_path(dir.base_dir(), t.number))
             .filter(|p| p.is_dir()),
         lock: LoopStore::holder(dir),
+        overdue: None,
+        stopped_by: None,
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
-        match next_due(schedule, state, crate::clock::now()) {
-            Ok(due) => v.next_due = due,
+        let running = v.running().map(|(_, since)| since);
+        match next_due(schedule, state, running, crate::clock::now()) {
+            Ok(Due { next, overdue }) => {
+                v.next_due = next;
+                v.overdue = overdue;
+            }
             Err(message) => {
                 let path = dir.config_path();
                 v.config_error = Some(ConfigError::Schedule { path, message }.to_string());
@@ -97,6 +120,15 @@ pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
         }
     }
     v
+}
+
+impl LoopView<'_> {
+    /// The schedule without its jitter, as the table shows it.
+    fn schedule_cadence(&self) -> Option<String> {
+        self.schedule
+            .as_deref()
+            .map(|s| s.split(" (jitter").next().unwrap_or(s).to_owned())
+    }
 }
 
 fn describe_schedule(s: &Schedule) -> String {
@@ -110,14 +142,43 @@ fn describe_schedule(s: &Schedule) -> String {
     text
 }
 
+/// When a loop is next due, and how long it has been due.
+struct Due {
+    next: Option<Timestamp>,
+    overdue: Option<std::time::Duration>,
+}
+
 /// When the daemon, starting now, would fire a loop: from the start of its
-/// last tick, or now if that is overdue (the same `When` the daemon uses).
-fn next_due(schedule: &Schedule, state: &State, now: Timestamp) -> Result<Option<Timestamp>, String> {
+/// running tick, else of its last, or now if that is overdue (the same
+/// `When` the daemon uses); and, when it is overdue and no tick of it
+/// runs, since when (a loop that never ticked was due when it was made).
+fn next_due(
+    schedule: &Schedule,
+    state: &State,
+    running: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<Due, String> {
     let when = When::of(schedule)?;
     if !state.status.is_runnable() {
-        return Ok(None);
+        return Ok(Due {
+            next: None,
+            overdue: None,
+        });
     }
-    Ok(when.first(state.last_tick.as_ref().map(|t| t.started_at), now))
+    let last = running.or(state.last_tick.as_ref().map(|t| t.started_at));
+    let came_due = match (last, &when) {
+        (Some(l), _) => when.first(Some(l), Timestamp::MIN),
+        (None, When::Every(_)) => Some(state.created_at),
+        (None, When::Cron(_)) => when.first(None, state.created_at),
+    };
+    let overdue = came_due
+        .filter(|_| running.is_none())
+        .and_then(|d| std::time::Duration::try_from(now.duration_since(d)).ok())
+        .filter(|d| !d.is_zero());
+    Ok(Due {
+        next: when.first(last, now),
+        overdue,
+    })
 }
 
 pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
@@ -128,6 +189,7 @@ pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<E
     if v.config_error.is_none() {
         v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
     }
+    v.stopped_by = stopped_by(dir, &state);
     if json {
         super::emit_json(out, &v)?;
     } else {
@@ -136,26 +198,20 @@ pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<E
     Ok(Exit::Ok)
 }
 
-/// What `validate` finds wrong with the loop's gates (one missing, its
-/// params refused), so one loop's status calls a config valid only when
+/// What `validate` finds wrong with the loop's schedule and gates (one
+/// missing, its params refused), so one loop's status calls a config valid only when
 /// `validate` would. A listing does not look: it would load every gate.
 fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
     let config = dir.config()?;
     let shown = dir.config_path();
-    super::new::check_gates(
-        root,
-        dir.base_dir(),
-        &config,
-        &shown,
-        super::new::MissingGate::Error,
-    )
+    super::validate::check_config(root, dir.base_dir(), &config, &shown)
 }
 
 /// A loop in a listing: its view, or why its state could not be read.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Listed<'a> {
-    Loop(LoopView<'a>),
+    Loop(Box<LoopView<'a>>),
     Unreadable { name: &'a str, error: String },
 }
 
@@ -176,7 +232,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
         .iter()
         .zip(&states)
         .map(|(dir, s)| match s {
-            Ok(state) => Listed::Loop(view(dir.as_ref(), state)),
+            Ok(state) => Listed::Loop(Box::new(view(dir.as_ref(), state))),
             Err(e) => Listed::Unreadable {
                 name: dir.name().as_str(),
                 error: e.clone(),
@@ -197,10 +253,8 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
     } else if listed.is_empty() {
         super::emit(out, "no loops in that status\n")?;
     } else {
-        super::emit(out, &summary(&listed))?;
-        if let Some(line) = crate::daemon::daemon_line(root) {
-            super::emit(out, &format!("{}\n", safe(&line)))?;
-        }
+        super::emit(out, &summary(&listed, super::render::output_width()))?;
+        super::emit(out, &daemon_lines(root, &listed))?;
     }
     // Every readable loop was shown; an unreadable one is the exit status.
     match first_error {
@@ -209,28 +263,34 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
     }
 }
 
-/// The table, then one line a loop that cannot be used, saying why.
-fn summary(listed: &[Listed<'_>]) -> String {
-    let mut rows = vec![
-        [
-            "LOOP",
-            "STATUS",
-            "TICK",
-            "SCHEDULE",
-            "NEXT",
-            "LAST",
-            "APPROVALS",
-            "LOCK",
-            "DESCRIPTION",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
+/// The table, fitted to `width` (the description is cut first, then the
+/// schedule), then one line a loop that cannot be used, saying why. The
+/// APPROVALS and LOCK columns are there when a loop has approvals pending
+/// or its lock held by an operator's command (a running tick shows in
+/// STATUS instead).
+fn summary(listed: &[Listed<'_>], width: Option<usize>) -> String {
+    let loops = || {
+        listed.iter().filter_map(|l| match l {
+            Listed::Loop(v) => Some(v),
+            Listed::Unreadable { .. } => None,
+        })
+    };
+    let approvals = loops().any(|v| !v.state.pending_approvals.is_empty());
+    let locks = loops().any(|v| v.lock.is_some() && v.running().is_none());
+    let mut columns = vec!["LOOP", "STATUS", "TICK", "SCHEDULE", "NEXT", "LAST"];
+    if approvals {
+        columns.push("APPROVALS");
+    }
+    if locks {
+        columns.push("LOCK");
+    }
+    columns.push("DESCRIPTION");
+    let mut rows = vec![columns.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>()];
     let mut problems = String::new();
     for l in listed {
         match l {
             Listed::Loop(v) => {
-                rows.push(summary_row(v));
+                rows.push(summary_row(v, approvals, locks));
                 if let Some(e) = &v.config_error {
                     problems += &format!("{}: {}\n", v.name, safe(e));
                 }
@@ -241,7 +301,8 @@ fn summary(listed: &[Listed<'_>]) -> String {
             }
         }
     }
-    let mut text = table(&rows);
+    let description = columns.len() - 1;
+    let mut text = fitted_table(&rows, width, &[(description, 0), (3, 9), (5, 9)]);
     if !problems.is_empty() {
         text.push('\n');
         text += &problems;
@@ -249,24 +310,99 @@ fn summary(listed: &[Listed<'_>]) -> String {
     text
 }
 
-fn summary_row(v: &LoopView<'_>) -> Vec<String> {
+fn summary_row(v: &LoopView<'_>, approvals: bool, locks: bool) -> Vec<String> {
     let s = v.state;
     let dash = || "-".to_owned();
     let last = match &s.last_tick {
         Some(t) => format!("{} {}", t.outcome, ago(t.ended_at)),
         None => "never".into(),
     };
-    vec![
+    let status = match v.running() {
+        Some((tick, since)) if v.config_error.is_none() => format!("running (tick {tick}, {})", took(since)),
+        _ => v.shown_status(),
+    };
+    let next = match (v.next_due, v.overdue) {
+        (Some(_), Some(d)) if d >= OVERDUE => format!("overdue {}", coarse(d)),
+        (Some(due), _) => left(due),
+        (None, _) => dash(),
+    };
+    let mut row = vec![
         v.name.to_owned(),
-        v.shown_status(),
+        status,
         s.tick.to_string(),
-        v.schedule.clone().unwrap_or_else(dash),
-        v.next_due.map_or_else(dash, left),
+        v.schedule_cadence().unwrap_or_else(dash),
+        next,
         last,
-        s.pending_approvals.len().to_string(),
-        v.lock.as_ref().map_or_else(dash, Holder::describe),
-        v.description.clone().unwrap_or_default(),
-    ]
+    ];
+    if approvals {
+        row.push(s.pending_approvals.len().to_string());
+    }
+    if locks {
+        let lock = match &v.lock {
+            Some(h) if v.running().is_none() => lock_cell(h),
+            _ => dash(),
+        };
+        row.push(lock);
+    }
+    row.push(v.description.clone().unwrap_or_default());
+    row
+}
+
+/// A loop due longer ago than this is shown `overdue`, not `now`.
+const OVERDUE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long since `t`: `10s`, `3m12s`.
+fn took(t: Timestamp) -> String {
+    let secs = crate::clock::now().duration_since(t).as_secs().max(0);
+    coarse(std::time::Duration::from_secs(secs.unsigned_abs()))
+}
+
+/// `pid 4242 (pause)`, and the host when it is another.
+fn lock_cell(h: &Holder) -> String {
+    let host = match h.host == crate::who::host() {
+        true => String::new(),
+        false => format!(" on {}", h.host),
+    };
+    format!("pid {}{host} ({})", h.pid, h.command)
+}
+
+/// Below the table: the daemon serving the root (or the one that stopped),
+/// and, when none does, the overdue loops that nothing fires (no installed
+/// OS schedule either), said once.
+fn daemon_lines(root: &Root, listed: &[Listed<'_>]) -> String {
+    let status = crate::daemon::daemon_status(root);
+    let mut text = match &status {
+        Ok(Some(s)) => format!("{}\n", safe(&s.describe())),
+        Ok(None) => String::new(),
+        Err(e) => format!("daemon: {}\n", safe(&e.to_string())),
+    };
+    if matches!(&status, Ok(Some(s)) if s.serving) {
+        return text;
+    }
+    let stranded: Vec<&str> = listed
+        .iter()
+        .filter_map(|l| match l {
+            Listed::Loop(v) if v.overdue.is_some_and(|d| d >= OVERDUE) => Some(v.name),
+            _ => None,
+        })
+        .filter(|name| !crate::schedule::record::read(root, name).is_ok_and(|r| r.is_some_and(|r| r.enabled)))
+        .collect();
+    if let Some(first) = stranded.first() {
+        let (n, them) = match stranded.len() {
+            1 => (format!("loop {first} is"), "it"),
+            n => (format!("{n} loops are"), "them"),
+        };
+        // A stopped daemon's line has said already that none serves it.
+        let none = match text.is_empty() {
+            true => "no daemon serves this root, and ",
+            false => "",
+        };
+        text += &format!(
+            "{none}{n} overdue with no OS schedule: nothing fires {them}; \
+             run `automaton daemon`, or `automaton schedule install NAME`\n"
+        );
+    }
+    text
 }
 
 /// One loop in detail: a row each of what it is, how its ticks went,
@@ -302,6 +438,10 @@ impl Rows {
             (None, None) => s.status.to_string(),
         };
         self.row("status", status);
+        if let Some((gate, phase, tick)) = &v.stopped_by {
+            self.row("stopped by", format!("gate {gate} ({phase}, tick {tick})"));
+            self.row("to clear", clears(v.name, gate));
+        }
         self.row(
             "config",
             match &v.config_error {
@@ -330,9 +470,7 @@ impl Rows {
                         "output",
                         format!("on host {h}: automaton logs {} {} there", v.name, t.number),
                     ),
-                    None if v.last_run_dir.is_some() => {
-                        self.row("output", format!("automaton logs {} {}", v.name, t.number));
-                    }
+                    None if v.last_run_dir.is_some() => self.row("output", output_hint(v, t)),
                     None => {}
                 }
             }
@@ -361,7 +499,11 @@ impl Rows {
     fn holdings(&mut self, v: &LoopView<'_>) {
         let s = v.state;
         if !s.totals.is_empty() {
-            let totals: Vec<String> = s.totals.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let totals: Vec<String> = s
+                .totals
+                .iter()
+                .map(|(k, v)| format!("{k}={}", number(*v)))
+                .collect();
             self.row("totals", totals.join(" "));
         }
         if let Some(w) = &s.worktree {
@@ -390,6 +532,84 @@ impl Rows {
             "updated",
             format!("{} ({})", local(s.updated_at), ago(s.updated_at)),
         );
+    }
+}
+
+/// The gate whose decision stopped a halted or completed loop: the newest
+/// gate event in its history that decided its status for the reason it
+/// gives, unless a resume or a rejection came after it.
+fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::gate::Phase, u64)> {
+    use crate::gate::Decision;
+    use crate::history::EventKind;
+    use crate::state::Status;
+    let reason = state.status_reason.as_deref()?;
+    if !matches!(state.status, Status::Halted | Status::Completed) {
+        return None;
+    }
+    let history = dir.history().ok()?;
+    for e in history.events.iter().rev() {
+        match &e.kind {
+            EventKind::Gate { tick, verdict, .. } => {
+                let decided = match (&verdict.decision, state.status) {
+                    (Decision::Halt(r), Status::Halted) | (Decision::Complete(r), Status::Completed) => {
+                        r == reason
+                    }
+                    _ => false,
+                };
+                if decided {
+                    return Some((verdict.gate.clone(), verdict.phase, *tick));
+                }
+            }
+            EventKind::Resumed { .. } | EventKind::Rejected { .. } => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// What clears a stop by gate `gate` of loop `name`.
+pub(crate) fn clears(name: &str, gate: &str) -> String {
+    match gate {
+        "stock:budget" => format!(
+            "`automaton resume {name} --reset-budget` starts its totals over (or raise the gate's `max`: `automaton edit {name}`)"
+        ),
+        "stock:max-failures" => format!("`automaton resume {name}`: the failure count starts over"),
+        "stock:no-progress" => format!("`automaton resume {name}`: the count of unchanged ticks starts over"),
+        "stock:max-ticks" => {
+            format!("raise the gate's `max` (`automaton edit {name}`), then `automaton resume {name}`")
+        }
+        _ => format!(
+            "`automaton resume {name}` once what the gate checks has changed, or change its params (`automaton edit {name}`)"
+        ),
+    }
+}
+
+/// The `logs` command that shows the last tick's output: the failed
+/// verifier's, else the step's (`logs` shows its standard error when that
+/// is all it wrote); or that it wrote nothing.
+fn output_hint(v: &LoopView<'_>, t: &crate::state::LastTick) -> String {
+    let command = format!("automaton logs {} {}", v.name, t.number);
+    let Some(run) = v
+        .last_run_dir
+        .as_deref()
+        .and_then(|p| crate::fsx::Dir::open(p).ok())
+    else {
+        return command;
+    };
+    let wrote = |what: &str| {
+        [false, true].into_iter().any(|err| {
+            run.open_read(crate::runs::output_name(what, err))
+                .ok()
+                .flatten()
+                .is_some_and(|(_, len)| len > 0)
+        })
+    };
+    let verifier_failed = t.verifier.as_ref().is_some_and(|r| !r.success());
+    match (wrote("step"), wrote("verifier")) {
+        (_, true) if verifier_failed => format!("{command} --verifier"),
+        (true, _) => command,
+        (false, true) => format!("{command} --verifier"),
+        (false, false) => "none: the step wrote nothing".into(),
     }
 }
 

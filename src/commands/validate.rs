@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::new::{MissingGate, check_gates};
 use crate::cli::ValidateArgs;
-use crate::config::LoopConfig;
-use crate::error::{Error, Exit, Result};
+use crate::config::{ConfigError, LoopConfig};
+use crate::error::{Exit, Result};
 use crate::root::{Flags, LoopName, Root};
 use crate::store::{self, LoopStore};
 
@@ -102,28 +102,36 @@ fn loop_named(root_flag: Flags<'_>, target: &str) -> Result<Option<(Root, Box<dy
 fn check_loop(root: &Root, dir: &dyn LoopStore) -> Result<()> {
     let path = dir.config_path();
     let config = dir.config()?;
-    check_schedule(&config, &path)?;
-    check_gates(root, dir.base_dir(), &config, &path, MissingGate::Error)
+    check_config(root, dir.base_dir(), &config, &path)
 }
 
 /// A loop.toml not (yet) a loop's: gate paths are relative to its directory.
 fn check_file(root: &Root, path: &Path) -> Result<()> {
     let config = LoopConfig::load(path)?;
-    check_schedule(&config, path)?;
     let base = path.parent().unwrap_or(Path::new("."));
-    check_gates(root, base, &config, path, MissingGate::Error)
+    check_config(root, base, &config, path)
+}
+
+/// What a tick would find wrong with a config that parsed: its schedule
+/// and each of its gates, every problem of them at once (errors name
+/// `shown`, gate paths are relative to `base`).
+pub(crate) fn check_config(root: &Root, base: &Path, config: &LoopConfig, shown: &Path) -> Result<()> {
+    let mut problems: Vec<ConfigError> = check_schedule(config, shown).into_iter().collect();
+    problems.extend(check_gates(root, base, config, shown, MissingGate::Error)?);
+    match ConfigError::all(problems) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// A cron expression the daemon cannot read is refused here, not at its
 /// first firing.
-pub(crate) fn check_schedule(config: &LoopConfig, path: &Path) -> Result<()> {
-    if let Some(s) = &config.schedule {
-        crate::daemon::When::of(s).map_err(|message| {
-            Error::from(crate::config::ConfigError::Schedule {
-                path: path.to_owned(),
-                message,
-            })
-        })?;
-    }
-    Ok(())
+fn check_schedule(config: &LoopConfig, path: &Path) -> Option<ConfigError> {
+    let s = config.schedule.as_ref()?;
+    crate::daemon::When::of(s)
+        .err()
+        .map(|message| ConfigError::Schedule {
+            path: path.to_owned(),
+            message,
+        })
 }

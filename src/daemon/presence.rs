@@ -85,7 +85,7 @@ impl DaemonStatus {
     /// One line for people: who serves the root and how far behind it is.
     pub fn describe(&self) -> String {
         let r = &self.record;
-        let since = r.since.round(jiff::Unit::Second).unwrap_or(r.since);
+        let since = crate::clock::local(r.since);
         let age = crate::clock::now().duration_since(r.updated).as_secs().max(0);
         if !self.serving {
             return format!(
@@ -115,10 +115,7 @@ impl DaemonStatus {
 }
 
 fn human_ms(ms: u64) -> String {
-    match ms {
-        0..1000 => format!("{ms} ms"),
-        _ => format!("{:.1} s", ms as f64 / 1000.0),
-    }
+    crate::duration::format(std::time::Duration::from_millis(ms))
 }
 
 /// One line for `status`: the daemon serving `root`, or the one that
@@ -152,7 +149,7 @@ impl Presence {
                  and a loop's lock keeps each tick to one of them",
                 r.pid,
                 r.host,
-                r.since.round(jiff::Unit::Second).unwrap_or(r.since)
+                crate::clock::local(r.since)
             );
         }
         p

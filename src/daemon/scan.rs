@@ -182,7 +182,7 @@ impl<'a> Dispatcher<'a> {
             let (Some((s, _)), Some(next)) = (&e.schedule, e.nominal) else {
                 continue;
             };
-            let next = next.round(jiff::Unit::Second).unwrap_or(next);
+            let next = crate::clock::local(next);
             match many {
                 true => tracing::debug!(
                     "loop {name:?} scheduled ({}), next at {next}",

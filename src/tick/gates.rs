@@ -89,7 +89,7 @@ pub fn evaluate_phase(
         let (decision, error, logs) = match result {
             Ok(eval) => {
                 for log in &eval.logs {
-                    tracing::info!(gate = %label, "{}", log.message);
+                    tracing::info!("loop {name:?}: gate {label}: {}", log.message);
                 }
                 (eval.decision, None, gate::kept_logs(&eval.logs))
             }

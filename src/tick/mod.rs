@@ -69,7 +69,10 @@ pub struct TickReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub decisions: Vec<Verdict>,
+    /// Left out when the step did not run, as the verifier is when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<ProcessOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub verifier: Option<ProcessOutcome>,
     /// A tick found dead mid-way (and recorded as crashed) by this one.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -307,7 +307,7 @@ pub fn empty_home() -> &'static Path {
 }
 
 /// Points a command at `empty_home` and clears the variables that choose a
-/// root, a store, a host name or a log level.
+/// root, a store, a host name, a log level or a table's width.
 pub fn isolate(cmd: &mut Command) -> &mut Command {
     cmd.env("HOME", empty_home())
         .env("XDG_DATA_HOME", empty_home().join(".local/share"))
@@ -316,6 +316,7 @@ pub fn isolate(cmd: &mut Command) -> &mut Command {
         .env_remove("AUTOMATON_STORE")
         .env_remove("AUTOMATON_HOST")
         .env_remove("RUST_LOG")
+        .env_remove("COLUMNS")
 }
 
 /// The PostgreSQL server the suite runs against: `AUTOMATON_TEST_STORE`, a

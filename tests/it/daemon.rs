@@ -477,6 +477,18 @@ fn daemon_status_names_the_daemon_serving_the_root_and_a_second_one_is_told() {
         listing.contains(&format!("daemon pid {}", first.child.id())),
         "{listing}"
     );
+    // Its start in local time with its offset, as every other line says a time.
+    let line = env.ok(&["daemon", "--status"]);
+    let since = line.split("since ").nth(1).unwrap_or_default();
+    let shape: String = since
+        .chars()
+        .take(26)
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert!(
+        shape == "9999-99-99 99:99:99 +99:99" || shape == "9999-99-99 99:99:99 -99:99",
+        "{line}"
+    );
     let second = Daemon::start(&env, &[]);
     until("the second daemon is told", || {
         second.log().contains("another daemon serves this root")

@@ -4,7 +4,7 @@ use std::fs;
 
 use crate::common::Env;
 
-fn settings(env: &Env) -> insta::Settings {
+pub fn settings(env: &Env) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.add_filter(&regex_escape(env.root.to_str().unwrap()), "[ROOT]");
     s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d", "[TIME]");

@@ -1,0 +1,196 @@
+//! The loop table (`list`, `status` with no name) as an operator reads it:
+//! a status typed as it is printed, a table that fits the terminal, a
+//! running tick and an overdue loop said plainly, and a mistyped name
+//! answered with the nearest one.
+
+use std::fs;
+use std::process::Stdio;
+
+use unicode_width::UnicodeWidthStr;
+
+use crate::common::{Env, wait_for};
+use crate::snapshots::settings;
+
+/// A loop waiting for an approval: its first tick runs, its second waits.
+fn awaiting(env: &Env, name: &str) {
+    env.new_loop(
+        name,
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    env.ok(&["tick", name]);
+    env.ok(&["tick", name]);
+    assert_eq!(env.state(name)["status"], "awaiting_approval");
+}
+
+fn names(env: &Env, args: &[&str]) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&env.ok(args)).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn list_status_accepts_awaiting_approval_as_status_prints_it() {
+    let env = Env::new();
+    awaiting(&env, "waiting");
+    env.new_loop("idle", "step = \"true\"\n");
+    for spelling in ["awaiting_approval", "awaiting-approval", "awaiting"] {
+        assert_eq!(
+            names(&env, &["list", "--json", "--status", spelling]),
+            ["waiting"],
+            "{spelling}"
+        );
+    }
+    assert_eq!(
+        names(&env, &["list", "--json", "--status", "active,awaiting_approval"]),
+        ["idle", "waiting"]
+    );
+    // What `status` prints is what `list --status` takes.
+    let shown = env.ok(&["status", "waiting"]);
+    assert!(shown.contains("awaiting_approval"), "{shown}");
+    // A status typed wrong is answered with the nearest one.
+    let err = env.fails(2, &["list", "--status", "awaitng_approval"]);
+    assert!(err.contains("awaiting_approval"), "{err}");
+}
+
+const LONG: &str = "keeps the flaky integration tests of the payment service green, one fix per tick, with a review every fifth";
+
+#[test]
+fn list_fits_the_width_it_is_given_and_cuts_the_description() {
+    let env = Env::new();
+    env.new_loop(
+        "fix-flaky-tests",
+        &format!(
+            "description = \"{LONG}\"\nstep = \"true\"\n[schedule]\nevery = \"15m\"\njitter = \"30s\"\n"
+        ),
+    )
+    .new_loop(
+        "nightly",
+        "description = \"the nightly build\"\nstep = \"true\"\n",
+    );
+    env.ok(&["tick", "fix-flaky-tests"]);
+    for columns in ["80", "72"] {
+        let out = env.cmd().arg("list").env("COLUMNS", columns).output().unwrap();
+        assert!(out.status.success());
+        let table = String::from_utf8(out.stdout).unwrap();
+        let width: usize = columns.parse().unwrap();
+        for line in table.lines() {
+            assert!(line.width() <= width, "wider than {width}: {line:?}\n{table}");
+        }
+        assert_eq!(table.lines().count(), 3, "one line a loop:\n{table}");
+    }
+    let out = env.cmd().arg("list").env("COLUMNS", "80").output().unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains('…'), "{table}");
+    settings(&env).bind(|| insta::assert_snapshot!("list_80_columns", table));
+    // Piped, with no width given, every cell is whole.
+    let whole = env.ok(&["list"]);
+    assert!(whole.contains(LONG), "{whole}");
+}
+
+#[test]
+fn a_running_tick_is_shown_as_running_in_the_table() {
+    let env = Env::new();
+    let dir = env.root.join("signals");
+    fs::create_dir_all(&dir).unwrap();
+    env.new_loop("slow", &crate::common::gated_step(&dir));
+    let mut tick = env
+        .cmd()
+        .args(["tick", "slow"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&dir.join("started"));
+    let table = env.ok(&["list"]);
+    fs::write(dir.join("go"), "").unwrap();
+    assert!(tick.wait().unwrap().success());
+    let row = table.lines().find(|l| l.starts_with("slow")).unwrap();
+    assert!(row.contains("running (tick 1, "), "{table}");
+    assert!(!row.contains("active"), "{table}");
+    // The tick's own lock is not a second column saying the same.
+    assert!(!table.contains("LOCK"), "{table}");
+    let after = env.ok(&["list"]);
+    assert!(
+        after
+            .lines()
+            .any(|l| l.starts_with("slow") && l.contains("active")),
+        "{after}"
+    );
+}
+
+#[test]
+fn overdue_loops_that_nothing_fires_are_said_once_below_the_table() {
+    let env = crate::files_only!("backdates .state.loop by hand");
+    for name in ["hourly", "daily"] {
+        env.new_loop(name, "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+        // Made a day ago and never ticked: due since then.
+        let path = env.loop_dir(name).join(".state.loop");
+        let mut state: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        state["created_at"] = "2020-01-01T00:00:00Z".into();
+        fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    }
+    env.new_loop("unscheduled", "step = \"true\"\n");
+    let table = env.ok(&["list"]);
+    let hourly = table.lines().find(|l| l.starts_with("hourly")).unwrap();
+    assert!(hourly.contains("overdue "), "{table}");
+    let said: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains("no daemon serves this root"))
+        .collect();
+    assert_eq!(said.len(), 1, "{table}");
+    assert!(
+        said[0].contains("2 loops are overdue") && said[0].contains("automaton daemon"),
+        "{table}"
+    );
+    // A loop that has ticked on time is not overdue.
+    env.ok(&["tick", "hourly"]);
+    env.ok(&["tick", "daily"]);
+    let table = env.ok(&["list"]);
+    assert!(!table.contains("overdue"), "{table}");
+    assert!(!table.contains("no daemon serves"), "{table}");
+}
+
+#[test]
+fn a_mistyped_loop_name_is_answered_with_the_nearest() {
+    let env = Env::new();
+    env.new_loop("agent", "step = \"true\"\n")
+        .new_loop("nightly", "step = \"true\"\n");
+    for args in [
+        &["status", "agnet"][..],
+        &["tick", "agnet"],
+        &["logs", "agnet"],
+        &["pause", "agnet"],
+    ] {
+        let err = env.fails(3, args);
+        assert!(err.contains("no loop named \"agnet\""), "{err}");
+        assert!(err.contains("did you mean \"agent\"?"), "{args:?}: {err}");
+    }
+    // Nothing like it: no suggestion.
+    let err = env.fails(3, &["status", "zzzz"]);
+    assert!(!err.contains("did you mean"), "{err}");
+}
+
+#[test]
+fn a_mistyped_stock_gate_command_or_backend_is_answered_with_the_nearest() {
+    let env = Env::new();
+    let err = env.fails(1, &["gate", "inspect", "stock:budgt"]);
+    assert!(err.contains("did you mean \"budget\"?"), "{err}");
+    let file = env.root.join("x.toml");
+    fs::write(
+        &file,
+        "step = \"true\"\n[[gate]]\nstock = \"max-failure\"\nparams = { max = 3 }\n",
+    )
+    .unwrap();
+    let err = env.fails(5, &["new", "x", "--from", file.to_str().unwrap()]);
+    assert!(err.contains("did you mean \"max-failures\"?"), "{err}");
+    let err = env.fails(2, &["man", "aprove"]);
+    assert!(err.contains("did you mean \"approve\"?"), "{err}");
+    env.new_loop("x", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    let err = env.fails(
+        2,
+        &["schedule", "install", "x", "--backend", "systemdd", "--dry-run"],
+    );
+    assert!(err.contains("systemd"), "{err}");
+}
