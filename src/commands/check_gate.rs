@@ -64,52 +64,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
             None => PhaseResult::empty(),
         };
         if args.apply {
-            state.apply(&result.combined, Moment::Recorded);
-            let mut events: Vec<EventKind> = result
-                .verdicts
-                .iter()
-                .zip(&result.contexts)
-                .map(|(v, ctx)| EventKind::Gate {
-                    tick: state.tick + 1,
-                    verdict: v.clone(),
-                    context: Box::new(ctx.clone()),
-                })
-                .collect();
-            let head = state
-                .worktree
-                .as_ref()
-                .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
-            let asked = || {
-                result
-                    .verdicts
-                    .iter()
-                    .filter(|v| matches!(v.decision, Decision::AwaitApproval(_)))
-                    .map(|v| crate::state::Asked {
-                        gate: v.gate.clone(),
-                        version: v.version.clone(),
-                        reason: v.decision.reason().to_owned(),
-                    })
-                    .collect()
-            };
-            let settled = state.settle_await(state.tick + 1, asked, head, crate::clock::now());
-            if let Some(opened) = settled.opened {
-                events.push(EventKind::Awaiting { awaiting: opened });
-            }
-            if let Some((closed, left)) = settled.closed
-                && !left.is_empty()
-            {
-                events.push(EventKind::ApprovalsDropped {
-                    await_id: Some(closed.id),
-                    ids: left.iter().map(|a| a.id.clone()).collect(),
-                    by: left.into_iter().map(|a| a.by).collect(),
-                    why: crate::history::Dropped::Ended,
-                    head: None,
-                });
-            }
-            events.push(EventKind::CheckGate {
-                by: by.clone(),
-                decision: result.combined.clone(),
-            });
+            let events = applied(&result, &mut state, &by);
             session.commit(&mut state, events, Durability::Full)?;
         }
         Report {
@@ -133,6 +88,58 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
         (true, Decision::Halt(_)) => Exit::Halted,
         _ => Exit::Ok,
     })
+}
+
+/// Records the combined decision as a tick would: the gate events, the
+/// await it opens or the approvals it ends, and the check-gate event.
+fn applied(result: &PhaseResult, state: &mut crate::state::State, by: &str) -> Vec<EventKind> {
+    state.apply(&result.combined, Moment::Recorded);
+    let mut events: Vec<EventKind> = result
+        .verdicts
+        .iter()
+        .zip(&result.contexts)
+        .map(|(v, ctx)| EventKind::Gate {
+            tick: state.tick + 1,
+            verdict: v.clone(),
+            context: Box::new(ctx.clone()),
+        })
+        .collect();
+    let head = state
+        .worktree
+        .as_ref()
+        .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
+    let asked = || {
+        result
+            .verdicts
+            .iter()
+            .filter(|v| matches!(v.decision, Decision::AwaitApproval(_)))
+            .map(|v| crate::state::Asked {
+                gate: v.gate.clone(),
+                version: v.version.clone(),
+                reason: v.decision.reason().to_owned(),
+            })
+            .collect()
+    };
+    let settled = state.settle_await(state.tick + 1, asked, head, crate::clock::now());
+    if let Some(opened) = settled.opened {
+        events.push(EventKind::Awaiting { awaiting: opened });
+    }
+    if let Some((closed, left)) = settled.closed
+        && !left.is_empty()
+    {
+        events.push(EventKind::ApprovalsDropped {
+            await_id: Some(closed.id),
+            ids: left.iter().map(|a| a.id.clone()).collect(),
+            by: left.into_iter().map(|a| a.by).collect(),
+            why: crate::history::Dropped::Ended,
+            head: None,
+        });
+    }
+    events.push(EventKind::CheckGate {
+        by: by.to_owned(),
+        decision: result.combined.clone(),
+    });
+    events
 }
 
 fn human(r: &Report) -> String {

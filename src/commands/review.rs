@@ -242,37 +242,64 @@ fn work(path: &std::path::Path, branch: &str, from: Option<String>, with_patch: 
 
 /// The review as text that fits [`WIDTH`] columns.
 fn human(r: &Review) -> String {
-    let mut text = String::new();
-    let mut line = |s: String| {
-        text += &fit(&safe(&s));
+    let mut text = Lines::default();
+    text.line(format!("loop {} is {}", r.loop_name, r.status));
+    awaiting(&mut text, r);
+    text.line(String::new());
+    ticks(&mut text, r);
+    text.line(String::new());
+    metrics(&mut text, r);
+    work_lines(&mut text, r);
+    let mut text = text.0;
+    if let Some(patch) = r.work.as_ref().and_then(|w| w.patch.as_ref()) {
+        // The patch is shown whole, line by line: cutting its lines would
+        // break it.
         text.push('\n');
-    };
-    line(format!("loop {} is {}", r.loop_name, r.status));
-    match &r.awaiting {
-        Some(a) => {
-            line(format!(
-                "await {} since {} (tick {})",
-                a.id,
-                super::render::local(a.since),
-                a.tick
-            ));
-            for g in &a.gates {
-                let version = g.version.as_deref().map(|v| format!(" {v}")).unwrap_or_default();
-                line(format!("  {}{version}: {}", g.gate, g.reason));
-            }
-            if let Some(h) = &a.head {
-                line(format!("  on commit {}", short(h)));
-            }
+        for l in patch.lines() {
+            text += &safe(l);
+            text.push('\n');
         }
-        None => line("no await is pending".to_owned()),
     }
-    line(String::new());
+    text
+}
+
+/// The review's text, one escaped line at a time, each fitted to 80 columns.
+#[derive(Default)]
+struct Lines(String);
+
+impl Lines {
+    fn line(&mut self, s: String) {
+        self.0 += &fit(&safe(&s));
+        self.0.push('\n');
+    }
+}
+
+fn awaiting(text: &mut Lines, r: &Review) {
+    let Some(a) = &r.awaiting else {
+        return text.line("no await is pending".to_owned());
+    };
+    text.line(format!(
+        "await {} since {} (tick {})",
+        a.id,
+        super::render::local(a.since),
+        a.tick
+    ));
+    for g in &a.gates {
+        let version = g.version.as_deref().map(|v| format!(" {v}")).unwrap_or_default();
+        text.line(format!("  {}{version}: {}", g.gate, g.reason));
+    }
+    if let Some(h) = &a.head {
+        text.line(format!("  on commit {}", short(h)));
+    }
+}
+
+fn ticks(text: &mut Lines, r: &Review) {
     match r.since_version {
-        Some(v) => line(format!("ticks since the last approval (version {v}):")),
-        None => line("ticks (no approval yet):".to_owned()),
+        Some(v) => text.line(format!("ticks since the last approval (version {v}):")),
+        None => text.line("ticks (no approval yet):".to_owned()),
     }
     if r.ticks.is_empty() {
-        line("  none".to_owned());
+        text.line("  none".to_owned());
     }
     for t in &r.ticks {
         let mut head = format!("tick {}: {}", t.tick, t.outcome);
@@ -286,12 +313,12 @@ fn human(r: &Review) -> String {
                 ", verifier failed"
             };
         }
-        line(head);
+        text.line(head);
         if let Some(reason) = t.reason.as_ref().filter(|_| t.outcome != Outcome::Ran) {
-            line(format!("  reason: {reason}"));
+            text.line(format!("  reason: {reason}"));
         }
         if let Some(h) = &t.head {
-            line(format!(
+            text.line(format!(
                 "  {}: {} -> {}",
                 h.branch,
                 h.before.as_deref().map_or("none", short),
@@ -299,52 +326,46 @@ fn human(r: &Review) -> String {
             ));
         }
         for g in &t.gates {
-            line(format!("  gate {}: {}", g.gate, g.decision));
+            text.line(format!("  gate {}: {}", g.gate, g.decision));
         }
         for (name, lines) in &t.output {
-            line(format!("  {name} (last {} lines):", lines.len()));
+            text.line(format!("  {name} (last {} lines):", lines.len()));
             for l in lines {
-                line(format!("    {l}"));
+                text.line(format!("    {l}"));
             }
         }
     }
-    line(String::new());
-    line("metrics since the last approval / overall:".to_owned());
+}
+
+fn metrics(text: &mut Lines, r: &Review) {
+    text.line("metrics since the last approval / overall:".to_owned());
     let keys: std::collections::BTreeSet<&String> = r.metrics_since.keys().chain(r.totals.keys()).collect();
     if keys.is_empty() {
-        line("  none".to_owned());
+        text.line("  none".to_owned());
     }
     for k in keys {
         let since = r.metrics_since.get(k).copied().unwrap_or(0.0);
         let all = r.totals.get(k).copied().unwrap_or(0.0);
-        line(format!("  {k}: {since} / {all}"));
+        text.line(format!("  {k}: {since} / {all}"));
     }
-    if let Some(w) = &r.work {
-        line(String::new());
-        match (&w.from, &w.head) {
-            (Some(f), Some(h)) => line(format!("{}: {}..{}", w.branch, short(f), short(h))),
-            _ => line(format!("{}: no approved commit to compare with", w.branch)),
-        }
-        if w.commits.is_empty() {
-            line("  no commits".to_owned());
-        }
-        for c in &w.commits {
-            line(format!("  {c}"));
-        }
-        for l in w.diffstat.lines() {
-            line(format!(" {l}"));
-        }
+}
+
+fn work_lines(text: &mut Lines, r: &Review) {
+    let Some(w) = &r.work else { return };
+    text.line(String::new());
+    match (&w.from, &w.head) {
+        (Some(f), Some(h)) => text.line(format!("{}: {}..{}", w.branch, short(f), short(h))),
+        _ => text.line(format!("{}: no approved commit to compare with", w.branch)),
     }
-    if let Some(patch) = r.work.as_ref().and_then(|w| w.patch.as_ref()) {
-        // The patch is shown whole, line by line: cutting its lines would
-        // break it.
-        text.push('\n');
-        for l in patch.lines() {
-            text += &safe(l);
-            text.push('\n');
-        }
+    if w.commits.is_empty() {
+        text.line("  no commits".to_owned());
     }
-    text
+    for c in &w.commits {
+        text.line(format!("  {c}"));
+    }
+    for l in w.diffstat.lines() {
+        text.line(format!(" {l}"));
+    }
 }
 
 /// A commit's first 12 hex digits.

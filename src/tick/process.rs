@@ -261,9 +261,15 @@ fn run_in(
     if cancel.is_some_and(Cancel::is_cancelled) {
         return ended(Failure::CancelledBeforeVerifier);
     }
+    verified(&runner, v, step)
+}
+
+/// Runs the verifier after a step that succeeded: its failure, its
+/// cancellation or a lock lost while it ran fails the tick.
+fn verified(runner: &Runner<'_>, v: &crate::config::Verifier, step: ProcessOutcome) -> Ran {
     let timeout = v.timeout.map_or(DEFAULT_VERIFIER_TIMEOUT, |d| d.0);
     match runner.run("verifier", &v.command, timeout, None) {
-        Ok(o) if lost.is_some_and(LockWatch::is_lost) => Ran {
+        Ok(o) if runner.lost.is_some_and(LockWatch::is_lost) => Ran {
             failure: Some(Failure::LockLost {
                 what: "verifier",
                 ended: Box::new(Failure::ended("verifier", &o, timeout)),
@@ -273,7 +279,7 @@ fn run_in(
             run_dir: None,
         },
         Ok(o) => Ran {
-            failure: match runs::cancelled_by(run_dir) {
+            failure: match runs::cancelled_by(runner.run_dir) {
                 Some(by) => Some(Failure::Cancelled {
                     by,
                     ended: Box::new(Failure::ended("verifier", &o, timeout)),
@@ -284,7 +290,11 @@ fn run_in(
             verifier: Some(o),
             run_dir: None,
         },
-        Err(failure) => ended(failure),
+        Err(failure) => Ran {
+            failure: Some(failure),
+            step: Some(step),
+            ..Ran::default()
+        },
     }
 }
 
