@@ -216,7 +216,8 @@ fn loop_edited_to(env: &crate::common::Env, name: &str, toml: &str) {
 
 #[test]
 fn params_a_gate_rejects_are_named_by_their_line_in_loop_toml() {
-    let env = crate::common::Env::new();
+    // `edit` and `new` refuse such params: only a hand edit of the file gives them.
+    let env = crate::files_only!("loop.toml edited by hand");
     loop_edited_to(&env, "p", BAD_PARAMS);
     let out = env.fails(5, &["validate", "p"]);
     assert!(
@@ -239,7 +240,8 @@ fn params_a_gate_rejects_are_named_by_their_line_in_loop_toml() {
 
 #[test]
 fn status_of_one_loop_calls_its_config_invalid_when_validate_does() {
-    let env = crate::common::Env::new();
+    // `edit` and `new` refuse such params: only a hand edit of the file gives them.
+    let env = crate::files_only!("loop.toml edited by hand");
     loop_edited_to(&env, "p", BAD_PARAMS);
     let v = env.status("p");
     let error = v["config_error"].as_str().unwrap_or_default();
@@ -250,7 +252,8 @@ fn status_of_one_loop_calls_its_config_invalid_when_validate_does() {
 
 #[test]
 fn a_gate_failure_its_policy_let_pass_is_shown_by_status_until_it_answers() {
-    let env = crate::common::Env::new();
+    // `edit` and `new` refuse such params: only a hand edit of the file gives them.
+    let env = crate::files_only!("loop.toml edited by hand");
     loop_edited_to(&env, "p", &format!("{BAD_PARAMS}on_error = \"skip\"\n"));
     env.ok(&["tick", "p"]);
     let failure = &env.state("p")["gate_error"];
