@@ -101,7 +101,7 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> 
         };
         let mut notice = Notice::operator(dir.name().as_str(), &state, op, None, root.path());
         notice.tick = flight.tick;
-        crate::tick::after::follow(root, crate::tick::after::Change::Operated(dir, notice));
+        crate::tick::after::follow(root, crate::tick::after::Change::Operated(dir, Box::new(notice)));
     }
     written
 }

@@ -66,7 +66,7 @@ pub(super) fn tell(
 ) -> Result<Exit> {
     if let Some(notice) = notice {
         let _ = out.flush();
-        crate::tick::after::follow(root, crate::tick::after::Change::Operated(dir, notice));
+        crate::tick::after::follow(root, crate::tick::after::Change::Operated(dir, Box::new(notice)));
     }
     written
 }

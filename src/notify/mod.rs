@@ -54,7 +54,7 @@ pub fn after_tick(root: &Root, report: &TickReport) {
     let Some(kind) = kinds.into_iter().find(|k| on.contains(k)) else {
         return;
     };
-    let mut notice = Notice::new(kind, name, facts.clone(), report.reason.clone(), root.path());
+    let mut notice = Notice::new(kind, name, (**facts).clone(), report.reason.clone(), root.path());
     notice.tick = report.tick;
     send(root, &config, store.base_dir(), notice);
 }

@@ -26,7 +26,7 @@ pub enum Change<'a> {
     /// An operator changed the loop (`pause`, `resume`, `approve`,
     /// `reject`, `cancel`): its people hear of it, if its `[notify] on`
     /// lists `operator`.
-    Operated(&'a dyn LoopStore, Notice),
+    Operated(&'a dyn LoopStore, Box<Notice>),
 }
 
 /// Acts on `change`, outside the loop's lock.
@@ -40,6 +40,6 @@ pub fn follow(root: &Root, change: Change<'_>) {
         }
         Change::Stopped(name) => crate::schedule::loop_stopped(root, name.as_str()),
         Change::Resumed(name) => crate::schedule::loop_resumed(root, name),
-        Change::Operated(store, notice) => crate::notify::operated(root, store, notice),
+        Change::Operated(store, notice) => crate::notify::operated(root, store, *notice),
     }
 }

@@ -216,7 +216,7 @@ impl Tick<'_> {
             Before::Ended(report) => report,
         };
         report.started_waiting = report.outcome == Outcome::AwaitingApproval && !was_awaiting;
-        report.facts = Some(crate::notify::Facts::of(&state));
+        report.facts = Some(Box::new(crate::notify::Facts::of(&state)));
         Ok(report)
     }
 

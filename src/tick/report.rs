@@ -34,7 +34,7 @@ pub struct TickReport {
     /// The loop as the tick left it, for its notifications (none when the
     /// tick found the lock held).
     #[serde(skip)]
-    pub facts: Option<Facts>,
+    pub facts: Option<Box<Facts>>,
 }
 
 impl TickReport {

@@ -352,3 +352,61 @@ fn what_notify_says_is_checked() {
         assert!(err.contains(says), "{toml}: {err}");
     }
 }
+
+#[test]
+fn the_daemon_delivers_webhooks_off_its_workers() {
+    let env = Env::new();
+    let (url, release, held) = silent_receiver();
+    let make = |name: &str, toml: &str| {
+        let file = env.root.join(format!("{name}.toml"));
+        std::fs::write(&file, toml).unwrap();
+        let out = env
+            .cmd()
+            .env("AUTOMATON_MIN_EVERY", "100ms")
+            .args(["new", name, "--from"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    // A receiver that holds the one worker for ten minutes if the worker
+    // delivers: the other loop would not tick again while it waits.
+    make(
+        "flaky",
+        &format!(
+            "step = \"false\"\n[schedule]\nevery = \"100ms\"\n\
+             [notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"10m\"\n"
+        ),
+    );
+    make("clock", "step = \"true\"\n[schedule]\nevery = \"100ms\"\n");
+    let mut daemon = env
+        .cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .args(["daemon", "--max-concurrent", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap_or(0);
+    let until = |what: &str, cond: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "never happened: {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until("the loop failed", &|| ticks("flaky") >= 1);
+    let then = ticks("clock") + ticks("flaky");
+    until(
+        "the daemon ticked on while the receiver held its webhook",
+        &|| ticks("clock") + ticks("flaky") >= then + 5,
+    );
+    let _ = release.send(());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    assert!(held.join().unwrap(), "the receiver was released by the test");
+}
