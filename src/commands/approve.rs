@@ -55,11 +55,10 @@ pub fn run(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit>
             out,
         );
     }
-    let written = match (given.await_id.is_some(), count >= required, serving(root, dir)) {
-        (true, true, false) => None,
-        (true, true, true) => Some(format!("{line}; the daemon serving this root starts its tick")),
-        (false, _, _) => Some(format!("{line}; not ticked: no await is pending")),
-        (true, false, _) => Some(format!(
+    let written = match (given.await_id.is_some(), count >= required) {
+        (true, true) => None,
+        (false, _) => Some(format!("{line}; not ticked: no await is pending")),
+        (true, false) => Some(format!(
             "{line}; not ticked: {} more approval{} needed to release it",
             required - count,
             if required - count == 1 { " is" } else { "s are" }
@@ -156,11 +155,4 @@ fn counted(state: &State, given: &Approval, bind: Bind) -> usize {
     by.sort_unstable();
     by.dedup();
     by.len()
-}
-
-/// Whether a daemon serves the root and fires loop `dir` (it has a
-/// schedule): an approval that releases an await starts its tick there.
-fn serving(root: &Root, dir: &dyn LoopStore) -> bool {
-    let scheduled = dir.config().is_ok_and(|c| c.schedule.is_some());
-    scheduled && crate::daemon::daemon_status(root).is_ok_and(|s| s.is_some_and(|s| s.serving))
 }

@@ -290,9 +290,9 @@ fn the_commit_range_is_told() {
 }
 
 #[test]
-fn operator_tells_of_a_pause_and_a_resume_by_someone() {
+fn operator_tells_of_a_pause_a_resume_and_a_rejection_by_someone() {
     let env = Env::new();
-    let (url, got) = receiver(vec![200, 200]);
+    let (url, got) = receiver(vec![200, 200, 200]);
     let log = env.root.join("said");
     let vars = [
         "AUTOMATON_EVENT",
@@ -317,9 +317,11 @@ fn operator_tells_of_a_pause_and_a_resume_by_someone() {
     by("ann", &["pause", "agent", "--reason", "lunch"]);
     by("ann", &["pause", "agent"]);
     by("bob", &["resume", "agent"]);
+    by("cy", &["reject", "agent", "--halt", "--reason", "wrong turn"]);
     assert_eq!(
         read(&log),
-        "operator|pause|ann|delegated|lunch\noperator|resume|bob|delegated|\n",
+        "operator|pause|ann|delegated|lunch\noperator|resume|bob|delegated|\n\
+         operator|reject|cy|delegated|rejected by cy: wrong turn\n",
         "a pause that changed nothing is not told"
     );
     let paused = next(&got).body;
@@ -329,6 +331,11 @@ fn operator_tells_of_a_pause_and_a_resume_by_someone() {
     assert_eq!(paused["actor"]["user"], "ann");
     assert_eq!(paused["actor"]["via"], "delegated");
     assert_eq!(next(&got).body["action"], "resume");
+    let rejected = next(&got).body;
+    assert_eq!(
+        (rejected["action"].as_str(), rejected["status"].as_str()),
+        (Some("reject"), Some("halted"))
+    );
 }
 
 #[test]
