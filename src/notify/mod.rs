@@ -115,3 +115,54 @@ fn send(root: &Root, config: &LoopConfig, base: &Path, mut notice: Notice) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::State;
+
+    fn report(outcome: Outcome, failures: u32) -> (TickReport, Facts) {
+        let mut state = State::new(crate::clock::now());
+        state.consecutive_failures = failures;
+        let report = TickReport {
+            loop_name: "agent".into(),
+            tick: 3,
+            outcome,
+            reason: None,
+            decisions: Vec::new(),
+            step: None,
+            verifier: None,
+            recovered_crash: None,
+            started_waiting: false,
+            facts: None,
+        };
+        (report, Facts::of(&state))
+    }
+
+    #[test]
+    fn a_failure_is_the_first_of_a_run_and_a_halt_comes_first() {
+        let (failed, first) = report(Outcome::Failed, 1);
+        assert_eq!(tick_kinds(&failed, &first), [Kind::Failure]);
+        let (_, again) = report(Outcome::Failed, 2);
+        assert!(tick_kinds(&failed, &again).is_empty(), "the second of a run");
+        let (ran, _) = report(Outcome::Ran, 0);
+        assert!(tick_kinds(&ran, &first).is_empty());
+        let (mut halted, _) = report(Outcome::Halted, 1);
+        assert_eq!(
+            tick_kinds(&halted, &first),
+            [Kind::Halt],
+            "a halt that is no failure"
+        );
+        halted.step = failed_step();
+        assert_eq!(tick_kinds(&halted, &first), [Kind::Halt, Kind::Failure]);
+    }
+
+    fn failed_step() -> Option<crate::state::ProcessOutcome> {
+        Some(crate::state::ProcessOutcome {
+            exit_code: Some(1),
+            signal: None,
+            duration_ms: 5,
+            timed_out: false,
+        })
+    }
+}
