@@ -409,6 +409,10 @@ pub struct ApproveArgs {
     /// is the one pending
     #[arg(long = "await", value_name = "ID")]
     pub await_id: Option<String>,
+    /// Then run the tick the approval releases, here and now, as `tick`
+    /// does (its output and exit code); not when more approvals are needed
+    #[arg(long, conflicts_with_all = ["ahead", "json"])]
+    pub run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -47,6 +47,9 @@ pub struct LoopConfig {
     pub history: HistoryLimits,
     #[serde(default)]
     pub notify: Option<Notify>,
+    /// Where people reach the console (the root's automaton.toml's when unset).
+    #[serde(default)]
+    pub server: crate::notify::Server,
     #[serde(default)]
     pub runner: Runner,
     /// Variables of the runner's environment that the step, the verifier
@@ -84,17 +87,7 @@ impl Runner {
     }
 }
 
-/// `[notify]`: a command run when a tick leaves the loop awaiting approval
-/// (when the wait starts, not at every firing), halted or completed.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Notify {
-    /// An argv array, or a string run by `sh -c`.
-    pub command: CommandLine,
-    /// How long it may run before it is killed (default 1m).
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
+pub use crate::notify::Notify;
 
 fn default_workdir() -> PathBuf {
     PathBuf::from(".")

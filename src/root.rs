@@ -30,6 +30,8 @@ pub struct Settings {
     pub delegates: Vec<String>,
     /// The root-wide `[access]` lists.
     pub access: crate::access::Access,
+    /// Where people reach the console, for every loop that does not say.
+    pub server: crate::notify::Server,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -227,6 +229,9 @@ struct RootConfig {
     /// The roles of every loop whose loop.toml leaves them unset.
     #[serde(default)]
     access: crate::access::Access,
+    /// The console's address, for the links notifications carry.
+    #[serde(default)]
+    server: crate::notify::Server,
 }
 
 /// The root's config file.
@@ -275,6 +280,7 @@ impl Root {
         let settings = Arc::new(Settings {
             delegates: config.delegates,
             access: config.access,
+            server: config.server,
         });
         crate::who::set_delegates(&settings.delegates);
         Ok((

@@ -25,6 +25,7 @@ use crate::cli::CancelArgs;
 use crate::error::{Error, Exit, Result};
 use crate::fsx::Dir;
 use crate::lock::{Holder, Wait};
+use crate::notify::{Notice, Operation};
 use crate::root::Root;
 use crate::runs::{self, Runs};
 use crate::state::{InFlight, ProcessStart};
@@ -50,7 +51,8 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> 
     let dir = &*dir;
     // The tick it would stop holds the lock: a refusal is recorded only
     // when no tick does.
-    let by = super::allowed(root, dir, crate::access::Action::Cancel, Wait::No)?.user;
+    let actor = super::allowed(root, dir, crate::access::Action::Cancel, Wait::No)?;
+    let by = actor.user.clone();
     let state = dir.load()?;
     let mut report = Cancelled {
         name: dir.name().to_string(),
@@ -89,7 +91,19 @@ pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> 
             holder: LoopStore::holder(dir),
         });
     }
-    finish(&report, args.json.json, out)
+    let written = finish(&report, args.json.json, out);
+    let _ = out.flush();
+    // Once the tick is recorded and the line written: its people hear of it.
+    if let Ok(state) = dir.load() {
+        let op = Operation {
+            action: "cancel",
+            actor,
+        };
+        let mut notice = Notice::operator(dir.name().as_str(), &state, op, None, root.path());
+        notice.tick = flight.tick;
+        crate::tick::after::follow(root, crate::tick::after::Change::Operated(dir, Box::new(notice)));
+    }
+    written
 }
 
 fn finish(r: &Cancelled, json: bool, out: &mut dyn Write) -> Result<Exit> {

@@ -1,6 +1,7 @@
 //! One file per verb. Each is short: resolve the loop, take the lock if it
 //! changes the loop, load, change the typed state, save, render.
 
+mod approve;
 mod cancel;
 mod check_gate;
 mod daemon;
@@ -75,7 +76,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),
         Command::Pause(args) => ops::pause(&Root::open(root)?, &args, out),
         Command::Resume(args) => ops::resume(&Root::open(root)?, &args, out),
-        Command::Approve(args) => ops::approve(&Root::open(root)?, &args, out),
+        Command::Approve(args) => approve::run(&Root::open(root)?, &args, out),
         Command::Reject(args) => ops::reject(&Root::open(root)?, &args, out),
         Command::Cancel(args) => cancel::run(&Root::open(root)?, &args, out),
         Command::Rm(args) => ops::rm(&Root::open(root)?, &args, out),

@@ -7,17 +7,19 @@ use std::io::Write;
 use super::render::{number, safe};
 use crate::access::Action;
 use crate::bounds;
-use crate::cli::{ApproveArgs, PauseArgs, RejectArgs, ResumeArgs, RmArgs};
+use crate::cli::{PauseArgs, RejectArgs, ResumeArgs, RmArgs};
 use crate::error::{Error, Exit, Result};
 use crate::gate::{Decision, GateHost, Phase};
 use crate::history::{Dropped, EventKind};
 use crate::lock::Holder;
+use crate::notify::{Notice, Operation};
 use crate::root::Root;
 use crate::state::{Refusal, State, Status};
 use crate::store::LoopStore;
 use crate::tick::gates;
+use crate::who::Actor;
 
-fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
+pub(super) fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
     move |r| Error::Refused {
         name: dir.name().to_string(),
         message: r.0,
@@ -26,7 +28,13 @@ fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
 
 /// The command's line (what it quotes, a reason or a user, shown as
 /// [`safe`] shows text), or the loop's view as JSON.
-fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn report(
+    dir: &dyn LoopStore,
+    state: &State,
+    json: bool,
+    line: String,
+    out: &mut dyn Write,
+) -> Result<Exit> {
     if json {
         super::emit_json(out, &super::status::view(dir, state))?;
     } else {
@@ -35,11 +43,40 @@ fn report(dir: &dyn LoopStore, state: &State, json: bool, line: String, out: &mu
     Ok(Exit::Ok)
 }
 
+/// What an operator's command did, for the loop's people (`[notify] on =
+/// ["operator"]`).
+pub(super) fn operated(
+    root: &Root,
+    dir: &dyn LoopStore,
+    state: &State,
+    action: &'static str,
+    actor: Actor,
+) -> Notice {
+    let op = Operation { action, actor };
+    Notice::operator(dir.name().as_str(), state, op, None, root.path())
+}
+
+/// [`report`], then the loop's people hear of `notice`, if there is one.
+pub(super) fn tell(
+    root: &Root,
+    dir: &dyn LoopStore,
+    notice: Option<Notice>,
+    written: Result<Exit>,
+    out: &mut dyn Write,
+) -> Result<Exit> {
+    if let Some(notice) = notice {
+        let _ = out.flush();
+        crate::tick::after::follow(root, crate::tick::after::Change::Operated(dir, Box::new(notice)));
+    }
+    written
+}
+
 pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
-    let by = super::allowed(root, dir, Action::Pause, t.wait.wait())?.user;
+    let actor = super::allowed(root, dir, Action::Pause, t.wait.wait())?;
+    let by = actor.user.clone();
     let reason = bounds::opt_text(args.reason.clone());
     let mut already = false;
     let state = super::update_loop(dir, "pause", t.wait.wait(), |s| {
@@ -56,14 +93,26 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit>
         (true, None) => format!("loop {} is already paused; nothing changed", dir.name()),
         (false, _) => format!("paused loop {}", dir.name()),
     };
-    report(dir, &state, t.json.json, line, out)
+    let notice = (!already).then(|| {
+        let mut n = operated(root, dir, &state, "pause", actor);
+        n.reason = state.status_reason.clone();
+        n
+    });
+    tell(
+        root,
+        dir,
+        notice,
+        report(dir, &state, t.json.json, line, out),
+        out,
+    )
 }
 
 pub fn resume(root: &Root, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
-    let by = super::allowed(root, dir, Action::Resume, t.wait.wait())?.user;
+    let actor = super::allowed(root, dir, Action::Resume, t.wait.wait())?;
+    let by = actor.user.clone();
     let mut from = Status::Active;
     let mut dropped = BTreeMap::new();
     let state = super::update_loop(dir, "resume", t.wait.wait(), |s| {
@@ -100,7 +149,15 @@ pub fn resume(root: &Root, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exi
     {
         tracing::warn!("{warning}");
     }
-    report(dir, &state, t.json.json, line, out)
+    let changed = from != Status::Active || !dropped.is_empty();
+    let notice = changed.then(|| operated(root, dir, &state, "resume", actor));
+    tell(
+        root,
+        dir,
+        notice,
+        report(dir, &state, t.json.json, line, out),
+        out,
+    )
 }
 
 /// `cost_usd=20.5 tokens=1200`.
@@ -140,89 +197,8 @@ fn stops_again(root: &Root, dir: &dyn LoopStore, state: &State) -> Option<String
     ))
 }
 
-pub fn approve(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
-    let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
-    let dir = &*dir;
-    let by = super::allowed(root, dir, Action::Approve, t.wait.wait())?.user;
-    let mut given = None;
-    let mut required = 1;
-    let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
-        let rules = dir.config()?.approval;
-        required = rules.required;
-        let now = crate::clock::now();
-        let mut events: Vec<EventKind> = s
-            .drop_expired(now, rules.expires.map(|d| d.0))
-            .into_iter()
-            .map(|a| EventKind::ApprovalExpired {
-                id: a.id,
-                by: a.by,
-                approved_at: a.at,
-            })
-            .collect();
-        let head = s
-            .worktree
-            .as_ref()
-            .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
-        // A loop an older build left awaiting has no await on record yet.
-        if s.status == Status::AwaitingApproval
-            && let Some(opened) = s.open_await(s.tick + 1, Vec::new(), head.clone(), now)
-        {
-            events.push(EventKind::Awaiting { awaiting: opened });
-        }
-        let target = match (args.ahead, &s.awaiting) {
-            (true, _) => None,
-            (false, Some(open)) => Some(open.id.clone()),
-            // Halted and completed loops are refused by `approve` itself.
-            (false, None) if matches!(s.status, Status::Halted | Status::Completed) => None,
-            (false, None) => {
-                return Err(refused(dir)(Refusal(format!(
-                    "it is {}, not awaiting approval; pass --ahead to approve its next await in advance",
-                    s.status
-                ))));
-            }
-        };
-        if let Some(named) = &args.await_id
-            && target.as_ref() != Some(named)
-        {
-            return Err(refused(dir)(not_pending(named, target.as_deref())));
-        }
-        let approval = s
-            .approve(
-                &by,
-                bounds::opt_text(args.note.clone()),
-                now,
-                target.as_deref(),
-                head,
-            )
-            .map_err(refused(dir))?;
-        given = Some(approval.clone());
-        events.push(EventKind::Approved {
-            by: by.clone(),
-            id: approval.id,
-            note: approval.note,
-            await_id: approval.await_id,
-            head: approval.head,
-        });
-        Ok(events)
-    })?;
-    let given = given.expect("an approval was given");
-    let what = match &given.await_id {
-        Some(id) => format!("await {id} of loop {}", dir.name()),
-        None => format!("the next await of loop {}", dir.name()),
-    };
-    let mut line = format!("approved {what} as {by} ({})", given.id);
-    if required > 1 {
-        line += &format!(
-            "; {} of {required} approvers so far",
-            state.approvers_of(given.await_id.as_deref())
-        );
-    }
-    report(dir, &state, t.json.json, line, out)
-}
-
 /// A named await that is not the pending one.
-fn not_pending(named: &str, pending: Option<&str>) -> Refusal {
+pub(super) fn not_pending(named: &str, pending: Option<&str>) -> Refusal {
     Refusal(match pending {
         Some(p) => format!("await {named} is not pending; {p} is"),
         None => format!("await {named} is not pending; no await is"),
@@ -233,7 +209,8 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<Exi
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let dir = &*dir;
-    let by = super::allowed(root, dir, Action::Reject, t.wait.wait())?.user;
+    let actor = super::allowed(root, dir, Action::Reject, t.wait.wait())?;
+    let by = actor.user.clone();
     let reason = bounds::opt_text(args.reason.clone());
     let mut rejected = None;
     let state = super::update_loop(dir, "reject", t.wait.wait(), |s| {
@@ -271,11 +248,19 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<Exi
     if state.status == Status::Halted {
         crate::tick::after::follow(root, crate::tick::after::Change::Stopped(dir.name()));
     }
-    let line = match rejected {
+    let line = match &rejected {
         Some(id) => format!("rejected await {id} of loop {}: it is halted", dir.name()),
         None => format!("rejected loop {}: it is halted", dir.name()),
     };
-    report(dir, &state, t.json.json, line, out)
+    let mut notice = operated(root, dir, &state, "reject", actor);
+    (notice.reason, notice.await_id) = (state.status_reason.clone(), rejected);
+    tell(
+        root,
+        dir,
+        Some(notice),
+        report(dir, &state, t.json.json, line, out),
+        out,
+    )
 }
 
 pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {

@@ -1,12 +1,15 @@
 //! `tick`: run one tick of a loop, as a scheduler does.
 
 use std::io::Write;
+use std::time::Duration;
 
 use super::render::safe;
 use crate::cli::TickArgs;
+use crate::config::LoopConfig;
 use crate::error::{Exit, Result};
 use crate::root::Root;
 use crate::state::Outcome;
+use crate::store::LoopStore;
 use crate::tick::{self, Options, TickReport, View};
 
 pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
@@ -15,12 +18,26 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     // A tick run by hand, or by an OS schedule installed as its user.
     let wait = args.timeout.map_or(crate::lock::Wait::No, crate::lock::Wait::For);
     super::allowed(root, store.as_ref(), crate::access::Action::Tick, wait)?;
+    here(root, store.as_ref(), &config, args.timeout, args.json.json, out)
+}
+
+/// One tick of the loop `store` in this process, once its actor may run
+/// one (`tick`, `approve --run`): refused on a host its `[runner]` does not
+/// list; its report is written, then its schedule and people follow.
+pub(super) fn here(
+    root: &Root,
+    store: &dyn LoopStore,
+    config: &LoopConfig,
+    timeout: Option<Duration>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Exit> {
     // A loop pinned to other hosts does not run here.
     let runner = &config.runner;
     let here = crate::who::host();
     if !runner.allows(&here) {
         return Err(crate::Error::Refused {
-            name: args.name.clone(),
+            name: store.name().to_string(),
             message: format!(
                 "its [runner] hosts are {}; this is host {here}",
                 runner.hosts.join(", ")
@@ -29,20 +46,22 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     }
     let report = tick::run_configured(
         root,
-        store.as_ref(),
-        &config,
+        store,
+        config,
         &Options {
-            timeout: args.timeout,
+            timeout,
             process_exits: true,
             ..Options::default()
         },
     )?;
-    tick::after::follow(root, tick::after::Change::Ticked(&report));
-    if args.json.json {
-        super::emit_json(out, &report)?;
-    } else {
-        super::emit(out, &human(&report))?;
+    // The report first: a notify command or webhook never holds it back.
+    let written = match json {
+        true => super::emit_json(out, &report),
+        false => super::emit(out, &human(&report)),
     }
+    .and_then(|()| out.flush().map_err(crate::Error::Output));
+    tick::after::follow(root, tick::after::Change::Ticked(&report));
+    written?;
     Ok(report.exit())
 }
 

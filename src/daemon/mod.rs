@@ -114,6 +114,8 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
     let presence = Presence::claim(root);
+    // Webhooks are delivered off the workers, and given a moment at the end.
+    let _webhooks = crate::notify::webhook::Queue::start();
     tracing::info!(
         "daemon started on {} (at most {max} ticks at once)",
         root.path().display()

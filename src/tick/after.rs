@@ -1,12 +1,15 @@
 //! What follows a change to a loop's course, outside its lock: the one
-//! place that keeps the loop's OS schedule and its notify command in step
+//! place that keeps the loop's OS schedule and its notifications in step
 //! with what happened. Every path that can stop, start again or end a
-//! tick calls [`follow`] once the lock is let go: `tick`, the daemon's
-//! workers, `check-gate --apply`, `reject` and `resume`. Best effort: a
-//! scheduler or notify command that fails is logged and never fails the
-//! command that changed the loop.
+//! tick calls [`follow`] once the lock is let go (and a command once its
+//! output is written): `tick`, the daemon's workers, `check-gate
+//! --apply`, `pause`, `resume`, `approve`, `reject` and `cancel`. Best
+//! effort: a scheduler, notify command or webhook that fails is logged and
+//! never fails the command that changed the loop.
 
+use crate::notify::Notice;
 use crate::root::{LoopName, Root};
+use crate::store::LoopStore;
 use crate::tick::TickReport;
 
 /// What happened to a loop, as far as its schedule and its people care.
@@ -20,6 +23,10 @@ pub enum Change<'a> {
     /// The loop may run again (`resume`): a schedule a stop disabled is
     /// enabled.
     Resumed(&'a LoopName),
+    /// An operator changed the loop (`pause`, `resume`, `approve`,
+    /// `reject`, `cancel`): its people hear of it, if its `[notify] on`
+    /// lists `operator`.
+    Operated(&'a dyn LoopStore, Box<Notice>),
 }
 
 /// Acts on `change`, outside the loop's lock.
@@ -33,5 +40,6 @@ pub fn follow(root: &Root, change: Change<'_>) {
         }
         Change::Stopped(name) => crate::schedule::loop_stopped(root, name.as_str()),
         Change::Resumed(name) => crate::schedule::loop_resumed(root, name),
+        Change::Operated(store, notice) => crate::notify::operated(root, store, *notice),
     }
 }

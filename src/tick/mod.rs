@@ -10,12 +10,12 @@ pub mod after;
 pub mod gates;
 mod line;
 mod process;
+mod report;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde::Serialize;
 
 use crate::config::{LoopConfig, Overlap};
 use crate::error::{Error, Result};
@@ -24,15 +24,14 @@ use crate::history::Dropped;
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{
-    Asked, GateFailure, Head, InFlight, LastTick, Moment, Outcome, ProcessOutcome, State, Worktree,
-};
+use crate::state::{Asked, GateFailure, Head, InFlight, LastTick, Moment, Outcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
 pub use line::View;
 pub use process::{Cancel, Failure};
+pub use report::TickReport;
 
 /// How a tick was asked to run. The command line sets `timeout`; the
 /// daemon sets the rest.
@@ -56,50 +55,6 @@ pub struct Options<'a> {
     /// (unmapping the engine's code and freeing its tables is about 2 % of
     /// a CLI tick's CPU, spent after the work is done).
     pub process_exits: bool,
-}
-
-/// What a tick did; `--json` prints it.
-#[derive(Debug, Clone, Serialize)]
-pub struct TickReport {
-    #[serde(rename = "loop")]
-    pub loop_name: String,
-    /// The tick's number: the one that ran, or the one that would have.
-    pub tick: u64,
-    pub outcome: Outcome,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub decisions: Vec<Verdict>,
-    /// Left out when the step did not run, as the verifier is when it did not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<ProcessOutcome>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub verifier: Option<ProcessOutcome>,
-    /// A tick found dead mid-way (and recorded as crashed) by this one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub recovered_crash: Option<u64>,
-    /// This tick made the loop start awaiting approval (it was not before).
-    #[serde(skip)]
-    pub started_waiting: bool,
-}
-
-impl TickReport {
-    /// Whether this tick stopped the loop (halted or completed it): its
-    /// caller then disables the loop's OS schedule, outside the lock.
-    pub fn stopped(&self) -> bool {
-        matches!(self.outcome, Outcome::Halted | Outcome::Completed)
-    }
-
-    /// Whether the loop's `[notify] command` is for this tick: the loop
-    /// started awaiting approval, halted or completed. Its caller runs it,
-    /// outside the lock.
-    pub fn notifies(&self) -> bool {
-        self.started_waiting || self.stopped()
-    }
-
-    /// How the `tick` command exits for this tick (docs/ticks.md).
-    pub fn exit(&self) -> crate::error::Exit {
-        self.outcome.into()
-    }
 }
 
 /// Runs one tick of loop `name`.
@@ -175,6 +130,7 @@ fn busy(store: &dyn LoopStore, holder: Option<Holder>) -> Result<TickReport> {
         verifier: None,
         recovered_crash: None,
         started_waiting: false,
+        facts: None,
     })
 }
 
@@ -247,6 +203,7 @@ impl Tick<'_> {
                 verifier: None,
                 recovered_crash: self.recovered,
                 started_waiting: false,
+                facts: None,
             });
         }
         let session = &mut *session;
@@ -254,11 +211,12 @@ impl Tick<'_> {
             Before::Run(worktree, decision) => {
                 let stepped = self.step(session, &mut state, worktree.as_deref(), decision)?;
                 let (outcome, reason) = self.after_step(&mut state, &stepped.ran);
-                self.finish(session, state, outcome, reason, stepped)?
+                self.finish(session, &mut state, outcome, reason, stepped)?
             }
             Before::Ended(report) => report,
         };
         report.started_waiting = report.outcome == Outcome::AwaitingApproval && !was_awaiting;
+        report.facts = Some(Box::new(crate::notify::Facts::of(&state)));
         Ok(report)
     }
 
@@ -398,7 +356,7 @@ impl Tick<'_> {
     fn finish(
         &mut self,
         session: &mut dyn Session,
-        mut state: State,
+        state: &mut State,
         outcome: Outcome,
         reason: Option<String>,
         stepped: Stepped,
@@ -414,7 +372,7 @@ impl Tick<'_> {
             last.outcome = outcome;
         }
         state.in_flight = None;
-        self.note_gate_error(&mut state);
+        self.note_gate_error(state);
         self.events.push(EventKind::Tick {
             tick: number,
             outcome,
@@ -426,7 +384,7 @@ impl Tick<'_> {
             head,
         });
         let events = std::mem::take(&mut self.events);
-        match session.commit(&mut state, events, Durability::Full) {
+        match session.commit(state, events, Durability::Full) {
             // Recorded; only its durability is in doubt, and it is said so.
             Err(e @ Error::NotDurable { .. }) => return Err(e),
             Err(e) => {
@@ -459,6 +417,7 @@ impl Tick<'_> {
             verifier: ran.verifier,
             recovered_crash: self.recovered,
             started_waiting: false,
+            facts: None,
         })
     }
 
@@ -773,6 +732,7 @@ impl Tick<'_> {
             verifier: None,
             recovered_crash: self.recovered,
             started_waiting: false,
+            facts: None,
         }))
     }
 }

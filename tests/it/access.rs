@@ -376,7 +376,7 @@ fn root_wide_roles_hold_for_every_loop_that_sets_none() {
 
 /// A git repository with one commit, and the environment git needs to
 /// commit in it.
-fn repo(env: &Env) -> PathBuf {
+pub(crate) fn repo(env: &Env) -> PathBuf {
     let repo = env.root.parent().unwrap().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
@@ -384,7 +384,7 @@ fn repo(env: &Env) -> PathBuf {
     repo
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -396,7 +396,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-const GIT_ENV: [(&str, &str); 4] = [
+pub(crate) const GIT_ENV: [(&str, &str); 4] = [
     ("GIT_AUTHOR_NAME", "agent"),
     ("GIT_AUTHOR_EMAIL", "agent@example.com"),
     ("GIT_COMMITTER_NAME", "agent"),

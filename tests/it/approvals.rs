@@ -232,3 +232,68 @@ fn notify_runs_outside_the_lock_when_a_loop_starts_waiting() {
     }
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "awaiting_approval\n");
 }
+
+/// A loop whose step appends a line to `ran` and fails from its `fail_at`th
+/// run on, gated to await approval before each tick after the first.
+fn counting_loop(env: &Env, toml: &str, fail_at: u32) -> std::path::PathBuf {
+    let ran = env.root.join("ran");
+    env.new_loop(
+        "demo",
+        &format!(
+            "step = \"echo x >> '{0}'; test $(wc -l < '{0}') -lt {fail_at}\"\n\
+             [[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n{toml}",
+            ran.display()
+        ),
+    );
+    env.ok(&["tick", "demo"]);
+    env.ok(&["tick", "demo"]);
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    ran
+}
+
+#[test]
+fn approve_run_ticks_the_await_it_releases_and_exits_as_the_tick() {
+    let env = Env::new();
+    let ran = counting_loop(&env, "", 2);
+    let pending = env.state("demo")["awaiting"]["id"].as_str().unwrap().to_owned();
+    env.fails(2, &["approve", "demo", "--run", "--json"]);
+    let out = env.run(&["approve", "demo", "--run"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "the tick's exit code: {said}");
+    assert!(
+        said.starts_with(&format!("approved await {pending} of loop demo as operator")),
+        "{said}"
+    );
+    assert!(said.contains("\ndemo tick 2: failed"), "{said}");
+    assert_eq!(fs::read_to_string(&ran).unwrap().lines().count(), 2);
+}
+
+#[test]
+fn approve_run_does_not_tick_while_more_approvals_are_needed() {
+    let env = Env::new();
+    let ran = counting_loop(&env, "[approval]\nrequired = 2\n", 10);
+    let approve = |who: &str| {
+        env.cmd()
+            .args(["approve", "demo", "--run"])
+            .env("AUTOMATON_USER", who)
+            .output()
+            .unwrap()
+    };
+    let first = approve("ann");
+    let said = String::from_utf8_lossy(&first.stdout);
+    assert_eq!(first.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("1 of 2 approvers so far; not ticked: 1 more approval is needed to release it"),
+        "{said}"
+    );
+    assert_eq!(fs::read_to_string(&ran).unwrap().lines().count(), 1);
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    let second = approve("bob");
+    let said = String::from_utf8_lossy(&second.stdout);
+    assert_eq!(second.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("2 of 2 approvers so far\ndemo tick 2: ran"),
+        "{said}"
+    );
+    assert_eq!(fs::read_to_string(&ran).unwrap().lines().count(), 2);
+}

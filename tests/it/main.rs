@@ -17,6 +17,7 @@ mod invariants;
 mod listing;
 mod locking;
 mod loops;
+mod notify;
 mod operator;
 mod output;
 mod parsers;

@@ -1,0 +1,158 @@
+//! `approve`: an approval for the loop's pending await (or, `--ahead`, its
+//! next one); with `--run`, the tick it releases, in the same command.
+
+use std::io::Write;
+
+use super::ops::{not_pending, operated, refused, report, tell};
+use crate::access::Action;
+use crate::bounds;
+use crate::cli::ApproveArgs;
+use crate::config::{ApprovalRules, Bind};
+use crate::error::{Exit, Result};
+use crate::history::EventKind;
+use crate::root::Root;
+use crate::state::{Approval, Refusal, State, Status};
+use crate::store::LoopStore;
+
+pub fn run(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
+    let t = &args.target;
+    let dir = crate::store::open(root, &t.name)?;
+    let dir = &*dir;
+    // `--run` ticks as `tick` does: its actor needs that role too, and is
+    // refused before anything is given.
+    if args.run {
+        super::allowed(root, dir, Action::Tick, t.wait.wait())?;
+    }
+    let actor = super::allowed(root, dir, Action::Approve, t.wait.wait())?;
+    let by = actor.user.clone();
+    let mut given = None;
+    let mut rules = ApprovalRules::default();
+    let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
+        rules = dir.config()?.approval;
+        let (approval, events) = give(s, dir, args, &by, &rules)?;
+        given = Some(approval);
+        Ok(events)
+    })?;
+    let given = given.expect("an approval was given");
+    let what = match &given.await_id {
+        Some(id) => format!("await {id} of loop {}", dir.name()),
+        None => format!("the next await of loop {}", dir.name()),
+    };
+    let mut line = format!("approved {what} as {by} ({})", given.id);
+    let count = counted(&state, &given, rules.bind);
+    let required = rules.required as usize;
+    if required > 1 {
+        line += &format!("; {count} of {required} approvers so far");
+    }
+    let mut notice = operated(root, dir, &state, "approve", actor);
+    (notice.reason, notice.await_id) = (given.note.clone(), given.await_id.clone());
+    if !args.run {
+        return tell(
+            root,
+            dir,
+            Some(notice),
+            report(dir, &state, t.json.json, line, out),
+            out,
+        );
+    }
+    let written = match (given.await_id.is_some(), count >= required) {
+        (true, true) => None,
+        (false, _) => Some(format!("{line}; not ticked: no await is pending")),
+        (true, false) => Some(format!(
+            "{line}; not ticked: {} more approval{} needed to release it",
+            required - count,
+            if required - count == 1 { " is" } else { "s are" }
+        )),
+    };
+    if let Some(line) = written {
+        return tell(
+            root,
+            dir,
+            Some(notice),
+            report(dir, &state, t.json.json, line, out),
+            out,
+        );
+    }
+    report(dir, &state, t.json.json, line, out)?;
+    let _ = tell(root, dir, Some(notice), Ok(Exit::Ok), out);
+    let config = dir.config()?;
+    super::tick::here(root, dir, &config, t.wait.timeout, false, out)
+}
+
+/// Gives `by`'s approval on `s`: for the pending await, the one `--await`
+/// names, or (`--ahead`) the next; drops the expired ones first. The
+/// approval and the events that record it.
+fn give(
+    s: &mut State,
+    dir: &dyn LoopStore,
+    args: &ApproveArgs,
+    by: &str,
+    rules: &ApprovalRules,
+) -> Result<(Approval, Vec<EventKind>)> {
+    let now = crate::clock::now();
+    let mut events: Vec<EventKind> = s
+        .drop_expired(now, rules.expires.map(|d| d.0))
+        .into_iter()
+        .map(|a| EventKind::ApprovalExpired {
+            id: a.id,
+            by: a.by,
+            approved_at: a.at,
+        })
+        .collect();
+    let head = s
+        .worktree
+        .as_ref()
+        .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
+    // A loop an older build left awaiting has no await on record yet.
+    if s.status == Status::AwaitingApproval
+        && let Some(opened) = s.open_await(s.tick + 1, Vec::new(), head.clone(), now)
+    {
+        events.push(EventKind::Awaiting { awaiting: opened });
+    }
+    let target = match (args.ahead, &s.awaiting) {
+        (true, _) => None,
+        (false, Some(open)) => Some(open.id.clone()),
+        // Halted and completed loops are refused by `approve` itself.
+        (false, None) if matches!(s.status, Status::Halted | Status::Completed) => None,
+        (false, None) => {
+            return Err(refused(dir)(Refusal(format!(
+                "it is {}, not awaiting approval; pass --ahead to approve its next await in advance",
+                s.status
+            ))));
+        }
+    };
+    if let Some(named) = &args.await_id
+        && target.as_ref() != Some(named)
+    {
+        return Err(refused(dir)(not_pending(named, target.as_deref())));
+    }
+    let note = bounds::opt_text(args.note.clone());
+    let approval = s
+        .approve(by, note, now, target.as_deref(), head)
+        .map_err(refused(dir))?;
+    events.push(EventKind::Approved {
+        by: by.to_owned(),
+        id: approval.id.clone(),
+        note: approval.note.clone(),
+        await_id: approval.await_id.clone(),
+        head: approval.head.clone(),
+    });
+    Ok((approval, events))
+}
+
+/// The distinct people whose approvals count for the await `given` is for:
+/// with `bind = "commit"`, only those given on the same commit.
+fn counted(state: &State, given: &Approval, bind: Bind) -> usize {
+    if bind == Bind::Await {
+        return state.approvers_of(given.await_id.as_deref());
+    }
+    let mut by: Vec<&str> = state
+        .pending_approvals
+        .iter()
+        .filter(|a| a.await_id == given.await_id && a.head == given.head)
+        .map(|a| a.by.as_str())
+        .collect();
+    by.sort_unstable();
+    by.dedup();
+    by.len()
+}

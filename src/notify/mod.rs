@@ -1,0 +1,168 @@
+//! `[notify]`: tells people that a loop needs them, has stopped, started
+//! failing, or was acted on by someone (docs/notify.md). Whoever changed
+//! the loop (the `tick` command, the daemon's worker, an operator's
+//! command) notifies once the loop's lock is free (so the command may run
+//! `automaton` on the loop itself), through `tick::after`: the command in
+//! `[notify] command` is run and the webhook in `[notify] webhook` is
+//! called with the same [`Notice`]. Never fails: a problem is logged.
+//!
+//! Which ticks notify, by `on`: `await` when a tick leaves the loop
+//! awaiting approval (when the wait starts, not at every firing), `halt`
+//! and `complete` when it stops the loop, `failure` when its step,
+//! verifier or worktree failed and the tick before it had not (the first
+//! of a run of failures: a loop failing all night is heard of once, and
+//! again only after a tick that did not fail). A tick that is several of
+//! these sends one notice, of the first the loop's `on` lists in the
+//! order halt, complete, await, failure. `operator`: a pause, resume,
+//! approval, rejection or cancel that changed something.
+
+mod command;
+mod notice;
+mod settings;
+pub mod webhook;
+
+use std::path::Path;
+
+pub use notice::{Facts, Notice, Operation};
+pub use settings::{HttpUrl, Kind, Notify, Server, review_url};
+
+use crate::config::LoopConfig;
+use crate::root::Root;
+use crate::state::Outcome;
+use crate::store::LoopStore;
+use crate::tick::TickReport;
+
+/// Notifies of the tick `report` tells of, if the loop's `on` lists what
+/// it did.
+pub fn after_tick(root: &Root, report: &TickReport) {
+    let Some(facts) = &report.facts else { return };
+    let kinds = tick_kinds(report, facts);
+    if kinds.is_empty() {
+        return;
+    }
+    let name = report.loop_name.as_str();
+    let (config, store) = match crate::store::open(root, name).and_then(|d| Ok((d.config()?, d))) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("loop {name:?}: cannot read its [notify] settings: {e}");
+            return;
+        }
+    };
+    let Some(on) = config.notify.as_ref().map(|n| &n.on) else {
+        return;
+    };
+    let Some(kind) = kinds.into_iter().find(|k| on.contains(k)) else {
+        return;
+    };
+    let mut notice = Notice::new(kind, name, (**facts).clone(), report.reason.clone(), root.path());
+    notice.tick = report.tick;
+    send(root, &config, store.base_dir(), notice);
+}
+
+/// What the tick was, as `on` names it, the one notified first.
+fn tick_kinds(report: &TickReport, facts: &Facts) -> Vec<Kind> {
+    let mut kinds = Vec::new();
+    match report.outcome {
+        Outcome::Halted => kinds.push(Kind::Halt),
+        Outcome::Completed => kinds.push(Kind::Complete),
+        _ => {}
+    }
+    if report.started_waiting {
+        kinds.push(Kind::Await);
+    }
+    if report.failed() && facts.consecutive_failures == 1 {
+        kinds.push(Kind::Failure);
+    }
+    kinds
+}
+
+/// Notifies of an operator's `notice` on the loop `store`, if its `on`
+/// lists `operator`.
+pub fn operated(root: &Root, store: &dyn LoopStore, notice: Notice) {
+    let config = match store.config() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(
+                "loop {:?}: cannot read its [notify] settings: {e}",
+                store.name().as_str()
+            );
+            return;
+        }
+    };
+    if config
+        .notify
+        .as_ref()
+        .is_some_and(|n| n.on.contains(&Kind::Operator))
+    {
+        send(root, &config, store.base_dir(), notice);
+    }
+}
+
+/// Runs the command and calls the webhook of `config` for `notice`.
+fn send(root: &Root, config: &LoopConfig, base: &Path, mut notice: Notice) {
+    let Some(notify) = &config.notify else { return };
+    let server = config.server.url.as_ref().or(root.settings().server.url.as_ref());
+    notice.review_url = server.map(|s| review_url(s, &notice.loop_name));
+    if let Some(c) = &notify.command {
+        command::run(c, config, root, base, &notice);
+    }
+    if let Some(url) = &notify.webhook {
+        webhook::send(webhook::Delivery {
+            url: url.clone(),
+            body: notice.to_json(),
+            bound: notify.webhook_timeout.map_or(webhook::DEFAULT_TIMEOUT, |d| d.0),
+            loop_name: notice.loop_name.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::State;
+
+    fn report(outcome: Outcome, failures: u32) -> (TickReport, Facts) {
+        let mut state = State::new(crate::clock::now());
+        state.consecutive_failures = failures;
+        let report = TickReport {
+            loop_name: "agent".into(),
+            tick: 3,
+            outcome,
+            reason: None,
+            decisions: Vec::new(),
+            step: None,
+            verifier: None,
+            recovered_crash: None,
+            started_waiting: false,
+            facts: None,
+        };
+        (report, Facts::of(&state))
+    }
+
+    #[test]
+    fn a_failure_is_the_first_of_a_run_and_a_halt_comes_first() {
+        let (failed, first) = report(Outcome::Failed, 1);
+        assert_eq!(tick_kinds(&failed, &first), [Kind::Failure]);
+        let (_, again) = report(Outcome::Failed, 2);
+        assert!(tick_kinds(&failed, &again).is_empty(), "the second of a run");
+        let (ran, _) = report(Outcome::Ran, 0);
+        assert!(tick_kinds(&ran, &first).is_empty());
+        let (mut halted, _) = report(Outcome::Halted, 1);
+        assert_eq!(
+            tick_kinds(&halted, &first),
+            [Kind::Halt],
+            "a halt that is no failure"
+        );
+        halted.step = failed_step();
+        assert_eq!(tick_kinds(&halted, &first), [Kind::Halt, Kind::Failure]);
+    }
+
+    fn failed_step() -> Option<crate::state::ProcessOutcome> {
+        Some(crate::state::ProcessOutcome {
+            exit_code: Some(1),
+            signal: None,
+            duration_ms: 5,
+            timed_out: false,
+        })
+    }
+}

@@ -1,0 +1,183 @@
+//! `[notify] webhook`: the notice POSTed as JSON. One delivery takes at
+//! most its bound (`webhook_timeout`, 10 s by default), every attempt
+//! included: up to [`ATTEMPTS`] attempts, again after a connection error,
+//! a timeout of the attempt or a 5xx answer, with a doubling pause between
+//! them. No redirect is followed (a 3xx, like a 4xx, is a failure). A
+//! failure is logged with the loop's name and the URL masked, never the
+//! tick's or the command's that notified.
+//!
+//! A command delivers in its own thread, after its output; the daemon
+//! starts a [`Queue`]: one thread delivers the notices its workers hand it,
+//! so no worker waits on a receiver.
+
+use std::sync::Mutex;
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::settings::HttpUrl;
+
+/// A delivery's bound when loop.toml sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts at one delivery, at most.
+pub const ATTEMPTS: u32 = 3;
+/// The pause after the first failed attempt; it doubles after each.
+const BACKOFF: Duration = Duration::from_millis(500);
+/// Notices the daemon's queue holds; past that, new ones are dropped (and
+/// that is logged).
+const QUEUE_LEN: usize = 256;
+/// How long a stopping daemon waits for the queue to be delivered.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// One notice on its way.
+pub(super) struct Delivery {
+    pub url: HttpUrl,
+    pub body: String,
+    pub bound: Duration,
+    pub loop_name: String,
+}
+
+/// The daemon's queue, while one is started.
+static QUEUE: Mutex<Option<SyncSender<Delivery>>> = Mutex::new(None);
+
+/// Sends `delivery`: on the daemon's queue when one is started, else now.
+pub(super) fn send(delivery: Delivery) {
+    let queue = QUEUE.lock().ok().and_then(|q| q.clone());
+    let Some(queue) = queue else {
+        deliver(&delivery);
+        return;
+    };
+    match queue.try_send(delivery) {
+        Ok(()) => {}
+        Err(TrySendError::Full(d) | TrySendError::Disconnected(d)) => tracing::warn!(
+            "loop {:?}: webhook {}: not sent, {QUEUE_LEN} notices wait already",
+            d.loop_name,
+            d.url.masked()
+        ),
+    }
+}
+
+/// The daemon's delivery thread: started by [`Queue::start`], and given
+/// [`DRAIN`] to deliver what waits when the guard is dropped.
+pub struct Queue {
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Queue {
+    pub fn start() -> Queue {
+        let (tx, rx) = mpsc::sync_channel::<Delivery>(QUEUE_LEN);
+        let thread = std::thread::Builder::new()
+            .name("webhook".into())
+            .spawn(move || rx.iter().for_each(|d| deliver(&d)));
+        match thread {
+            Ok(thread) => {
+                if let Ok(mut q) = QUEUE.lock() {
+                    *q = Some(tx);
+                }
+                Queue { thread: Some(thread) }
+            }
+            Err(e) => {
+                tracing::warn!("webhooks are delivered by the ticks' workers: no thread for them ({e})");
+                Queue { thread: None }
+            }
+        }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if let Ok(mut q) = QUEUE.lock() {
+            q.take();
+        }
+        let Some(thread) = self.thread.take() else { return };
+        let until = Instant::now() + DRAIN;
+        while !thread.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            tracing::warn!(
+                "webhooks still being delivered after {}s are dropped",
+                DRAIN.as_secs()
+            );
+        }
+    }
+}
+
+/// What one attempt came to.
+enum Attempt {
+    Delivered,
+    /// Worth another attempt: a connection error, a timeout, a 5xx.
+    Again(String),
+    /// Not worth one: the receiver refused it, or the URL cannot be used.
+    Failed(String),
+}
+
+/// Delivers `d`, within its bound; logs a failure.
+pub(super) fn deliver(d: &Delivery) {
+    let until = Instant::now() + d.bound;
+    let mut pause = BACKOFF;
+    let mut last = String::new();
+    for attempt in 1..=ATTEMPTS {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match post(d, left) {
+            Attempt::Delivered => {
+                tracing::debug!("loop {:?}: webhook {}: delivered", d.loop_name, d.url.masked());
+                return;
+            }
+            Attempt::Failed(why) => {
+                last = why;
+                break;
+            }
+            Attempt::Again(why) => {
+                tracing::debug!(
+                    "loop {:?}: webhook {}: attempt {attempt}: {why}",
+                    d.loop_name,
+                    d.url.masked()
+                );
+                last = why;
+            }
+        }
+        if attempt < ATTEMPTS {
+            std::thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
+            pause *= 2;
+        }
+    }
+    tracing::warn!(
+        "loop {:?}: webhook {} not delivered: {}",
+        d.loop_name,
+        d.url.masked(),
+        d.url.scrub(&last)
+    );
+}
+
+/// One POST, given at most `left`.
+fn post(d: &Delivery, left: Duration) -> Attempt {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(left))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(concat!("automaton/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into();
+    let sent = agent
+        .post(d.url.as_str())
+        .header("content-type", "application/json")
+        .send(d.body.as_bytes());
+    match sent {
+        Ok(r) if r.status().is_success() => Attempt::Delivered,
+        Ok(r) if r.status().is_server_error() => Attempt::Again(format!("it answered {}", r.status())),
+        Ok(r) => Attempt::Failed(format!("it answered {}", r.status())),
+        Err(
+            e @ (ureq::Error::Io(_)
+            | ureq::Error::ConnectionFailed
+            | ureq::Error::HostNotFound
+            | ureq::Error::Timeout(_)),
+        ) => Attempt::Again(e.to_string()),
+        Err(e) => Attempt::Failed(e.to_string()),
+    }
+}

@@ -1,0 +1,57 @@
+//! What a tick did: the report the `tick` command prints (`--json` as
+//! is), the daemon logs, and what follows a tick (the schedule, the
+//! notifications) reads.
+
+use serde::Serialize;
+
+use crate::notify::Facts;
+use crate::state::{Outcome, ProcessOutcome};
+
+use super::Verdict;
+
+/// What a tick did; `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TickReport {
+    #[serde(rename = "loop")]
+    pub loop_name: String,
+    /// The tick's number: the one that ran, or the one that would have.
+    pub tick: u64,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub decisions: Vec<Verdict>,
+    /// Left out when the step did not run, as the verifier is when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<ProcessOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<ProcessOutcome>,
+    /// A tick found dead mid-way (and recorded as crashed) by this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovered_crash: Option<u64>,
+    /// This tick made the loop start awaiting approval (it was not before).
+    #[serde(skip)]
+    pub started_waiting: bool,
+    /// The loop as the tick left it, for its notifications (none when the
+    /// tick found the lock held).
+    #[serde(skip)]
+    pub facts: Option<Box<Facts>>,
+}
+
+impl TickReport {
+    /// Whether this tick stopped the loop (halted or completed it): its
+    /// caller then disables the loop's OS schedule, outside the lock.
+    pub fn stopped(&self) -> bool {
+        matches!(self.outcome, Outcome::Halted | Outcome::Completed)
+    }
+
+    /// Whether this tick's step, its verifier or its worktree failed.
+    pub fn failed(&self) -> bool {
+        let failed = |p: &Option<ProcessOutcome>| p.as_ref().is_some_and(|p| !p.success());
+        self.outcome == Outcome::Failed || failed(&self.step) || failed(&self.verifier)
+    }
+
+    /// How the `tick` command exits for this tick (docs/ticks.md).
+    pub fn exit(&self) -> crate::error::Exit {
+        self.outcome.into()
+    }
+}

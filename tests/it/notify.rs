@@ -1,0 +1,419 @@
+//! `[notify]`: what is notified (`on`), what the command's environment and
+//! the webhook's JSON say, and that a webhook never holds a tick: each
+//! webhook here is received by a server the test runs on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::access::{GIT_ENV, git, repo};
+use crate::common::Env;
+
+/// One request a receiver read.
+struct Request {
+    line: String,
+    headers: Vec<String>,
+    body: serde_json::Value,
+}
+
+/// Reads one HTTP request from `stream`.
+fn read_request(stream: &TcpStream) -> Request {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).unwrap();
+        if h.trim().is_empty() {
+            break;
+        }
+        headers.push(h.trim().to_ascii_lowercase());
+    }
+    let length: usize = headers
+        .iter()
+        .find_map(|h| h.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    Request {
+        line: line.trim().to_owned(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap(),
+    }
+}
+
+/// A receiver that answers one connection with each status in `answers`,
+/// in order, then stops listening. Its URL, and the requests it read.
+fn receiver(answers: Vec<u16>) -> (String, mpsc::Receiver<Request>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for code in answers {
+            let (mut stream, _) = listener.accept().unwrap();
+            let request = read_request(&stream);
+            let _ = tx.send(request);
+            let reply = format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    (url, rx)
+}
+
+/// A receiver that reads one request and never answers, until `release`
+/// is sent (or a minute passes: it then says so, which fails the test).
+fn silent_receiver() -> (String, mpsc::Sender<()>, JoinHandle<bool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (release, wait) = mpsc::channel();
+    let held = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let _ = read_request(&stream);
+        let released = wait.recv_timeout(Duration::from_secs(60)).is_ok();
+        drop(stream);
+        released
+    });
+    (
+        format!("http://bot:s3cret@{addr}/hook?token=t0ken"),
+        release,
+        held,
+    )
+}
+
+fn next(rx: &mpsc::Receiver<Request>) -> Request {
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the webhook was called")
+}
+
+/// A command that appends the variables `vars` to `log`, one line a notice.
+fn logging(log: &std::path::Path, vars: &[&str]) -> String {
+    let line: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
+    format!(
+        "command = [\"sh\", \"-c\", \"echo \\\"{}\\\" >> '{}'\"]\n",
+        line.join("|"),
+        log.display()
+    )
+}
+
+fn read(log: &std::path::Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+#[test]
+fn an_await_is_posted_as_json_and_told_to_the_command() {
+    let env = Env::new();
+    let (url, got) = receiver(vec![200]);
+    let log = env.root.join("said");
+    let root_toml = env.root.join("automaton.toml");
+    let text = std::fs::read_to_string(&root_toml).unwrap();
+    std::fs::write(
+        &root_toml,
+        text + "[server]\nurl = \"https://console.example.com/\"\n",
+    )
+    .unwrap();
+    let vars = [
+        "AUTOMATON_EVENT",
+        "AUTOMATON_STATUS",
+        "AUTOMATON_AWAIT",
+        "AUTOMATON_REVIEW_URL",
+    ];
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"echo cost_usd=0.25 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+             [[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n\
+             [notify]\nwebhook = {url:?}\n{}",
+            logging(&log, &vars)
+        ),
+    );
+    env.ok(&["tick", "agent"]);
+    env.ok(&["tick", "agent"]);
+    let request = next(&got);
+    assert_eq!(request.line, "POST /hook HTTP/1.1");
+    assert!(
+        request
+            .headers
+            .iter()
+            .any(|h| h == "content-type: application/json"),
+        "{:?}",
+        request.headers
+    );
+    let notice = request.body;
+    let pending = env.state("agent")["awaiting"]["id"].clone();
+    assert!(
+        pending.as_str().is_some_and(|id| id.starts_with("aw-")),
+        "{pending}"
+    );
+    assert_eq!(notice["event"], "await");
+    assert_eq!(notice["loop"], "agent");
+    assert_eq!(notice["status"], "awaiting_approval");
+    assert_eq!(notice["tick"], 2);
+    assert_eq!(notice["await"], pending);
+    assert_eq!(notice["totals"], serde_json::json!({ "cost_usd": 0.25 }));
+    assert_eq!(notice["consecutive_failures"], 0);
+    assert_eq!(
+        notice["review_url"],
+        "https://console.example.com/loops/agent/review"
+    );
+    assert!(
+        notice["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{notice}"
+    );
+    assert!(notice["head"].is_null() && notice["actor"].is_null() && notice["action"].is_null());
+    assert_eq!(notice["root"], env.root.to_str().unwrap());
+    assert!(notice["at"].is_string());
+    assert_eq!(
+        read(&log),
+        format!(
+            "await|awaiting_approval|{}|https://console.example.com/loops/agent/review\n",
+            pending.as_str().unwrap()
+        )
+    );
+}
+
+#[test]
+fn a_5xx_is_tried_again_and_the_tick_keeps_its_exit_code() {
+    let env = Env::new();
+    let (url, got) = receiver(vec![500, 200]);
+    env.new_loop(
+        "flaky",
+        &format!("step = \"false\"\n[notify]\non = [\"failure\"]\nwebhook = {url:?}\n"),
+    );
+    env.fails(6, &["tick", "flaky"]);
+    let (first, second) = (next(&got), next(&got));
+    assert_eq!(first.body["event"], "failure");
+    assert_eq!(first.body["status"], "active");
+    assert_eq!(first.body["consecutive_failures"], 1);
+    assert_eq!(first.body, second.body, "the same notice, sent again");
+}
+
+#[test]
+fn a_receiver_that_never_answers_does_not_hold_the_tick() {
+    let env = Env::new();
+    let (url, release, held) = silent_receiver();
+    env.new_loop(
+        "flaky",
+        &format!(
+            "step = \"false\"\n[notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"1s\"\n"
+        ),
+    );
+    let out = env.run(&["tick", "flaky"]);
+    let _ = release.send(());
+    assert!(
+        held.join().unwrap(),
+        "the tick waited for the receiver instead of giving up on it"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "the step's failure, as without a webhook"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("flaky tick 1: failed"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("loop \"flaky\": webhook http://…@127.0.0.1:") && err.contains("not delivered"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret") && !err.contains("t0ken"), "{err}");
+}
+
+#[test]
+fn failure_is_told_once_a_run_of_failures() {
+    let env = Env::new();
+    let log = env.root.join("said");
+    let fail = env.root.join("fail");
+    std::fs::write(&fail, "").unwrap();
+    env.new_loop(
+        "flaky",
+        &format!(
+            "step = \"! test -e '{}'\"\n[notify]\non = [\"failure\"]\n{}",
+            fail.display(),
+            logging(&log, &["AUTOMATON_EVENT", "AUTOMATON_TICK", "AUTOMATON_FAILURES"])
+        ),
+    );
+    for _ in 0..3 {
+        env.fails(6, &["tick", "flaky"]);
+    }
+    assert_eq!(read(&log), "failure|1|1\n", "the first failure only");
+    std::fs::remove_file(&fail).unwrap();
+    env.ok(&["tick", "flaky"]);
+    std::fs::write(&fail, "").unwrap();
+    env.fails(6, &["tick", "flaky"]);
+    assert_eq!(
+        read(&log),
+        "failure|1|1\nfailure|5|1\n",
+        "again after a tick that did not fail"
+    );
+}
+
+#[test]
+fn the_commit_range_is_told() {
+    let env = crate::files_only!("the worktree is this host's");
+    let repo = repo(&env);
+    let log = env.root.join("said");
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"git commit -q --allow-empty -m work && false\"\n\
+             [worktree]\nrepo = {:?}\nbranch = \"loop/agent\"\n\
+             [notify]\non = [\"failure\"]\n{}",
+            repo.display().to_string(),
+            logging(
+                &log,
+                &[
+                    "AUTOMATON_BRANCH",
+                    "AUTOMATON_HEAD_BEFORE",
+                    "AUTOMATON_HEAD_AFTER"
+                ]
+            )
+        ),
+    );
+    let out = env
+        .cmd()
+        .args(["tick", "agent"])
+        .envs(GIT_ENV.iter().copied())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let worktree = env.loop_dir("agent").join("worktree");
+    let after = git(&worktree, &["rev-parse", "HEAD"]);
+    let before = git(&worktree, &["rev-parse", "HEAD~1"]);
+    assert_eq!(read(&log), format!("loop/agent|{before}|{after}\n"));
+}
+
+#[test]
+fn operator_tells_of_a_pause_a_resume_and_a_rejection_by_someone() {
+    let env = Env::new();
+    let (url, got) = receiver(vec![200, 200, 200]);
+    let log = env.root.join("said");
+    let vars = [
+        "AUTOMATON_EVENT",
+        "AUTOMATON_ACTION",
+        "AUTOMATON_ACTOR",
+        "AUTOMATON_VIA",
+        "AUTOMATON_REASON",
+    ];
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"true\"\n[notify]\non = [\"operator\"]\nwebhook = {url:?}\n{}",
+            logging(&log, &vars)
+        ),
+    );
+    env.ok(&["tick", "agent"]);
+    assert_eq!(read(&log), "", "a tick is not an operator's");
+    let by = |who: &str, args: &[&str]| {
+        let out = env.cmd().args(args).env("AUTOMATON_USER", who).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    by("ann", &["pause", "agent", "--reason", "lunch"]);
+    by("ann", &["pause", "agent"]);
+    by("bob", &["resume", "agent"]);
+    by("cy", &["reject", "agent", "--halt", "--reason", "wrong turn"]);
+    assert_eq!(
+        read(&log),
+        "operator|pause|ann|delegated|lunch\noperator|resume|bob|delegated|\n\
+         operator|reject|cy|delegated|rejected by cy: wrong turn\n",
+        "a pause that changed nothing is not told"
+    );
+    let paused = next(&got).body;
+    assert_eq!(paused["event"], "operator");
+    assert_eq!(paused["action"], "pause");
+    assert_eq!(paused["status"], "paused");
+    assert_eq!(paused["actor"]["user"], "ann");
+    assert_eq!(paused["actor"]["via"], "delegated");
+    assert_eq!(next(&got).body["action"], "resume");
+    let rejected = next(&got).body;
+    assert_eq!(
+        (rejected["action"].as_str(), rejected["status"].as_str()),
+        (Some("reject"), Some("halted"))
+    );
+}
+
+#[test]
+fn what_notify_says_is_checked() {
+    let env = Env::new();
+    for (toml, says) in [
+        (
+            "[notify]\non = [\"sometimes\"]\ncommand = \"true\"\n",
+            "sometimes",
+        ),
+        ("[notify]\nwebhook = \"ftp://example.com/x\"\n", "not an http"),
+        (
+            "[notify]\ntimeout = \"1s\"\n",
+            "needs a `command`, a `webhook` or both",
+        ),
+        ("[server]\nurl = \"console\"\n", "not an http"),
+    ] {
+        let file = env.root.join("bad.toml");
+        std::fs::write(&file, format!("step = \"true\"\n{toml}")).unwrap();
+        let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
+        assert!(err.contains(says), "{toml}: {err}");
+    }
+}
+
+#[test]
+fn the_daemon_delivers_webhooks_off_its_workers() {
+    let env = Env::new();
+    let (url, release, held) = silent_receiver();
+    let make = |name: &str, toml: &str| {
+        let file = env.root.join(format!("{name}.toml"));
+        std::fs::write(&file, toml).unwrap();
+        let out = env
+            .cmd()
+            .env("AUTOMATON_MIN_EVERY", "100ms")
+            .args(["new", name, "--from"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    // A receiver that holds the one worker for ten minutes if the worker
+    // delivers: the other loop would not tick again while it waits.
+    make(
+        "flaky",
+        &format!(
+            "step = \"false\"\n[schedule]\nevery = \"100ms\"\n\
+             [notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"10m\"\n"
+        ),
+    );
+    make("clock", "step = \"true\"\n[schedule]\nevery = \"100ms\"\n");
+    let mut daemon = env
+        .cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .args(["daemon", "--max-concurrent", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap_or(0);
+    let until = |what: &str, cond: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "never happened: {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until("the loop failed", &|| ticks("flaky") >= 1);
+    let then = ticks("clock") + ticks("flaky");
+    until(
+        "the daemon ticked on while the receiver held its webhook",
+        &|| ticks("clock") + ticks("flaky") >= then + 5,
+    );
+    let _ = release.send(());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    assert!(held.join().unwrap(), "the receiver was released by the test");
+}
