@@ -27,6 +27,7 @@ mod pg_lease;
 mod resume;
 mod rotation;
 mod schedule;
+mod shared_root;
 mod snapshots;
 mod stock_gates;
 mod store;
