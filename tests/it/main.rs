@@ -13,6 +13,7 @@ mod example_gates;
 mod gate_author;
 mod gate_fixtures;
 mod gate_host;
+mod gate_versions;
 mod invariants;
 mod listing;
 mod locking;
