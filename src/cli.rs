@@ -62,7 +62,7 @@ Manual: `automaton man --dir ~/.local/share/man/man1` installs every page.";
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a root (./.automaton unless --root or $AUTOMATON_ROOT says otherwise)
-    Init,
+    Init(InitArgs),
     /// Create a loop
     New(NewArgs),
     /// List the loops: status, schedule, next run, last outcome
@@ -469,12 +469,22 @@ pub struct MigrateArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Share the root with an OS group: its directories set-group-ID and
+    /// group-writable, its files group-readable and writable, so each
+    /// member uses it as themselves (README, "A root shared by a group")
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The loop to check (default: every loop, and the root)
     #[arg(add = loop_names())]
     pub name: Option<String>,
     /// Repair what is safe: an unfinished commit, stray temporary files, a
-    /// dead tick not yet recorded, a cache others can write
+    /// dead tick not yet recorded, a cache others can write, the modes of
+    /// your files (in a group's root: what its members could not use)
     #[arg(long)]
     pub fix: bool,
     #[command(flatten)]

@@ -29,6 +29,17 @@ pub enum Error {
     #[error("{error}{hint}")]
     Hinted { error: Box<Error>, hint: String },
 
+    #[error("no group named {name:?} on this host (`groupadd {name}` makes one)")]
+    NoSuchGroup { name: String },
+
+    #[error("cannot share {} with group {group:?}: {source} (its owner, or root, runs `automaton init --group`, and must be in the group)", path.display())]
+    NotShared {
+        path: PathBuf,
+        group: String,
+        #[source]
+        source: io::Error,
+    },
+
     #[error("loop {name:?} already exists in {}", root.display())]
     LoopExists { name: String, root: PathBuf },
 
@@ -292,7 +303,8 @@ impl Error {
     /// The process exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::InvalidName { .. } | Error::NoSuchCommand { .. } => 2,
+            Error::InvalidName { .. } | Error::NoSuchCommand { .. } | Error::NoSuchGroup { .. } => 2,
+            Error::NotShared { .. } => 1,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
             Error::LockNotObtained { .. } => 4,
             Error::Config(_)

@@ -18,8 +18,10 @@ use crate::error::{Error, Result};
 
 mod atomic;
 mod beneath;
+pub mod mode;
 pub use atomic::{TMP_PREFIX, Written, create_dirs, replace, sync_dir, write_file};
 pub use beneath::{Dir, io_error, is_link};
+pub use mode::Modes;
 
 /// Flags for every open of a loop's file.
 fn flags() -> i32 {
@@ -136,33 +138,50 @@ fn read_to_end(mut file: &File, len: u64, max: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Opens a loop's file to append to, creating it (0600).
+/// The modes of what is made beside `path` (in its directory).
+fn modes_beside(path: &Path) -> Modes {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => Modes::of_dir(dir),
+        _ => Modes::of_dir(Path::new(".")),
+    }
+}
+
+/// Opens a loop's file to append to, creating it (0600, or 0660 in a
+/// group's root: [`mode`]).
 pub fn open_append(path: &Path) -> Result<(File, u64)> {
+    let modes = modes_beside(path);
     let file = OpenOptions::new()
         .append(true)
         .read(true)
         .create(true)
-        .mode(0o600)
+        .mode(modes.file())
         .custom_flags(flags())
         .open(path)
         .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
+    modes
+        .set_file(&file)
+        .map_err(Error::io("setting the mode of", path))?;
     Ok((file, len))
 }
 
-/// Opens (creating it, 0600) a file to read and write in place, such as
-/// a lock file; with its length.
+/// Opens (creating it, 0600, or 0660 in a group's root) a file to read and
+/// write in place, such as a lock file; with its length.
 pub fn open_rw(path: &Path) -> Result<(File, u64)> {
+    let modes = modes_beside(path);
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(0o600)
+        .mode(modes.file())
         .custom_flags(flags())
         .open(path)
         .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
+    modes
+        .set_file(&file)
+        .map_err(Error::io("setting the mode of", path))?;
     Ok((file, len))
 }
 

@@ -297,10 +297,14 @@ impl Root {
     /// Resolves the root and checks that it has been initialised.
     pub fn open(flags: Flags<'_>) -> Result<Root> {
         let (root, _) = Root::locate(flags)?;
-        if !root.loops_dir().is_dir() {
-            return Err(Error::NoRoot { path: root.path });
+        match std::fs::metadata(root.loops_dir()) {
+            Ok(m) if m.is_dir() => Ok(root),
+            // A root of a group this user is not in: the OS said no.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(Error::io("opening the root", root.loops_dir())(e))
+            }
+            _ => Err(Error::NoRoot { path: root.path }),
         }
-        Ok(root)
     }
 
     /// The root at `path`, with the file store.

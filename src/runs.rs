@@ -63,7 +63,8 @@ impl Runs {
         Ok(dir.map(|dir| Runs { dir }))
     }
 
-    /// `runs/` in the loop directory `base`, made (0700) when missing.
+    /// `runs/` in the loop directory `base`, made (0700, 02770 in a group's
+    /// root) when missing.
     pub fn make(base: &Path) -> Result<Runs> {
         let base = open_base(base)?;
         let dir = base
@@ -91,8 +92,9 @@ impl Runs {
             .map_err(self.dir.error("creating directory", &name))
     }
 
-    /// Makes `runs/<tick>` (mode 0700) for a tick about to run its step,
-    /// and leaves at most `keep` run directories with it. When an old one
+    /// Makes `runs/<tick>` (mode 0700, 02770 in a group's root) for a tick
+    /// about to run its step, and leaves at most `keep` run directories
+    /// with it. When an old one
     /// has to go, the oldest is emptied and renamed to the new tick's name
     /// rather than removed: a rename costs the file system less than
     /// removing one directory and making another. A directory of that
@@ -150,8 +152,14 @@ impl Runs {
         };
         dir.remove_all()?;
         // A step may have opened its directory to others; the next one's
-        // is private again.
-        dir.set_mode(0o700)?;
+        // is private again (or its group's, in a group's root). Another
+        // member's directory, whose mode only they may set, is made anew.
+        match dir.set_mode(self.dir.modes().dir()) {
+            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
+                return self.dir.remove_tree(&from).map(|()| None);
+            }
+            done => done?,
+        }
         match self.dir.rename_noreplace(&from, to) {
             Ok(()) => Ok(Some(dir.renamed(self.dir.join(to)))),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self.dir.remove_tree(&from).map(|()| None),
@@ -247,8 +255,8 @@ pub fn read_group(run: &Dir, what: &str) -> Option<(i32, Option<ProcessStart>)> 
     Some((pgid, start))
 }
 
-/// Writes a small file of ours (0600) in `dir`, replacing whatever
-/// non-file was there under its name.
+/// Writes a small file of ours (0600, 0660 in a group's root) in `dir`,
+/// replacing whatever non-file was there under its name.
 fn write_small(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
     dir.create(name)?.write_all(bytes)
 }

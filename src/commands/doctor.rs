@@ -2,7 +2,9 @@
 //! finding, what to do. The loop's record is checked by its store (state,
 //! history, lock, a dead tick, temporary files); here: the config, gate
 //! files against their pins, the installed schedule, the cache's
-//! permissions, loop directories that are links and leftovers of killed
+//! permissions, the modes of the root's files (a group's root: what its
+//! members could not use; any root: what anyone could write), loop
+//! directories that are links and leftovers of killed
 //! `new`, `rm` and `edit`. `--fix` repairs
 //! what is safe, the loop's record through the same recovery every locking
 //! command runs, then the store's mending of what an older build left
@@ -25,6 +27,8 @@ use crate::root::Root;
 use crate::schedule::{self, record};
 use crate::store::edits::{self, Left};
 use crate::store::{self, Finding, Level, LoopStore};
+
+pub(super) mod modes;
 
 #[derive(Serialize)]
 struct Report {
@@ -273,10 +277,12 @@ fn check_schedule(root: &Root, dir: &dyn LoopStore, config: Option<&LoopConfig>)
 /// gone, loop directories that are links, leftovers of a killed `new` or
 /// `rm`.
 fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) -> Vec<Finding> {
-    let mut out = vec![check_cache(&root.cache_dir(), fix)];
+    let group = crate::fsx::Modes::of_dir(root.path()).group;
+    let mut out = vec![check_cache(&root.cache_dir(), group, fix)];
     if !whole_root {
         return out;
     }
+    out.extend(modes::findings(root.path(), &modes::walk(root.path(), fix)));
     if let Ok(records) = record::all(root) {
         for r in records {
             if matches!(
@@ -299,19 +305,32 @@ fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) 
     out
 }
 
-/// The cache holds native code: a directory others can write is refused by
-/// the gate host, and made private again by `--fix` when it is ours.
-fn check_cache(cache: &Path, fix: bool) -> Finding {
+/// The cache holds native code: a directory others can write (in a
+/// group's root: others than the group) is refused by the gate host, and
+/// made private (or the group's) again by `--fix` when it is ours.
+fn check_cache(cache: &Path, group: Option<u32>, fix: bool) -> Finding {
     let Ok(meta) = std::fs::metadata(cache) else {
         return Finding::ok("cache", format!("{} does not exist yet", cache.display()));
     };
     let mine = meta.uid() == nix::unistd::geteuid().as_raw();
-    let open = meta.mode() & 0o022 != 0;
+    let open = match group {
+        Some(g) => meta.mode() & 0o002 != 0 || (meta.mode() & 0o020 != 0 && meta.gid() != g),
+        None => meta.mode() & 0o022 != 0,
+    };
+    let (private, said) = match group {
+        Some(g) => (0o2770, format!("its group's ({})", modes::group_name(g))),
+        None => (0o700, "private".to_owned()),
+    };
     if mine && !open {
-        return Finding::ok("cache", format!("{} is private", cache.display()));
+        return Finding::ok("cache", format!("{} is {said}", cache.display()));
     }
-    if fix && mine && std::fs::set_permissions(cache, std::fs::Permissions::from_mode(0o700)).is_ok() {
-        return Finding::ok("cache", format!("made {} private (0700)", cache.display()));
+    let regroup = || group.is_none_or(|g| std::os::unix::fs::chown(cache, None, Some(g)).is_ok());
+    if fix
+        && mine
+        && regroup()
+        && std::fs::set_permissions(cache, std::fs::Permissions::from_mode(private)).is_ok()
+    {
+        return Finding::ok("cache", format!("made {} {said} ({private:o})", cache.display()));
     }
     let message = if mine {
         format!(
@@ -323,7 +342,7 @@ fn check_cache(cache: &Path, fix: bool) -> Finding {
         format!("{} belongs to another user (uid {})", cache.display(), meta.uid())
     };
     let action = if mine {
-        "`--fix` makes it 0700".to_owned()
+        format!("`--fix` makes it {private:o}")
     } else {
         format!("delete {} (it is safe to delete at any time)", cache.display())
     };

@@ -1,12 +1,14 @@
-//! `init`: create a root.
+//! `init`: create a root; with `--group`, one shared by an OS group.
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 
-use crate::error::{Exit, Result};
+use crate::cli::InitArgs;
+use crate::error::{Error, Exit, Result};
 use crate::root::{self, Flags, Origin, Root, StoreChoice};
 use crate::store;
 
-pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
+pub fn run(flags: Flags<'_>, args: &InitArgs, out: &mut dyn Write) -> Result<Exit> {
     let (located, origin) = Root::locate(flags)?;
     let located_store = located.store().clone();
     // Without --root or $AUTOMATON_ROOT, init makes ./.automaton, as `git
@@ -21,6 +23,9 @@ pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
         }
     };
     let root = root.with_store(located_store);
+    if let Some(group) = &args.group {
+        share(&root, group)?;
+    }
     let fresh = store::init_root(&root)?;
     let verb = if fresh {
         "initialised"
@@ -28,6 +33,18 @@ pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
         "already initialised:"
     };
     let mut line = format!("{verb} {}", root.path().display());
+    if let Some(group) = &args.group {
+        // What was there before (a root made private, then shared) is
+        // given the group's modes too, where it is ours.
+        let walked = super::doctor::modes::walk(root.path(), true);
+        line += &format!(", shared with group {group}");
+        if walked.left() > 0 {
+            line += &format!(
+                " ({} paths of other users keep their modes: `automaton doctor` names them)",
+                walked.left()
+            );
+        }
+    }
     if let StoreChoice::Postgres(_) = root.store() {
         // Connecting brings the database's schema up to date.
         let stores = store::Stores::open(&root)?;
@@ -46,4 +63,27 @@ pub fn run(flags: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
     }
     super::emit(out, &format!("{line}\n"))?;
     Ok(Exit::Ok)
+}
+
+/// Makes the root's directory its group's: the group `group`, mode 02770
+/// (set-group-ID, so what is made in it is the group's too, see
+/// [`crate::fsx::mode`]).
+fn share(root: &Root, group: &str) -> Result<()> {
+    let gid = match nix::unistd::Group::from_name(group) {
+        Ok(Some(g)) => g.gid.as_raw(),
+        _ => {
+            return Err(Error::NoSuchGroup {
+                name: group.to_owned(),
+            });
+        }
+    };
+    let path = root.path();
+    crate::fsx::create_dirs(path)?;
+    let refused = |source| Error::NotShared {
+        path: path.to_owned(),
+        group: group.to_owned(),
+        source,
+    };
+    std::os::unix::fs::chown(path, None, Some(gid)).map_err(refused)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o2770)).map_err(refused)
 }

@@ -62,7 +62,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         server_bound: server_bound(&cli.command),
     };
     let result = match cli.command {
-        Command::Init => init::run(root, out),
+        Command::Init(args) => init::run(root, &args, out),
         Command::New(args) => new::run(&Root::open(root)?, &args, out),
         Command::List(args) => status::all(&Root::open(root)?, &args.status, args.json.json, out),
         Command::Status(args) => match &args.name {

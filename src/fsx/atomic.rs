@@ -2,12 +2,15 @@
 //! renamed over it, the directory synced), and making private directories:
 //! how the store writes a state file, and how the rest of the program
 //! writes its own small files (schedule records, the daemon's record).
+//! What is made takes the modes of the directory it is made in
+//! ([`super::mode`]).
 
 use std::fs::{DirBuilder, File};
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
+use super::Modes;
 use crate::error::{Error, Result};
 
 /// The prefix of an atomic write's temporary file: one left behind is a
@@ -28,12 +31,16 @@ pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
 /// is the commit point: an error before it is [`Written::Not`] (nothing
 /// changed), a failed directory sync after it is [`Written::Unsynced`].
 pub fn replace(dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> Written {
+    let modes = Modes::of_dir(dir);
     let renamed = tempfile::Builder::new()
         .prefix(TMP_PREFIX)
+        .permissions(super::mode::file_permissions(modes))
         .tempfile_in(dir)
         .map_err(Error::io("creating a temporary file in", dir))
         .and_then(|mut tmp| {
-            tmp.write_all(bytes)
+            modes
+                .set_file(tmp.as_file())
+                .and_then(|()| tmp.write_all(bytes))
                 .and_then(|()| tmp.as_file().sync_data())
                 .map_err(Error::io("writing", tmp.path().to_owned()))?;
             tmp.persist(path)
@@ -70,11 +77,26 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(Error::io("syncing directory", dir))
 }
 
-/// Creates directories (mode 0700) down to `path`.
+/// Creates directories down to `path`, each with the mode its parent
+/// gives (0700, or 02770 in a group's root: [`super::mode`]).
 pub fn create_dirs(path: &Path) -> Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(Error::io("creating directory", path))
+    if path.is_dir() {
+        return Ok(());
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        create_dirs(parent)?;
+    }
+    let modes = Modes::of_dir(parent.unwrap_or(Path::new(".")));
+    match DirBuilder::new().mode(modes.dir()).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => return Ok(()),
+        Err(e) => return Err(Error::io("creating directory", path)(e)),
+    }
+    if modes.shared() {
+        File::open(path)
+            .and_then(|d| modes.set_dir(&d))
+            .map_err(Error::io("setting the mode of", path))?;
+    }
+    Ok(())
 }

@@ -14,7 +14,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 
-use super::{check_regular, read_to_end};
+use super::{Modes, check_regular, read_to_end};
 use crate::error::{Error, Result};
 
 /// A directory held open, and what is beneath it opened relative to it,
@@ -122,19 +122,33 @@ impl Dir {
         }
     }
 
-    /// The directory `name` in this one, made (0700) when missing.
-    /// Something else there (a file, a link) is an error.
+    /// The modes of what is made in this directory ([`Modes`]).
+    pub fn modes(&self) -> Modes {
+        Modes::of_fd(&self.fd)
+    }
+
+    /// The directory `name` in this one, made (0700, or 02770 in a
+    /// group's root) when missing. Something else there (a file, a link)
+    /// is an error.
     pub fn make_dir(&self, name: &str) -> io::Result<Dir> {
         // Most often it is there: one call.
         if let Some(dir) = self.open_dir(name)? {
             return Ok(dir);
         }
-        match nix::sys::stat::mkdirat(self.fd.as_fd(), name, Mode::from_bits_truncate(0o700)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
+        let modes = self.modes();
+        let mode = Mode::from_bits_truncate(modes.dir() as nix::libc::mode_t);
+        let made = match nix::sys::stat::mkdirat(self.fd.as_fd(), name, mode) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
             Err(e) => return Err(e.into()),
+        };
+        let dir = self
+            .open_dir(name)?
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        if made {
+            modes.set_dir(&dir.fd)?;
         }
-        self.open_dir(name)?
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        Ok(dir)
     }
 
     /// Opens the regular file `rel` to read, without blocking on a FIFO;
@@ -169,16 +183,18 @@ impl Dir {
         Ok(Some(bytes))
     }
 
-    /// Makes `name` an empty regular file of ours (0600) and opens it to
-    /// write. Whatever else is there under that name — a symbolic link
-    /// planted there, a FIFO — is unlinked first and never written
-    /// through; a directory there is an error.
+    /// Makes `name` an empty regular file of ours (0600, or 0660 in a
+    /// group's root) and opens it to write. Whatever else is there under
+    /// that name — a symbolic link planted there, a FIFO — is unlinked
+    /// first and never written through; a directory there is an error.
     pub fn create(&self, name: &str) -> io::Result<File> {
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NONBLOCK;
-        match self.open_at(name.as_ref(), flags | OFlag::O_TRUNC, 0o600) {
+        let modes = self.modes();
+        match self.open_at(name.as_ref(), flags | OFlag::O_TRUNC, modes.file()) {
             Ok(fd) => {
                 let file = File::from(fd);
                 if file.metadata()?.file_type().is_file() {
+                    modes.set_file(&file)?;
                     return Ok(file);
                 }
             }
@@ -187,8 +203,10 @@ impl Dir {
             Err(e) => return Err(e),
         }
         self.unlink(name)?;
-        let fd = self.open_at(name.as_ref(), flags | OFlag::O_EXCL, 0o600)?;
-        Ok(File::from(fd))
+        let fd = self.open_at(name.as_ref(), flags | OFlag::O_EXCL, modes.file())?;
+        let file = File::from(fd);
+        modes.set_file(&file)?;
+        Ok(file)
     }
 
     /// Unlinks `name` (not a directory): a symbolic link itself, never

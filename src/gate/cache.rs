@@ -22,7 +22,8 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::error::{GateError, GateErrorKind, human_bytes};
-use super::seal::{Fingerprint, Key, Untrusted, check_private};
+use super::seal::{Fingerprint, Key, Untrusted, Writers, check_private};
+use crate::fsx::Modes;
 
 /// The wasmtime release gates are compiled with; pinned in Cargo.toml.
 pub const WASMTIME_VERSION: &str = "48.0.8";
@@ -47,10 +48,19 @@ pub(crate) struct Cache {
     engine_key: String,
     /// The directory checked and the key loaded, on first use; `None` when
     /// the cache is refused or cannot be made.
-    trusted: OnceLock<Option<Key>>,
+    trusted: OnceLock<Option<Trusted>>,
     hits: AtomicU64,
     compiled: AtomicU64,
     rejected: AtomicU64,
+}
+
+/// A cache directory that passed its checks.
+struct Trusted {
+    key: Key,
+    /// Who may write it besides this user and root.
+    writers: Writers,
+    /// How its files are made.
+    modes: Modes,
 }
 
 /// Feeds `Hash` output into sha256, so the fingerprint is stable across
@@ -108,10 +118,14 @@ impl Cache {
     /// The key, once the directory has passed its checks (made on first
     /// use, private). A refused cache is said once, with the reason.
     fn key(&self) -> Option<&Key> {
+        self.trusted().map(|t| &t.key)
+    }
+
+    fn trusted(&self) -> Option<&Trusted> {
         let dir = self.dir.as_deref()?;
         self.trusted
             .get_or_init(|| match open_dir(dir) {
-                Ok(key) => Some(key),
+                Ok(trusted) => Some(trusted),
                 Err(e) => {
                     tracing::warn!("not using the gate cache: {e}; gates are compiled in memory");
                     None
@@ -147,11 +161,11 @@ impl Cache {
         if !file.settled(SystemTime::now()) {
             return;
         }
-        let (Some(key), Some(record)) = (self.key(), self.source_record(path)) else {
+        let (Some(trusted), Some(record)) = (self.trusted(), self.source_record(path)) else {
             return;
         };
-        let sealed = key.seal(&source_lines(path, file, sha256));
-        if let Err(e) = write_atomic(&record, sealed.as_bytes()) {
+        let sealed = trusted.key.seal(&source_lines(path, file, sha256));
+        if let Err(e) = write_atomic(&record, sealed.as_bytes(), trusted.modes) {
             tracing::debug!(path = %record.display(), error = %e, "could not record a gate's sha256");
         }
     }
@@ -164,13 +178,13 @@ impl Cache {
 
     /// The cached artefact for this component, when its seal matches.
     pub(crate) fn load(&self, engine: &Engine, label: &str, sha256: &str) -> Option<Component> {
-        let key = self.key()?;
+        let trusted = self.trusted()?;
         let path = self.entry(sha256)?;
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(m) => m,
             Err(_) => return None,
         };
-        if let Err(why) = self.check_entry(key, &path, &meta, sha256) {
+        if let Err(why) = self.check_entry(trusted, &path, &meta, sha256) {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(gate = label, "cached gate not used ({why}); compiling it again");
             return None;
@@ -178,7 +192,8 @@ impl Cache {
         // SAFETY: the entry passed its seal: this runner wrote this very
         // file (same inode, size and times) with `Component::serialize`,
         // from the component with this sha256, in a directory only this
-        // user or root can write. wasmtime also checks the header, its
+        // user or root can write (or, in a group's root, a member of the
+        // group, who may change every loop's step already). wasmtime also checks the header, its
         // version and the engine settings.
         match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(component) => {
@@ -201,7 +216,7 @@ impl Cache {
 
     fn check_entry(
         &self,
-        key: &Key,
+        trusted: &Trusted,
         path: &Path,
         meta: &std::fs::Metadata,
         sha256: &str,
@@ -209,11 +224,12 @@ impl Cache {
         if !meta.is_file() {
             return Err(format!("{} is not a regular file", path.display()));
         }
-        check_private(path, meta).map_err(|e| e.to_string())?;
+        check_private(path, meta, trusted.writers).map_err(|e| e.to_string())?;
         let seal_path = path.with_extension("seal");
         let text =
             std::fs::read_to_string(&seal_path).map_err(|e| format!("{}: {e}", seal_path.display()))?;
-        let body = key
+        let body = trusted
+            .key
             .open(&text)
             .ok_or_else(|| format!("{} was not made by this runner", seal_path.display()))?;
         if body != self.artefact_lines(sha256, &Fingerprint::of(meta)) {
@@ -240,11 +256,11 @@ impl Cache {
         sha256: &str,
         bytes: &[u8],
     ) -> Result<Component, GateError> {
-        let entry = self.key().and_then(|key| Some((key, self.entry(sha256)?)));
+        let entry = self.trusted().and_then(|t| Some((t, self.entry(sha256)?)));
         let component = compile(engine, label, bytes, entry.is_some())?;
         self.compiled.fetch_add(1, Ordering::Relaxed);
-        if let Some((key, path)) = entry
-            && let Err(e) = self.store(key, &component, sha256, &path)
+        if let Some((trusted, path)) = entry
+            && let Err(e) = self.store(trusted, &component, sha256, &path)
         {
             tracing::warn!(gate = label, path = %path.display(), error = %e, "could not cache the compiled gate");
         }
@@ -252,14 +268,20 @@ impl Cache {
     }
 
     /// Writes the artefact (a temp file, then a rename), then its seal.
-    fn store(&self, key: &Key, component: &Component, sha256: &str, path: &Path) -> std::io::Result<()> {
+    fn store(
+        &self,
+        trusted: &Trusted,
+        component: &Component,
+        sha256: &str,
+        path: &Path,
+    ) -> std::io::Result<()> {
         let bytes = component
             .serialize()
             .map_err(|e| std::io::Error::other(super::host::error_text(&e)))?;
-        write_atomic(path, &bytes)?;
+        write_atomic(path, &bytes, trusted.modes)?;
         let file = Fingerprint::of(&std::fs::symlink_metadata(path)?);
-        let seal = key.seal(&self.artefact_lines(sha256, &file));
-        write_atomic(&path.with_extension("seal"), seal.as_bytes())
+        let seal = trusted.key.seal(&self.artefact_lines(sha256, &file));
+        write_atomic(&path.with_extension("seal"), seal.as_bytes(), trusted.modes)
     }
 }
 
@@ -267,11 +289,20 @@ fn source_lines(path: &Path, file: &Fingerprint, sha256: &str) -> String {
     format!("automaton gate source 1\npath {path:?}\nfile {file}\nsha256 {sha256}\n")
 }
 
-/// Makes the cache directory (private) if needed, refuses it when another
-/// user could write it or its parent, and loads the key.
-fn open_dir(dir: &Path) -> Result<Key, Untrusted> {
-    create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
+/// Makes the cache directory (private, or its group's in a group's root)
+/// if needed, refuses it when another user could write it or its parent,
+/// and loads the key.
+fn open_dir(dir: &Path) -> Result<Trusted, Untrusted> {
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    let writers = parent.map(Writers::of).unwrap_or_default();
+    if writers == Writers::default() {
+        create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
+    } else {
+        crate::fsx::create_dirs(&dir.join("sources")).map_err(|e| Untrusted::Io {
+            path: dir.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    }
     for d in parent.into_iter().chain([dir, &dir.join("sources")]) {
         let meta = std::fs::metadata(d).map_err(Untrusted::io(d))?;
         if !meta.is_dir() {
@@ -280,9 +311,13 @@ fn open_dir(dir: &Path) -> Result<Key, Untrusted> {
                 expected: "directory",
             });
         }
-        check_private(d, &meta)?;
+        check_private(d, &meta, writers)?;
     }
-    Key::load_or_create(&dir.join("key"))
+    Ok(Trusted {
+        key: Key::load_or_create(&dir.join("key"), writers)?,
+        writers,
+        modes: Modes::of_dir(dir),
+    })
 }
 
 /// Compiles a component, showing a progress line on a terminal when it takes
@@ -340,9 +375,10 @@ fn progress(label: &str, size: &str, later: &str, started: Instant, wait: &mpsc:
 }
 
 /// Writes a file: a temp file in the same directory, then a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_atomic(path: &Path, bytes: &[u8], modes: Modes) -> std::io::Result<()> {
     let dir = path.parent().expect("cache files live in a directory");
     let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    modes.set_file(tmp.as_file())?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;

@@ -60,10 +60,12 @@ pub enum GateErrorKind {
     /// The component does not target the `gate` world: an import the host
     /// does not offer, or an export missing or of the wrong type.
     /// `built_against` is the `automaton:gate` version the component
-    /// names, when it names one other than the host's.
+    /// names, when it names one the host does not offer; `world` is the
+    /// version whose world it was checked against.
     WrongWorld {
         detail: String,
         built_against: Option<String>,
+        world: String,
     },
     /// The component file does not exist.
     MissingFile { path: PathBuf },
@@ -133,15 +135,15 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::WrongWorld {
                 detail,
                 built_against: Some(theirs),
+                ..
             } => write!(
                 f,
                 "was built against automaton:gate@{theirs}; this automaton offers automaton:gate@{} ({detail})",
-                super::host::GATE_WIT_VERSION
+                super::host::GATE_WIT_VERSIONS.join(" and @")
             ),
-            GateErrorKind::WrongWorld { detail, .. } => write!(
+            GateErrorKind::WrongWorld { detail, world, .. } => write!(
                 f,
-                "does not target the automaton:gate@{}/gate world: {detail}",
-                super::host::GATE_WIT_VERSION
+                "does not target the automaton:gate@{world}/gate world: {detail}"
             ),
             // The path is the gate's label, already in front of these.
             GateErrorKind::MissingFile { .. } => f.write_str("was not found (no such file)"),

@@ -16,23 +16,27 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde::Serialize;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, Store, Trap, WasmBacktrace};
 
 use super::cache::{Cache, CacheStats};
 use super::error::{GateError, GateErrorKind};
 use super::fault::{self, Fault};
 use super::pool::{Instance, Slots, config};
-use super::sandbox::bindings::{Gate as GateWorld, GatePre};
-use super::sandbox::{self, GateLog, HostState};
+use super::sandbox::{GateLog, HostState};
 use super::seal::Fingerprint;
 use super::spare::{Make, SpareKey, SpareStats, Spares, Taken};
 use super::ticker::{self, Ticker};
 use super::types::{Context, Decision, Limits};
+use super::world::{self, Pre, World};
 
 /// The version of the `automaton:gate` package (wit/gate.wit) this host
-/// offers.
-pub const GATE_WIT_VERSION: &str = "0.1.0";
+/// offers; it also calls gates built against the earlier versions of
+/// [`GATE_WIT_VERSIONS`], each in its own world.
+pub const GATE_WIT_VERSION: &str = "0.2.0";
+
+/// Every `automaton:gate` version this host calls gates of, oldest first.
+pub const GATE_WIT_VERSIONS: &[&str] = world::VERSIONS;
 
 /// What a gate says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -87,7 +91,7 @@ struct GateMeta {
 /// A compiled component, shared by every load of the same content.
 struct Compiled {
     component: Component,
-    pre: GatePre<HostState>,
+    pre: Pre,
     /// What the gate said about itself, once asked.
     info: OnceLock<GateInfo>,
 }
@@ -106,6 +110,12 @@ impl Gate {
     /// The component's size in bytes.
     pub fn size(&self) -> u64 {
         self.meta.size
+    }
+
+    /// The `automaton:gate` version the gate was built against, and is
+    /// called in (one of [`GATE_WIT_VERSIONS`]).
+    pub fn wit_version(&self) -> &'static str {
+        self.compiled.pre.version()
     }
 
     /// What the gate said about itself, once `describe` has been called.
@@ -262,8 +272,7 @@ impl GateHost {
     ) -> Result<GateHost, GateError> {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_error("host", error_text(&e)))?;
-        GateWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| host_error("host", error_text(&e)))?;
+        world::add_to_linker(&mut linker).map_err(|e| host_error("host", error_text(&e)))?;
         let epoch = engine.clone();
         let ticker =
             Ticker::start(move || epoch.increment_epoch()).map_err(|e| host_error("host", e.to_string()))?;
@@ -358,7 +367,7 @@ impl GateHost {
     /// Evaluates the gate against a context, in a fresh instance, under the
     /// limits.
     pub fn evaluate(&self, gate: &Gate, ctx: &Context, limits: &Limits) -> Result<Evaluation, GateError> {
-        let wit_ctx = sandbox::to_wit(ctx);
+        let wit_ctx = gate.compiled.pre.context(ctx);
         let (answer, logs, elapsed) = self
             .call(
                 gate,
@@ -370,7 +379,7 @@ impl GateHost {
             .map_err(|e| self.named(gate, e))?;
         match answer {
             Ok(decision) => Ok(Evaluation {
-                decision: sandbox::from_wit(decision),
+                decision,
                 logs,
                 elapsed,
             }),
@@ -408,7 +417,7 @@ impl GateHost {
         limits: &Limits,
         now: Timestamp,
         (export, ahead): (Export, Ahead),
-        f: impl FnOnce(&mut Store<HostState>, &GateWorld) -> wasmtime::Result<R>,
+        f: impl FnOnce(&mut Store<HostState>, &World) -> wasmtime::Result<R>,
     ) -> Result<(R, Vec<GateLog>, Duration), GateError> {
         let spares = self.spares.as_ref().filter(|_| ahead == Ahead::Yes);
         let key = spares.map(|_| SpareKey {
@@ -598,6 +607,9 @@ mod tests {
             wit.contains(&format!("package automaton:gate@{GATE_WIT_VERSION};")),
             "wit/gate.wit's package version differs from GATE_WIT_VERSION"
         );
+        let old = include_str!("../../wit/0.1.0/gate.wit");
+        assert!(old.contains("package automaton:gate@0.1.0;"));
+        assert_eq!(GATE_WIT_VERSIONS, ["0.1.0", GATE_WIT_VERSION]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod stock;
 mod ticker;
 mod types;
 mod verdict;
+mod world;
 
 pub use cache::{CacheStats, WASMTIME_VERSION, sha256_hex};
 pub use error::{GateError, GateErrorKind, decide_on_error};
@@ -23,5 +24,7 @@ pub use host::{Evaluation, Gate, GateHost, GateInfo, GateInterface};
 pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
 pub use spare::SpareStats;
 pub use stock::{StockGate, stock_gates};
-pub use types::{Approval, Context, Decision, GateSource, Limits, OnError, Phase, RunResult};
+pub use types::{
+    Approval, Asker, Commits, Context, Decision, GateSource, Limits, OnError, PendingAwait, Phase, RunResult,
+};
 pub use verdict::{LOG_LINES, Verdict, kept_logs};

@@ -13,8 +13,8 @@ use wasmtime::{
 };
 
 use super::sandbox::HostState;
-use super::sandbox::bindings::{Gate as GateWorld, GatePre};
 use super::types::Limits;
+use super::world::{Pre, World};
 
 /// A counting semaphore over the instance pool's slots.
 pub(crate) struct Slots {
@@ -65,7 +65,7 @@ impl Drop for Permit {
 pub(crate) struct Instance {
     pub(crate) store: Store<HostState>,
     /// The instantiation's outcome; an error is the call's error.
-    pub(crate) made: wasmtime::Result<GateWorld>,
+    pub(crate) made: wasmtime::Result<World>,
     pub(crate) permit: Option<Permit>,
 }
 
@@ -74,7 +74,7 @@ impl Instance {
     /// which the call must be done) and an instance of the component in it.
     pub(crate) fn new(
         engine: &Engine,
-        pre: &GatePre<HostState>,
+        pre: &Pre,
         limits: &Limits,
         now: Timestamp,
         deadline: Instant,

@@ -1,8 +1,9 @@
 //! The sandbox one evaluation runs in: the store's data (WASI linked with
 //! nothing granted, captured and bounded stdout/stderr, the host `log`
-//! import), the memory budget, and the mapping of [`Context`] onto the WIT
-//! types. A store lives for exactly one call and is then dropped (a
-//! long-lived host may make it ahead of the call; see `spare`).
+//! import), and the memory budget; the mapping of a context onto each
+//! version's WIT types is in `world`. A store lives for exactly one call
+//! and is then dropped (a long-lived host may make it ahead of the call;
+//! see `spare`).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,18 +17,6 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-
-use super::types::{Context, Decision, Phase};
-
-/// Bindings generated from `wit/gate.wit`.
-pub(crate) mod bindings {
-    wasmtime::component::bindgen!({
-        path: "wit",
-        world: "gate",
-    });
-}
-
-use bindings::automaton::gate::{host, types as wit};
 
 /// How much a gate may print (stdout, stderr and `log` each) per evaluation
 /// before the rest is dropped and a truncation marker is added.
@@ -346,80 +335,25 @@ impl WasiView for HostState {
     }
 }
 
-impl wit::Host for HostState {}
+/// Milliseconds since the Unix epoch (none before it).
+pub(crate) fn millis(t: Timestamp) -> u64 {
+    t.as_millisecond().max(0) as u64
+}
 
-impl host::Host for HostState {
-    fn log(&mut self, level: wit::Level, message: String) {
+impl HostState {
+    /// A line the gate wrote through the host's `log` (any version's),
+    /// dropped once the gate has logged its limit.
+    pub(crate) fn log_line(&mut self, level: LogLevel, message: String) {
         if self.log_bytes + message.len() > OUTPUT_LIMIT {
             self.log_dropped += 1;
             return;
         }
         self.log_bytes += message.len();
-        let level = match level {
-            wit::Level::Trace => LogLevel::Trace,
-            wit::Level::Debug => LogLevel::Debug,
-            wit::Level::Info => LogLevel::Info,
-            wit::Level::Warn => LogLevel::Warn,
-            wit::Level::Error => LogLevel::Error,
-        };
         self.logs.push(GateLog {
             level,
             source: LogSource::Host,
             message,
         });
-    }
-}
-
-fn millis(t: Timestamp) -> u64 {
-    t.as_millisecond().max(0) as u64
-}
-
-/// The WIT `context` for a [`Context`].
-pub(crate) fn to_wit(ctx: &Context) -> wit::Context {
-    wit::Context {
-        loop_name: ctx.loop_name.clone(),
-        phase: match ctx.phase {
-            Phase::BeforeStep => wit::Phase::BeforeStep,
-            Phase::AfterStep => wit::Phase::AfterStep,
-        },
-        tick: ctx.tick,
-        now_ms: millis(ctx.now),
-        last_run: ctx.last_run.as_ref().map(|r| wit::RunResult {
-            tick: r.tick,
-            exit_code: r.exit_code,
-            duration_ms: r.duration_ms,
-            timed_out: r.timed_out,
-            verifier_passed: r.verifier_passed,
-            worktree_changed: r.worktree_changed,
-            ended_at_ms: millis(r.ended_at),
-        }),
-        consecutive_failures: ctx.consecutive_failures,
-        unchanged_ticks: ctx.unchanged_ticks,
-        pending_approvals: ctx
-            .pending_approvals
-            .iter()
-            .map(|a| wit::Approval {
-                id: a.id.clone(),
-                by: a.by.clone(),
-                at_ms: millis(a.at),
-                note: a.note.clone(),
-            })
-            .collect(),
-        params: ctx.params.to_string(),
-        state: ctx.state.to_string(),
-        metrics: ctx.metrics.to_string(),
-        totals: ctx.totals.to_string(),
-    }
-}
-
-/// The [`Decision`] for a WIT `decision`.
-pub(crate) fn from_wit(d: wit::Decision) -> Decision {
-    match d {
-        wit::Decision::Proceed => Decision::Proceed,
-        wit::Decision::Skip(r) => Decision::Skip(r),
-        wit::Decision::AwaitApproval(r) => Decision::AwaitApproval(r),
-        wit::Decision::Halt(r) => Decision::Halt(r),
-        wit::Decision::Complete(r) => Decision::Complete(r),
     }
 }
 

@@ -1,6 +1,8 @@
 //! What makes the compiled-gate cache trustworthy: a check that only this
-//! user (or root) can write a cache path, as ssh's StrictModes does; a
-//! per-user secret key kept 0600 in the cache; and seals, small text records
+//! user (or root) can write a cache path, as ssh's StrictModes does (in a
+//! root shared by a group, the members of that group too: they may change
+//! every loop's step already); a secret key kept 0600 in the cache (0660
+//! in a group's root); and seals, small text records
 //! MACed with that key, binding a cache file to the component it came from
 //! and to the exact file written (device, inode, size, mtime, ctime). A file
 //! copied or renamed over an entry changes its ctime, so its seal no longer
@@ -24,10 +26,16 @@ const SETTLED_AFTER: Duration = Duration::from_secs(2);
 /// Why a cache path is not trusted.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Untrusted {
-    #[error("{path} is owned by uid {owner}, not by this user (uid {me}) or root")]
+    #[error(
+        "{path} is owned by uid {owner}, not by this user (uid {me}), root or a member of the root's group"
+    )]
     Owner { path: PathBuf, owner: u32, me: u32 },
     #[error("{path} is writable by other users (mode {mode:o}); `chmod go-w {path}` fixes it")]
     Writable { path: PathBuf, mode: u32 },
+    #[error(
+        "{path} is writable by others than its owner and the root's group (mode {mode:o}); `automaton doctor --fix` fixes it"
+    )]
+    GroupWritable { path: PathBuf, mode: u32 },
     #[error("{path} is readable by other users (mode {mode:o}); `chmod 600 {path}` fixes it")]
     Readable { path: PathBuf, mode: u32 },
     #[error("{path} is not a {expected}")]
@@ -45,23 +53,87 @@ impl Untrusted {
     }
 }
 
-/// Refuses a path that another user could have written: owned by someone
-/// other than this user or root, or writable by group or others.
+/// Who may write the cache besides this user and root: nobody, or, in a
+/// root shared by a group (`init --group`), the members of that group, who
+/// may already change every loop's step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Writers {
+    group: Option<u32>,
+}
+
+impl Writers {
+    /// The writers of a cache kept in `base` (a root's `cache/`): its
+    /// group's members too when `base` is set-group-ID (a group's root)
+    /// and this user is one of them.
+    #[cfg(unix)]
+    pub(crate) fn of(base: &Path) -> Writers {
+        use std::os::unix::fs::MetadataExt;
+        let group = std::fs::metadata(base)
+            .ok()
+            .filter(|m| m.is_dir() && m.mode() & 0o2000 != 0)
+            .map(|m| m.gid())
+            .filter(|&g| i_am_in(g));
+        Writers { group }
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn of(_base: &Path) -> Writers {
+        Writers::default()
+    }
+
+    /// Whether the group may write a path with this group id.
+    fn group_may_write(self, gid: u32) -> bool {
+        self.group == Some(gid)
+    }
+}
+
+/// Whether this process is root or in group `gid`.
 #[cfg(unix)]
-pub(crate) fn check_private(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
+fn i_am_in(gid: u32) -> bool {
+    use nix::unistd::{Gid, getegid, geteuid, getgroups};
+    geteuid().is_root()
+        || getegid().as_raw() == gid
+        || getgroups().is_ok_and(|g| g.contains(&Gid::from_raw(gid)))
+}
+
+/// Whether user `uid` is a member of group `gid` (their primary group, or
+/// named in it).
+#[cfg(unix)]
+fn is_member(uid: u32, gid: u32) -> bool {
+    use nix::unistd::{Gid, Group, Uid, User};
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return false;
+    };
+    user.gid.as_raw() == gid
+        || Group::from_gid(Gid::from_raw(gid)).is_ok_and(|g| g.is_some_and(|g| g.mem.contains(&user.name)))
+}
+
+/// Refuses a path that another user could have written: owned by someone
+/// other than this user, root or (in a group's root) a member of its
+/// group, or writable by others, or by a group other than the root's.
+#[cfg(unix)]
+pub(crate) fn check_private(path: &Path, meta: &Metadata, writers: Writers) -> Result<(), Untrusted> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me && meta.uid() != 0 {
+    let owner = meta.uid();
+    if owner != me && owner != 0 && !writers.group.is_some_and(|g| is_member(owner, g)) {
         return Err(Untrusted::Owner {
             path: path.to_owned(),
-            owner: meta.uid(),
+            owner,
             me,
         });
     }
-    if meta.mode() & 0o022 != 0 {
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 != 0 || (mode & 0o020 != 0 && writers.group.is_none()) {
         return Err(Untrusted::Writable {
             path: path.to_owned(),
-            mode: meta.mode() & 0o7777,
+            mode,
+        });
+    }
+    if mode & 0o020 != 0 && !writers.group_may_write(meta.gid()) {
+        return Err(Untrusted::GroupWritable {
+            path: path.to_owned(),
+            mode,
         });
     }
     Ok(())
@@ -69,7 +141,7 @@ pub(crate) fn check_private(path: &Path, meta: &Metadata) -> Result<(), Untruste
 
 /// Elsewhere ownership is not checked; the seals still bind entries.
 #[cfg(not(unix))]
-pub(crate) fn check_private(_path: &Path, _meta: &Metadata) -> Result<(), Untrusted> {
+pub(crate) fn check_private(_path: &Path, _meta: &Metadata, _writers: Writers) -> Result<(), Untrusted> {
     Ok(())
 }
 
@@ -141,13 +213,14 @@ impl std::fmt::Display for Fingerprint {
 pub(crate) struct Key([u8; 32]);
 
 impl Key {
-    /// Reads the key at `path`, creating it (0600, random) on first use. A
-    /// key another user could read or write is refused.
-    pub(crate) fn load_or_create(path: &Path) -> Result<Key, Untrusted> {
+    /// Reads the key at `path`, creating it (0600, random; 0660 in a
+    /// group's root) on first use. A key anyone but `writers` could read or
+    /// write is refused.
+    pub(crate) fn load_or_create(path: &Path, writers: Writers) -> Result<Key, Untrusted> {
         match std::fs::File::open(path) {
             Ok(mut file) => {
                 let meta = file.metadata().map_err(Untrusted::io(path))?;
-                check_key_file(path, &meta)?;
+                check_key_file(path, &meta, writers)?;
                 // The file checked is the file read: one open.
                 let mut bytes = Vec::with_capacity(33);
                 (&mut file)
@@ -160,12 +233,12 @@ impl Key {
                 })?;
                 Ok(Key(key))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Key::create(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Key::create(path, writers),
             Err(e) => Err(Untrusted::io(path)(e)),
         }
     }
 
-    fn create(path: &Path) -> Result<Key, Untrusted> {
+    fn create(path: &Path, writers: Writers) -> Result<Key, Untrusted> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| Untrusted::io(path)(std::io::Error::other(e.to_string())))?;
         let dir = path.parent().expect("the key lives in a directory");
@@ -173,12 +246,19 @@ impl Key {
             .prefix(".tmp-key-")
             .tempfile_in(dir)
             .map_err(Untrusted::io(path))?;
+        if writers.group.is_some() {
+            crate::fsx::Modes::of_dir(dir)
+                .set_file(tmp.as_file())
+                .map_err(Untrusted::io(path))?;
+        }
         tmp.write_all(&key).map_err(Untrusted::io(path))?;
         tmp.as_file().sync_all().map_err(Untrusted::io(path))?;
         // Two processes creating it at once: the first one's key stays.
         match tmp.persist_noclobber(path) {
             Ok(_) => Ok(Key(key)),
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Key::load_or_create(path),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+                Key::load_or_create(path, writers)
+            }
             Err(e) => Err(Untrusted::io(path)(e.error)),
         }
     }
@@ -206,7 +286,7 @@ impl Key {
 }
 
 #[cfg(unix)]
-fn check_key_file(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
+fn check_key_file(path: &Path, meta: &Metadata, writers: Writers) -> Result<(), Untrusted> {
     use std::os::unix::fs::MetadataExt;
     if !meta.is_file() {
         return Err(Untrusted::Kind {
@@ -214,8 +294,12 @@ fn check_key_file(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
             expected: "regular file",
         });
     }
-    check_private(path, meta)?;
-    if meta.mode() & 0o077 != 0 {
+    check_private(path, meta, writers)?;
+    let hidden_from = match writers.group_may_write(meta.gid()) {
+        true => 0o007,
+        false => 0o077,
+    };
+    if meta.mode() & hidden_from != 0 {
         return Err(Untrusted::Readable {
             path: path.to_owned(),
             mode: meta.mode() & 0o7777,
@@ -225,7 +309,7 @@ fn check_key_file(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
 }
 
 #[cfg(not(unix))]
-fn check_key_file(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
+fn check_key_file(path: &Path, meta: &Metadata, _writers: Writers) -> Result<(), Untrusted> {
     if !meta.is_file() {
         return Err(Untrusted::Kind {
             path: path.to_owned(),
@@ -252,9 +336,9 @@ mod tests {
     #[test]
     fn a_seal_opens_only_with_its_key_and_unchanged() {
         let dir = tempfile::tempdir().unwrap();
-        let key = Key::load_or_create(&dir.path().join("key")).unwrap();
-        let again = Key::load_or_create(&dir.path().join("key")).unwrap();
-        let other = Key::load_or_create(&dir.path().join("other")).unwrap();
+        let key = Key::load_or_create(&dir.path().join("key"), Writers::default()).unwrap();
+        let again = Key::load_or_create(&dir.path().join("key"), Writers::default()).unwrap();
+        let other = Key::load_or_create(&dir.path().join("other"), Writers::default()).unwrap();
         let sealed = key.seal("component abc\n");
         assert_eq!(again.open(&sealed), Some("component abc\n"));
         assert_eq!(other.open(&sealed), None);
@@ -269,12 +353,33 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("key");
-        Key::load_or_create(&path).unwrap();
+        Key::load_or_create(&path, Writers::default()).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = Key::load_or_create(&path).err().unwrap();
+        let err = Key::load_or_create(&path, Writers::default()).err().unwrap();
         assert!(matches!(err, Untrusted::Readable { .. }), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_groups_cache_is_trusted_for_its_group_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        Key::load_or_create(&path, Writers::default()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+        let gid = std::fs::metadata(&path).unwrap().gid();
+        let group = Writers { group: Some(gid) };
+        assert!(Key::load_or_create(&path, group).is_ok());
+        let err = Key::load_or_create(&path, Writers::default()).err().unwrap();
+        assert!(matches!(err, Untrusted::Writable { .. }), "{err}");
+        let other = Writers { group: Some(gid + 1) };
+        let err = Key::load_or_create(&path, other).err().unwrap();
+        assert!(matches!(err, Untrusted::GroupWritable { .. }), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o662)).unwrap();
+        let err = Key::load_or_create(&path, group).err().unwrap();
+        assert!(matches!(err, Untrusted::Writable { .. }), "{err}");
     }
 
     #[test]

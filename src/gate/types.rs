@@ -200,6 +200,51 @@ impl Default for RunResult {
     }
 }
 
+/// The worktree's branch and its HEAD before and after the last tick's
+/// step; mirrors `commits` in the WIT (new in 0.2.0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Commits {
+    pub branch: String,
+    pub head_before: Option<String>,
+    pub head_after: Option<String>,
+}
+
+/// A gate that asked for approval, and why; mirrors `asked` in the WIT.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Asker {
+    pub gate: String,
+    pub version: Option<String>,
+    pub reason: String,
+}
+
+/// The wait for approval pending now, with the approvals given for it;
+/// mirrors `pending-await` in the WIT (new in 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PendingAwait {
+    pub id: String,
+    pub tick: u64,
+    pub asked: Vec<Asker>,
+    pub since: Timestamp,
+    pub head: Option<String>,
+    pub approvals: Vec<Approval>,
+}
+
+impl Default for PendingAwait {
+    fn default() -> Self {
+        PendingAwait {
+            id: String::new(),
+            tick: 0,
+            asked: Vec::new(),
+            since: Timestamp::UNIX_EPOCH,
+            head: None,
+            approvals: Vec::new(),
+        }
+    }
+}
+
 /// Everything a gate sees; mirrors `context` in the WIT. It is recorded in
 /// history with every evaluation, so `gate replay` can evaluate it again, and
 /// `gate test --context FILE` reads it (missing fields take their defaults;
@@ -219,6 +264,13 @@ pub struct Context {
     pub state: serde_json::Value,
     pub metrics: serde_json::Value,
     pub totals: serde_json::Value,
+    /// Seen by gates built against 0.2.0 on; a gate of 0.1.0 is called
+    /// without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits: Option<Commits>,
+    /// As `commits`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_await: Option<PendingAwait>,
 }
 
 impl Default for Context {
@@ -236,6 +288,8 @@ impl Default for Context {
             state: serde_json::json!({}),
             metrics: serde_json::json!({}),
             totals: serde_json::json!({}),
+            commits: None,
+            pending_await: None,
         }
     }
 }

@@ -9,7 +9,10 @@ use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
 pub use crate::gate::Verdict;
-use crate::gate::{self, Context, Decision, GateError, GateErrorKind, GateHost, Phase, RunResult};
+use crate::gate::{
+    self, Asker, Commits, Context, Decision, GateError, GateErrorKind, GateHost, PendingAwait, Phase,
+    RunResult,
+};
 use crate::state::{LastTick, State};
 
 /// A phase's verdicts, their combination, and the contexts they saw.
@@ -48,7 +51,46 @@ pub fn context(name: &str, state: &State, gate: &GateConfig, phase: Phase, now: 
         state: to_json(state),
         metrics: to_json(&state.metrics),
         totals: to_json(&state.totals),
+        commits: commits(state),
+        pending_await: pending_await(state),
     }
+}
+
+/// The worktree's branch and HEAD around the last tick's step, as state
+/// records them.
+fn commits(state: &State) -> Option<Commits> {
+    let head = state.last_tick.as_ref()?.head.as_ref()?;
+    Some(Commits {
+        branch: head.branch.clone(),
+        head_before: head.before.clone(),
+        head_after: head.after.clone(),
+    })
+}
+
+/// The await pending now, with the approvals given for it.
+fn pending_await(state: &State) -> Option<PendingAwait> {
+    let a = state.awaiting.as_ref()?;
+    Some(PendingAwait {
+        id: a.id.clone(),
+        tick: a.tick,
+        asked: a
+            .gates
+            .iter()
+            .map(|g| Asker {
+                gate: g.gate.clone(),
+                version: g.version.clone(),
+                reason: g.reason.clone(),
+            })
+            .collect(),
+        since: a.since,
+        head: a.head.clone(),
+        approvals: state
+            .pending_approvals
+            .iter()
+            .filter(|p| p.await_id.as_deref() == Some(a.id.as_str()))
+            .cloned()
+            .collect(),
+    })
 }
 
 fn to_json(value: &impl Serialize) -> serde_json::Value {
@@ -164,5 +206,70 @@ impl PhaseResult {
             contexts: Vec::new(),
             combined: Decision::Proceed,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Asked, Await, Head};
+
+    #[test]
+    fn the_context_carries_the_commits_and_the_pending_await_with_its_approvals() {
+        let now = crate::clock::now();
+        let mut state = State::new(now);
+        assert_eq!((commits(&state), pending_await(&state)), (None, None));
+        state.last_tick = Some(LastTick {
+            number: 3,
+            started_at: now,
+            ended_at: now,
+            outcome: crate::state::Outcome::Ran,
+            decision: Decision::Proceed,
+            step: None,
+            verifier: None,
+            worktree_changed: None,
+            host: None,
+            head: Some(Head {
+                branch: "loop/x".into(),
+                before: Some("aaa".into()),
+                after: Some("bbb".into()),
+            }),
+        });
+        state.awaiting = Some(Await {
+            id: "aw-5".into(),
+            since: now,
+            tick: 3,
+            gates: vec![Asked {
+                gate: "stock:approve-every".into(),
+                version: None,
+                reason: "every 3".into(),
+            }],
+            head: Some("bbb".into()),
+        });
+        let approval = |id: &str, for_await: Option<&str>| crate::state::Approval {
+            id: id.into(),
+            by: "ann".into(),
+            at: now,
+            note: None,
+            await_id: for_await.map(str::to_owned),
+            head: None,
+        };
+        state.pending_approvals = vec![approval("ap-1", Some("aw-5")), approval("ap-2", None)];
+        let c = commits(&state).unwrap();
+        assert_eq!(
+            (
+                c.branch.as_str(),
+                c.head_before.as_deref(),
+                c.head_after.as_deref()
+            ),
+            ("loop/x", Some("aaa"), Some("bbb"))
+        );
+        let a = pending_await(&state).unwrap();
+        assert_eq!(
+            (a.id.as_str(), a.tick, a.asked[0].reason.as_str()),
+            ("aw-5", 3, "every 3")
+        );
+        let ids: Vec<&str> = a.approvals.iter().map(|x| x.id.as_str()).collect();
+        assert_eq!(ids, ["ap-1"], "only the approvals given for this await");
     }
 }

@@ -15,16 +15,21 @@ use serde_json::Value;
 use crate::common::{BIN, Env, isolate};
 
 /// The OS users these tests act as.
-const LEAD: &str = "atmlead";
-const QA: &str = "atmqa";
-const OPS: &str = "atmops";
+pub(crate) const LEAD: &str = "atmlead";
+pub(crate) const QA: &str = "atmqa";
+pub(crate) const OPS: &str = "atmops";
 
 /// Makes [`LEAD`], [`QA`] and [`OPS`] once per run; false (and the test is
-/// skipped, said on stderr) when the suite does not run as root.
-fn users() -> bool {
+/// skipped, said on stderr) when the suite does not run as root, unless
+/// `AUTOMATON_REQUIRE_USERS=1` (as CI sets) makes that a failure.
+pub(crate) fn users() -> bool {
     static MADE: OnceLock<bool> = OnceLock::new();
     *MADE.get_or_init(|| {
         if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var("AUTOMATON_REQUIRE_USERS").as_deref() != Ok("1"),
+                "AUTOMATON_REQUIRE_USERS=1, but acting as other OS users needs root (useradd, runuser)"
+            );
             eprintln!("skipped: acting as other OS users needs root (useradd, runuser)");
             return false;
         }
@@ -96,11 +101,11 @@ fn run_named(env: &Env, named: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn code(out: &Output) -> Option<i32> {
+pub(crate) fn code(out: &Output) -> Option<i32> {
     out.status.code()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 

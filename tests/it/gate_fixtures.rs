@@ -1,6 +1,9 @@
 //! Test gates built from WAT: a well-behaved one and hostile ones (loops,
 //! memory bombs, traps, spew, sandbox probes), encoded as components for
-//! the `gate` world with the wat and wit-component crates.
+//! the `gate` world with the wat and wit-component crates. They are built
+//! against the interface's first version (wit/0.1.0/gate.wit), as gates
+//! built before later versions were; [`reads_commits_and_await`] is built
+//! against wit/gate.wit (0.2.0) and reads what that version added.
 
 use std::path::Path;
 
@@ -138,23 +141,41 @@ impl WatGate {
         )
     }
 
-    /// The component's bytes.
+    /// The component's bytes, built against wit/0.1.0/gate.wit.
     pub fn build(&self) -> Vec<u8> {
         let mut resolve = wit_parser::Resolve::default();
-        let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit");
-        let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/ parses");
+        let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/0.1.0");
+        let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/0.1.0 parses");
         let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
         encode(&self.module(), &resolve, world, self.wasi)
     }
+
+    /// The component's bytes, built against wit/gate.wit (0.2.0).
+    pub fn build_v0_2(&self) -> Vec<u8> {
+        let (resolve, world) = wit_v0_2();
+        let module = self
+            .module()
+            .replace("automaton:gate/host@0.1.0", "automaton:gate/host@0.2.0");
+        encode(&module, &resolve, world, self.wasi)
+    }
+}
+
+/// wit/gate.wit, parsed, and its world `gate`.
+pub fn wit_v0_2() -> (wit_parser::Resolve, wit_parser::WorldId) {
+    let mut resolve = wit_parser::Resolve::default();
+    let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit");
+    let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/ parses");
+    let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
+    (resolve, world)
 }
 
 impl WatGate {
-    /// The component, built against `wit/gate.wit` with `edit` applied to
-    /// its text (another version of the package, say) and the module's
-    /// import renamed to match.
+    /// The component, built against `wit/0.1.0/gate.wit` with `edit`
+    /// applied to its text (another version of the package, say) and the
+    /// module's import renamed to match.
     pub fn build_against(&self, version: &str, edit: impl Fn(&str) -> String) -> Vec<u8> {
-        let text =
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/gate.wit")).unwrap();
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/0.1.0/gate.wit"))
+            .unwrap();
         let text = edit(&text.replace("automaton:gate@0.1.0", &format!("automaton:gate@{version}")));
         let mut resolve = wit_parser::Resolve::default();
         let pkg = resolve
@@ -344,4 +365,46 @@ pub fn refuses() -> Vec<u8> {
     WatGate::new("(call $refuse (i32.const 1024) (i32.const 21))")
         .data(1024, "cannot read the state")
         .build()
+}
+
+/// Where 0.2.0's context keeps what that version added (canonical ABI,
+/// wasm32): the `option<commits>` and `option<pending-await>` fields, their
+/// payloads, and the fields read inside them. `gate_versions` checks them
+/// against the layout wit-parser computes from wit/gate.wit.
+pub const CTX2_COMMITS: u32 = 128;
+pub const CTX2_COMMITS_PAYLOAD: u32 = 132;
+pub const COMMITS_HEAD_AFTER: u32 = 20;
+pub const CTX2_AWAIT: u32 = 168;
+pub const CTX2_AWAIT_PAYLOAD: u32 = 176;
+pub const AWAIT_APPROVALS: u32 = 44;
+
+/// Built against 0.2.0: with an await pending, `await-approval` with the
+/// await's id as the reason (`complete` once an approval for it is in);
+/// else, with commits, `skip` with the HEAD after the last step; else
+/// `proceed`.
+pub fn reads_commits_and_await() -> Vec<u8> {
+    let id = CTX2_AWAIT_PAYLOAD;
+    let approvals_len = CTX2_AWAIT_PAYLOAD + AWAIT_APPROVALS + 4;
+    let head_after = CTX2_COMMITS_PAYLOAD + COMMITS_HEAD_AFTER;
+    WatGate::new(&format!(
+        "(if (i32.load8_u (i32.add (local.get $ctx) (i32.const {CTX2_AWAIT})))
+      (then
+        (if (i32.load (i32.add (local.get $ctx) (i32.const {approvals_len})))
+          (then (return (call $decide (i32.const 4)
+            (i32.load (i32.add (local.get $ctx) (i32.const {id})))
+            (i32.load (i32.add (local.get $ctx) (i32.const {id_len})))))))
+        (return (call $decide (i32.const 2)
+          (i32.load (i32.add (local.get $ctx) (i32.const {id})))
+          (i32.load (i32.add (local.get $ctx) (i32.const {id_len})))))))
+    (if (i32.load8_u (i32.add (local.get $ctx) (i32.const {CTX2_COMMITS})))
+      (then (if (i32.load8_u (i32.add (local.get $ctx) (i32.const {head_after})))
+        (then (return (call $decide (i32.const 1)
+          (i32.load (i32.add (local.get $ctx) (i32.const {head_ptr})))
+          (i32.load (i32.add (local.get $ctx) (i32.const {head_len})))))))))
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))",
+        id_len = id + 4,
+        head_ptr = head_after + 4,
+        head_len = head_after + 8,
+    ))
+    .build_v0_2()
 }

@@ -6,15 +6,17 @@
 ///
 /// Expand it at the root of a `cdylib` crate that sits two folders below the
 /// repository root (`gates/NAME/`) and depends on `wit-bindgen` (features
-/// `macros`, `realloc`): the bindings are generated from `../../wit`. The
-/// reported version is that crate's `CARGO_PKG_VERSION`.
+/// `macros`, `realloc`): the bindings are generated from `../../wit/0.1.0`,
+/// the first version of the interface: the stock gates read nothing newer,
+/// and so prove with every tick that gates built against it keep running.
+/// The reported version is that crate's `CARGO_PKG_VERSION`.
 #[macro_export]
 macro_rules! export_gate {
     ($gate:ty) => {
         mod bindings {
             ::wit_bindgen::generate!({
                 world: "gate",
-                path: "../../wit",
+                path: "../../wit/0.1.0",
             });
         }
 

@@ -9,7 +9,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::gate::{Context, Decision, GateHost, GateSource, Limits, Phase, RunResult};
+use crate::gate::{
+    Asker, Commits, Context, Decision, GateHost, GateSource, Limits, PendingAwait, Phase, RunResult,
+};
 use crate::state::Approval;
 use crate::term::safe;
 
@@ -224,6 +226,23 @@ pub fn example_context() -> Context {
         state: serde_json::json!({"status": "active", "tick": 4}),
         metrics: serde_json::json!({"cost_usd": 0.42}),
         totals: serde_json::json!({"cost_usd": 3.1}),
+        commits: Some(Commits {
+            branch: "loop/nightly-report".to_owned(),
+            head_before: Some("3f2a9c1d0b7e4f5a6c8d9e0f1a2b3c4d5e6f7a8b".to_owned()),
+            head_after: Some("9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c".to_owned()),
+        }),
+        pending_await: Some(PendingAwait {
+            id: "aw-12".to_owned(),
+            tick: 4,
+            asked: vec![Asker {
+                gate: "stock:approve-every".to_owned(),
+                version: Some("1.0.0".to_owned()),
+                reason: "every 5 ticks need an approval".to_owned(),
+            }],
+            since: at("2026-11-30T09:01:22Z"),
+            head: Some("9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c".to_owned()),
+            approvals: Vec::new(),
+        }),
     }
 }
 
@@ -248,10 +267,12 @@ mod tests {
             "state",
             "metrics",
             "totals",
+            "commits",
+            "pending_await",
         ] {
             assert!(obj.contains_key(field), "{field}");
         }
-        assert_eq!(obj.len(), 12, "a new field belongs in the example");
+        assert_eq!(obj.len(), 14, "a new field belongs in the example");
         let back: Context = serde_json::from_value(json).unwrap();
         assert_eq!(back, example_context());
     }

@@ -9,13 +9,13 @@ use std::sync::{Arc, OnceLock};
 
 use wasmtime::component::Component;
 
-use super::{Compiled, GATE_WIT_VERSION, Gate, GateHost, GateMeta, error_text};
+use super::{Compiled, GATE_WIT_VERSION, GATE_WIT_VERSIONS, Gate, GateHost, GateMeta, error_text};
 use crate::gate::cache::sha256_hex;
 use crate::gate::error::{GateError, GateErrorKind};
-use crate::gate::sandbox::bindings::GatePre;
 use crate::gate::seal::Fingerprint;
 use crate::gate::stock;
 use crate::gate::types::GateSource;
+use crate::gate::world::Pre;
 
 /// A component file identified: its sha256, and its bytes when they were
 /// read to get it.
@@ -150,17 +150,20 @@ impl GateHost {
                 self.cache.compile(&self.engine, label, &found.sha256, &bytes)?
             }
         };
+        let named = self.names_version(&component);
+        let offered = named.as_deref().filter(|v| GATE_WIT_VERSIONS.contains(v));
         let wrong_world = |e: wasmtime::Error| {
             GateError::new(
                 label,
                 GateErrorKind::WrongWorld {
                     detail: error_text(&e),
-                    built_against: self.built_against(&component),
+                    built_against: named.clone().filter(|_| offered.is_none()),
+                    world: offered.unwrap_or(GATE_WIT_VERSION).to_owned(),
                 },
             )
         };
         let instance_pre = self.linker.instantiate_pre(&component).map_err(wrong_world)?;
-        let pre = GatePre::new(instance_pre).map_err(wrong_world)?;
+        let pre = Pre::new(instance_pre, named.as_deref()).map_err(wrong_world)?;
         let compiled = Arc::new(Compiled {
             component,
             pre,
@@ -179,8 +182,8 @@ impl GateHost {
     }
 
     /// The `automaton:gate` version a component's imports and exports name
-    /// (`automaton:gate/host@0.2.0`), when it is not the host's.
-    fn built_against(&self, component: &Component) -> Option<String> {
+    /// (`automaton:gate/types@0.1.0`), if any.
+    fn names_version(&self, component: &Component) -> Option<String> {
         let ty = component.component_type();
         let names: Vec<String> = ty
             .imports(&self.engine)
@@ -189,7 +192,7 @@ impl GateHost {
             .collect();
         names.iter().find_map(|n| {
             let version = n.strip_prefix("automaton:gate/")?.split_once('@')?.1;
-            (version != GATE_WIT_VERSION).then(|| version.to_owned())
+            Some(version.to_owned())
         })
     }
 }

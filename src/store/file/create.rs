@@ -7,7 +7,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use super::state_file::state_bytes;
 use super::{CONFIG, HISTORY, LoopDir, NEW_PREFIX, STATE};
 use crate::error::{Error, Result};
-use crate::fsx::{create_dirs, sync_dir, write_file};
+use crate::fsx::{Modes, create_dirs, sync_dir, write_file};
 use crate::history::{Event, EventKind};
 use crate::root::{LoopName, Root};
 use crate::state::State;
@@ -39,19 +39,27 @@ pub fn create_loop(
         return Err(exists());
     }
     let loops = root.loops_dir();
+    // A group's root shares the loop with the group ([`crate::fsx::mode`]).
+    let modes = Modes::of_dir(&loops);
     let tmp = tempfile::Builder::new()
         .prefix(&format!("{NEW_PREFIX}{name}-"))
-        .permissions(fs::Permissions::from_mode(0o700))
+        .permissions(fs::Permissions::from_mode(modes.dir()))
         .tempdir_in(&loops)
         .map_err(Error::io("creating a temporary directory in", &loops))?;
+    fs::File::open(tmp.path())
+        .and_then(|d| modes.set_dir(&d))
+        .map_err(Error::io("setting the mode of", tmp.path()))?;
     let write = |file: &str, bytes: &[u8]| -> Result<()> {
         let path = tmp.path().join(file);
         let mut f = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(modes.file())
             .open(&path)
             .map_err(Error::io("creating", &path))?;
+        modes
+            .set_file(&f)
+            .map_err(Error::io("setting the mode of", &path))?;
         f.write_all(bytes)
             .and_then(|()| f.sync_data())
             .map_err(Error::io("writing", &path))

@@ -61,12 +61,16 @@ pub fn read_copy(path: &Path) -> Result<Vec<u8>> {
 
 /// A new copy holding `bytes`, removed when the returned path is dropped.
 pub fn new_copy(dir: &Path, bytes: &[u8]) -> Result<TempPath> {
+    let modes = fsx::Modes::of_dir(dir);
     let mut copy = tempfile::Builder::new()
         .prefix(&ours(COPY_PREFIX))
         .suffix(".toml")
+        .permissions(fsx::mode::file_permissions(modes))
         .tempfile_in(dir)
         .map_err(Error::io("creating a temporary file in", dir))?;
-    copy.write_all(bytes)
+    modes
+        .set_file(copy.as_file())
+        .and_then(|()| copy.write_all(bytes))
         .map_err(Error::io("writing", copy.path().to_owned()))?;
     Ok(copy.into_temp_path())
 }
@@ -89,10 +93,15 @@ pub fn reopen(dir: &Path, left: &Path) -> Result<Option<TempPath>> {
 /// Replaces loop.toml at `config` with `bytes`, atomically and durably,
 /// through a save file of this process's (never a `.tmp-*` of the store's).
 pub fn save(dir: &Path, config: &Path, bytes: &[u8]) -> Result<()> {
+    let modes = fsx::Modes::of_dir(dir);
     let mut new = tempfile::Builder::new()
         .prefix(&ours(SAVE_PREFIX))
+        .permissions(fsx::mode::file_permissions(modes))
         .tempfile_in(dir)
         .map_err(Error::io("creating a temporary file in", dir))?;
+    modes
+        .set_file(new.as_file())
+        .map_err(Error::io("writing", new.path().to_owned()))?;
     new.write_all(bytes)
         .and_then(|()| new.as_file().sync_data())
         .map_err(Error::io("writing", new.path().to_owned()))?;

@@ -1,0 +1,270 @@
+//! Gate authors keep their gates: the host calls a gate built against
+//! `automaton:gate@0.1.0` in that version's world, deciding as it did, and
+//! one built against 0.2.0 in its own, where the context carries the
+//! worktree's commits and the pending await. The stock gates stay built
+//! against 0.1.0 and are the standing proof of it.
+
+use std::path::{Path, PathBuf};
+
+use automaton::gate::{
+    Approval, Asker, Commits, Context, Decision, GateHost, GateSource, Limits, PendingAwait, stock_gates,
+};
+use serde_json::Value;
+use wit_parser::{Int, SizeAlign, Type, TypeDefKind};
+
+use crate::common::Env;
+use crate::gate_fixtures as fx;
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn file(path: &Path) -> GateSource {
+    GateSource::File {
+        path: path.to_owned(),
+        sha256: None,
+    }
+}
+
+fn commits() -> Commits {
+    Commits {
+        branch: "loop/x".to_owned(),
+        head_before: Some("1111111".to_owned()),
+        head_after: Some("2222222".to_owned()),
+    }
+}
+
+fn pending(approvals: Vec<Approval>) -> PendingAwait {
+    PendingAwait {
+        id: "aw-7".to_owned(),
+        tick: 3,
+        asked: vec![Asker {
+            gate: "stock:approve-every".to_owned(),
+            version: Some("1.0.0".to_owned()),
+            reason: "every 3 ticks".to_owned(),
+        }],
+        since: "2026-11-30T10:00:00Z".parse().unwrap(),
+        head: Some("2222222".to_owned()),
+        approvals,
+    }
+}
+
+fn approval() -> Approval {
+    Approval {
+        id: "ap-9".to_owned(),
+        by: "ann".to_owned(),
+        at: "2026-11-30T10:05:00Z".parse().unwrap(),
+        note: None,
+        await_id: Some("aw-7".to_owned()),
+        head: None,
+    }
+}
+
+/// The offset of each field of record `name` in wit/gate.wit, and the
+/// offset of the payload of an `option` field.
+fn layout(name: &str) -> Vec<(String, usize, Option<usize>)> {
+    let (resolve, _) = fx::wit_v0_2();
+    let mut sizes = SizeAlign::default();
+    sizes.fill(&resolve);
+    let (_, def) = resolve
+        .types
+        .iter()
+        .find(|(_, t)| t.name.as_deref() == Some(name))
+        .unwrap();
+    let TypeDefKind::Record(record) = &def.kind else {
+        panic!("{name} is not a record")
+    };
+    let offsets = sizes.field_offsets(record.fields.iter().map(|f| &f.ty));
+    record
+        .fields
+        .iter()
+        .zip(offsets)
+        .map(|(f, (offset, _))| {
+            let payload = match f.ty {
+                Type::Id(id) => match &resolve.types[id].kind {
+                    TypeDefKind::Option(inner) => Some(
+                        offset.size_wasm32()
+                            + sizes.payload_offset(Int::U8, [None, Some(inner)]).size_wasm32(),
+                    ),
+                    _ => None,
+                },
+                _ => None,
+            };
+            (f.name.clone(), offset.size_wasm32(), payload)
+        })
+        .collect()
+}
+
+fn field(layout: &[(String, usize, Option<usize>)], name: &str) -> (usize, Option<usize>) {
+    let (_, at, payload) = layout.iter().find(|(n, ..)| n == name).unwrap();
+    (*at, *payload)
+}
+
+#[test]
+fn the_new_test_gate_reads_the_fields_where_wit_gate_wit_puts_them() {
+    let ctx = layout("context");
+    assert_eq!(field(&ctx, "loop-name").0 as u32, fx::CTX_LOOP_NAME);
+    assert_eq!(field(&ctx, "tick").0 as u32, fx::CTX_TICK);
+    let at = |n| field(&ctx, n);
+    assert_eq!(
+        at("commits"),
+        (fx::CTX2_COMMITS as usize, Some(fx::CTX2_COMMITS_PAYLOAD as usize))
+    );
+    assert_eq!(
+        at("pending-await"),
+        (fx::CTX2_AWAIT as usize, Some(fx::CTX2_AWAIT_PAYLOAD as usize))
+    );
+    assert_eq!(
+        field(&layout("commits"), "head-after").0 as u32,
+        fx::COMMITS_HEAD_AFTER
+    );
+    let awaits = layout("pending-await");
+    assert_eq!(field(&awaits, "id").0, 0);
+    assert_eq!(field(&awaits, "approvals").0 as u32, fx::AWAIT_APPROVALS);
+}
+
+#[test]
+fn a_gate_of_each_version_is_called_in_its_own_world() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = GateHost::new(None).unwrap();
+    let old = host
+        .load(&file(&write(tmp.path(), "old.wasm", &fx::echo_loop_name())))
+        .unwrap();
+    let new = host
+        .load(&file(&write(
+            tmp.path(),
+            "new.wasm",
+            &fx::reads_commits_and_await(),
+        )))
+        .unwrap();
+    assert_eq!((old.wit_version(), new.wit_version()), ("0.1.0", "0.2.0"));
+    let decide = |gate, ctx: &Context| host.evaluate(gate, ctx, &Limits::default()).unwrap().decision;
+    let plain = Context {
+        loop_name: "agent".to_owned(),
+        ..Context::default()
+    };
+    let full = Context {
+        commits: Some(commits()),
+        pending_await: Some(pending(vec![])),
+        ..plain.clone()
+    };
+    // The 0.1.0 gate decides as it did, whatever a later version adds.
+    assert_eq!(decide(&old, &plain), Decision::Skip("agent".to_owned()));
+    assert_eq!(decide(&old, &full), Decision::Skip("agent".to_owned()));
+    // The 0.2.0 gate reads what 0.2.0 added.
+    assert_eq!(decide(&new, &plain), Decision::Proceed);
+    assert_eq!(decide(&new, &full), Decision::AwaitApproval("aw-7".to_owned()));
+    let approved = Context {
+        pending_await: Some(pending(vec![approval()])),
+        ..full.clone()
+    };
+    assert_eq!(decide(&new, &approved), Decision::Complete("aw-7".to_owned()));
+    let committed = Context {
+        pending_await: None,
+        ..full
+    };
+    assert_eq!(decide(&new, &committed), Decision::Skip("2222222".to_owned()));
+}
+
+#[test]
+fn the_stock_gates_stay_built_against_the_first_version_and_decide_as_before() {
+    let host = GateHost::new(None).unwrap();
+    for stock in stock_gates() {
+        let gate = host.load(&GateSource::Stock(stock.name.to_owned())).unwrap();
+        assert_eq!(gate.wit_version(), "0.1.0", "{}", stock.name);
+    }
+    // What 0.2.0 adds changes nothing of a 0.1.0 gate's decision.
+    let gate = host.load(&GateSource::Stock("approve-every".to_owned())).unwrap();
+    let base = Context {
+        tick: 3,
+        params: serde_json::json!({"every": 3}),
+        ..Context::default()
+    };
+    let with_new = Context {
+        commits: Some(commits()),
+        pending_await: Some(pending(vec![approval()])),
+        ..base.clone()
+    };
+    let before = host.evaluate(&gate, &base, &Limits::default()).unwrap().decision;
+    let after = host
+        .evaluate(&gate, &with_new, &Limits::default())
+        .unwrap()
+        .decision;
+    assert!(matches!(before, Decision::AwaitApproval(_)), "{before:?}");
+    assert_eq!(before, after);
+}
+
+#[test]
+fn a_ticks_pending_await_and_its_approvals_reach_a_gate_of_the_new_version() {
+    let env = crate::files_only!("loop.toml edited by hand");
+    env.new_loop("v2", "step = \"true\"\n");
+    let gates = env.loop_dir("v2").join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    write(&gates, "v2.wasm", &fx::reads_commits_and_await());
+    let toml = "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n\
+                [[gate]]\npath = \"gates/v2.wasm\"\n";
+    std::fs::write(env.loop_dir("v2").join("loop.toml"), toml).unwrap();
+    let tick = || {
+        let v: Value = serde_json::from_str(&env.ok(&["tick", "v2", "--json"])).unwrap();
+        v["outcome"].as_str().unwrap().to_owned()
+    };
+    let v2_said = || {
+        let last = env
+            .history("v2")
+            .into_iter()
+            .rev()
+            .find(|e| e["kind"] == "gate" && e["gate"].as_str().is_some_and(|g| g.ends_with("v2.wasm")))
+            .unwrap();
+        (
+            last["decision"].as_str().unwrap().to_owned(),
+            last["reason"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    assert_eq!(tick(), "ran");
+    assert_eq!(tick(), "awaiting-approval");
+    assert_eq!(v2_said().0, "proceed", "the await opens after the gates decide");
+    let id = env.state("v2")["awaiting"]["id"].as_str().unwrap().to_owned();
+    // As the next tick would decide (a repeated await records no gates).
+    let checked: Value = serde_json::from_str(&env.ok(&["check-gate", "v2", "--json"])).unwrap();
+    let v2 = checked["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["gate"] == "gates/v2.wasm")
+        .unwrap();
+    assert_eq!(
+        (v2["decision"].as_str(), v2["reason"].as_str()),
+        (Some("await-approval"), Some(id.as_str()))
+    );
+    env.ok(&["approve", "v2"]);
+    assert_eq!(tick(), "completed");
+    assert_eq!(v2_said(), ("complete".to_owned(), id));
+}
+
+#[test]
+fn gate_test_reads_a_context_with_the_new_fields() {
+    let env = Env::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let gate = write(tmp.path(), "v2.wasm", &fx::reads_commits_and_await());
+    let ctx = write(
+        tmp.path(),
+        "ctx.json",
+        br#"{"commits": {"branch": "loop/x", "head_before": "aaa", "head_after": "bbb"}}"#,
+    );
+    let out = env.ok(&[
+        "gate",
+        "test",
+        gate.to_str().unwrap(),
+        "--context",
+        ctx.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["decision"].as_str(), v["reason"].as_str()),
+        (Some("skip"), Some("bbb")),
+        "{v}"
+    );
+}

@@ -1,0 +1,289 @@
+//! A root shared by the members of an OS group (`init --group`): each uses
+//! it as themselves, whatever their umask, and is recorded so; someone
+//! outside the group is kept out by the OS; `doctor` names a path the
+//! members could not use or that anyone could write, and its owner's
+//! `--fix` mends it. The tests make real OS users and a group and run the
+//! binary as them: they need root, and say so when skipped.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::access::{LEAD, OPS, QA, code, stderr, users};
+use crate::common::{BIN, isolate};
+
+/// The group [`LEAD`] and [`QA`] share roots with; [`OPS`] is not in it.
+const GROUP: &str = "atmshare";
+
+/// Makes [`GROUP`] with [`LEAD`] and [`QA`] in it, once per run; false
+/// when the users cannot be made (the suite does not run as root).
+fn group() -> bool {
+    static MADE: OnceLock<bool> = OnceLock::new();
+    *MADE.get_or_init(|| {
+        if !users() {
+            return false;
+        }
+        let known = Command::new("getent").args(["group", GROUP]).output().unwrap();
+        if !known.status.success() {
+            let made = Command::new("groupadd").arg(GROUP).status().unwrap();
+            assert!(made.success(), "groupadd {GROUP}");
+        }
+        for user in [LEAD, QA] {
+            let added = Command::new("usermod")
+                .args(["-a", "-G", GROUP, user])
+                .status()
+                .unwrap();
+            assert!(added.success(), "usermod -aG {GROUP} {user}");
+        }
+        true
+    })
+}
+
+/// A group's root not yet made, in a directory every user may pass.
+struct Shared {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Shared {
+    /// `automaton init --group` run by root, as an administrator would.
+    fn new() -> Shared {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = dir.path().join("root");
+        // An editor that sets the step's timeout.
+        let editor = dir.path().join("editor");
+        std::fs::write(&editor, "#!/bin/sh\nsed -i '1i timeout = \"5m\"' \"$1\"\n").unwrap();
+        std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let shared = Shared { _dir: dir, root };
+        let out = shared.cmd(None, "022", &["init", "--group", GROUP]);
+        assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+        shared
+    }
+
+    /// The binary run as `user` (this process's, root, when `None`) with
+    /// umask `umask`, on the root.
+    fn cmd(&self, user: Option<&str>, umask: &str, args: &[&str]) -> Output {
+        let script = format!("umask {umask}; exec \"$@\"");
+        let mut c = match user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--", "sh", "-c", &script, "sh"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &script, "sh"]);
+                c
+            }
+        };
+        c.arg(BIN).arg("--root").arg(&self.root).args(args);
+        isolate(&mut c);
+        c.env_remove("AUTOMATON_USER")
+            .env("VISUAL", self._dir.path().join("editor"))
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs as `user` with a umask that would keep everything private,
+    /// and must succeed; its standard output.
+    fn ok(&self, user: &str, args: &[&str]) -> String {
+        let out = self.cmd(Some(user), "077", args);
+        assert_eq!(code(&out), Some(0), "{user} {args:?}: {}", stderr(&out));
+        for refusal in ["not using the gate cache", "cached gate not used"] {
+            assert!(
+                !stderr(&out).contains(refusal),
+                "{user} {args:?}: {}",
+                stderr(&out)
+            );
+        }
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A loop made by `user`, from `toml`.
+    fn new_loop(&self, user: &str, name: &str, toml: &str) {
+        let file = self._dir.path().join(format!("{name}.toml"));
+        std::fs::write(&file, toml).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        self.ok(user, &["new", name, "--from", file.to_str().unwrap()]);
+    }
+
+    fn loop_dir(&self, name: &str) -> PathBuf {
+        self.root.join("loops").join(name)
+    }
+
+    fn history(&self, name: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.loop_dir(name).join("history.jsonl")).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    fn doctor(&self, user: Option<&str>, fix: bool) -> Vec<Value> {
+        let mut args = vec!["doctor", "--json"];
+        if fix {
+            args.push("--fix");
+        }
+        let out = self.cmd(user, "077", &args);
+        let report: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+        report["root"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["check"] == "modes" && f["level"] != "ok")
+            .cloned()
+            .collect()
+    }
+}
+
+fn gid() -> u32 {
+    nix::unistd::Group::from_name(GROUP)
+        .unwrap()
+        .unwrap()
+        .gid
+        .as_raw()
+}
+
+/// Every path under `dir` that is not its group's to use: a directory
+/// not 02770 at least, a file not 0660 at least, or another group's.
+fn not_the_groups(dir: &Path) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = path.symlink_metadata().unwrap();
+            let want = if meta.is_dir() { 0o2770 } else { 0o660 };
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            if meta.gid() != gid() || meta.mode() & want != want || meta.mode() & 0o002 != 0 {
+                wrong.push(format!(
+                    "{} {:o} gid {}",
+                    path.display(),
+                    meta.mode() & 0o7777,
+                    meta.gid()
+                ));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn two_members_of_the_group_tick_approve_and_pause_one_loop_each_as_themselves() {
+    if !group() {
+        return;
+    }
+    let shared = Shared::new();
+    let meta = shared.root.metadata().unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o2770, gid()));
+    shared.new_loop(
+        LEAD,
+        "demo",
+        "step = \"echo out; echo err >&2\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    let tick = |user| {
+        let v: Value = serde_json::from_str(&shared.ok(user, &["tick", "demo", "--json"])).unwrap();
+        v["outcome"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(tick(LEAD), "ran");
+    assert_eq!(tick(QA), "awaiting-approval");
+    shared.ok(QA, &["approve", "demo", "--note", "looks fine"]);
+    assert_eq!(tick(LEAD), "ran");
+    shared.ok(QA, &["pause", "demo"]);
+    shared.ok(LEAD, &["resume", "demo"]);
+    shared.ok(LEAD, &["edit", "demo"]);
+    let config = std::fs::read_to_string(shared.loop_dir("demo").join("loop.toml")).unwrap();
+    assert!(config.contains("timeout = \"5m\""), "{config}");
+    let by: Vec<(String, String)> = shared
+        .history("demo")
+        .iter()
+        .map(|e| {
+            let kind = e["kind"].as_str().unwrap().to_owned();
+            (kind, e["actor"]["user"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    for (kind, user) in [
+        ("created", LEAD),
+        ("awaiting", QA),
+        ("tick", LEAD),
+        ("approved", QA),
+        ("paused", QA),
+        ("resumed", LEAD),
+    ] {
+        assert!(
+            by.iter().any(|(k, u)| k == kind && u == user),
+            "no {kind} by {user} in {by:?}"
+        );
+    }
+    // Whatever each umask, everything made is the group's to use.
+    assert_eq!(not_the_groups(&shared.root), Vec::<String>::new());
+    // Someone outside the group is kept out by the OS, and changes nothing.
+    let before = std::fs::read(shared.loop_dir("demo").join(".state.loop")).unwrap();
+    for args in [&["status", "demo"][..], &["pause", "demo"]] {
+        let out = shared.cmd(Some(OPS), "022", args);
+        assert_ne!(code(&out), Some(0), "{OPS} {args:?}");
+        assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    }
+    assert_eq!(
+        std::fs::read(shared.loop_dir("demo").join(".state.loop")).unwrap(),
+        before
+    );
+    // Nor may they make a root of the group's.
+    let theirs = shared._dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    nix::unistd::chown(
+        &theirs,
+        Some(nix::unistd::User::from_name(OPS).unwrap().unwrap().uid),
+        None,
+    )
+    .unwrap();
+    let mut c = Command::new("runuser");
+    c.args(["-u", OPS, "--", BIN, "--root"])
+        .arg(&theirs)
+        .args(["init", "--group", GROUP]);
+    let out = isolate(&mut c).output().unwrap();
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot share"), "{}", stderr(&out));
+}
+
+#[test]
+fn doctor_names_a_path_made_world_writable_or_closed_to_the_group_and_its_owner_fixes_it() {
+    if !group() {
+        return;
+    }
+    let shared = Shared::new();
+    shared.new_loop(LEAD, "demo", "step = \"true\"\n");
+    shared.ok(LEAD, &["tick", "demo"]);
+    assert_eq!(shared.doctor(Some(QA), false), Vec::<Value>::new());
+    let history = shared.loop_dir("demo").join("history.jsonl");
+    let state = shared.loop_dir("demo").join(".state.loop");
+    std::fs::set_permissions(&history, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let found = shared.doctor(Some(QA), false);
+    let said = |path: &Path, what: &str| {
+        found.iter().any(|f| {
+            let m = f["message"].as_str().unwrap();
+            m.contains(path.to_str().unwrap()) && m.contains(what)
+        })
+    };
+    assert!(said(&history, "can be written by anyone"), "{found:#?}");
+    assert!(said(&state, "lacks the group's read and write"), "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .all(|f| f["action"].as_str().unwrap().contains(LEAD) && f["fixable"] == false),
+        "{found:#?}"
+    );
+    // The other member cannot mend them; their owner can.
+    assert_eq!(shared.doctor(Some(QA), true).len(), 2);
+    assert_eq!(shared.doctor(Some(LEAD), true), Vec::<Value>::new());
+    assert_eq!(history.metadata().unwrap().mode() & 0o7777, 0o660);
+    assert_eq!(state.metadata().unwrap().mode() & 0o7777, 0o660);
+    shared.ok(QA, &["tick", "demo"]);
+}
