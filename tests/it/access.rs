@@ -526,6 +526,10 @@ fn review_shows_the_await_the_ticks_and_the_work_since_the_last_approval() {
     assert_eq!(v["work"]["commits"].as_array().unwrap().len(), 1, "{v}");
     assert!(v["work"]["commits"][0].as_str().unwrap().ends_with("tick-2"));
     assert!(v["work"]["diffstat"].as_str().unwrap().contains("f | 1 +"), "{v}");
+    let mut pinned = crate::snapshots::settings(&env);
+    pinned.add_filter(r"\b[0-9a-f]{12}\b", "[COMMIT]");
+    pinned.add_filter(r"(?m)^  [0-9a-f]{7,} ", "  [COMMIT] ");
+    pinned.bind(|| insta::assert_snapshot!("review", env.ok(&["review", "agent"])));
     let text = env.ok(&["review", "agent", "--diff"]);
     assert!(
         text.lines()
