@@ -30,6 +30,7 @@
 //! and the threads that send it: signals, a shared store's changes).
 
 mod awaits;
+mod claims;
 mod dispatch;
 mod due;
 mod messages;
@@ -138,6 +139,11 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         }
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
         d.run(&handoff, &inbox);
+        tracing::info!(
+            "{} ticks started, {} of them busy (the loop's lock was held)",
+            d.ticks,
+            d.busy
+        );
         d.presence.release(root);
         Ok(())
     });

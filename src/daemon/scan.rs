@@ -74,6 +74,7 @@ impl<'a> Dispatcher<'a> {
         let (starting, scheduled) = self.read_configs(scan, now);
         self.spread(&starting, now);
         self.log_scheduled(&scheduled, starting.len());
+        self.offer(&scheduled);
         self.forget_removed(scan);
     }
 
