@@ -29,7 +29,7 @@
 # of its own, dropped at the end). PGDATA: the server's data directory, on
 # this machine, to read its CPU time from /proc (optional).
 # env: SECS (15: seconds each daemon run is measured)  RUNS (30: hyperfine runs)
-#      PARTS (1 2 3: the parts run)
+#      PARTS (1 2 3: the parts run)  WARMUP (10: seconds before each daemon run is measured)
 set -euo pipefail
 bin=$(realpath "$1"); url=$2; pgdata=${3:-}
 secs=${SECS:-15}
@@ -137,7 +137,8 @@ ticks_pg() { sql "$pg" "SELECT coalesce(sum((state->>'tick')::bigint), 0) FROM l
 ticks_file() { cat "$work/due"/loops/*/.state.loop | grep -o '"tick": *[0-9]*' | awk -F: '{s += $2} END {print s + 0}'; }
 
 # run_daemons STORE N: N daemons, each on its own root, measured for $secs s
-# after 3 s of warm-up; prints a table row.
+# after $WARMUP s of warm-up (each daemon reads every loop's config and
+# state when it starts); prints a table row.
 run_daemons() {
   local store=$1 n=$2 i t0 t1 s0 s1 own=0 kids=0 c
   daemons=()
@@ -149,18 +150,18 @@ run_daemons() {
     fi
     daemons+=($!)
   done
-  sleep 3
+  sleep "${WARMUP:-10}"
   declare -A c0
   for p in "${daemons[@]}"; do c0[$p]=$(cpu "$p"); done
   if [ "$store" = file ]; then t0=$(ticks_file); else t0=$(ticks_pg); fi
   s0=$(server_cpu)
-  local b0 b1 q0 q1
-  b0=$(busy_lines "$n")
+  local busy0 busy1 q0 q1
+  busy0=$(busy_lines "$n")
   q0=$(statements)
   sleep "$secs"
   if [ "$store" = file ]; then t1=$(ticks_file); else t1=$(ticks_pg); fi
   s1=$(server_cpu)
-  b1=$(busy_lines "$n")
+  busy1=$(busy_lines "$n")
   q1=$(statements)
   for p in "${daemons[@]}"; do
     read -r a b <<<"$(cpu "$p")"; read -r a0 b0 <<<"${c0[$p]}"
@@ -174,7 +175,7 @@ run_daemons() {
   [ "$store" = pg ] && [ -n "$q0" ] && queries=$(per "$((q1 - q0))" "$ticks")
   printf '| %s | %s | %s | %s | %s ms | %s ms | %s | %s |\n' "$store" "$n" \
     "$(awk -v t="$ticks" -v s="$secs" 'BEGIN { printf "%.0f", t / s }')" \
-    "$(per $((b1 - b0)) "$ticks")" "$(ms "$own" "$ticks")" "$(ms "$kids" "$ticks")" "$server" "$queries"
+    "$(per $((busy1 - busy0)) "$ticks")" "$(ms "$own" "$ticks")" "$(ms "$kids" "$ticks")" "$server" "$queries"
 }
 # busy_lines N -> the busy skips the N daemons' logs have said so far.
 busy_lines() {
@@ -195,6 +196,17 @@ ticks=$(ticks_pg); events=$(sql "$pg" "SELECT count(*) FROM events WHERE event->
 echo
 echo "PostgreSQL: $ticks ticks counted in the loops' states, $events tick events, $crashed crashed"
 echo
+if command -v hyperfine >/dev/null; then
+  echo "\`list\` over those 1,000 loops (hyperfine, ${RUNS:-30} runs, warm):"
+  echo
+  hyperfine -N -w 3 -r "${RUNS:-30}" --export-json "$work/list.json" \
+    -n "list 1000, file" "$bin --root $work/due --store file list" \
+    -n "list 1000, pg" "$bin --root $work/host1 --store $pg list" >/dev/null
+  echo "| operation | wall (mean ± sd) | CPU (user + system) |"
+  echo "|---|---|---|"
+  jq -r '.results[] | "| \(.command) | \(.mean * 1000 * 100 | round / 100) ± \(.stddev * 1000 * 100 | round / 100) ms | \((.user + .system) * 1000 * 100 | round / 100) ms |"' "$work/list.json"
+  echo
+fi
 fi
 
 part 3 || exit 0

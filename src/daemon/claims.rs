@@ -15,7 +15,7 @@ use super::MAX_SLEEP;
 use super::dispatch::{Dispatcher, reschedule};
 use super::due::jittered;
 use super::workers::{Handoff, Job};
-use crate::store::{Claims, Firing};
+use crate::store::{Claims, Firing, Offer};
 use crate::tick::Cancel;
 
 /// One daemon's claims: who it is to the store, and when it next asks.
@@ -54,32 +54,37 @@ impl<'a> Dispatcher<'a> {
 
     /// Writes the first firing of each loop in `names` (their schedule is
     /// new to this daemon) unless the store has one for that schedule,
-    /// and asks for due firings at once.
+    /// all in one statement, and asks for due firings at once.
     pub(super) fn offer(&mut self, names: &[Arc<str>]) {
         let Some(claims) = self.claims() else { return };
-        for name in names {
-            let Some(entry) = self.loops.get(name) else {
-                continue;
-            };
-            let (Some((s, _)), Some(nominal)) = (&entry.schedule, entry.nominal) else {
-                continue;
-            };
-            let hosts = entry.dir.config().map(|c| c.runner.hosts).unwrap_or_default();
-            let cadence = format!("{s:?} on {hosts:?}");
-            let first = Firing {
-                nominal,
-                due: jittered(nominal, s.jitter.map(|j| j.0)),
-            };
-            if let Err(e) = claims.offer(name, &cadence, &hosts, first) {
-                tracing::warn!("loop {name:?}: {e}");
-            }
+        let mut offers: Vec<Offer> = names
+            .iter()
+            .filter_map(|name| {
+                let entry = self.loops.get(name)?;
+                let (Some((s, _)), Some(nominal)) = (&entry.schedule, entry.nominal) else {
+                    return None;
+                };
+                Some(Offer {
+                    name: name.to_string(),
+                    cadence: format!("{s:?} on {:?}", entry.hosts),
+                    hosts: entry.hosts.clone(),
+                    first: Firing {
+                        nominal,
+                        due: jittered(nominal, s.jitter.map(|j| j.0)),
+                    },
+                })
+            })
+            .collect();
+        offers.sort_by(|a, b| a.name.cmp(&b.name));
+        if !offers.is_empty()
+            && let Err(e) = claims.offer(&offers)
+        {
+            tracing::warn!("{e}");
         }
         for name in names {
             self.queue.unset(name);
         }
-        if let Some(c) = &mut self.claimant {
-            c.next_claim = Instant::now();
-        }
+        self.set_next_claim(Instant::now());
     }
 
     /// Claims as many due firings as workers are idle, when it is time to

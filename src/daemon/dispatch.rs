@@ -102,6 +102,9 @@ impl<'a> Dispatcher<'a> {
                 self.serve(handoff);
             } else if phase.stopped(self.running.len()) {
                 break;
+            } else {
+                // The claims of the ticks still running are kept while they finish.
+                self.renew_claims();
             }
             let wait = match phase.wait(Instant::now(), MAX_SLEEP) {
                 Some(wait) => wait,

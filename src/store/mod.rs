@@ -112,10 +112,10 @@ pub trait Store: Send + Sync {
 /// taken or last renewed, so the claims of a daemon that died go to the
 /// others.
 pub trait Claims: Send + Sync {
-    /// Writes `name`'s first firing for `cadence` (its schedule and the
-    /// hosts it may run on), unless the store holds a firing of that
-    /// cadence already: daemons reading the same schedule write it once.
-    fn offer(&self, name: &str, cadence: &str, hosts: &[String], first: Firing) -> Result<()>;
+    /// Writes each loop's first firing for its cadence, unless the store
+    /// holds a firing of that cadence already: daemons reading the same
+    /// schedule write it once. `offers` are in name order.
+    fn offer(&self, offers: &[Offer]) -> Result<()>;
 
     /// Forgets `name`'s firings: it has no schedule any more.
     fn withdraw(&self, name: &str) -> Result<()>;
@@ -148,6 +148,17 @@ pub trait Claims: Send + Sync {
 pub struct Firing {
     pub nominal: jiff::Timestamp,
     pub due: jiff::Timestamp,
+}
+
+/// A loop's first firing for a schedule ([`Claims::offer`]).
+#[derive(Debug, Clone)]
+pub struct Offer {
+    pub name: String,
+    /// The schedule and the hosts the firing was computed for.
+    pub cadence: String,
+    /// The hosts it may run on; empty: any.
+    pub hosts: Vec<String>,
+    pub first: Firing,
 }
 
 /// What [`Claims::claim`] took: the loops and each one's nominal firing,

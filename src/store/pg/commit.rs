@@ -20,7 +20,7 @@ pub(super) struct Commit<'a> {
     /// The version it replaces.
     pub old: u64,
     pub events: &'a [Event],
-    /// The notification's payload.
+    /// The notification's payload; empty: none is sent.
     pub payload: &'a str,
     /// The tick the holder record names from now on, when it changed.
     pub tick: Option<u64>,
@@ -54,7 +54,7 @@ const COMMIT: &str = "WITH f AS (
         UPDATE holders SET tick = $10
         WHERE loop = $1 AND $10::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM u)),
     n AS (
-        SELECT pg_notify($8, $9) WHERE EXISTS (SELECT 1 FROM u))
+        SELECT pg_notify($8, $9) WHERE $9 <> '' AND EXISTS (SELECT 1 FROM u))
     SELECT EXISTS (SELECT 1 FROM f), EXISTS (SELECT 1 FROM u),
         (SELECT version FROM loops WHERE name = $1), (SELECT count(*) FROM n)";
 

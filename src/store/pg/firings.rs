@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::{Database, lease};
 use crate::error::Result;
-use crate::store::{Claimed, Claims, Firing};
+use crate::store::{Claimed, Claims, Firing, Offer};
 
 /// A timestamp column as text the `jiff` parser reads.
 macro_rules! utc {
@@ -31,17 +31,26 @@ fn parse(text: Option<String>) -> Option<Timestamp> {
 }
 
 impl Claims for Database {
-    fn offer(&self, name: &str, cadence: &str, hosts: &[String], first: Firing) -> Result<()> {
-        let (nominal, due) = (first.nominal.to_string(), first.due.to_string());
-        self.with(Some(name), "cannot write the loop's next firing", |c| {
+    fn offer(&self, offers: &[Offer]) -> Result<()> {
+        let column = |f: &dyn Fn(&Offer) -> String| offers.iter().map(f).collect::<Vec<String>>();
+        let names = column(&|o| o.name.clone());
+        let cadences = column(&|o| o.cadence.clone());
+        // One text a loop: an array of arrays must be rectangular.
+        let hosts = column(&|o| o.hosts.join("\n"));
+        let nominals = column(&|o| o.first.nominal.to_string());
+        let dues = column(&|o| o.first.due.to_string());
+        self.with(None, "cannot write the loops' first firings", |c| {
             c.execute(
                 "INSERT INTO firings AS f (loop, cadence, hosts, nominal, due)
-                 SELECT $1, $2, $3, $4::text::timestamptz, $5::text::timestamptz
-                 WHERE EXISTS (SELECT 1 FROM loops WHERE name = $1)
+                 SELECT o.loop, o.cadence, string_to_array(o.hosts, E'\\n'),
+                     o.nominal::timestamptz, o.due::timestamptz
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                     AS o(loop, cadence, hosts, nominal, due)
+                 WHERE EXISTS (SELECT 1 FROM loops WHERE name = o.loop)
                  ON CONFLICT (loop) DO UPDATE SET cadence = EXCLUDED.cadence,
                      hosts = EXCLUDED.hosts, nominal = EXCLUDED.nominal, due = EXCLUDED.due
                  WHERE f.cadence <> EXCLUDED.cadence",
-                &[&name, &cadence, &hosts, &nominal, &due],
+                &[&names, &cadences, &hosts, &nominals, &dues],
             )
             .map(drop)
         })

@@ -603,8 +603,8 @@ impl LoopStore for PgLoop {
                 .query_one(
                     &format!(
                         "SELECT pg_try_advisory_lock(k), k,
-                            (SELECT set_config(name, '0', false) FROM pg_settings
-                             WHERE name = 'idle_session_timeout')
+                            CASE WHEN current_setting('idle_session_timeout', true) <> '0'
+                                THEN set_config('idle_session_timeout', '0', false) END
                          FROM (SELECT {KEY} AS k) s"
                     ),
                     &[&name],
@@ -824,7 +824,12 @@ impl Session for PgSession<'_> {
         self.refuse_if_lost()?;
         let name = lp.name.as_str();
         let text = state_text(&next_state);
-        let payload = format!("{name}{STATE_ONLY}");
+        // A tick's commits tell no one: the daemons need to hear of what
+        // operators commit (an approval, a pause), not of each other's ticks.
+        let payload = match self.holder.command.as_str() {
+            "tick" => String::new(),
+            _ => format!("{name}{STATE_ONLY}"),
+        };
         // Under the lock's fence: a holder whose lease ran out or was taken
         // over commits nothing, whatever its connection.
         let c = commit::Commit {
