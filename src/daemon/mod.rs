@@ -2,6 +2,9 @@
 //! loop with a `[schedule]` in this process, on a fixed pool of
 //! `max_concurrent` workers, never two of one loop; a loop whose lock is held
 //! elsewhere answers `busy` at once and is tried again at its next firing.
+//! With a store daemons on several hosts share (PostgreSQL), the store
+//! keeps the next firings and the daemons claim the due ones between them
+//! (`claims`), so each firing is offered to one daemon.
 //!
 //! Due times live in a timer queue (`queue`), so a firing costs O(log n) in
 //! the loops known. The root is rescanned every few seconds, linearly: the
