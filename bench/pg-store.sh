@@ -10,7 +10,12 @@
 #    on a root of its own with its own AUTOMATON_HOST (as on separate
 #    hosts), over one database; and one daemon over the same loops in the
 #    file store. CPU per tick: the daemons' own (threads) and their step
-#    processes', and with PGDATA given, the server's.
+#    processes', and with PGDATA given, the server's. Busy skips per tick:
+#    firings that found the loop's lock held (the daemons' debug lines).
+#    Statements per tick: with pg_stat_statements in the database (the
+#    server started with shared_preload_libraries=pg_stat_statements and
+#    the extension created), every statement the server ran, BEGIN and
+#    COMMIT included: the round trips.
 # 3. The wake-up path: one daemon over 1,000 loops that are not due; from
 #    another root, `new` makes a loop 20 times, one after the other; how
 #    long from the commit of its creation to its first tick starting (both
@@ -24,6 +29,7 @@
 # of its own, dropped at the end). PGDATA: the server's data directory, on
 # this machine, to read its CPU time from /proc (optional).
 # env: SECS (15: seconds each daemon run is measured)  RUNS (30: hyperfine runs)
+#      PARTS (1 2 3: the parts run)  WARMUP (10: seconds before each daemon run is measured)
 set -euo pipefail
 bin=$(realpath "$1"); url=$2; pgdata=${3:-}
 secs=${SECS:-15}
@@ -39,7 +45,13 @@ cleanup() {
 }
 trap cleanup EXIT
 command -v psql >/dev/null || { echo "needs psql" >&2; exit 2; }
-command -v hyperfine >/dev/null || { echo "needs hyperfine" >&2; exit 2; }
+parts=" ${PARTS:-1 2 3} "
+part() { [[ $parts == *" $1 "* ]]; }
+if part 1; then command -v hyperfine >/dev/null || { echo "needs hyperfine" >&2; exit 2; }; fi
+# Statements the server has run, when pg_stat_statements is there.
+statements() {
+  psql "$url" -qAtc "SELECT sum(calls) FROM pg_stat_statements" 2>/dev/null || echo ""
+}
 
 # schema NAME -> the URL of a fresh schema NAME (its tables made by `init`).
 schema() {
@@ -75,6 +87,7 @@ make_file_root() {
   for ((i = 1; i < n; i++)); do cp -r "$root/loops/l0" "$root/loops/l$i"; done
 }
 
+if part 1; then
 echo "## 1. CLI operations, file store vs PostgreSQL (hyperfine, ${RUNS:-30} runs, warm)"
 echo
 cat > "$work/bench.toml" <<'TOML'
@@ -105,7 +118,9 @@ echo "| operation | wall (mean ± sd) | CPU (user + system) |"
 echo "|---|---|---|"
 jq -r '.results[] | "| \(.command) | \(.mean * 1000 * 100 | round / 100) ± \(.stddev * 1000 * 100 | round / 100) ms | \((.user + .system) * 1000 * 100 | round / 100) ms |"' "$work/ops.json"
 echo
+fi
 
+if part 2; then
 echo "## 2. Daemons over 1,000 loops due every second (step \`true\`), ${secs} s each"
 echo
 cat > "$work/due.toml" <<'TOML'
@@ -122,26 +137,32 @@ ticks_pg() { sql "$pg" "SELECT coalesce(sum((state->>'tick')::bigint), 0) FROM l
 ticks_file() { cat "$work/due"/loops/*/.state.loop | grep -o '"tick": *[0-9]*' | awk -F: '{s += $2} END {print s + 0}'; }
 
 # run_daemons STORE N: N daemons, each on its own root, measured for $secs s
-# after 3 s of warm-up; prints a table row.
+# after $WARMUP s of warm-up (each daemon reads every loop's config and
+# state when it starts); prints a table row.
 run_daemons() {
   local store=$1 n=$2 i t0 t1 s0 s1 own=0 kids=0 c
   daemons=()
   for ((i = 1; i <= n; i++)); do
     if [ "$store" = file ]; then
-      "$bin" --root "$work/due" --store file daemon 2>"$work/d$i.log" &
+      RUST_LOG=automaton=debug "$bin" --root "$work/due" --store file daemon 2>"$work/d$i.log" &
     else
-      AUTOMATON_HOST="host$i" "$bin" --root "$work/host$i" --store "$pg" daemon 2>"$work/d$i.log" &
+      RUST_LOG=automaton=debug AUTOMATON_HOST="host$i" "$bin" --root "$work/host$i" --store "$pg" daemon 2>"$work/d$i.log" &
     fi
     daemons+=($!)
   done
-  sleep 3
+  sleep "${WARMUP:-10}"
   declare -A c0
   for p in "${daemons[@]}"; do c0[$p]=$(cpu "$p"); done
   if [ "$store" = file ]; then t0=$(ticks_file); else t0=$(ticks_pg); fi
   s0=$(server_cpu)
+  local busy0 busy1 q0 q1
+  busy0=$(busy_lines "$n")
+  q0=$(statements)
   sleep "$secs"
   if [ "$store" = file ]; then t1=$(ticks_file); else t1=$(ticks_pg); fi
   s1=$(server_cpu)
+  busy1=$(busy_lines "$n")
+  q1=$(statements)
   for p in "${daemons[@]}"; do
     read -r a b <<<"$(cpu "$p")"; read -r a0 b0 <<<"${c0[$p]}"
     own=$((own + a - a0)); kids=$((kids + b - b0))
@@ -149,14 +170,25 @@ run_daemons() {
   for p in "${daemons[@]}"; do kill -TERM "$p"; done
   for p in "${daemons[@]}"; do wait "$p" || true; done
   daemons=()
-  local ticks=$((t1 - t0)) server="-"
-  [ "$store" = pg ] && [ -n "$pgdata" ] && server=$(ms $((s1 - s0)) "$ticks")
-  printf '| %s | %s | %s | %s ms | %s ms | %s ms |\n' "$store" "$n" \
+  local ticks=$((t1 - t0)) server="-" queries="-"
+  [ "$store" = pg ] && [ -n "$pgdata" ] && server="$(ms $((s1 - s0)) "$ticks") ms"
+  [ "$store" = pg ] && [ -n "$q0" ] && queries=$(per "$((q1 - q0))" "$ticks")
+  printf '| %s | %s | %s | %s | %s ms | %s ms | %s | %s |\n' "$store" "$n" \
     "$(awk -v t="$ticks" -v s="$secs" 'BEGIN { printf "%.0f", t / s }')" \
-    "$(ms "$own" "$ticks")" "$(ms "$kids" "$ticks")" "$server"
+    "$(per $((busy1 - busy0)) "$ticks")" "$(ms "$own" "$ticks")" "$(ms "$kids" "$ticks")" "$server" "$queries"
 }
-echo "| store | daemons (4 workers each) | ticks/s | daemon CPU per tick | step CPU per tick | server CPU per tick |"
-echo "|---|---|---|---|---|---|"
+# busy_lines N -> the busy skips the N daemons' logs have said so far.
+busy_lines() {
+  local i total=0 c
+  for ((i = 1; i <= $1; i++)); do
+    c=$(grep -cE ' tick [0-9]+: busy' "$work/d$i.log" || true)
+    total=$((total + c))
+  done
+  echo "$total"
+}
+per() { awk -v a="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.3g", a / n; else print "-" }'; }
+echo "| store | daemons (4 workers each) | ticks/s | busy skips per tick | daemon CPU per tick | step CPU per tick | server CPU per tick | statements per tick |"
+echo "|---|---|---|---|---|---|---|---|"
 run_daemons file 1
 for n in 1 2 4; do run_daemons pg "$n"; done
 crashed=$(sql "$pg" "SELECT count(*) FROM events WHERE event->>'kind' = 'crashed'")
@@ -164,7 +196,20 @@ ticks=$(ticks_pg); events=$(sql "$pg" "SELECT count(*) FROM events WHERE event->
 echo
 echo "PostgreSQL: $ticks ticks counted in the loops' states, $events tick events, $crashed crashed"
 echo
+if command -v hyperfine >/dev/null; then
+  echo "\`list\` over those 1,000 loops (hyperfine, ${RUNS:-30} runs, warm):"
+  echo
+  hyperfine -N -w 3 -r "${RUNS:-30}" --export-json "$work/list.json" \
+    -n "list 1000, file" "$bin --root $work/due --store file list" \
+    -n "list 1000, pg" "$bin --root $work/host1 --store $pg list" >/dev/null
+  echo "| operation | wall (mean ± sd) | CPU (user + system) |"
+  echo "|---|---|---|"
+  jq -r '.results[] | "| \(.command) | \(.mean * 1000 * 100 | round / 100) ± \(.stddev * 1000 * 100 | round / 100) ms | \((.user + .system) * 1000 * 100 | round / 100) ms |"' "$work/list.json"
+  echo
+fi
+fi
 
+part 3 || exit 0
 echo "## 3. The wake-up path: a loop made on another host, to its first tick"
 echo
 cat > "$work/idle.toml" <<'TOML'

@@ -83,7 +83,17 @@ impl LoopView<'_> {
 }
 
 pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
-    let (config, config_error) = match dir.config() {
+    view_read(dir, state, dir.config(), LoopStore::holder(dir))
+}
+
+/// The view of a loop whose config and lock holder were read already.
+fn view_read<'a>(
+    dir: &'a dyn LoopStore,
+    state: &'a State,
+    config: Result<crate::config::LoopConfig>,
+    lock: Option<Holder>,
+) -> LoopView<'a> {
+    let (config, config_error) = match config {
         Ok(c) => (Some(c), None),
         Err(e) => (None, Some(e.to_string())),
     };
@@ -102,7 +112,7 @@ pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
             .as_ref()
             .map(|t| crate::runs::run_path(dir.base_dir(), t.number))
             .filter(|p| p.is_dir()),
-        lock: LoopStore::holder(dir),
+        lock,
         overdue: None,
         stopped_by: None,
     };
@@ -216,23 +226,24 @@ enum Listed<'a> {
 }
 
 pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<Exit> {
-    let dirs = store::Stores::open(root)?.list()?;
-    let mut states = Vec::with_capacity(dirs.len());
+    let read = store::Stores::open(root)?.read_all()?;
     let mut first_error: Option<Error> = None;
-    for dir in &dirs {
-        match dir.load() {
-            Ok(state) => states.push(Ok(state)),
-            Err(e) => {
-                states.push(Err(e.to_string()));
-                first_error.get_or_insert(e);
-            }
-        }
+    let (mut dirs, mut states, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    for r in read {
+        states.push(r.state.map_err(|e| {
+            let shown = e.to_string();
+            first_error.get_or_insert(e);
+            shown
+        }));
+        dirs.push(r.dir);
+        rest.push((r.config, r.holder));
     }
     let listed: Vec<Listed<'_>> = dirs
         .iter()
         .zip(&states)
-        .map(|(dir, s)| match s {
-            Ok(state) => Listed::Loop(Box::new(view(dir.as_ref(), state))),
+        .zip(rest)
+        .map(|((dir, s), (config, holder))| match s {
+            Ok(state) => Listed::Loop(Box::new(view_read(dir.as_ref(), state, config, holder))),
             Err(e) => Listed::Unreadable {
                 name: dir.name().as_str(),
                 error: e.clone(),

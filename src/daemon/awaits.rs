@@ -75,6 +75,8 @@ impl Dispatcher<'_> {
         }
         tracing::info!("loop {name:?}: approved; its tick starts now");
         self.awaiting.remove(name);
-        self.queue.set(Arc::clone(name), crate::clock::now());
+        if !self.fire_claimed(name, state.version) {
+            self.queue.set(Arc::clone(name), crate::clock::now());
+        }
     }
 }

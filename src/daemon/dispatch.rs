@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::claims::Claimant;
 use super::due::jittered;
 use super::messages::Msg;
 use super::phase::Phase;
@@ -21,7 +22,7 @@ use super::{GATHER, MAX_SLEEP, Options};
 use crate::error::Result;
 use crate::root::Root;
 use crate::state::Outcome;
-use crate::store::Stores;
+use crate::store::{Change, Stores};
 use crate::tick::{Cancel, TickReport};
 
 pub(super) struct Dispatcher<'a> {
@@ -50,6 +51,11 @@ pub(super) struct Dispatcher<'a> {
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     pub(super) clock: (Timestamp, Instant),
+    /// With a store daemons share: this daemon's claims of firings
+    /// (`claims`), in place of its own timer queue.
+    pub(super) claimant: Option<Claimant>,
+    /// Firings that found the loop's lock held and ran nothing.
+    pub(super) busy: u64,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -79,6 +85,8 @@ impl<'a> Dispatcher<'a> {
             awaiting: HashMap::new(),
             next_await_poll: Instant::now(),
             clock: (crate::clock::now(), Instant::now()),
+            claimant: stores.claims().map(|_| Claimant::new()),
+            busy: 0,
         }
     }
 
@@ -94,6 +102,9 @@ impl<'a> Dispatcher<'a> {
                 self.serve(handoff);
             } else if phase.stopped(self.running.len()) {
                 break;
+            } else {
+                // The claims of the ticks still running are kept while they finish.
+                self.renew_claims();
             }
             let wait = match phase.wait(Instant::now(), MAX_SLEEP) {
                 Some(wait) => wait,
@@ -129,7 +140,13 @@ impl<'a> Dispatcher<'a> {
         }
         self.check_clock();
         self.poll_awaits();
-        self.dispatch(handoff);
+        match self.claimant {
+            Some(_) => {
+                self.renew_claims();
+                self.dispatch_claimed(handoff);
+            }
+            None => self.dispatch(handoff),
+        }
         if Instant::now() >= self.next_report {
             self.report();
             self.next_report = Instant::now() + self.opts.report;
@@ -226,17 +243,20 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Loops a shared store said changed: their config is read again and a
-    /// paused one looked at again; an unknown name means a new loop, and
-    /// asks for a scan now (the answer).
-    pub(super) fn changed(&mut self, names: &[String]) -> bool {
+    /// Loops a shared store said changed: a paused one is looked at again,
+    /// and, unless only its state changed, its config read again; an
+    /// unknown name means a new loop, and asks for a scan now (the answer).
+    pub(super) fn changed(&mut self, changes: &[Change]) -> bool {
         let mut scan = false;
-        for name in names {
+        for Change { name, state_only } in changes {
             match self.loops.get_mut(name.as_str()) {
                 Some(e) => {
-                    e.config_mtime = None;
                     e.inactive = None;
-                    scan = true;
+                    // A commit changes no config: nothing to read again.
+                    if !state_only {
+                        e.config_mtime = None;
+                        scan = true;
+                    }
                     if let Some((name, _)) = self.awaiting.get_key_value(name.as_str()) {
                         let name = Arc::clone(name);
                         self.release_if_approved(&name);
@@ -262,6 +282,12 @@ impl<'a> Dispatcher<'a> {
     }
 
     pub(super) fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
+        if result.as_ref().is_ok_and(|r| r.outcome == Outcome::Busy) {
+            self.busy += 1;
+        }
+        if self.claimant.is_some() {
+            self.settle(&name);
+        }
         self.running.remove(&name);
         let now = crate::clock::now();
         if let Some(entry) = self.loops.get_mut(&name) {
@@ -278,7 +304,9 @@ impl<'a> Dispatcher<'a> {
                     self.awaiting.remove(&name);
                 }
             }
-            reschedule(&mut self.queue, &name, entry, now);
+            if self.claimant.is_none() {
+                reschedule(&mut self.queue, &name, entry, now);
+            }
         }
     }
 
@@ -293,6 +321,10 @@ impl<'a> Dispatcher<'a> {
             wait = wait.min(self.next_await_poll.saturating_duration_since(Instant::now()));
         }
         if self.running.len() < self.max
+            && let Some(at) = self.next_claim()
+        {
+            wait = wait.min(at.saturating_duration_since(Instant::now()));
+        } else if self.running.len() < self.max
             && let Some((due, _)) = self.queue.peek()
         {
             let until = Duration::try_from(due.duration_since(crate::clock::now())).unwrap_or_default();

@@ -12,7 +12,7 @@ use super::MAX_SLEEP;
 use super::workers::Handoff;
 use crate::error::Result;
 use crate::schedule::ScheduleError;
-use crate::store::{Changes, Stores};
+use crate::store::{Change, Changes, Stores};
 
 /// A message to the dispatcher.
 pub(super) enum Msg {
@@ -21,7 +21,7 @@ pub(super) enum Msg {
     Done,
     /// A shared store said these loops changed (a commit, a new loop, an
     /// edit, a removal), possibly on another host.
-    Changed(Vec<String>),
+    Changed(Vec<Change>),
     /// The shared store's notifications had a gap (their connection was
     /// lost and made again): any loop may have changed unseen.
     Resync,

@@ -2,6 +2,9 @@
 //! loop with a `[schedule]` in this process, on a fixed pool of
 //! `max_concurrent` workers, never two of one loop; a loop whose lock is held
 //! elsewhere answers `busy` at once and is tried again at its next firing.
+//! With a store daemons on several hosts share (PostgreSQL), the store
+//! keeps the next firings and the daemons claim the due ones between them
+//! (`claims`), so each firing is offered to one daemon.
 //!
 //! Due times live in a timer queue (`queue`), so a firing costs O(log n) in
 //! the loops known. The root is rescanned every few seconds, linearly: the
@@ -30,6 +33,7 @@
 //! and the threads that send it: signals, a shared store's changes).
 
 mod awaits;
+mod claims;
 mod dispatch;
 mod due;
 mod messages;
@@ -138,6 +142,11 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         }
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
         d.run(&handoff, &inbox);
+        tracing::info!(
+            "{} ticks started, {} of them busy (the loop's lock was held)",
+            d.ticks,
+            d.busy
+        );
         d.presence.release(root);
         Ok(())
     });

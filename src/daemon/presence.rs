@@ -33,6 +33,10 @@ pub struct DaemonRecord {
     pub running: usize,
     /// Ticks started since the daemon started.
     pub ticks: u64,
+    /// Of those, the ones that found the loop's lock held and ran nothing
+    /// (`busy`): a command or another host's tick had it.
+    #[serde(default)]
+    pub busy: u64,
     /// Scheduled firings already due but not yet started.
     pub overdue: usize,
     /// How late the most overdue of those is, in milliseconds.
@@ -177,6 +181,7 @@ impl Presence {
             scheduled: 0,
             running: 0,
             ticks: 0,
+            busy: 0,
             overdue: 0,
             behind_ms: 0,
             window_secs: 0,

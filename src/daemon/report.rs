@@ -60,6 +60,7 @@ impl<'a> Dispatcher<'a> {
         record.scheduled = self.loops.values().filter(|e| e.schedule.is_some()).count();
         record.running = self.running.len();
         record.ticks = self.ticks;
+        record.busy = self.busy;
         record.overdue = overdue.len();
         record.behind_ms = behind;
         record.window_secs = self.last_report.elapsed().as_secs();

@@ -36,6 +36,8 @@ pub(super) struct Entry {
     pub(super) inactive: Option<SystemTime>,
     /// The scan that last saw the loop.
     pub(super) seen: u64,
+    /// The hosts its config lets run it (empty: any), as last read.
+    pub(super) hosts: Vec<String>,
     /// Which turn of the rescans looks at its config.
     pub(super) turn: u64,
     pub(super) config_path: PathBuf,
@@ -55,6 +57,7 @@ impl Entry {
             nominal: None,
             inactive: None,
             seen: 0,
+            hosts: Vec::new(),
             turn: 0,
         }
     }
@@ -74,6 +77,7 @@ impl<'a> Dispatcher<'a> {
         let (starting, scheduled) = self.read_configs(scan, now);
         self.spread(&starting, now);
         self.log_scheduled(&scheduled, starting.len());
+        self.offer(&scheduled);
         self.forget_removed(scan);
     }
 
@@ -132,7 +136,8 @@ impl<'a> Dispatcher<'a> {
             }
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
-            let schedule = read_schedule(name, entry.dir.as_ref());
+            let (schedule, hosts) = read_schedule(name, entry.dir.as_ref());
+            entry.hosts = hosts;
             if first && schedule.is_some() {
                 // Found awaiting approval (before this daemon started, or
                 // by another's tick): watched, so an approval starts it.
@@ -293,8 +298,22 @@ fn first_firing(
     First::Queued
 }
 
-pub(super) fn read_schedule(name: &str, dir: &dyn LoopStore) -> Option<(Schedule, When)> {
-    let schedule = match dir.config() {
+/// The loop's schedule, where this host fires it, and the hosts it may
+/// run on (`[runner] hosts`; empty: any).
+pub(super) fn read_schedule(name: &str, dir: &dyn LoopStore) -> (Option<(Schedule, When)>, Vec<String>) {
+    let config = dir.config();
+    let hosts = config
+        .as_ref()
+        .map(|c| c.runner.hosts.clone())
+        .unwrap_or_default();
+    (schedule_of(name, config), hosts)
+}
+
+fn schedule_of(
+    name: &str,
+    config: crate::error::Result<crate::config::LoopConfig>,
+) -> Option<(Schedule, When)> {
+    let schedule = match config {
         Ok(c) if !c.runner.allows(&crate::who::host()) => {
             tracing::info!(
                 "loop {name:?} runs on {} only; not scheduled on this host",

@@ -212,7 +212,7 @@ pub(super) fn worker(root: &Root, stores: &Stores, host: Option<&GateHost>, hand
             ..tick::Options::default()
         };
         let result = stores
-            .get(&name)
+            .handle(&name)
             .and_then(|dir| tick::run_on(root, dir.as_ref(), &opts));
         // In the worker, outside the lock, before the firing counts as
         // done: a halt or completion disables the loop's OS schedule, and

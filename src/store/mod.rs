@@ -49,8 +49,31 @@ pub trait Store: Send + Sync {
     /// The loop `name`, which must exist.
     fn get(&self, name: &str) -> Result<Box<dyn LoopStore>>;
 
+    /// The loop `name`, for a caller whose next read says whether it
+    /// exists (its config, its lock): a store that would ask a server
+    /// first does not.
+    fn handle(&self, name: &str) -> Result<Box<dyn LoopStore>> {
+        self.get(name)
+    }
+
     /// Every loop, sorted by name.
     fn list(&self) -> Result<Vec<Box<dyn LoopStore>>>;
+
+    /// Every loop, sorted by name, with what a listing shows of it, read
+    /// without the lock: one loop at a time, or (a store on a server) all
+    /// in one query.
+    fn read_all(&self) -> Result<Vec<Listing>> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .map(|dir| Listing {
+                state: dir.load(),
+                config: dir.config(),
+                holder: dir.holder(),
+                dir,
+            })
+            .collect())
+    }
 
     /// Makes a loop from its config text, first state and first events;
     /// fails if it exists.
@@ -73,12 +96,101 @@ pub trait Store: Send + Sync {
     fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
         None
     }
+
+    /// Where daemons sharing the store claim due firings between them, so
+    /// each firing is offered to one daemon ([`Claims`]); `None` for a
+    /// store one daemon serves (the file store), whose daemon keeps its
+    /// firings to itself.
+    fn claims(&self) -> Option<&dyn Claims> {
+        None
+    }
+}
+
+/// The scheduled loops' next firings, kept in a shared store and claimed
+/// by one daemon at a time (docs/postgres.md, "Several hosts"). Times are
+/// compared by the store's clock; a claim runs out one lease after it was
+/// taken or last renewed, so the claims of a daemon that died go to the
+/// others.
+pub trait Claims: Send + Sync {
+    /// Writes each loop's first firing for its cadence, unless the store
+    /// holds a firing of that cadence already: daemons reading the same
+    /// schedule write it once. `offers` are in name order.
+    fn offer(&self, offers: &[Offer]) -> Result<()>;
+
+    /// Forgets `name`'s firings: it has no schedule any more.
+    fn withdraw(&self, name: &str) -> Result<()>;
+
+    /// Claims for `me` up to `max` firings due now that no live claim
+    /// holds, most overdue first, passing over those another daemon is
+    /// claiming this instant; with fewer than `max`, also when the next
+    /// one may come due.
+    fn claim(&self, me: &str, max: usize, host: &str) -> Result<Claimed>;
+
+    /// Lets `me`'s claim of `name` go with its next firing written
+    /// (`None`: it fires no more, until a daemon offers it again). A claim `me` no longer holds (it
+    /// ran out and another took it) is left as it is.
+    fn settle(&self, me: &str, name: &str, next: Option<Firing>) -> Result<()>;
+
+    /// Renews every claim `me` holds for one more lease.
+    fn renew(&self, me: &str) -> Result<()>;
+
+    /// How long a claim lasts past its taking or last renewal.
+    fn claim_ttl(&self) -> std::time::Duration;
+
+    /// Makes `name` due now, once for its state `version` (an approval
+    /// given at that version), unless a daemon holds its claim.
+    fn fire_now(&self, name: &str, version: u64) -> Result<()>;
+}
+
+/// A firing: when it falls (`nominal`, from which the next is counted)
+/// and when it is due (with its jitter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Firing {
+    pub nominal: jiff::Timestamp,
+    pub due: jiff::Timestamp,
+}
+
+/// A loop's first firing for a schedule ([`Claims::offer`]).
+#[derive(Debug, Clone)]
+pub struct Offer {
+    pub name: String,
+    /// The schedule and the hosts the firing was computed for.
+    pub cadence: String,
+    /// The hosts it may run on; empty: any.
+    pub hosts: Vec<String>,
+    pub first: Firing,
+}
+
+/// What [`Claims::claim`] took: the loops and each one's nominal firing,
+/// and when the next firing not claimed may come due.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    pub loops: Vec<(String, jiff::Timestamp)>,
+    pub next: Option<jiff::Timestamp>,
+}
+
+/// A loop as a listing reads it ([`Store::read_all`]): its committed
+/// state, its config and its lock holder, each as it could be read.
+pub struct Listing {
+    pub dir: Box<dyn LoopStore>,
+    pub state: Result<State>,
+    pub config: Result<LoopConfig>,
+    pub holder: Option<Holder>,
 }
 
 /// Changes to loops as a store tells of them ([`Store::listen`]).
 pub trait Changes: Send {
     /// Waits up to `timeout` for changes; the loops named.
-    fn wait(&mut self, timeout: std::time::Duration) -> Result<Vec<String>>;
+    fn wait(&mut self, timeout: std::time::Duration) -> Result<Vec<Change>>;
+}
+
+/// A loop that changed, as a store told of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub name: String,
+    /// Only its state and history changed (a commit): its config, and
+    /// whether it exists, did not.
+    pub state_only: bool,
 }
 
 /// The store a root uses (`--store`, `$AUTOMATON_STORE`, or `store` in

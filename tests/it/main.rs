@@ -25,6 +25,7 @@ mod parsers;
 mod paths;
 mod pg;
 mod pg_bounds;
+mod pg_claims;
 mod pg_lease;
 mod resume;
 mod rotation;

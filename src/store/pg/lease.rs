@@ -112,20 +112,6 @@ pub fn fenced(tx: &mut postgres::Transaction<'_>, name: &str, fence: i64) -> Res
     .map(|r| r.is_some())
 }
 
-/// Lets the lease go, so the next holder need not wait for it to run out,
-/// and clears the holder record it stood for.
-pub fn release(client: &mut Client, name: &str, fence: i64) -> Result<(), postgres::Error> {
-    let mut tx = client.transaction()?;
-    let n = tx.execute(
-        "UPDATE leases SET expires_at = '-infinity' WHERE loop = $1 AND fence = $2",
-        &[&name, &fence],
-    )?;
-    if n == 1 {
-        tx.execute("DELETE FROM holders WHERE loop = $1", &[&name])?;
-    }
-    tx.commit()
-}
-
 /// A held lease, renewed until dropped; [`Lease::watch`] says when it is lost.
 pub struct Lease {
     shared: Arc<Shared>,

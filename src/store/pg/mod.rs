@@ -12,8 +12,11 @@
 //! `<root>/loops/<name>/`. This folder is the only code that sees a
 //! `postgres` type.
 
+mod commit;
 mod conn;
+mod firings;
 mod lease;
+mod listing;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use postgres::Client;
 
-use super::{Changes, Durability, Finding, Level, Loaded, LoopStore, Session, Store};
+use super::{Change, Changes, Durability, Finding, Level, Loaded, LoopStore, Session, Store};
 use crate::config::LoopConfig;
 use crate::error::{Error, Result};
 use crate::history::{BadLine, Event, EventKind, History};
@@ -39,9 +42,11 @@ const IDLE_MAX: usize = 8;
 /// The advisory-lock key of a loop: its name in the schema its tables live
 /// in, so roots sharing a database (in different schemas) never contend.
 const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $1, 0)";
-/// The notification channel: a loop's name, sent on every commit, create
-/// and removal.
+/// The notification channel: a loop's name, sent on every create, config
+/// change and removal; `NAME state` on every commit of its state.
 pub const CHANNEL: &str = "automaton_loops";
+/// What follows a loop's name in a commit's notification.
+const STATE_ONLY: &str = " state";
 
 /// One PostgreSQL store: how to connect, and the connections kept idle.
 pub struct Database {
@@ -260,6 +265,14 @@ impl Store for Arc<Database> {
         Ok(Box::new(self.open_loop(name)?))
     }
 
+    fn handle(&self, name: &str) -> Result<Box<dyn LoopStore>> {
+        Ok(Box::new(Database::handle(self, LoopName::new(name)?)))
+    }
+
+    fn read_all(&self) -> Result<Vec<super::Listing>> {
+        Database::read_all(self)
+    }
+
     fn list(&self) -> Result<Vec<Box<dyn LoopStore>>> {
         Ok(Database::list(self)?
             .into_iter()
@@ -290,6 +303,10 @@ impl Store for Arc<Database> {
     fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
         Some(Database::listen(self).map(|l| Box::new(l) as Box<dyn Changes>))
     }
+
+    fn claims(&self) -> Option<&dyn super::Claims> {
+        Some(self.as_ref())
+    }
 }
 
 /// A connection that listens for changes to loops.
@@ -301,7 +318,7 @@ pub struct Listener {
 impl Changes for Listener {
     /// Waits up to `timeout` for a loop to change (a commit, a new loop, a
     /// removal); returns the names notified.
-    fn wait(&mut self, timeout: Duration) -> Result<Vec<String>> {
+    fn wait(&mut self, timeout: Duration) -> Result<Vec<Change>> {
         use postgres::fallible_iterator::FallibleIterator;
         let lost = || self.db.fail(None, "lost the notification connection");
         let mut names = Vec::new();
@@ -311,13 +328,23 @@ impl Changes for Listener {
             .timeout_iter(timeout)
             .next()
             .map_err(lost())?;
+        let change = |payload: &str| match payload.strip_suffix(STATE_ONLY) {
+            Some(name) => Change {
+                name: name.to_owned(),
+                state_only: true,
+            },
+            None => Change {
+                name: payload.to_owned(),
+                state_only: false,
+            },
+        };
         if let Some(n) = first {
-            names.push(n.payload().to_owned());
+            names.push(change(n.payload()));
             // Whatever else has arrived, without waiting.
             let mut notes = self.client.notifications();
             let mut rest = notes.iter();
             while let Some(n) = rest.next().map_err(lost())? {
-                names.push(n.payload().to_owned());
+                names.push(change(n.payload()));
             }
         }
         Ok(names)
@@ -576,8 +603,8 @@ impl LoopStore for PgLoop {
                 .query_one(
                     &format!(
                         "SELECT pg_try_advisory_lock(k), k,
-                            (SELECT set_config(name, '0', false) FROM pg_settings
-                             WHERE name = 'idle_session_timeout')
+                            CASE WHEN current_setting('idle_session_timeout', true) <> '0'
+                                THEN set_config('idle_session_timeout', '0', false) END
                          FROM (SELECT {KEY} AS k) s"
                     ),
                     &[&name],
@@ -611,16 +638,12 @@ impl LoopStore for PgLoop {
             holder,
             version: None,
             lease: lease::Lease::start(name, fence, ttl, self.db.config.clone(), taken_at),
+            tick_unsaid: None,
         };
         // The loop may have been removed while we waited.
-        let exists = session
-            .client()
-            .query_opt("SELECT 1 FROM loops WHERE name = $1", &[&name])
-            .map_err(self.db.fail(self.n(), "cannot read the loop"))?;
-        if exists.is_none() {
+        if !session.write_holder()? {
             return Err(self.no_such());
         }
-        session.write_holder()?;
         Ok(Box::new(session))
     }
 }
@@ -637,6 +660,9 @@ struct PgSession<'a> {
     version: Option<u64>,
     /// The lock's lease: its fence goes with every commit.
     lease: lease::Lease,
+    /// A tick [`Session::set_tick`] named that the holder record does not
+    /// say yet: the next commit writes it.
+    tick_unsaid: Option<u64>,
 }
 
 impl PgSession<'_> {
@@ -646,13 +672,15 @@ impl PgSession<'_> {
             .expect("a session has its connection until dropped")
     }
 
-    fn write_holder(&mut self) -> Result<()> {
+    /// Records the holder; false (nothing written) when the loop is gone.
+    fn write_holder(&mut self) -> Result<bool> {
         let h = self.holder.clone();
         let (name, key) = (self.lp.name.as_str().to_owned(), self.key);
         self.client()
             .execute(
                 "INSERT INTO holders (loop, pid, host, command, tick, since, backend_pid, lock_key)
-                 VALUES ($1, $2, $3, $4, $5, $6::text::timestamptz, pg_backend_pid(), $7)
+                 SELECT $1, $2, $3, $4, $5, $6::text::timestamptz, pg_backend_pid(), $7
+                 WHERE EXISTS (SELECT 1 FROM loops WHERE name = $1)
                  ON CONFLICT (loop) DO UPDATE SET pid = $2, host = $3, command = $4, tick = $5,
                      since = $6::text::timestamptz, backend_pid = pg_backend_pid(), lock_key = $7",
                 &[
@@ -665,7 +693,7 @@ impl PgSession<'_> {
                     &key,
                 ],
             )
-            .map(drop)
+            .map(|n| n == 1)
             .map_err(self.lp.db.fail(self.lp.n(), "cannot record the lock holder"))
     }
 }
@@ -696,11 +724,7 @@ impl PgSession<'_> {
     /// Lets the lease and the advisory lock go.
     fn release(&mut self) -> Result<(), postgres::Error> {
         let (name, fence, key) = (self.lp.name.as_str(), self.lease.fence(), self.key);
-        let client = self.client();
-        lease::release(client, name, fence)?;
-        client
-            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
-            .map(drop)
+        commit::release(self.client(), name, fence, key)
     }
 
     /// Refuses, writing nothing, once the lease is known lost.
@@ -767,14 +791,12 @@ impl Session for PgSession<'_> {
         Some(self.lease.watch())
     }
 
+    /// The holder record names the tick from the session's next commit
+    /// on (the tick's `in_flight` mark), which saves a round trip: the
+    /// record only informs waiters; the lock is what counts.
     fn set_tick(&mut self, tick: u64) {
         self.holder.tick = Some(tick);
-        // Best effort: the record only informs waiters; the lock is what counts.
-        let name = self.lp.name.as_str().to_owned();
-        let _ = self.client().execute(
-            "UPDATE holders SET tick = $2 WHERE loop = $1 AND backend_pid = pg_backend_pid()",
-            &[&name, &(tick as i64)],
-        );
+        self.tick_unsaid = Some(tick);
     }
 
     fn load(&mut self) -> Result<Loaded> {
@@ -802,42 +824,44 @@ impl Session for PgSession<'_> {
         self.refuse_if_lost()?;
         let name = lp.name.as_str();
         let text = state_text(&next_state);
-        let fence = self.lease.fence();
-        // Under the lock's fence: a holder whose lease ran out or was taken
-        // over commits nothing (`None`), whatever its connection.
-        let attempt = |client: &mut Client, began: &mut bool| -> Result<Option<u64>, postgres::Error> {
-            let mut tx = client.transaction()?;
-            *began = true;
-            if !lease::fenced(&mut tx, name, fence)? {
-                return Ok(None);
-            }
-            let n = tx.execute(
-                "UPDATE loops SET state = $2::text::json, version = $3 WHERE name = $1 AND version = $4",
-                &[&name, &text, &(next as i64), &(state.version as i64)],
-            )?;
-            if n == 0 {
-                return Ok(Some(0));
-            }
-            insert_events(&mut tx, name, next, &events)?;
-            notify(&mut tx, name)?;
-            tx.commit()?;
-            Ok(Some(n))
+        // A tick's commits tell no one: the daemons need to hear of what
+        // operators commit (an approval, a pause), not of each other's ticks.
+        let payload = match self.holder.command.as_str() {
+            "tick" => String::new(),
+            _ => format!("{name}{STATE_ONLY}"),
         };
-        let mut began = false;
-        let mut result = attempt(self.client(), &mut began);
-        // A connection that failed before the transaction began (a backend
-        // terminated while idle, a server restart) is made again: nothing
-        // was sent that could have committed.
-        if result.is_err() && !began && self.reconnect().is_ok() {
-            result = attempt(self.client(), &mut began);
+        // Under the lock's fence: a holder whose lease ran out or was taken
+        // over commits nothing, whatever its connection.
+        let c = commit::Commit {
+            name,
+            fence: self.lease.fence(),
+            state: &text,
+            next,
+            old: state.version,
+            events: &events,
+            payload: &payload,
+            tick: self.tick_unsaid.take(),
+        };
+        let mut result = commit::run(self.client(), &c);
+        // A connection that broke (a backend terminated while idle, a
+        // server restart) is made again, once. Whether the first attempt
+        // committed is then unknown: the retry's version check says, as a
+        // state already at the next version under this holder's fence can
+        // only be its own commit.
+        if result.is_err() && self.client.as_ref().is_some_and(Client::is_closed) && self.reconnect().is_ok()
+        {
+            result = commit::run(self.client(), &c).map(|r| match r {
+                commit::Committed::Conflict(Some(v)) if v == next => commit::Committed::Done,
+                r => r,
+            });
         }
         match result {
-            Ok(None) => {
+            Ok(commit::Committed::Lost) => {
                 self.version = None;
                 self.lease.watch().lose();
                 Err(self.lost_error(None))
             }
-            Ok(Some(0)) => {
+            Ok(commit::Committed::Conflict(_)) => {
                 self.version = None;
                 Err(Error::Conflict {
                     name: name.to_owned(),
@@ -845,7 +869,7 @@ impl Session for PgSession<'_> {
                     found: state.version,
                 })
             }
-            Ok(Some(_)) => {
+            Ok(commit::Committed::Done) => {
                 *state = next_state;
                 self.version = Some(next);
                 Ok(())

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
+    include_str!("migrations/0003_firings.sql"),
 ];
 
 /// The schema version this binary reads and writes.

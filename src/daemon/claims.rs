@@ -1,0 +1,224 @@
+//! Claimed firings, for a store that daemons on several hosts share
+//! (docs/postgres.md, "Several hosts"). The store keeps each scheduled
+//! loop's next firing; a daemon with idle workers claims the firings due
+//! (each offered to one daemon), runs their ticks, and writes each loop's
+//! next firing as it lets the claim go. So no daemon locks a loop to learn
+//! another ran the firing, and a daemon that dies leaves its claims to run
+//! out, by the store's clock, for the others. The daemon still reads every
+//! schedule (the first daemon to read one writes its first firing) and
+//! computes each next firing; its own timer queue stays empty.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::MAX_SLEEP;
+use super::dispatch::{Dispatcher, reschedule};
+use super::due::jittered;
+use super::workers::{Handoff, Job};
+use crate::store::{Claims, Firing, Offer};
+use crate::tick::Cancel;
+
+/// One daemon's claims: who it is to the store, and when it next asks.
+pub(super) struct Claimant {
+    /// This daemon among all that share the store: its host, pid and start.
+    me: String,
+    host: String,
+    /// When the store is next asked for due firings.
+    next_claim: Instant,
+    /// When the claims of running ticks are next renewed.
+    next_renew: Instant,
+}
+
+impl Claimant {
+    pub(super) fn new() -> Claimant {
+        let host = crate::who::host();
+        Claimant {
+            me: format!("{host} pid {} since {}", std::process::id(), crate::clock::now()),
+            host,
+            next_claim: Instant::now(),
+            next_renew: Instant::now(),
+        }
+    }
+}
+
+impl<'a> Dispatcher<'a> {
+    fn claims(&self) -> Option<&'a dyn Claims> {
+        let stores: &'a crate::store::Stores = self.stores;
+        self.claimant.as_ref().and(stores.claims())
+    }
+
+    /// When the store is next asked for due firings, if it is.
+    pub(super) fn next_claim(&self) -> Option<Instant> {
+        self.claimant.as_ref().map(|c| c.next_claim)
+    }
+
+    /// Writes the first firing of each loop in `names` (their schedule is
+    /// new to this daemon) unless the store has one for that schedule,
+    /// all in one statement, and asks for due firings at once.
+    pub(super) fn offer(&mut self, names: &[Arc<str>]) {
+        let Some(claims) = self.claims() else { return };
+        let mut offers: Vec<Offer> = names
+            .iter()
+            .filter_map(|name| {
+                let entry = self.loops.get(name)?;
+                let (Some((s, _)), Some(nominal)) = (&entry.schedule, entry.nominal) else {
+                    return None;
+                };
+                Some(Offer {
+                    name: name.to_string(),
+                    cadence: format!("{s:?} on {:?}", entry.hosts),
+                    hosts: entry.hosts.clone(),
+                    first: Firing {
+                        nominal,
+                        due: jittered(nominal, s.jitter.map(|j| j.0)),
+                    },
+                })
+            })
+            .collect();
+        offers.sort_by(|a, b| a.name.cmp(&b.name));
+        if !offers.is_empty()
+            && let Err(e) = claims.offer(&offers)
+        {
+            tracing::warn!("{e}");
+        }
+        for name in names {
+            self.queue.unset(name);
+        }
+        self.set_next_claim(Instant::now());
+    }
+
+    /// Claims as many due firings as workers are idle, when it is time to
+    /// ask, and hands them out. With fewer due than asked for, the store
+    /// is asked again when the next comes due, or within a second.
+    pub(super) fn dispatch_claimed(&mut self, handoff: &Handoff) {
+        let (Some(claims), Some(c)) = (self.claims(), self.claimant.as_ref()) else {
+            return;
+        };
+        let free = self.max.saturating_sub(self.running.len());
+        if free == 0 || Instant::now() < c.next_claim {
+            return;
+        }
+        let (me, host) = (c.me.clone(), c.host.clone());
+        let claimed = claims.claim(&me, free, &host);
+        let now = crate::clock::now();
+        let mut next = Instant::now() + MAX_SLEEP;
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!("{e}");
+                self.set_next_claim(next);
+                return;
+            }
+        };
+        if claimed.loops.len() >= free {
+            next = Instant::now();
+        } else if let Some(at) = claimed.next {
+            let until = Duration::try_from(at.duration_since(now)).unwrap_or_default();
+            next = next.min(Instant::now() + until);
+        }
+        self.set_next_claim(next);
+        for (name, nominal) in claimed.loops {
+            let known = self.loops.get_key_value(name.as_str());
+            let Some(name) = known
+                .filter(|(_, e)| e.schedule.is_some())
+                .map(|(n, _)| Arc::clone(n))
+            else {
+                self.put_back(claims, &me, &name, nominal);
+                continue;
+            };
+            if let Some(entry) = self.loops.get_mut(&name) {
+                entry.fired = Some(nominal);
+            }
+            let lag = Duration::try_from(now.duration_since(nominal)).unwrap_or_default();
+            self.lags.add(&name, lag);
+            self.ticks += 1;
+            let cancel = Cancel::default();
+            self.running.insert(Arc::clone(&name), cancel.clone());
+            handoff.give(Job {
+                name,
+                cancel,
+                ran_since: None,
+            });
+        }
+    }
+
+    fn set_next_claim(&mut self, at: Instant) {
+        if let Some(c) = &mut self.claimant {
+            c.next_claim = at;
+        }
+    }
+
+    /// A firing claimed of a loop this daemon does not schedule: one it
+    /// has not listed yet (it is listed again now), one that runs on
+    /// other hosts, or one whose config does not read here. Put back for
+    /// a rescan later; forgotten when its config reads with no schedule.
+    fn put_back(&mut self, claims: &dyn Claims, me: &str, name: &str, nominal: jiff::Timestamp) {
+        let unscheduled = self
+            .loops
+            .get(name)
+            .and_then(|e| e.dir.config().ok())
+            .is_some_and(|c| c.schedule.is_none());
+        let later = crate::clock::now()
+            .checked_add(jiff::SignedDuration::try_from(self.opts.rescan).unwrap_or_default())
+            .unwrap_or(nominal);
+        let result = match unscheduled {
+            true => claims.withdraw(name),
+            false => claims.settle(me, name, Some(Firing { nominal, due: later })),
+        };
+        if let Err(e) = result {
+            tracing::warn!("loop {name:?}: {e}");
+        }
+        self.listing = None;
+        self.next_scan = Instant::now();
+    }
+
+    /// A claimed firing's tick ended: the loop's next firing is written
+    /// as its claim is let go, and the store asked for more at once.
+    pub(super) fn settle(&mut self, name: &Arc<str>) {
+        let Some(claims) = self.claims() else { return };
+        let me = self.claimant.as_ref().map(|c| c.me.clone()).unwrap_or_default();
+        let now = crate::clock::now();
+        let next = self.loops.get_mut(name).and_then(|entry| {
+            reschedule(&mut self.queue, name, entry, now);
+            let s = entry.schedule.as_ref().map(|(s, _)| s.jitter.map(|j| j.0));
+            entry.nominal.map(|nominal| Firing {
+                nominal,
+                due: jittered(nominal, s.flatten()),
+            })
+        });
+        self.queue.unset(name);
+        if let Err(e) = claims.settle(&me, name, next) {
+            tracing::warn!("loop {name:?}: {e}");
+        }
+        self.set_next_claim(Instant::now());
+    }
+
+    /// Renews the claims of the ticks running, every quarter of a lease.
+    pub(super) fn renew_claims(&mut self) {
+        let Some(claims) = self.claims() else { return };
+        let Some(c) = self.claimant.as_ref() else { return };
+        if self.running.is_empty() || Instant::now() < c.next_renew {
+            return;
+        }
+        let me = c.me.clone();
+        let every = claims.claim_ttl() / 4;
+        if let Err(e) = claims.renew(&me) {
+            tracing::warn!("{e}");
+        }
+        if let Some(c) = &mut self.claimant {
+            c.next_renew = Instant::now() + every;
+        }
+    }
+
+    /// Fires `name` now through the store (an approval released it), once
+    /// for the state `version` that holds the approval. False without
+    /// claims: the daemon's own queue fires it.
+    pub(super) fn fire_claimed(&mut self, name: &str, version: u64) -> bool {
+        let Some(claims) = self.claims() else { return false };
+        if let Err(e) = claims.fire_now(name, version) {
+            tracing::warn!("loop {name:?}: {e}");
+        }
+        self.set_next_claim(Instant::now());
+        true
+    }
+}
