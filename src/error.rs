@@ -322,7 +322,10 @@ impl Error {
     /// The process exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::InvalidName { .. } | Error::NoSuchCommand { .. } | Error::NoSuchGroup { .. } | Error::InvalidUser { .. } => 2,
+            Error::InvalidName { .. }
+            | Error::NoSuchCommand { .. }
+            | Error::NoSuchGroup { .. }
+            | Error::InvalidUser { .. } => 2,
             Error::NotShared { .. } => 1,
             Error::NoSuchUser { .. } => 3,
             Error::UserExists { .. } | Error::Listen { .. } => 1,
