@@ -41,7 +41,7 @@ impl Server {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("serve said {line:?}"))
             .to_owned();
-        let addr = base.trim_start_matches("http://").to_owned();
+        let addr = base.split_once("://").unwrap().1.to_owned();
         Server {
             child,
             base,
@@ -637,4 +637,62 @@ impl Server {
     fn stop_after_signal(mut self) -> Option<i32> {
         self.child.wait().unwrap().code()
     }
+}
+
+#[test]
+fn https_serves_the_api_and_its_cookies_are_secure() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    // A self-signed certificate for 127.0.0.1, made for these tests.
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
+    let s = Server::start(
+        &env,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(s.base.starts_with("https://"), "{}", s.base);
+    let pem = std::fs::read(&cert).unwrap();
+    let roots = ureq::tls::RootCerts::new_with_certs(&[ureq::tls::Certificate::from_pem(&pem).unwrap()]);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
+        .build()
+        .into();
+    let (status, body) = answer(
+        agent
+            .get(s.url("/api/loops"))
+            .header("Authorization", format!("Bearer {token}"))
+            .call(),
+    );
+    assert!(status == 200 && body.contains("\"demo\""), "{status} {body}");
+    let signin = agent.get(s.url("/signin")).call().unwrap();
+    let cookie = signin.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    // Plain HTTP on the same port is no request.
+    assert!(
+        !raw(
+            &s,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .contains("200 OK")
+    );
+    // A key file that holds no certificate is refused before anything is served.
+    let out = env.run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        key.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no certificate"));
+    assert_eq!(s.stop(), Some(0));
 }
