@@ -53,7 +53,7 @@ fn watch_store(stores: &Stores, feed: &broadcast::Sender<String>, stop: &watch::
             Ok(mut changes) => {
                 while !*stop.borrow() {
                     match changes.wait(Duration::from_secs(1)) {
-                        Ok(names) => names.into_iter().for_each(|n| drop(feed.send(n))),
+                        Ok(changes) => changes.into_iter().for_each(|c| drop(feed.send(c.name))),
                         Err(e) => {
                             tracing::warn!("pages will not update by themselves: {e}");
                             return;
