@@ -109,6 +109,16 @@ automaton logs nightly --follow     the running tick's output, until it ends"
     Schedule(ScheduleCommand),
     /// Run the embedded scheduler in the foreground: ticks every scheduled loop
     Daemon(DaemonArgs),
+    /// Serve the web console and its JSON API over HTTP(S), in the foreground
+    #[command(after_help = "Examples:\n  \
+automaton user add ann                      make a user; prints its token once\n  \
+automaton serve                             http://127.0.0.1:8080, sign in with the token\n  \
+automaton serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem\n  \
+automaton serve --trust-header X-Forwarded-User --trusted-proxy 127.0.0.1")]
+    Serve(ServeArgs),
+    /// Add, list, remove the console's users, or give one a new token
+    #[command(subcommand)]
+    User(UserCommand),
     /// Print a shell completion script (it completes loop names too)
     #[command(after_help = "Install:\n  \
 bash        echo 'source <(automaton completions bash)' >> ~/.bashrc\n  \
@@ -130,6 +140,61 @@ names come from $AUTOMATON_ROOT (or --root on the line being completed).")]
 automaton migrate --from postgres://ann@db/automaton --to ./.automaton nightly"
     )]
     Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address and port to listen on (port 0: any free one; the
+    /// address is printed)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Serve HTTPS with this certificate chain (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A header naming the user, believed only from --trusted-proxy
+    #[arg(long, value_name = "HEADER", requires = "trusted_proxy", value_parser = parse_header)]
+    pub trust_header: Option<String>,
+    /// The address of the proxy whose --trust-header is believed
+    #[arg(long, value_name = "ADDR", requires = "trust_header")]
+    pub trusted_proxy: Option<std::net::IpAddr>,
+    /// How long a browser stays signed in
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "12h")]
+    pub session: Duration,
+    /// The longest a request may take (an approval waits this long for the loop's lock)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub request_timeout: Duration,
+    /// After SIGTERM or SIGINT: how long requests in flight may finish
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub grace: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add a user; prints its token, once (only its hash is kept)
+    Add(UserArgs),
+    /// List the users (never their tokens)
+    List(UserListArgs),
+    /// Remove a user; its sessions end
+    Remove(UserArgs),
+    /// Give a user a new token; prints it once, and the old one and its sessions end
+    Rotate(UserArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UserArgs {
+    /// The name roles are checked against (`approvers = ["ann"]`)
+    pub name: String,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct UserListArgs {
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Subcommand)]
@@ -358,6 +423,16 @@ impl WaitArgs {
             (false, Some(d)) => Wait::For(d),
             (false, None) => Wait::Forever,
         }
+    }
+}
+
+fn parse_header(s: &str) -> Result<String, String> {
+    match !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        true => Ok(s.to_owned()),
+        false => Err("a header name is letters, digits, '-' and '_'".to_owned()),
     }
 }
 

@@ -15,6 +15,25 @@ pub enum Error {
     #[error("invalid loop name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
 
+    #[error("invalid user name {name:?}: {reason}")]
+    InvalidUser { name: String, reason: &'static str },
+
+    #[error("no user named {name:?} in {store} (`automaton user list` lists them)")]
+    NoSuchUser { name: String, store: String },
+
+    #[error("user {name:?} already exists in {store}; `automaton user rotate {name}` gives it a new token")]
+    UserExists { name: String, store: String },
+
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("TLS: {}: {message}", path.display())]
+    Tls { path: PathBuf, message: String },
+
     #[error("no automaton root at {}: run `automaton init` there, or pass --root", path.display())]
     NoRoot { path: PathBuf },
 
@@ -303,8 +322,14 @@ impl Error {
     /// The process exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::InvalidName { .. } | Error::NoSuchCommand { .. } | Error::NoSuchGroup { .. } => 2,
+            Error::InvalidName { .. }
+            | Error::NoSuchCommand { .. }
+            | Error::NoSuchGroup { .. }
+            | Error::InvalidUser { .. } => 2,
             Error::NotShared { .. } => 1,
+            Error::NoSuchUser { .. } => 3,
+            Error::UserExists { .. } | Error::Listen { .. } => 1,
+            Error::Tls { .. } => 2,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
             Error::LockNotObtained { .. } => 4,
             Error::Config(_)

@@ -26,12 +26,14 @@ pub mod procfs;
 pub mod root;
 pub mod runs;
 pub mod schedule;
+pub mod serve;
 pub mod state;
 pub mod step;
 pub mod store;
 pub mod suggest;
 pub mod term;
 pub mod tick;
+pub mod users;
 pub mod who;
 pub mod worktree;
 

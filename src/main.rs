@@ -19,8 +19,12 @@ fn main() -> ExitCode {
         .var(automaton::complete::COMPLETE_VAR)
         .complete();
     let cli = Cli::parse();
-    // The daemon logs one line a tick: info is its default level.
-    let chatty = matches!(cli.command, automaton::cli::Command::Daemon(_));
+    // The daemon logs one line a tick, the console its sign-ins: info is
+    // their default level.
+    let chatty = matches!(
+        cli.command,
+        automaton::cli::Command::Daemon(_) | automaton::cli::Command::Serve(_)
+    );
     init_logging(cli.verbose, cli.quiet, chatty);
     let mut stdout = io::stdout().lock();
     match automaton::commands::run(cli, &mut stdout) {

@@ -10,6 +10,7 @@
 //! (`<root>/automaton.toml`). A server names its users by a token or a
 //! trusted proxy; [`Via`] has room for both.
 
+use std::cell::RefCell;
 use std::sync::{OnceLock, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -96,12 +97,47 @@ pub fn set_db_role(role: String) {
     }
 }
 
-/// The actor of this process's commands.
+thread_local! {
+    /// The actor a server acts for on this thread ([`acting_as`]).
+    static ACTING: RefCell<Option<Actor>> = const { RefCell::new(None) };
+}
+
+/// The actor of this process's commands: on a thread a server lent to a
+/// signed-in user ([`acting_as`]), that user; else the OS user (or the
+/// person a delegate acts for).
 pub fn actor() -> Actor {
-    let delegates = DELEGATES.read().map(|d| d.clone()).unwrap_or_default();
-    let mut actor = identify(&os_user(), requested().as_deref(), &delegates);
+    let mut actor = ACTING.with(|a| a.borrow().clone()).unwrap_or_else(|| {
+        let delegates = DELEGATES.read().map(|d| d.clone()).unwrap_or_default();
+        identify(&os_user(), requested().as_deref(), &delegates)
+    });
     actor.db_role = DB_ROLE.read().ok().and_then(|r| r.clone());
     actor
+}
+
+/// Runs `f` with `actor` as the actor of every command it runs on this
+/// thread (a server's user, named by a token or a trusted proxy): the
+/// role checks and the records of its changes name them. The thread's
+/// own actor is back when `f` returns or panics.
+pub fn acting_as<T>(actor: &Actor, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Actor>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ACTING.with(|a| *a.borrow_mut() = self.0.take());
+        }
+    }
+    let _restore = Restore(ACTING.with(|a| a.borrow_mut().replace(actor.clone())));
+    f()
+}
+
+/// A server's user, identified `via` a token or a trusted proxy.
+pub fn served(user: &str, via: Via) -> Actor {
+    Actor {
+        user: crate::bounds::name(user.to_owned()),
+        via,
+        os_user: None,
+        on_behalf_of: None,
+        db_role: None,
+    }
 }
 
 /// The pure rule: who `os` counts as, given the person a bot named.
@@ -198,6 +234,17 @@ mod tests {
         let plain = identify("ann", None, &["ann".to_owned()]);
         assert_eq!((plain.user.as_str(), plain.via), ("ann", Via::Os));
         assert_eq!(identify("ann", Some("ann"), &none).on_behalf_of, None);
+    }
+
+    #[test]
+    fn a_served_user_acts_on_its_thread_only_and_the_os_user_is_back_after() {
+        let ann = served("ann", Via::Token);
+        let inside = acting_as(&ann, actor);
+        assert_eq!((inside.user.as_str(), inside.via), ("ann", Via::Token));
+        assert_eq!(actor().via, Via::Os);
+        let other = std::thread::spawn(|| acting_as(&served("bob", Via::Proxy), actor));
+        assert_eq!(other.join().unwrap().user, "bob");
+        assert_eq!(actor().user, os_user());
     }
 
     #[test]

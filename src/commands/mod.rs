@@ -1,26 +1,27 @@
 //! One file per verb. Each is short: resolve the loop, take the lock if it
 //! changes the loop, load, change the typed state, save, render.
 
-mod approve;
-mod cancel;
+pub(crate) mod approve;
+pub(crate) mod cancel;
 mod check_gate;
 mod daemon;
 mod doctor;
 mod edit;
 pub mod gate;
-mod history;
+pub(crate) mod history;
 mod init;
-mod logs;
+pub(crate) mod logs;
 mod migrate;
 mod new;
-mod ops;
+pub(crate) mod ops;
 mod render;
 mod replay;
-mod review;
+pub(crate) mod review;
 mod schedule;
 mod shell;
-mod status;
+pub(crate) mod status;
 mod tick;
+mod user;
 mod validate;
 
 use std::io::Write;
@@ -85,6 +86,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args, out),
+        Command::Serve(args) => crate::serve::run(&Root::open(root)?, &args, out),
+        Command::User(cmd) => user::run(&Root::open(root)?, &cmd, out),
         Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Migrate(args) => migrate::run(root, &args, out),
         Command::Completions(args) => shell::completions(args.shell, out),

@@ -95,7 +95,7 @@ pub fn run(root: &Root, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> 
     Ok(Exit::Ok)
 }
 
-fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
+pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
     let state = dir.load()?;
     let history = dir.history()?;
     let events = &history.events;

@@ -45,6 +45,10 @@ pub struct LoopView<'a> {
     /// (`status NAME` reads it from the history).
     #[serde(skip)]
     pub stopped_by: Option<(String, crate::gate::Phase, u64)>,
+    /// Its `[access]` lists, when its config loads (a server shows it
+    /// only to its viewers).
+    #[serde(skip)]
+    pub access: Option<crate::access::Access>,
 }
 
 impl LoopView<'_> {
@@ -115,6 +119,7 @@ fn view_read<'a>(
         lock,
         overdue: None,
         stopped_by: None,
+        access: config.as_ref().map(|c| c.access()),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
@@ -220,35 +225,67 @@ fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
 /// A loop in a listing: its view, or why its state could not be read.
 #[derive(Serialize)]
 #[serde(untagged)]
-enum Listed<'a> {
+pub enum Listed<'a> {
     Loop(Box<LoopView<'a>>),
     Unreadable { name: &'a str, error: String },
 }
 
-pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<Exit> {
-    let read = store::Stores::open(root)?.read_all()?;
-    let mut first_error: Option<Error> = None;
-    let (mut dirs, mut states, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-    for r in read {
-        states.push(r.state.map_err(|e| {
+/// Every loop as a listing reads it: each one's state (or why it could
+/// not be read), config and lock holder, and the first error.
+pub struct Reading {
+    dirs: Vec<Box<dyn LoopStore>>,
+    states: Vec<Result<State, String>>,
+    rest: Vec<(Result<crate::config::LoopConfig>, Option<Holder>)>,
+    pub first_error: Option<Error>,
+}
+
+/// Reads every loop of `stores` for a listing.
+pub fn read(stores: &dyn store::Store) -> Result<Reading> {
+    let mut reading = Reading {
+        dirs: Vec::new(),
+        states: Vec::new(),
+        rest: Vec::new(),
+        first_error: None,
+    };
+    for r in stores.read_all()? {
+        let first_error = &mut reading.first_error;
+        reading.states.push(r.state.map_err(|e| {
             let shown = e.to_string();
             first_error.get_or_insert(e);
             shown
         }));
-        dirs.push(r.dir);
-        rest.push((r.config, r.holder));
+        reading.dirs.push(r.dir);
+        reading.rest.push((r.config, r.holder));
     }
-    let listed: Vec<Listed<'_>> = dirs
-        .iter()
-        .zip(&states)
-        .zip(rest)
-        .map(|((dir, s), (config, holder))| match s {
-            Ok(state) => Listed::Loop(Box::new(view_read(dir.as_ref(), state, config, holder))),
-            Err(e) => Listed::Unreadable {
-                name: dir.name().as_str(),
-                error: e.clone(),
-            },
-        })
+    Ok(reading)
+}
+
+impl Reading {
+    /// The listing: what `list --json` shows.
+    pub fn listing(&mut self) -> Vec<Listed<'_>> {
+        let rest = std::mem::take(&mut self.rest);
+        self.dirs
+            .iter()
+            .zip(&self.states)
+            .zip(rest)
+            .map(|((dir, s), (config, holder))| match s {
+                Ok(state) => Listed::Loop(Box::new(view_read(dir.as_ref(), state, config, holder))),
+                Err(e) => Listed::Unreadable {
+                    name: dir.name().as_str(),
+                    error: e.clone(),
+                },
+            })
+            .collect()
+    }
+}
+
+pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<Exit> {
+    let mut reading = read(&*store::Stores::open(root)?)?;
+    let first_error = reading.first_error.take();
+    let none = reading.dirs.is_empty();
+    let listed: Vec<Listed<'_>> = reading
+        .listing()
+        .into_iter()
         .filter(|l| {
             filter.is_empty()
                 || match l {
@@ -259,7 +296,7 @@ pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write
         .collect();
     if json {
         super::emit_json(out, &listed)?;
-    } else if dirs.is_empty() {
+    } else if none {
         super::emit(out, &format!("no loops in {}\n", root.path().display()))?;
     } else if listed.is_empty() {
         super::emit(out, "no loops in that status\n")?;

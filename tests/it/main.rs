@@ -30,6 +30,8 @@ mod pg_lease;
 mod resume;
 mod rotation;
 mod schedule;
+mod serve;
+mod serve_browser;
 mod shared_root;
 mod snapshots;
 mod stock_gates;

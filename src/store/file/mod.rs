@@ -26,6 +26,7 @@ mod journal;
 mod rotation;
 mod session;
 mod state_file;
+mod users;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -342,6 +343,28 @@ impl FileStore {
 impl Store for FileStore {
     fn describe(&self) -> String {
         self.root.loops_dir().display().to_string()
+    }
+
+    fn users(&self) -> Result<Vec<crate::users::User>> {
+        users::read(self.root.path())
+    }
+
+    fn put_user(&self, user: &crate::users::User) -> Result<()> {
+        let mut all = users::read(self.root.path())?;
+        all.retain(|u| u.name != user.name);
+        all.push(user.clone());
+        users::write(self.root.path(), &all)
+    }
+
+    fn remove_user(&self, name: &str) -> Result<bool> {
+        let mut all = users::read(self.root.path())?;
+        let before = all.len();
+        all.retain(|u| u.name != name);
+        if all.len() == before {
+            return Ok(false);
+        }
+        users::write(self.root.path(), &all)?;
+        Ok(true)
     }
 
     fn is_shared(&self) -> bool {

@@ -19,6 +19,7 @@ mod lease;
 mod listing;
 mod schema;
 mod session;
+mod users;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -308,6 +309,18 @@ impl Store for Arc<Database> {
 
     fn claims(&self) -> Option<&dyn super::Claims> {
         Some(self.as_ref())
+    }
+
+    fn users(&self) -> Result<Vec<crate::users::User>> {
+        users::read(self)
+    }
+
+    fn put_user(&self, user: &crate::users::User) -> Result<()> {
+        users::put(self, user)
+    }
+
+    fn remove_user(&self, name: &str) -> Result<bool> {
+        users::remove(self, name)
     }
 }
 

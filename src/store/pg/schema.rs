@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_leases.sql"),
     include_str!("migrations/0003_firings.sql"),
+    include_str!("migrations/0004_users.sql"),
 ];
 
 /// The schema version this binary reads and writes.

@@ -1,0 +1,503 @@
+//! The console's pages, rendered on the server (maud escapes every value)
+//! and sized for a phone: the loops (awaiting approval first), a loop (its
+//! status, actions, history), a tick's output, and the review of an await
+//! with Approve and Reject. A page shows only the buttons its user's roles
+//! allow; a form posted anyway is refused by the same check the command
+//! line makes. Forms carry the session's CSRF token. Pages reload
+//! themselves when the loop they show changes (`/assets/console.js`).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::api::{self, ApiError, Change, Verb};
+use super::auth::{PageUser, Who};
+use super::{App, blocking};
+use crate::access::{self, Action};
+use crate::commands::{logs, review, status};
+use crate::state::Status;
+
+/// The most of one output a page shows (its end).
+const OUTPUT_SHOWN: usize = 256 * 1024;
+/// The most events a loop's page lists (the latest).
+const EVENTS_SHOWN: usize = 50;
+
+fn page(title: &str, who: Option<&Who>, live: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · automaton" }
+                link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
+            }
+            body data-live=[live] {
+                header {
+                    a.brand href="/" { "automaton" }
+                    @if let Some(w) = who {
+                        span.who { (w.actor.user) }
+                        form.inline method="post" action="/signout" {
+                            (csrf(w))
+                            button.link type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn csrf(who: &Who) -> Markup {
+    html! { @if let Some(t) = &who.csrf { input type="hidden" name="csrf" value=(t); } }
+}
+
+fn html_response(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// An error as a page.
+fn error_page(who: Option<&Who>, e: ApiError) -> Response {
+    let body = html! {
+        h1 { "Not done" }
+        p.error { (e.message) }
+        p { a href="/" { "Back to the loops" } }
+    };
+    html_response(e.status, page("Error", who, None, body))
+}
+
+/// The sign-in form; `csrf` is also in its cookie.
+pub fn signin(csrf: &str, error: Option<&str>) -> Response {
+    let body = html! {
+        h1 { "Sign in" }
+        @if let Some(e) = error { p.error { (e) } }
+        form.card method="post" action="/signin" {
+            input type="hidden" name="csrf" value=(csrf);
+            label for="token" { "Token" }
+            input #token type="password" name="token" autocomplete="current-password" required autofocus;
+            button type="submit" { "Sign in" }
+        }
+        p.hint { "Your token is printed once by " code { "automaton user add NAME" } "." }
+    };
+    html_response(StatusCode::OK, page("Sign in", None, None, body))
+}
+
+fn time(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn badge(status: &str) -> Markup {
+    html! { span class=(format!("badge {}", status.replace('_', "-"))) { (status.replace('_', " ")) } }
+}
+
+/// `GET /`: the loops the user may see, awaiting approval first.
+pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Response {
+    let me = who.clone();
+    let rendered = blocking(Some(who.actor.clone()), move || {
+        let mut reading = status::read(&*app.stores)?;
+        let mut listed: Vec<_> = reading
+            .listing()
+            .into_iter()
+            .filter(|l| api::sees(&app, &me.actor, l))
+            .collect();
+        listed.sort_by_key(|l| match l {
+            status::Listed::Loop(v) => v.state.status != Status::AwaitingApproval,
+            status::Listed::Unreadable { .. } => true,
+        });
+        Ok(loops_table(&listed))
+    })
+    .await;
+    match rendered {
+        Ok(table) => html_response(StatusCode::OK, page("Loops", Some(&who), Some("*"), table)),
+        Err(e) => error_page(Some(&who), e.into()),
+    }
+}
+
+fn loops_table(listed: &[status::Listed<'_>]) -> Markup {
+    html! {
+        h1 { "Loops" }
+        @if listed.is_empty() { p { "No loops to show." } }
+        table.loops {
+            thead { tr { th { "Loop" } th { "Status" } th { "Next" } th { "Last" } } }
+            tbody {
+                @for l in listed {
+                    @match l {
+                        status::Listed::Loop(v) => tr class=(v.state.status.as_str()) {
+                            td { a href=(format!("/loops/{}", v.name)) { (v.name) } }
+                            td { (badge(&v.shown_status()))
+                                @if v.state.status == Status::AwaitingApproval {
+                                    " " a href=(format!("/loops/{}/review", v.name)) { "review" }
+                                } }
+                            td { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+                            td { @match &v.state.last_tick {
+                                Some(t) => { (t.outcome.to_string()) " · " (time(t.ended_at)) },
+                                None => "never",
+                            } }
+                        },
+                        status::Listed::Unreadable { name, error } => tr.unreadable {
+                            td { (name) } td { (badge("unreadable")) } td colspan="2" { (error) }
+                        },
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The buttons `who` may press on a loop in `status`.
+fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, status: Status, running: bool) -> Markup {
+    let rules = access::rules(dir, &app.root.settings().access);
+    let may = |a: Action| access::check(&who.actor, a, &rules).is_ok();
+    let name = dir.name().as_str();
+    let button = |verb: &str, label: &str| {
+        html! {
+            form.inline method="post" action=(format!("/loops/{name}/{verb}")) {
+                (csrf(who))
+                button type="submit" name="verb" value=(verb) { (label) }
+            }
+        }
+    };
+    html! {
+        div.actions {
+            @if status == Status::AwaitingApproval && may(Action::Approve) {
+                a.button href=(format!("/loops/{name}/review")) { "Review" }
+            }
+            @if status != Status::Paused && may(Action::Pause) { (button("pause", "Pause")) }
+            @if status != Status::Active && may(Action::Resume) { (button("resume", "Resume")) }
+            @if running && may(Action::Cancel) { (button("cancel", "Cancel tick")) }
+        }
+    }
+}
+
+/// `GET /loops/NAME`: its status, the buttons its user may press, and its
+/// latest events.
+pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name): Path<String>) -> Response {
+    let me = who.clone();
+    let shown = name.clone();
+    let rendered = blocking(Some(who.actor.clone()), move || {
+        api::may_view(&app, &me.actor, &name)?;
+        let dir = app.stores.get(&name)?;
+        let state = dir.load()?;
+        let view = status::view(dir.as_ref(), &state);
+        let history = dir.history()?;
+        let skip = history.events.len().saturating_sub(EVENTS_SHOWN);
+        let events: Vec<Value> = history.events[skip..]
+            .iter()
+            .rev()
+            .filter_map(|e| serde_json::to_value(e).ok())
+            .collect();
+        let running = state.in_flight.is_some();
+        let actions = actions(&app, &me, dir.as_ref(), state.status, running);
+        Ok(loop_body(&view, actions, &events))
+    })
+    .await;
+    match rendered {
+        Ok(body) => html_response(StatusCode::OK, page(&shown, Some(&who), Some(&shown), body)),
+        Err(e) => error_page(Some(&who), e.into()),
+    }
+}
+
+fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Markup {
+    let s = v.state;
+    html! {
+        h1 { (v.name) " " (badge(&v.shown_status())) }
+        @if let Some(d) = &v.description { p.description { (d) } }
+        @if let Some(e) = &v.config_error { p.error { (e) } }
+        @if let Some(r) = &s.status_reason { p { "Why: " (r) } }
+        (actions)
+        dl.facts {
+            dt { "Tick" } dd { (s.tick) }
+            dt { "Schedule" } dd { (v.schedule.as_deref().unwrap_or("none")) }
+            dt { "Next due" } dd { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+            @if let Some(t) = &s.last_tick {
+                dt { "Last tick" }
+                dd { a href=(format!("/loops/{}/runs/{}", v.name, t.number)) { (t.number) } " " (t.outcome.to_string()) " · " (time(t.ended_at)) }
+            }
+            @if let Some(f) = &s.in_flight {
+                dt { "Running" } dd { a href=(format!("/loops/{}/runs/{}", v.name, f.tick)) { "tick " (f.tick) } " since " (time(f.started_at)) }
+            }
+            dt { "Failures in a row" } dd { (s.consecutive_failures) }
+            @if let Some(a) = &s.awaiting {
+                dt { "Awaiting" } dd { a href=(format!("/loops/{}/review", v.name)) { (a.id) } " since " (time(a.since)) }
+            }
+            @if let Some(h) = &v.lock { dt { "Lock" } dd { (h.describe()) } }
+        }
+        h2 { "History" }
+        table.events {
+            thead { tr { th { "When" } th { "What" } th { "Details" } } }
+            tbody { @for e in events { (event_row(v.name, e)) } }
+        }
+    }
+}
+
+/// One event: when, its kind, who, and what it says in short.
+fn event_row(name: &str, e: &Value) -> Markup {
+    let field = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
+    let tick = e.get("tick").and_then(Value::as_u64);
+    let kind = field("kind").unwrap_or_default();
+    let details: Vec<String> = ["by", "outcome", "reason", "note", "await", "id", "gate"]
+        .iter()
+        .filter_map(|k| field(k).map(|v| format!("{k}: {v}")))
+        .collect();
+    html! {
+        tr {
+            td.when { (field("at").unwrap_or_default()) }
+            td { (kind)
+                @if let (Some(t), "tick") = (tick, kind.as_str()) {
+                    " " a href=(format!("/loops/{name}/runs/{t}")) { (t) }
+                } }
+            td { (details.join(" · ")) }
+        }
+    }
+}
+
+/// `GET /loops/NAME/review`: everything `review --json` says, and the
+/// Approve and Reject forms for an approver.
+pub async fn review(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path(name): Path<String>,
+) -> Response {
+    let me = who.clone();
+    let shown = name.clone();
+    let rendered = blocking(Some(who.actor.clone()), move || {
+        api::may_view(&app, &me.actor, &name)?;
+        let dir = app.stores.get(&name)?;
+        let r = serde_json::to_value(review::build(dir.as_ref(), false)?).unwrap_or_default();
+        let rules = access::rules(dir.as_ref(), &app.root.settings().access);
+        let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
+        Ok(review_body(&name, &r, approver.then_some(&me)))
+    })
+    .await;
+    match rendered {
+        Ok(body) => html_response(
+            StatusCode::OK,
+            page(&format!("Review {shown}"), Some(&who), Some(&shown), body),
+        ),
+        Err(e) => error_page(Some(&who), e.into()),
+    }
+}
+
+fn review_body(name: &str, r: &Value, approver: Option<&Who>) -> Markup {
+    let s = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+    let awaiting = r.get("awaiting").filter(|a| !a.is_null());
+    html! {
+        h1 { "Review " a href=(format!("/loops/{name}")) { (name) } " " (badge(&s(&r["status"]))) }
+        @match awaiting {
+            Some(a) => section.pending {
+                h2 { "Await " (s(&a["id"])) }
+                p { "Since " (s(&a["since"])) ", before tick " (s(&a["tick"])) }
+                ul { @for g in a["gates"].as_array().into_iter().flatten() {
+                    li { strong { (s(&g["gate"])) } ": " (s(&g["reason"])) }
+                } }
+                @if let Some(h) = a.get("head").and_then(Value::as_str) { p { "On commit " code { (h) } } }
+                @if let Some(w) = approver { (decide(name, &s(&a["id"]), w)) }
+            },
+            None => p { "No await is pending." },
+        }
+        h2 { "Ticks since the last approval" }
+        @if r["ticks"].as_array().is_none_or(Vec::is_empty) { p { "None." } }
+        @for t in r["ticks"].as_array().into_iter().flatten() { (tick_review(name, t)) }
+        h2 { "Metrics since the last approval / overall" }
+        (metrics(r))
+        @if let Some(w) = r.get("work").filter(|w| !w.is_null()) {
+            h2 { "Work on " (s(&w["branch"])) }
+            ul { @for c in w["commits"].as_array().into_iter().flatten() { li { code { (s(c)) } } } }
+            pre.diffstat { (w["diffstat"].as_str().unwrap_or("")) }
+        }
+    }
+}
+
+fn decide(name: &str, await_id: &str, who: &Who) -> Markup {
+    html! {
+        div.decide {
+            form.card method="post" action=(format!("/loops/{name}/approve")) {
+                (csrf(who))
+                input type="hidden" name="await" value=(await_id);
+                label for="note" { "Note" }
+                textarea #note name="note" rows="2" {}
+                button.approve type="submit" { "Approve" }
+            }
+            form.card method="post" action=(format!("/loops/{name}/reject")) {
+                (csrf(who))
+                input type="hidden" name="await" value=(await_id);
+                label for="reason" { "Reason" }
+                textarea #reason name="reason" rows="2" {}
+                button.reject type="submit" { "Reject" }
+            }
+        }
+    }
+}
+
+fn tick_review(name: &str, t: &Value) -> Markup {
+    let n = t["tick"].as_u64().unwrap_or_default();
+    html! {
+        details.tick open {
+            summary { a href=(format!("/loops/{name}/runs/{n}")) { "tick " (n) } ": " (t["outcome"].as_str().unwrap_or("")) }
+            @if let Some(r) = t.get("reason").and_then(Value::as_str) { p { "Reason: " (r) } }
+            @for g in t["gates"].as_array().into_iter().flatten() {
+                p { "Gate " strong { (g["gate"].as_str().unwrap_or("")) } ": " (g["decision"].as_str().unwrap_or("")) " " (g["reason"].as_str().unwrap_or("")) }
+            }
+            @if let Some(out) = t["output"].as_object() {
+                @for (file, lines) in out {
+                    p.file { (file) }
+                    pre { @for l in lines.as_array().into_iter().flatten() { (l.as_str().unwrap_or("")) "\n" } }
+                }
+            }
+        }
+    }
+}
+
+fn metrics(r: &Value) -> Markup {
+    let since = r["metrics_since"].as_object().cloned().unwrap_or_default();
+    let totals = r["totals"].as_object().cloned().unwrap_or_default();
+    let keys: std::collections::BTreeSet<&String> = since.keys().chain(totals.keys()).collect();
+    html! {
+        @if keys.is_empty() { p { "None." } }
+        @else {
+            table.metrics { @for k in keys {
+                tr { td { (k) } td { (since.get(k).map(Value::to_string).unwrap_or("0".into())) } td { (totals.get(k).map(Value::to_string).unwrap_or("0".into())) } }
+            } }
+        }
+    }
+}
+
+/// `GET /loops/NAME/runs/N`: the tick's step output, standard output and
+/// standard error, as `logs` prints them; live while the tick runs.
+pub async fn run(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path((name, tick)): Path<(String, String)>,
+) -> Response {
+    let Ok(tick) = tick.parse::<u64>() else {
+        return error_page(
+            Some(&who),
+            ApiError::new(StatusCode::NOT_FOUND, "no_such_tick", "a tick is a number"),
+        );
+    };
+    let me = who.clone();
+    let shown = name.clone();
+    let rendered = blocking(Some(who.actor.clone()), move || {
+        api::may_view(&app, &me.actor, &name)?;
+        let running = app
+            .stores
+            .get(&name)?
+            .load()?
+            .in_flight
+            .is_some_and(|f| f.tick == tick);
+        let out = |stderr| {
+            api::capture(|o| logs::run(&app.root, &api::log_args(&name, tick, stderr, false), o))
+                .map(|b| tail(&b))
+                .unwrap_or_else(|e| format!("({})", crate::error::with_causes(&e)))
+        };
+        Ok((out(false), out(true), running))
+    })
+    .await;
+    let (stdout, stderr, running) = match rendered {
+        Ok(r) => r,
+        Err(e) => return error_page(Some(&who), e.into()),
+    };
+    let body = html! {
+        h1 { a href=(format!("/loops/{shown}")) { (shown) } " tick " (tick) @if running { " " (badge("running")) } }
+        h2 { "Standard output" } pre.output { (stdout) }
+        h2 { "Standard error" } pre.output { (stderr) }
+    };
+    let live = if running { "running" } else { shown.as_str() };
+    html_response(
+        StatusCode::OK,
+        page(&format!("{shown} tick {tick}"), Some(&who), Some(live), body),
+    )
+}
+
+/// The end of an output, as text.
+fn tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(OUTPUT_SHOWN);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+#[derive(Deserialize)]
+pub struct ChangeForm {
+    csrf: Option<String>,
+    note: Option<String>,
+    reason: Option<String>,
+    #[serde(rename = "await")]
+    await_id: Option<String>,
+}
+
+/// `POST /loops/NAME/VERB`: a button pressed; back to the loop's page.
+pub async fn change(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path((name, verb)): Path<(String, String)>,
+    form: Result<axum::Form<ChangeForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let Some(verb) = Verb::parse(&verb) else {
+        return error_page(
+            Some(&who),
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such page"),
+        );
+    };
+    let form = match form {
+        Ok(axum::Form(f)) => f,
+        Err(e) => {
+            return error_page(
+                Some(&who),
+                ApiError::new(e.status(), "invalid_body", &e.body_text()),
+            );
+        }
+    };
+    if !who.csrf_ok(form.csrf.as_deref()) {
+        let e = ApiError::new(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "the form's CSRF token is missing or wrong; reload the page",
+        );
+        return error_page(Some(&who), e);
+    }
+    let text = |t: Option<String>| t.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    let change = Change {
+        note: text(form.note).filter(|_| verb == Verb::Approve),
+        reason: text(form.reason).filter(|_| matches!(verb, Verb::Reject | Verb::Pause)),
+        await_id: text(form.await_id).filter(|_| matches!(verb, Verb::Approve | Verb::Reject)),
+        reset_budget: None,
+    };
+    let target = name.clone();
+    match blocking(Some(who.actor.clone()), move || {
+        api::apply(&app, verb, &target, change)
+    })
+    .await
+    {
+        Ok(_) => Redirect::to(&format!("/loops/{name}")).into_response(),
+        Err(e) => error_page(Some(&who), e.into()),
+    }
+}
+
+/// `GET /assets/FILE`: the console's own script and style.
+pub async fn asset(Path(file): Path<String>) -> Response {
+    let (kind, text) = match file.as_str() {
+        "console.js" => (
+            "text/javascript; charset=utf-8",
+            include_str!("assets/console.js"),
+        ),
+        "console.css" => ("text/css; charset=utf-8", include_str!("assets/console.css")),
+        _ => return (StatusCode::NOT_FOUND, "not found\n").into_response(),
+    };
+    let cache = "public, max-age=3600";
+    (
+        [(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, cache)],
+        PreEscaped(text).into_string(),
+    )
+        .into_response()
+}

@@ -1,0 +1,698 @@
+//! `automaton serve`: the real binary on a free port of 127.0.0.1, driven
+//! over HTTP as a client would, on whichever store the suite runs
+//! against. Users and tokens, the JSON API in the CLI's `--json` shapes,
+//! the role check, sessions and CSRF, hostile input (bad tokens, bad
+//! bodies, a slow client, many clients at once), and the drain on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::Env;
+
+/// A running server, stopped when dropped.
+pub struct Server {
+    child: Child,
+    base: String,
+    addr: String,
+    log: tempfile::NamedTempFile,
+}
+
+impl Server {
+    pub fn start(env: &Env, extra: &[&str]) -> Server {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut child = env
+            .cmd()
+            .args(["serve", "--listen", "127.0.0.1:0", "-v"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("serve said {line:?}"))
+            .to_owned();
+        let addr = base.split_once("://").unwrap().1.to_owned();
+        Server {
+            child,
+            base,
+            addr,
+            log,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// SIGTERM, then its exit code.
+    fn stop(mut self) -> Option<i32> {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        self.child.wait().unwrap().code()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_redirects_will_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// A response's status and body.
+fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, String) {
+    let mut r = r.unwrap();
+    (
+        r.status().as_u16(),
+        r.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
+    answer(
+        agent()
+            .get(s.url(path))
+            .header("Authorization", format!("Bearer {token}"))
+            .call(),
+    )
+}
+
+fn post(s: &Server, path: &str, token: &str, body: &str) -> (u16, String) {
+    answer(
+        agent()
+            .post(s.url(path))
+            .header("Authorization", format!("Bearer {token}"))
+            .content_type("application/json")
+            .send(body),
+    )
+}
+
+fn code(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    v["code"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Makes user `name`; its token.
+fn user(env: &Env, name: &str) -> String {
+    let v: Value = serde_json::from_str(&env.ok(&["user", "add", name, "--json"])).unwrap();
+    v["token"].as_str().unwrap().to_owned()
+}
+
+fn tick(env: &Env, name: &str) -> String {
+    let v: Value = serde_json::from_str(&env.ok(&["tick", name, "--json"])).unwrap();
+    v["outcome"].as_str().unwrap().to_owned()
+}
+
+/// A loop that ran one tick and now awaits approval.
+fn awaiting(env: &Env, name: &str, extra: &str) {
+    env.new_loop(
+        name,
+        &format!("step = \"echo hello from the step\"\n[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n{extra}"),
+    );
+    assert_eq!(tick(env, name), "ran");
+    assert_eq!(tick(env, name), "awaiting-approval");
+}
+
+#[test]
+fn user_tokens_are_printed_once_and_kept_only_as_hashes() {
+    let env = Env::new();
+    let token = user(&env, "ann");
+    assert!(token.starts_with("atm_"), "{token}");
+    let listed = env.ok(&["user", "list", "--json"]);
+    assert!(listed.contains("\"ann\"") && !listed.contains(&token), "{listed}");
+    if env.pg.is_none() {
+        let file = env.root.join("users.json");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains(&token), "{text}");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o077, 0);
+    }
+    env.fails(1, &["user", "add", "ann"]);
+    env.fails(2, &["user", "add", "no/slashes"]);
+    env.fails(3, &["user", "rotate", "bob"]);
+    let rotated = env.ok(&["user", "rotate", "ann"]);
+    assert!(!rotated.contains(&token), "{rotated}");
+    env.ok(&["user", "remove", "ann"]);
+    env.fails(3, &["user", "remove", "ann"]);
+}
+
+#[test]
+fn the_api_answers_in_the_shapes_of_the_clis_json() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    env.new_loop("other", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    assert_eq!(answer(agent().get(s.url("/healthz")).call()).0, 200);
+    let (status, body) = get(&s, "/api/loops", &token);
+    assert_eq!(status, 200, "{body}");
+    let cli: Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let api: Value = serde_json::from_str(&body).unwrap();
+    let names = |v: &Value| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&api), names(&cli));
+    assert_eq!(api[0]["status"], "awaiting_approval");
+    let (status, body) = get(&s, "/api/loops/demo", &token);
+    assert_eq!(status, 200);
+    let one: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (one["name"].as_str(), one["version"].clone()),
+        (Some("demo"), env.status("demo")["version"].clone())
+    );
+    let (_, body) = get(&s, "/api/loops/demo/history?limit=2", &token);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let (_, body) = get(&s, "/api/loops/demo/review", &token);
+    let review: Value = serde_json::from_str(&body).unwrap();
+    let await_id = review["awaiting"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(review["loop"], "demo");
+    let (status, body) = get(&s, "/api/loops/demo/runs/1/logs", &token);
+    assert_eq!((status, body.as_str()), (200, "hello from the step\n"));
+    let (status, body) = get(&s, "/api/openapi.json", &token);
+    assert!(status == 200 && body.contains("/api/loops/{name}/approve"));
+
+    let (status, body) = post(
+        &s,
+        "/api/loops/demo/approve",
+        &token,
+        &json!({"note": "ship it", "await": await_id}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let approved = env
+        .history("demo")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "approved")
+        .unwrap();
+    assert_eq!(
+        (approved["by"].as_str(), approved["note"].as_str()),
+        (Some("ann"), Some("ship it"))
+    );
+    assert_eq!(approved["actor"]["via"], "token");
+    // The same await again: not pending any more (a stale await).
+    let (status, body) = post(
+        &s,
+        "/api/loops/demo/reject",
+        &token,
+        &json!({"await": "aw-999"}).to_string(),
+    );
+    assert_eq!((status, code(&body)), (409, "refused".to_owned()), "{body}");
+    let (status, _) = post(&s, "/api/loops/other/pause", &token, "");
+    assert_eq!(status, 200);
+    assert_eq!(env.status("other")["status"], "paused");
+    let (status, _) = post(&s, "/api/loops/other/resume", &token, "{}");
+    assert_eq!(status, 200);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn refused_requests_write_nothing_and_roles_are_the_clis() {
+    let env = Env::new();
+    awaiting(
+        &env,
+        "demo",
+        "[access]\napprovers = [\"lead\"]\noperators = [\"lead\", \"operator\"]\n",
+    );
+    env.new_loop("secret", "step = \"true\"\n[access]\nviewers = [\"lead\"]\n");
+    let (lead, viewer) = (user(&env, "lead"), user(&env, "viewer"));
+    let s = Server::start(&env, &[]);
+    let before = env.state("demo");
+    let events = env.history("demo").len();
+    let cases: Vec<(&str, &str, &str, u16, &str)> = vec![
+        ("/api/loops/demo/approve", "atm_wrong", "{}", 401, "unauthorized"),
+        ("/api/loops/nosuch/approve", &lead, "{}", 404, "no_such_loop"),
+        (
+            "/api/loops/demo/approve",
+            &lead,
+            "{\"note\": ",
+            422,
+            "invalid_body",
+        ),
+        (
+            "/api/loops/demo/approve",
+            &lead,
+            "{\"halt\": true}",
+            422,
+            "invalid_body",
+        ),
+        (
+            "/api/loops/demo/pause",
+            &lead,
+            "{\"note\": \"x\"}",
+            422,
+            "invalid_body",
+        ),
+        ("/api/loops/demo/approve", &lead, "[1, 2]", 422, "invalid_body"),
+    ];
+    for (path, token, body, status, want) in cases {
+        let (got, text) = post(&s, path, token, body);
+        assert_eq!(
+            (got, code(&text)),
+            (status, want.to_owned()),
+            "{path} {body}: {text}"
+        );
+    }
+    let big = json!({ "note": "x".repeat(70 * 1024) }).to_string();
+    let (got, text) = post(&s, "/api/loops/demo/approve", &lead, &big);
+    assert_eq!((got, code(&text)), (413, "too_large".to_owned()));
+    let (got, _) = answer(
+        agent()
+            .post(s.url("/api/loops/demo/approve"))
+            .header("Authorization", format!("Bearer {lead}"))
+            .content_type("text/plain")
+            .send("note"),
+    );
+    assert_eq!(got, 415);
+    assert_eq!(answer(agent().get(s.url("/api/loops")).call()).0, 401);
+    assert_eq!(env.state("demo"), before);
+    assert_eq!(env.history("demo").len(), events);
+
+    // A viewer's approval is refused and recorded as the CLI records it.
+    let (got, text) = post(&s, "/api/loops/demo/approve", &viewer, "{}");
+    assert_eq!((got, code(&text)), (403, "forbidden".to_owned()), "{text}");
+    let refused = env.history("demo").pop().unwrap();
+    assert_eq!(
+        (refused["kind"].as_str(), refused["by"].as_str()),
+        (Some("refused"), Some("viewer"))
+    );
+    assert_eq!(
+        env.state("demo")["pending_approvals"],
+        before["pending_approvals"]
+    );
+    // A loop with viewers is hidden from anyone else.
+    let (_, body) = get(&s, "/api/loops", &viewer);
+    assert!(!body.contains("\"secret\""), "{body}");
+    assert_eq!(get(&s, "/api/loops/secret", &viewer).0, 403);
+    assert_eq!(get(&s, "/api/loops/secret", &lead).0, 200);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn a_removed_or_rotated_token_signs_no_one_in_and_no_token_is_logged() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    assert_eq!(get(&s, "/api/loops", &token).0, 200);
+    env.ok(&["user", "rotate", "ann"]);
+    assert_eq!(get(&s, "/api/loops", &token).0, 401);
+    let bob = user(&env, "bob");
+    assert_eq!(get(&s, "/api/loops", &bob).0, 200);
+    env.ok(&["user", "remove", "bob"]);
+    assert_eq!(get(&s, "/api/loops", &bob).0, 401);
+    assert!(
+        !s.log().contains(&token) && !s.log().contains(&bob),
+        "{}",
+        s.log()
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn failed_sign_ins_are_limited_per_address() {
+    let env = Env::new();
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        statuses.push(get(&s, "/api/loops", "atm_guess").0);
+    }
+    assert_eq!(&statuses[..10], &[401; 10]);
+    assert_eq!(&statuses[10..], &[429, 429]);
+    // While limited, even the right token is not tried.
+    assert_eq!(get(&s, "/api/loops", &token).0, 429);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// Signs in with the form as a browser does; the session cookie and the
+/// page's CSRF token.
+fn sign_in(s: &Server, token: &str) -> (String, String) {
+    let mut form = agent().get(s.url("/signin")).call().unwrap();
+    let pre = set_cookie(&form, "automaton_signin");
+    let page = form.body_mut().read_to_string().unwrap();
+    let csrf = hidden(&page, "csrf");
+    let r = agent()
+        .post(s.url("/signin"))
+        .header("Cookie", format!("automaton_signin={pre}"))
+        .send_form([("token", token), ("csrf", csrf.as_str())])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let cookie = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect::<Vec<_>>();
+    let session = cookie
+        .iter()
+        .find(|c| c.starts_with("automaton_session="))
+        .unwrap();
+    assert!(
+        session.contains("HttpOnly") && session.contains("SameSite=Strict"),
+        "{session}"
+    );
+    let id = session
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("automaton_session=")
+        .to_owned();
+    let mut home = agent()
+        .get(s.url("/"))
+        .header("Cookie", format!("automaton_session={id}"))
+        .call()
+        .unwrap();
+    let page = home.body_mut().read_to_string().unwrap();
+    (id, hidden(&page, "csrf"))
+}
+
+fn set_cookie(r: &ureq::http::Response<ureq::Body>, name: &str) -> String {
+    let c = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .find(|c| c.starts_with(name))
+        .unwrap();
+    c.split(';').next().unwrap().split_once('=').unwrap().1.to_owned()
+}
+
+fn hidden(page: &str, name: &str) -> String {
+    let at = page
+        .find(&format!("name=\"{name}\" value=\""))
+        .unwrap_or_else(|| panic!("no {name} in {page}"));
+    let rest = &page[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+#[test]
+fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, csrf) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call());
+    let (status, list) = page("/");
+    assert!(
+        status == 200 && list.contains("demo") && list.contains("review"),
+        "{list}"
+    );
+    let before = env.history("demo").len();
+    // A form without its CSRF token, or with another's, is refused.
+    for form in [vec![("note", "x")], vec![("note", "x"), ("csrf", "forged")]] {
+        let r = agent()
+            .post(s.url("/loops/demo/approve"))
+            .header("Cookie", &cookie)
+            .send_form(form)
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+    }
+    let r = answer(
+        agent()
+            .post(s.url("/api/loops/demo/pause"))
+            .header("Cookie", &cookie)
+            .send_empty(),
+    );
+    assert_eq!((r.0, code(&r.1)), (403, "csrf".to_owned()));
+    assert_eq!(env.history("demo").len(), before);
+    let r = agent()
+        .post(s.url("/loops/demo/approve"))
+        .header("Cookie", &cookie)
+        .send_form([("note", "looks good"), ("csrf", csrf.as_str())])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let approved = env
+        .history("demo")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "approved")
+        .unwrap();
+    assert_eq!(
+        (approved["by"].as_str(), approved["note"].as_str()),
+        (Some("ann"), Some("looks good"))
+    );
+    env.ok(&["user", "rotate", "ann"]);
+    let r = agent().get(s.url("/")).header("Cookie", &cookie).call().unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.headers()["location"].to_str().unwrap()),
+        (303, "/signin")
+    );
+    assert!(!s.log().contains(&id), "{}", s.log());
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn a_proxys_header_is_believed_from_the_proxy_only() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n[access]\noperators = [\"ann\"]\n");
+    let s = Server::start(
+        &env,
+        &[
+            "--trust-header",
+            "X-Forwarded-User",
+            "--trusted-proxy",
+            "127.0.0.1",
+        ],
+    );
+    let (status, _) = answer(
+        agent()
+            .get(s.url("/api/loops"))
+            .header("X-Forwarded-User", "ann")
+            .call(),
+    );
+    assert_eq!(status, 200);
+    drop(s);
+    let s = Server::start(
+        &env,
+        &[
+            "--trust-header",
+            "X-Forwarded-User",
+            "--trusted-proxy",
+            "127.0.0.2",
+        ],
+    );
+    let (status, _) = answer(
+        agent()
+            .get(s.url("/api/loops"))
+            .header("X-Forwarded-User", "ann")
+            .call(),
+    );
+    assert_eq!(status, 401);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// Sends `bytes` on a raw connection and returns what the server says.
+fn raw(s: &Server, bytes: &[u8]) -> String {
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.write_all(bytes).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn hostile_clients_get_clear_errors_and_the_server_keeps_serving() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    // Half a request, left hanging, while others are served.
+    let mut slow = TcpStream::connect(&s.addr).unwrap();
+    slow.write_all(b"GET /api/loops HTTP/1.1\r\nHost: x\r\nAuthor")
+        .unwrap();
+    let garbage = raw(&s, b"NOT HTTP AT ALL\r\n\r\n");
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+    let huge = format!(
+        "POST /api/loops/demo/pause HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nConnection: close\r\n\r\n{{"
+    );
+    let said = raw(&s, huge.as_bytes());
+    assert!(said.starts_with("HTTP/1.1 413"), "{said}");
+    let threads: Vec<_> = (0..32)
+        .map(|i| {
+            let (url, token) = (
+                s.url(if i % 2 == 0 {
+                    "/api/loops"
+                } else {
+                    "/api/loops/demo"
+                }),
+                token.clone(),
+            );
+            std::thread::spawn(move || {
+                answer(
+                    agent()
+                        .get(url)
+                        .header("Authorization", format!("Bearer {token}"))
+                        .call(),
+                )
+                .0
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 200);
+    }
+    assert_eq!(get(&s, "/api/loops", &token).0, 200);
+    assert_eq!(env.status("demo")["status"], "active");
+    drop(slow);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn sigterm_lets_the_request_in_flight_finish_and_exits_zero() {
+    let env = Env::new();
+    // A step that takes its time to stop holds the lock; a cancel request
+    // waits for it when the server is told to stop.
+    env.new_loop(
+        "slow",
+        "step = \"trap 'sleep 2; exit 1' TERM; sleep 30 & wait\"\n",
+    );
+    let token = user(&env, "ann");
+    let mut ticking = env
+        .cmd()
+        .args(["tick", "slow"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while env.status("slow")["in_flight"].is_null() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = Server::start(&env, &[]);
+    let url = s.url("/api/loops/slow/cancel");
+    let t = token.clone();
+    let cancel = std::thread::spawn(move || {
+        answer(
+            agent()
+                .post(url)
+                .header("Authorization", format!("Bearer {t}"))
+                .send_empty(),
+        )
+    });
+    // The cancel is in flight once its note is in the run directory.
+    while !env
+        .loop_dir("slow")
+        .join("runs")
+        .read_dir()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|d| d.path().join("cancel").exists())
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let (status, body) = cancel.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["signals"][0],
+        "SIGTERM"
+    );
+    assert_eq!(s.stop_after_signal(), Some(0));
+    ticking.wait().unwrap();
+}
+
+impl Server {
+    fn stop_after_signal(mut self) -> Option<i32> {
+        self.child.wait().unwrap().code()
+    }
+}
+
+#[test]
+fn https_serves_the_api_and_its_cookies_are_secure() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    // A self-signed certificate for 127.0.0.1, made for these tests.
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let (cert, key) = (tls.join("cert.pem"), tls.join("key.pem"));
+    let s = Server::start(
+        &env,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(s.base.starts_with("https://"), "{}", s.base);
+    let pem = std::fs::read(&cert).unwrap();
+    let roots = ureq::tls::RootCerts::new_with_certs(&[ureq::tls::Certificate::from_pem(&pem).unwrap()]);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
+        .build()
+        .into();
+    let (status, body) = answer(
+        agent
+            .get(s.url("/api/loops"))
+            .header("Authorization", format!("Bearer {token}"))
+            .call(),
+    );
+    assert!(status == 200 && body.contains("\"demo\""), "{status} {body}");
+    let signin = agent.get(s.url("/signin")).call().unwrap();
+    let cookie = signin.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    // Plain HTTP on the same port is no request.
+    assert!(
+        !raw(
+            &s,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .contains("200 OK")
+    );
+    // A key file that holds no certificate is refused before anything is served.
+    let out = env.run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        key.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no certificate"));
+    assert_eq!(s.stop(), Some(0));
+}
