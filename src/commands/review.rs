@@ -43,6 +43,9 @@ pub struct Review {
     /// The loop's running totals.
     totals: BTreeMap<String, f64>,
     work: Option<Work>,
+    /// This review's page in the console, when `[server] url` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,13 +89,23 @@ struct Work {
 
 pub fn run(root: &Root, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &args.name)?;
-    let review = build(dir.as_ref(), args.diff)?;
+    let mut review = build(dir.as_ref(), args.diff)?;
+    review.link = link(root, dir.as_ref());
     if args.json.json {
         super::emit_json(out, &review)?;
     } else {
         super::emit(out, &human(&review))?;
     }
     Ok(Exit::Ok)
+}
+
+/// The console's page of loop `dir`'s review, when loop.toml or the root's
+/// automaton.toml sets `[server] url`.
+fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
+    let config = dir.config().ok()?;
+    let settings = root.settings();
+    let server = config.server.url.as_ref().or(settings.server.url.as_ref())?;
+    Some(crate::notify::review_url(server, dir.name().as_str()))
 }
 
 pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
@@ -154,6 +167,7 @@ pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
         metrics_since,
         totals: state.totals.clone(),
         work,
+        link: None,
     })
 }
 
@@ -244,6 +258,9 @@ fn work(path: &std::path::Path, branch: &str, from: Option<String>, with_patch: 
 fn human(r: &Review) -> String {
     let mut text = Lines::default();
     text.line(format!("loop {} is {}", r.loop_name, r.status));
+    if let Some(link) = &r.link {
+        text.line(format!("review in the console: {link}"));
+    }
     awaiting(&mut text, r);
     text.line(String::new());
     ticks(&mut text, r);

@@ -543,3 +543,23 @@ fn review_shows_the_await_the_ticks_and_the_work_since_the_last_approval() {
     );
     assert!(text.contains("\n+2\n"), "the patch: {text}");
 }
+
+#[test]
+fn review_links_to_the_consoles_page_when_a_server_url_is_set() {
+    let env = Env::new();
+    awaiting_loop(&env, "plain", "");
+    assert!(!env.ok(&["review", "plain"]).contains("console"));
+    let v: Value = serde_json::from_str(&env.ok(&["review", "plain", "--json"])).unwrap();
+    assert!(v.get("link").is_none(), "{v}");
+
+    awaiting_loop(
+        &env,
+        "linked",
+        "[server]\nurl = \"https://console.example.com/\"\n",
+    );
+    let page = "https://console.example.com/loops/linked/review";
+    let text = env.ok(&["review", "linked"]);
+    assert!(text.contains(&format!("review in the console: {page}")), "{text}");
+    let v: Value = serde_json::from_str(&env.ok(&["review", "linked", "--json"])).unwrap();
+    assert_eq!(v["link"], page);
+}
