@@ -702,3 +702,24 @@ fn https_serves_the_api_and_its_cookies_are_secure() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no certificate"));
     assert_eq!(s.stop(), Some(0));
 }
+
+#[test]
+fn users_added_at_the_same_time_are_all_kept() {
+    let env = Env::new();
+    let children: Vec<_> = (0..16)
+        .map(|i| {
+            env.cmd()
+                .args(["user", "add", &format!("u{i:02}")])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let listed = env.ok(&["user", "list"]);
+    for i in 0..16 {
+        assert!(listed.contains(&format!("u{i:02}")), "u{i:02} lost: {listed}");
+    }
+}

@@ -338,7 +338,26 @@ impl FileStore {
     pub fn new(root: &Root) -> FileStore {
         FileStore { root: root.clone() }
     }
+
+    /// Reads the console's users, lets `change` change them and writes them
+    /// back if it says it did, under `users.lock` so two `user` commands at
+    /// once never lose one's change. Returns what `change` said.
+    fn change_users(&self, change: impl FnOnce(&mut Vec<crate::users::User>) -> bool) -> Result<bool> {
+        let lock = self.root.path().join(USERS_LOCK);
+        let _held = lock::acquire(&lock, "users.json", Holder::me("user"), USERS_WAIT)?;
+        let mut all = users::read(self.root.path())?;
+        let changed = change(&mut all);
+        if changed {
+            users::write(self.root.path(), &all)?;
+        }
+        Ok(changed)
+    }
 }
+
+/// The lock file of the console's users, beside `users.json`.
+const USERS_LOCK: &str = "users.lock";
+/// How long a `user` command waits for another's change of the users.
+const USERS_WAIT: Wait = Wait::For(std::time::Duration::from_secs(10));
 
 impl Store for FileStore {
     fn describe(&self) -> String {
@@ -350,21 +369,20 @@ impl Store for FileStore {
     }
 
     fn put_user(&self, user: &crate::users::User) -> Result<()> {
-        let mut all = users::read(self.root.path())?;
-        all.retain(|u| u.name != user.name);
-        all.push(user.clone());
-        users::write(self.root.path(), &all)
+        self.change_users(|all| {
+            all.retain(|u| u.name != user.name);
+            all.push(user.clone());
+            true
+        })
+        .map(drop)
     }
 
     fn remove_user(&self, name: &str) -> Result<bool> {
-        let mut all = users::read(self.root.path())?;
-        let before = all.len();
-        all.retain(|u| u.name != name);
-        if all.len() == before {
-            return Ok(false);
-        }
-        users::write(self.root.path(), &all)?;
-        Ok(true)
+        self.change_users(|all| {
+            let before = all.len();
+            all.retain(|u| u.name != name);
+            all.len() != before
+        })
     }
 
     fn is_shared(&self) -> bool {
