@@ -90,10 +90,21 @@ impl Writers {
 /// Whether this process is root or in group `gid`.
 #[cfg(unix)]
 fn i_am_in(gid: u32) -> bool {
-    use nix::unistd::{Gid, getegid, geteuid, getgroups};
-    geteuid().is_root()
-        || getegid().as_raw() == gid
-        || getgroups().is_ok_and(|g| g.contains(&Gid::from_raw(gid)))
+    use nix::unistd::{getegid, geteuid};
+    geteuid().is_root() || getegid().as_raw() == gid || in_supplementary(gid)
+}
+
+/// Whether `gid` is one of this process's supplementary groups.
+#[cfg(all(unix, not(target_vendor = "apple")))]
+fn in_supplementary(gid: u32) -> bool {
+    nix::unistd::getgroups().is_ok_and(|g| g.contains(&nix::unistd::Gid::from_raw(gid)))
+}
+
+/// Whether this process's user is a member of `gid` (macOS has no
+/// getgroups(2) in nix: membership is read from the group database).
+#[cfg(target_vendor = "apple")]
+fn in_supplementary(gid: u32) -> bool {
+    is_member(nix::unistd::geteuid().as_raw(), gid)
 }
 
 /// Whether user `uid` is a member of group `gid` (their primary group, or
