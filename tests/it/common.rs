@@ -168,6 +168,23 @@ impl Env {
         self
     }
 
+    /// Like [`Env::new_loop`], with `new` allowing cadences down to 100ms,
+    /// for daemon tests that wait on tenths of seconds.
+    pub fn new_often_loop(&self, name: &str, toml: &str) -> &Env {
+        let file = self.root.join(format!("{name}.toml"));
+        std::fs::write(&file, toml).unwrap();
+        let out = self
+            .cmd()
+            .env("AUTOMATON_MIN_EVERY", "100ms")
+            .args(["new", name, "--from"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::remove_file(file).unwrap();
+        self
+    }
+
     pub fn loop_dir(&self, name: &str) -> PathBuf {
         self.root.join("loops").join(name)
     }

@@ -83,19 +83,8 @@ fn scheduled(step: &str, every: &str) -> String {
 /// operator may ask for, so tests wait on tenths of seconds, not seconds.
 const OFTEN: &str = "100ms";
 
-/// Like `Env::new_loop`, with `new` allowing cadences down to 100ms.
 fn new_loop(env: &Env, name: &str, toml: &str) {
-    let file = env.root.join(format!("{name}.toml"));
-    std::fs::write(&file, toml).unwrap();
-    let out = env
-        .cmd()
-        .env("AUTOMATON_MIN_EVERY", "100ms")
-        .args(["new", name, "--from"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::remove_file(file).unwrap();
+    env.new_often_loop(name, toml);
 }
 
 /// A loop that ticks often: the daemon's clock in tests.

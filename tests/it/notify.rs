@@ -365,16 +365,7 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
     let env = Env::new();
     let (url, release, held) = silent_receiver();
     let make = |name: &str, toml: &str| {
-        let file = env.root.join(format!("{name}.toml"));
-        std::fs::write(&file, toml).unwrap();
-        let out = env
-            .cmd()
-            .env("AUTOMATON_MIN_EVERY", "100ms")
-            .args(["new", name, "--from"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        env.new_often_loop(name, toml);
     };
     // A receiver that holds the one worker for ten minutes if the worker
     // delivers: the other loop would not tick again while it waits.

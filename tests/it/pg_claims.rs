@@ -134,16 +134,7 @@ fn daemons_on_three_hosts_claim_each_firing_once_and_take_over_a_killed_ones_cla
              [schedule]\nevery = \"500ms\"\n",
             log.display()
         );
-        let file = env.root.join(format!("{name}.toml"));
-        std::fs::write(&file, toml).unwrap();
-        let out = env
-            .cmd()
-            .env("AUTOMATON_MIN_EVERY", "100ms")
-            .args(["new", name, "--from"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        env.new_often_loop(name, &toml);
     }
     let hosts = ["host-a", "host-b", "host-c"];
     let mut daemons: Vec<HostDaemon> = hosts.iter().map(|h| HostDaemon::start(&env, h)).collect();
