@@ -1,14 +1,74 @@
 //! Checks that a built gate is what the host will accept: a valid component
-//! that exports the world `gate` of `wit/gate.wit` with the same types, and
-//! imports nothing but the gate's `host` interface and WASI. The tests run
-//! the check over every file in `gates/dist/`.
+//! that exports the world `gate` of the WIT version it was built against
+//! (one of those the host links: `wit/0.1.0/gate.wit`, `wit/gate.wit`) with
+//! the same types, and imports nothing but the gate's `host` interface and
+//! WASI. The tests run the check over every file in `gates/dist/`.
 
 use std::collections::BTreeSet;
 use wit_component::DecodedWasm;
 use wit_parser::{CloneMaps, PackageId, Resolve, WorldItem, WorldKey};
 
-/// The WIT package that defines the world, as text.
+/// The WIT package of the interface's current version, as text.
 pub const GATE_WIT: &str = include_str!("../../../wit/gate.wit");
+
+/// Every version of the WIT package the host links, oldest first, with its
+/// text: a gate built against any of them runs.
+pub const GATE_WITS: [(&str, &str); 2] = [
+    ("0.1.0", include_str!("../../../wit/0.1.0/gate.wit")),
+    ("0.2.0", GATE_WIT),
+];
+
+/// The version of `automaton:gate` that `component` was built against, as
+/// its imports and exports name it.
+pub fn built_against(component: &[u8]) -> Result<String, String> {
+    let (decoded, _) = decode(component)?;
+    let versions: BTreeSet<String> = decoded
+        .packages
+        .iter()
+        .filter(|(_, p)| p.name.namespace == "automaton" && p.name.name == "gate")
+        .map(|(_, p)| {
+            p.name
+                .version
+                .as_ref()
+                .map_or_else(String::new, |v| v.to_string())
+        })
+        .collect();
+    let mut versions = versions.into_iter();
+    match (versions.next(), versions.next()) {
+        (Some(v), None) if !v.is_empty() => Ok(v),
+        (Some(v), None) => Err(format!("names `automaton:gate` without a version ({v:?})")),
+        (None, _) => Err(String::from("names no `automaton:gate` package")),
+        (Some(a), Some(b)) => Err(format!(
+            "names two versions of `automaton:gate`: {a} and {b}"
+        )),
+    }
+}
+
+/// Checks `component` against the world `gate` of the WIT version it was
+/// built against; a version the host does not link is refused.
+pub fn check_built(component: &[u8]) -> Result<String, String> {
+    if !wasmparser::Parser::is_component(component) {
+        return Err(String::from("not a component (a core module, or not wasm)"));
+    }
+    let version = built_against(component)?;
+    let Some((_, wit)) = GATE_WITS.iter().find(|(v, _)| *v == version) else {
+        let known: Vec<&str> = GATE_WITS.iter().map(|(v, _)| *v).collect();
+        return Err(format!(
+            "built against automaton:gate@{version}, the host links {}",
+            known.join(" and ")
+        ));
+    };
+    check(wit, component)?;
+    Ok(version)
+}
+
+fn decode(component: &[u8]) -> Result<(Resolve, wit_parser::WorldId), String> {
+    match wit_component::decode(component) {
+        Ok(DecodedWasm::Component(decoded, world)) => Ok((decoded, world)),
+        Ok(DecodedWasm::WitPackage(..)) => Err(String::from("a WIT package, not a gate")),
+        Err(e) => Err(format!("cannot decode the component's world: {e:#}")),
+    }
+}
 
 /// Checks `component` against the world `gate` in the WIT text `wit`.
 pub fn check(wit: &str, component: &[u8]) -> Result<(), String> {
@@ -27,11 +87,7 @@ pub fn check(wit: &str, component: &[u8]) -> Result<(), String> {
         .select_world(&[package], Some("gate"))
         .map_err(|e| format!("bad WIT: {e:#}"))?;
 
-    let (decoded, world) = match wit_component::decode(component) {
-        Ok(DecodedWasm::Component(decoded, world)) => (decoded, world),
-        Ok(DecodedWasm::WitPackage(..)) => return Err(String::from("a WIT package, not a gate")),
-        Err(e) => return Err(format!("cannot decode the component's world: {e:#}")),
-    };
+    let (decoded, world) = decode(component)?;
 
     // Exports: exactly the world's functions.
     let names = |items: &mut dyn Iterator<Item = &WorldKey>, r: &Resolve| -> BTreeSet<String> {
@@ -100,11 +156,35 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
+    /// The version the stock gates are built against: the interface's
+    /// first, so that they prove gates built against it keep running.
+    const STOCK_VERSION: &str = "0.1.0";
+
+    fn wit(version: &str) -> &'static str {
+        GATE_WITS.iter().find(|(v, _)| *v == version).unwrap().1
+    }
+
     #[test]
     fn every_stock_gate_is_a_component_of_the_world_gate() {
         for gate in GATES {
-            check(GATE_WIT, &built(gate)).unwrap_or_else(|e| panic!("{gate}: {e}"));
+            let version = check_built(&built(gate)).unwrap_or_else(|e| panic!("{gate}: {e}"));
+            assert_eq!(version, STOCK_VERSION, "{gate}");
         }
+    }
+
+    #[test]
+    fn a_gate_checked_against_a_version_it_was_not_built_for_is_refused() {
+        let err = check(GATE_WIT, &built("budget")).unwrap_err();
+        assert!(err.contains("context"), "{err}");
+    }
+
+    #[test]
+    fn the_versions_are_those_the_wit_files_declare() {
+        for (version, text) in GATE_WITS {
+            let line = format!("package automaton:gate@{version};");
+            assert!(text.contains(&line), "{version}: no `{line}`");
+        }
+        assert_eq!(GATE_WITS.last().unwrap().1, GATE_WIT);
     }
 
     #[test]
@@ -120,22 +200,44 @@ mod tests {
     }
 
     /// `GATE_WASM=path/to/gate.wasm cargo test -p gate-validate -- --ignored`
-    /// checks any gate, e.g. one built from examples/gates/.
+    /// checks any gate, e.g. one built from examples/gates/, against the
+    /// version it was built for.
     #[test]
     #[ignore = "checks the file named by GATE_WASM"]
     fn the_gate_named_by_gate_wasm_is_a_component_of_the_world_gate() {
         let path = std::env::var("GATE_WASM").expect("set GATE_WASM to a .wasm file");
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        check(GATE_WIT, &bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let version = check_built(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+        println!("{path}: a gate of automaton:gate@{version}");
     }
 
     #[test]
-    fn the_example_gate_carries_the_current_wit() {
-        let copy = include_str!("../../../examples/gates/rust-minimal/wit/gate.wit");
-        assert!(
-            copy == GATE_WIT,
-            "copy wit/gate.wit to examples/gates/rust-minimal/wit/"
-        );
+    fn every_example_gate_carries_a_wit_the_host_links_unchanged() {
+        let copies = [
+            ("c", include_str!("../../../examples/gates/c/wit/gate.wit")),
+            (
+                "javascript",
+                include_str!("../../../examples/gates/javascript/wit/gate.wit"),
+            ),
+            (
+                "python",
+                include_str!("../../../examples/gates/python/wit/gate.wit"),
+            ),
+            (
+                "rust",
+                include_str!("../../../examples/gates/rust/wit/gate.wit"),
+            ),
+            (
+                "rust-minimal",
+                include_str!("../../../examples/gates/rust-minimal/wit/gate.wit"),
+            ),
+        ];
+        for (example, copy) in copies {
+            assert!(
+                GATE_WITS.iter().any(|(_, text)| *text == copy),
+                "examples/gates/{example}/wit/gate.wit differs from every version in wit/: copy one of them"
+            );
+        }
     }
 
     #[test]
@@ -150,32 +252,32 @@ mod tests {
 
     #[test]
     fn a_gate_for_another_signature_is_refused() {
-        let changed = GATE_WIT.replace(
+        let changed = wit(STOCK_VERSION).replace(
             "export check-params: func(params: string) -> result<_, string>;",
             "export check-params: func(params: string) -> result<_, u32>;",
         );
-        assert_ne!(changed, GATE_WIT);
+        assert_ne!(changed, wit(STOCK_VERSION));
         let err = check(&changed, &built("budget")).unwrap_err();
         assert!(err.contains("check-params"), "{err}");
     }
 
     #[test]
     fn a_gate_for_a_changed_record_is_refused() {
-        let changed = GATE_WIT.replace(
+        let changed = wit(STOCK_VERSION).replace(
             "        unchanged-ticks: u32,",
             "        unchanged-ticks: u64,",
         );
-        assert_ne!(changed, GATE_WIT);
+        assert_ne!(changed, wit(STOCK_VERSION));
         assert!(check(&changed, &built("no-progress")).is_err());
     }
 
     #[test]
     fn a_gate_missing_an_export_is_refused() {
-        let changed = GATE_WIT.replace(
+        let changed = wit(STOCK_VERSION).replace(
             "    export describe: func() -> gate-info;",
             "    export describe: func() -> gate-info;\n    export reset: func();",
         );
-        assert_ne!(changed, GATE_WIT);
+        assert_ne!(changed, wit(STOCK_VERSION));
         let err = check(&changed, &built("max-ticks")).unwrap_err();
         assert!(err.starts_with("exports"), "{err}");
     }
