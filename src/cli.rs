@@ -71,6 +71,14 @@ pub enum Command {
     Status(StatusArgs),
     /// Show a loop's events
     History(HistoryArgs),
+    /// What became of each firing of a loop's schedule: ran, skipped (and
+    /// why), or missed, runs of them folded with their count and window
+    #[command(
+        after_help = "Examples:\n  automaton fires nightly              every firing recorded\n  \
+automaton fires nightly --since 1d   those of the last day\n  \
+automaton fires nightly --json       as JSON records"
+    )]
+    Fires(FiresArgs),
     /// What an approver decides on: the pending await, the ticks since the
     /// last approval, their metrics, and the commits since the last approved one
     Review(ReviewArgs),
@@ -388,6 +396,21 @@ pub struct HistoryArgs {
     #[arg(add = loop_names())]
     pub name: String,
     /// Only the last N events
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct FiresArgs {
+    #[arg(add = loop_names())]
+    pub name: String,
+    /// Only the firings from this time on (2026-12-01T09:00:00Z,
+    /// "2026-12-01 09:00"), or this long ago (2h, 1d)
+    #[arg(long, value_name = "WHEN", value_parser = crate::fires::parse_since)]
+    pub since: Option<jiff::Timestamp>,
+    /// Only the last N records
     #[arg(long, short = 'n', value_name = "N")]
     pub limit: Option<usize>,
     #[command(flatten)]

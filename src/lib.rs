@@ -16,6 +16,7 @@ pub mod cron;
 pub mod daemon;
 pub mod duration;
 pub mod error;
+pub mod fires;
 pub mod fsx;
 pub mod gate;
 pub mod history;

@@ -7,6 +7,7 @@ mod check_gate;
 mod daemon;
 mod doctor;
 mod edit;
+mod fires;
 pub mod gate;
 pub(crate) mod history;
 mod init;
@@ -71,6 +72,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
             None => status::all(&Root::open(root)?, &[], args.json.json, out),
         },
         Command::History(args) => history::run(&Root::open(root)?, &args, out),
+        Command::Fires(args) => fires::run(&Root::open(root)?, &args, out),
         Command::Review(args) => review::run(&Root::open(root)?, &args, out),
         Command::Logs(args) => logs::run(&Root::open(root)?, &args, out),
         Command::Validate(args) => validate::run(root, &args, out),

@@ -45,6 +45,10 @@ pub struct LoopView<'a> {
     /// (`status NAME` reads it from the history).
     #[serde(skip)]
     pub stopped_by: Option<(String, crate::gate::Phase, u64)>,
+    /// The last run of firings its schedule called for that no tick filled
+    /// (`status NAME` reads it from the ledger of firings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_missed: Option<crate::fires::Fire>,
     /// Its `[access]` lists, when its config loads (a server shows it
     /// only to its viewers).
     #[serde(skip)]
@@ -119,6 +123,7 @@ fn view_read<'a>(
         lock,
         overdue: None,
         stopped_by: None,
+        last_missed: None,
         access: config.as_ref().map(|c| c.access()),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
@@ -205,6 +210,13 @@ pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<E
         v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
     }
     v.stopped_by = stopped_by(dir, &state);
+    v.last_missed = match dir.fires(None) {
+        Ok(records) => crate::fires::last_missed(&records).cloned(),
+        Err(e) => {
+            tracing::warn!("{e}");
+            None
+        }
+    };
     if json {
         super::emit_json(out, &v)?;
     } else {
@@ -503,6 +515,17 @@ impl Rows {
         self.row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
         if let Some(due) = v.next_due {
             self.row("next due", format!("{} ({})", local(due), left(due)));
+        }
+        if let Some(m) = &v.last_missed {
+            let firings = match m.count {
+                1 => format!("1 firing, {}", local(m.at)),
+                n => format!("{n} firings, {} to {}", local(m.at), local(m.last_at())),
+            };
+            let why = m.detail.as_deref().unwrap_or(&m.why);
+            self.row(
+                "last missed",
+                format!("{firings}: {why} (automaton fires {})", v.name),
+            );
         }
     }
 

@@ -128,6 +128,7 @@ impl<'a> Dispatcher<'a> {
             };
             if let Some(entry) = self.loops.get_mut(&name) {
                 entry.fired = Some(nominal);
+                entry.started = Some(now);
             }
             let lag = Duration::try_from(now.duration_since(nominal)).unwrap_or_default();
             self.lags.add(&name, lag);

@@ -11,6 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::claims::Claimant;
 use super::due::jittered;
+use super::ledger::{Writer, schedule_key, stands_for};
 use super::messages::Msg;
 use super::phase::Phase;
 use super::presence::Presence;
@@ -56,6 +57,8 @@ pub(super) struct Dispatcher<'a> {
     pub(super) claimant: Option<Claimant>,
     /// Firings that found the loop's lock held and ran nothing.
     pub(super) busy: u64,
+    /// What writes the ledger of firings.
+    pub(super) ledger: Writer,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -87,6 +90,7 @@ impl<'a> Dispatcher<'a> {
             clock: (crate::clock::now(), Instant::now()),
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
+            ledger: Writer::new(crate::clock::now()),
         }
     }
 
@@ -212,6 +216,7 @@ impl<'a> Dispatcher<'a> {
                 continue;
             }
             entry.fired = entry.nominal.take().or(Some(now));
+            entry.started = Some(now);
             if entry
                 .inactive
                 .is_some_and(|m| entry.state_path.as_deref().and_then(mtime) == Some(m))
@@ -219,6 +224,7 @@ impl<'a> Dispatcher<'a> {
                 // Paused, halted or completed, and unchanged since a tick
                 // said so: nothing to fire. Look again at the next firing.
                 reschedule(&mut self.queue, &name, entry, now);
+                self.record(&name, |w, at, key| w.of_inactive(at, key));
                 continue;
             }
             let lag = Duration::try_from(now.duration_since(due)).unwrap_or_default();
@@ -285,6 +291,7 @@ impl<'a> Dispatcher<'a> {
         if result.as_ref().is_ok_and(|r| r.outcome == Outcome::Busy) {
             self.busy += 1;
         }
+        self.record(&name, |w, at, key| w.of_tick(at, key, result));
         if self.claimant.is_some() {
             self.settle(&name);
         }
@@ -307,6 +314,29 @@ impl<'a> Dispatcher<'a> {
             if self.claimant.is_none() {
                 reschedule(&mut self.queue, &name, entry, now);
             }
+        }
+    }
+
+    /// Writes the record of the firing `name` last filled (`this` makes
+    /// it, given when it fell due and the schedule's name) in its ledger,
+    /// after the firings unaccounted for since its last record.
+    fn record(&self, name: &Arc<str>, this: impl FnOnce(&Writer, Timestamp, &str) -> crate::fires::Fire) {
+        let Some(entry) = self.loops.get(name) else { return };
+        let (Some((s, when)), Some(at)) = (&entry.schedule, entry.fired) else {
+            return;
+        };
+        let key = schedule_key(s);
+        let at = stands_for(when, at, entry.started.unwrap_or(at));
+        let mut fire = Some(this(&self.ledger, at, &key));
+        let written = entry.dir.record_fires(&mut |last| {
+            let mut out = last
+                .map(|l| self.ledger.gap(when, &key, l, at))
+                .unwrap_or_default();
+            out.extend(fire.take());
+            out
+        });
+        if let Err(e) = written {
+            tracing::warn!("loop {name:?}: the firing is not in its ledger: {e}");
         }
     }
 

@@ -36,6 +36,7 @@ mod awaits;
 mod claims;
 mod dispatch;
 mod due;
+mod ledger;
 mod messages;
 mod phase;
 pub mod presence;

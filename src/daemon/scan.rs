@@ -28,6 +28,8 @@ pub(super) struct Entry {
     pub(super) schedule: Option<(Schedule, When)>,
     /// The firing the last tick filled (its due time before jitter).
     pub(super) fired: Option<Timestamp>,
+    /// When the daemon started the tick that filled it (or passed it over).
+    pub(super) started: Option<Timestamp>,
     /// The firing queued, before jitter.
     pub(super) nominal: Option<Timestamp>,
     /// The state file's mtime when a tick found the loop paused, halted or
@@ -54,6 +56,7 @@ impl Entry {
             config_mtime: None,
             schedule: None,
             fired: None,
+            started: None,
             nominal: None,
             inactive: None,
             seen: 0,

@@ -349,6 +349,19 @@ pub trait LoopStore: Send + Sync {
     /// Who holds the loop's lock, if anyone alive does.
     fn holder(&self) -> Option<Holder>;
 
+    /// The loop's ledger of firings ([`crate::fires`]), folded, oldest
+    /// first: the records whose last firing fell at or after `since`.
+    fn fires(&self, since: Option<jiff::Timestamp>) -> Result<Vec<crate::fires::Fire>>;
+
+    /// Adds to the ledger the records `make` makes, given its last record
+    /// (from which the firings missed since are counted), folded into it
+    /// where [`crate::fires::Fire::folds`] says so. Only the daemon that
+    /// fires the loop writes its ledger.
+    fn record_fires(
+        &self,
+        make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,
+    ) -> Result<()>;
+
     /// Takes the loop's lock as `wait` allows, for one command.
     fn lock(&self, holder: Holder, wait: Wait) -> Result<Box<dyn Session + '_>>;
 

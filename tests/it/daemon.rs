@@ -256,6 +256,125 @@ fn a_loop_busy_in_another_process_is_skipped_not_waited_for() {
     });
     assert_eq!(daemon.terminate(), Some(0));
     assert!(env.state("shared")["in_flight"].is_null());
+    // The ledger names the firings the held lock cost, then the ones
+    // that ran; the tick run from outside was no firing.
+    let fires = fires(&env, "shared");
+    let busy: Vec<&serde_json::Value> = fires.iter().filter(|r| r["why"] == "busy").collect();
+    assert!(!busy.is_empty(), "{fires:#?}");
+    assert!(busy.iter().all(|r| r["kind"] == "skipped"), "{fires:#?}");
+    let ran = fires.iter().filter(|r| r["kind"] == "ran").count() as u64;
+    assert_eq!(ran, ticks(&env, "shared") - 1, "{fires:#?}");
+}
+
+/// The loop's ledger of firings, as `fires --json` gives it.
+fn fires(env: &Env, name: &str) -> Vec<serde_json::Value> {
+    serde_json::from_str(&env.ok(&["fires", name, "--json"])).unwrap()
+}
+
+#[test]
+fn every_firing_under_the_daemon_is_in_the_ledger_with_its_tick() {
+    let env = Env::new();
+    new_loop(&env, "often", &scheduled("true", OFTEN));
+    let d = Daemon::start(&env, &[]);
+    until("four ticks", || ticks(&env, "often") >= 4);
+    assert_eq!(d.terminate(), Some(0));
+    let fires = fires(&env, "often");
+    let ticks_recorded: Vec<u64> = fires.iter().filter_map(|r| r["tick"].as_u64()).collect();
+    let expected: Vec<u64> = (1..=ticks(&env, "often")).collect();
+    assert_eq!(ticks_recorded, expected, "{fires:#?}");
+    for r in &fires {
+        assert_eq!(
+            (&r["kind"], &r["why"], &r["count"]),
+            (&"ran".into(), &"ran".into(), &1.into()),
+            "{r}"
+        );
+        assert_eq!(r["schedule"], "every = \"100ms\"");
+    }
+    let text = env.ok(&["fires", "often", "-n", "1"]);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains(&format!("ran      tick {}", expected.len())),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_daemon_that_was_down_leaves_one_record_of_the_firings_it_missed() {
+    let env = Env::new();
+    new_loop(&env, "often", &scheduled("true", "200ms"));
+    let d = Daemon::start(&env, &[]);
+    until("two ticks", || ticks(&env, "often") >= 2);
+    assert_eq!(d.terminate(), Some(0));
+    let before = ticks(&env, "often");
+    // Down for at least ten cadences.
+    std::thread::sleep(Duration::from_secs(2));
+    let d = Daemon::start(&env, &[]);
+    until("two more ticks", || ticks(&env, "often") >= before + 2);
+    assert_eq!(d.terminate(), Some(0));
+
+    let fires = fires(&env, "often");
+    let down: Vec<&serde_json::Value> = fires.iter().filter(|r| r["why"] == "down").collect();
+    assert_eq!(down.len(), 1, "one record for the whole downtime: {fires:#?}");
+    let missed = down[0];
+    assert_eq!(missed["kind"], "missed");
+    let count = missed["count"].as_u64().unwrap();
+    assert!(count >= 8, "2s down at 200ms is at least 8 missed: {fires:#?}");
+    // It lies between the last firing before and the first after.
+    let at = |r: &serde_json::Value, k: &str| r[k].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    let i = fires.iter().position(|r| r["why"] == "down").unwrap();
+    assert_eq!(fires[i - 1]["tick"].as_u64(), Some(before), "{fires:#?}");
+    assert!(at(&fires[i - 1], "at") < at(missed, "at"));
+    assert!(at(missed, "until") < at(&fires[i + 1], "at"));
+    assert!(
+        fires[i + 1..]
+            .iter()
+            .any(|r| r["tick"].as_u64() == Some(before + 1)),
+        "{fires:#?}"
+    );
+
+    let status = env.status("often");
+    assert_eq!(status["last_missed"]["count"].as_u64(), Some(count), "{status:#}");
+    let text = env.ok(&["status", "often"]);
+    assert!(
+        text.contains("last missed")
+            && text.contains(&format!("{count} firings, "))
+            && text.contains("no daemon was running"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_firings_of_a_paused_loop_fold_into_one_record() {
+    let env = Env::new();
+    new_loop(&env, "resting", &scheduled("true", OFTEN));
+    env.ok(&["pause", "resting"]);
+    let d = Daemon::start(&env, &[]);
+    until("five firings passed over", || {
+        fires(&env, "resting")
+            .first()
+            .and_then(|r| r["count"].as_u64())
+            .is_some_and(|n| n >= 5)
+    });
+    assert_eq!(d.terminate(), Some(0));
+    let fires = fires(&env, "resting");
+    assert_eq!(fires.len(), 1, "{fires:#?}");
+    assert_eq!(
+        (&fires[0]["kind"], &fires[0]["why"]),
+        (&"skipped".into(), &"inactive".into())
+    );
+    assert!(fires[0]["until"].is_string(), "{fires:#?}");
+    assert_eq!(ticks(&env, "resting"), 0);
+    // `--since` a time after them all finds none.
+    let later = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    let text = env.ok(&["fires", "resting", "--since", &later.to_string()]);
+    assert!(
+        text.starts_with("no firings of loop \"resting\" recorded since"),
+        "{text}"
+    );
+    let bad = env.fails(2, &["fires", "resting", "--since", "yesterday-ish"]);
+    assert!(bad.contains("--since") && bad.contains("not a time"), "{bad}");
 }
 
 #[test]

@@ -21,6 +21,7 @@
 mod check;
 mod create;
 pub mod edits;
+mod fires;
 mod flight;
 mod journal;
 mod rotation;
@@ -254,6 +255,18 @@ impl LoopStore for LoopDir {
 
     fn config(&self) -> Result<LoopConfig> {
         LoopDir::config(self)
+    }
+
+    fn fires(&self, since: Option<jiff::Timestamp>) -> Result<Vec<crate::fires::Fire>> {
+        self.read_fires(since)
+    }
+
+    fn record_fires(
+        &self,
+        make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,
+    ) -> Result<()> {
+        let last = self.read_last_fire()?;
+        self.append_fires(&make(last.as_ref()))
     }
 
     fn config_bytes(&self) -> Result<Vec<u8>> {

@@ -14,6 +14,7 @@
 
 mod commit;
 mod conn;
+mod fires;
 mod firings;
 mod lease;
 mod listing;
@@ -554,6 +555,17 @@ impl LoopStore for PgLoop {
             }
         }
         Ok(history)
+    }
+
+    fn fires(&self, since: Option<jiff::Timestamp>) -> Result<Vec<crate::fires::Fire>> {
+        self.read_fires(since)
+    }
+
+    fn record_fires(
+        &self,
+        make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,
+    ) -> Result<()> {
+        self.add_fires(make)
     }
 
     fn holder(&self) -> Option<Holder> {

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_leases.sql"),
     include_str!("migrations/0003_firings.sql"),
     include_str!("migrations/0004_users.sql"),
+    include_str!("migrations/0005_fires.sql"),
 ];
 
 /// The schema version this binary reads and writes.

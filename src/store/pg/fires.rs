@@ -1,0 +1,105 @@
+//! The ledger of firings ([`crate::fires`]) in the `fires` table: a row a
+//! record, folded as it is written. A record is added in two statements on
+//! one connection: the loop's last row is read, and either rewritten with
+//! the new record folded into it (while it is still the last) or followed
+//! by new rows. Only the daemon holding a loop's claim writes its ledger;
+//! a loop keeps its newest [`KEEP`] rows.
+
+use jiff::Timestamp;
+
+use super::PgLoop;
+use crate::error::Result;
+use crate::fires::{self, Fire};
+
+/// The rows a loop keeps.
+const KEEP: i64 = 5_000;
+/// One insert in this many trims the loop's oldest rows past [`KEEP`].
+const TRIM_EVERY: i64 = 256;
+
+fn to_text(r: &Fire) -> String {
+    serde_json::to_string(r).unwrap_or_default()
+}
+
+impl PgLoop {
+    pub(super) fn read_fires(&self, since: Option<Timestamp>) -> Result<Vec<Fire>> {
+        let since = since.map(|t| t.to_string());
+        let rows = self.db.with(self.n(), "cannot read the ledger of firings", |c| {
+            c.query(
+                "SELECT record::text FROM fires
+                 WHERE loop = $1 AND ($2::text IS NULL OR last_at >= $2::text::timestamptz)
+                 ORDER BY seq",
+                &[&self.name.as_str(), &since],
+            )
+        })?;
+        let records = rows.iter().filter_map(|row| {
+            let text: String = row.get(0);
+            serde_json::from_str::<Fire>(&text)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "loop {:?}: passed over a firing that does not read: {e}",
+                        self.name.as_str()
+                    )
+                })
+                .ok()
+        });
+        Ok(fires::fold(records))
+    }
+
+    pub(super) fn add_fires(&self, make: &mut dyn FnMut(Option<&Fire>) -> Vec<Fire>) -> Result<()> {
+        let name = self.name.as_str();
+        self.db.with(self.n(), "cannot write the ledger of firings", |c| {
+            let last = c.query_opt(
+                "SELECT seq, record::text FROM fires WHERE loop = $1 ORDER BY seq DESC LIMIT 1",
+                &[&name],
+            )?;
+            let last = last.and_then(|row| {
+                let seq: i64 = row.get(0);
+                let text: String = row.get(1);
+                serde_json::from_str::<Fire>(&text).ok().map(|r| (seq, r))
+            });
+            let mut new = fires::fold(make(last.as_ref().map(|(_, r)| r)));
+            if new.is_empty() {
+                return Ok(());
+            }
+            if let Some((seq, mut merged)) = last.filter(|(_, r)| r.folds(&new[0])) {
+                merged.absorb(new.remove(0));
+                // Rewritten only while it is still the loop's last row.
+                let updated = c.execute(
+                    "UPDATE fires SET record = $3::text::json, last_at = $4::text::timestamptz
+                     WHERE loop = $1 AND seq = $2
+                       AND seq = (SELECT max(seq) FROM fires WHERE loop = $1)",
+                    &[&name, &seq, &to_text(&merged), &merged.last_at().to_string()],
+                )?;
+                if updated == 0 {
+                    new.insert(0, merged);
+                }
+            }
+            if new.is_empty() {
+                return Ok(());
+            }
+            let records: Vec<String> = new.iter().map(to_text).collect();
+            let lasts: Vec<String> = new.iter().map(|r| r.last_at().to_string()).collect();
+            let seq: i64 = c
+                .query_one(
+                    "WITH i AS (
+                         INSERT INTO fires (loop, last_at, record)
+                         SELECT $1, r.last_at::timestamptz, r.record::json
+                         FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS r(record, last_at, o)
+                         WHERE EXISTS (SELECT 1 FROM loops WHERE name = $1)
+                         ORDER BY r.o
+                         RETURNING seq)
+                     SELECT coalesce(max(seq), 0) FROM i",
+                    &[&name, &records, &lasts],
+                )?
+                .get(0);
+            if seq % TRIM_EVERY == 0 && seq > 0 {
+                c.execute(
+                    "DELETE FROM fires WHERE loop = $1 AND seq < (
+                         SELECT seq FROM fires WHERE loop = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)",
+                    &[&name, &(KEEP - 1)],
+                )?;
+            }
+            Ok(())
+        })
+    }
+}
