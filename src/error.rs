@@ -94,6 +94,10 @@ pub enum Error {
     #[error("loop {name:?} cannot be moved: {reason}")]
     NotMoved { name: String, reason: String },
 
+    /// Several loops of one `migrate` could not move: each named once.
+    #[error("{} of {total} loops were not moved:\n  {}", errors.len(), errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  "))]
+    SomeNotMoved { total: usize, errors: Vec<Error> },
+
     #[error("{error}; {} was left unchanged, and the edit is kept in {}", config.display(), kept.display())]
     EditRejected {
         /// Why the edited copy was refused (it names the copy, line and column).
@@ -341,6 +345,7 @@ impl Error {
             Error::EditRejected { .. } => 5,
             Error::BadStore { .. } => 2,
             Error::Database { .. } | Error::NotMoved { .. } => 1,
+            Error::SomeNotMoved { errors, .. } => errors.first().map_or(1, Error::exit_code),
             Error::SchemaTooNew { .. } => 5,
             Error::Editor { .. } => 1,
             Error::Conflict { .. } | Error::LockLost { .. } => 1,

@@ -65,7 +65,7 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         false => args.names.clone(),
     };
     let mut report = Vec::new();
-    let mut first_error = None;
+    let mut errors = Vec::new();
     for name in names {
         match source.move_loop(&target, &name) {
             Ok(events) => {
@@ -84,7 +84,7 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
                     events: 0,
                     error: Some(e.to_string()),
                 });
-                first_error.get_or_insert(e);
+                errors.push(e);
             }
         }
     }
@@ -103,7 +103,8 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
                         target.describe()
                     )
                 }
-                Some(e) => text += &format!("not moved: {}\n", super::render::safe(e)),
+                // Said once, on stderr, as the command's error.
+                Some(_) => {}
             }
         }
         if report.is_empty() {
@@ -111,9 +112,14 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         }
         super::emit(out, &text)?;
     }
-    // Every loop was tried; the first that could not move is the exit status.
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(Exit::Ok),
+    // Every loop was tried; each that could not move is named once, and
+    // the first one's is the exit status.
+    match errors.len() {
+        0 => Ok(Exit::Ok),
+        1 => Err(errors.remove(0)),
+        _ => Err(Error::SomeNotMoved {
+            total: report.len(),
+            errors,
+        }),
     }
 }

@@ -509,11 +509,16 @@ fn migrate_refuses_a_locked_loop_and_leaves_it_where_it_was() {
         .spawn()
         .unwrap();
     wait_for(&gate.path().join("started"));
-    let err = files.fails(1, &["migrate", "--from", dir, "--to", &url]);
+    let out = files.run(&["migrate", "--from", dir, "--to", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("loop \"busy\"") && err.contains(&format!("held by pid {}", runner.id())),
         "{err}"
     );
+    // Said once, as the command's error, not in the report too.
+    let said = format!("{err}{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(said.matches("held by pid").count(), 1, "{said}");
     assert_eq!(
         pg.run(&["status", "busy"]).status.code(),
         Some(3),
