@@ -1,8 +1,9 @@
 //! `automaton serve`: the real binary on a free port of 127.0.0.1, driven
 //! over HTTP as a client would, on whichever store the suite runs
 //! against. Users and tokens, the JSON API in the CLI's `--json` shapes,
-//! the role check, sessions and CSRF, hostile input (bad tokens, bad
-//! bodies, a slow client, many clients at once), and the drain on SIGTERM.
+//! the role check, sessions and CSRF, the live feed and who it tells,
+//! hostile input (bad tokens, bad bodies, a slow client, many clients at
+//! once), and the drain on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -322,6 +323,57 @@ fn refused_requests_write_nothing_and_roles_are_the_clis() {
     assert!(!body.contains("\"secret\""), "{body}");
     assert_eq!(get(&s, "/api/loops/secret", &viewer).0, 403);
     assert_eq!(get(&s, "/api/loops/secret", &lead).0, 200);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// An open `GET /events` stream, read one event at a time.
+struct Events(BufReader<ureq::BodyReader<'static>>);
+
+impl Events {
+    fn open(s: &Server, token: &str) -> Events {
+        let r = agent()
+            .get(s.url("/events"))
+            .header("Authorization", format!("Bearer {token}"))
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        Events(BufReader::new(r.into_body().into_reader()))
+    }
+
+    /// The next `change` event that names a loop (a `*`, loops came or
+    /// went, is passed over).
+    fn next_loop(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            assert!(self.0.read_line(&mut line).unwrap() > 0, "the stream ended");
+            if let Some(data) = line.trim_end().strip_prefix("data:")
+                && data.trim() != "*"
+            {
+                return data.trim().to_owned();
+            }
+        }
+    }
+}
+
+#[test]
+fn the_live_feed_names_a_loop_only_to_those_who_may_view_it() {
+    let env = Env::new();
+    env.new_loop("secret", "step = \"true\"\n[access]\nviewers = [\"lead\"]\n");
+    env.new_loop("open", "step = \"true\"\n");
+    let (lead, other) = (user(&env, "lead"), user(&env, "other"));
+    let s = Server::start(&env, &[]);
+    let (mut leads, mut others) = (Events::open(&s, &lead), Events::open(&s, &other));
+    env.ok(&["pause", "secret"]);
+    assert_eq!(leads.next_loop(), "secret");
+    // A change both may see, after it: the first the other user is told of.
+    env.ok(&["pause", "open"]);
+    assert_eq!(others.next_loop(), "open");
+    loop {
+        match leads.next_loop().as_str() {
+            "open" => break,
+            name => assert_eq!(name, "secret"),
+        }
+    }
     assert_eq!(s.stop(), Some(0));
 }
 
