@@ -93,7 +93,8 @@ impl Live {
 }
 
 /// Tells of each change the store signals, with the loop's lists read
-/// once for all streams.
+/// once for all streams. A lost connection is made again (every
+/// [`RELISTEN`]), and the gap it left told as `*`: pages reload.
 fn listen(
     root: &Root,
     stores: &Stores,
@@ -103,8 +104,8 @@ fn listen(
 ) {
     while !*stop.borrow() {
         match changes.wait(Duration::from_secs(1)) {
-            Ok(changes) => {
-                for change in changes {
+            Ok(changed) => {
+                for change in changed {
                     let notice = match stores.get(&change.name) {
                         Ok(dir) => Notice::Loop {
                             viewers: view_rules(root, dir.as_ref()),
@@ -117,9 +118,32 @@ fn listen(
                 }
             }
             Err(e) => {
-                tracing::warn!("pages will not update by themselves: {e}");
-                return;
+                tracing::warn!("{e}; pages are not told of changes until it is made again");
+                let Some(again) = listen_again(stores, stop) else {
+                    return;
+                };
+                changes = again;
+                tracing::info!("listening for changes again");
+                let _ = feed.send(Arc::new(Notice::Any));
             }
+        }
+    }
+}
+
+/// How often a lost notification connection is tried again.
+const RELISTEN: Duration = Duration::from_secs(1);
+
+/// The store listened to again, once it can be; `None` if the server
+/// stops first.
+fn listen_again(stores: &Stores, stop: &watch::Receiver<bool>) -> Option<Box<dyn Changes>> {
+    loop {
+        std::thread::sleep(RELISTEN);
+        if *stop.borrow() {
+            return None;
+        }
+        match stores.listen()? {
+            Ok(changes) => return Some(changes),
+            Err(e) => tracing::debug!("cannot listen for changes yet: {e}"),
         }
     }
 }

@@ -340,16 +340,24 @@ impl Events {
         Events(BufReader::new(r.into_body().into_reader()))
     }
 
+    /// The next `change` event's data: a loop's name, or `*`.
+    fn next(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            assert!(self.0.read_line(&mut line).unwrap() > 0, "the stream ended");
+            if let Some(data) = line.trim_end().strip_prefix("data:") {
+                return data.trim().to_owned();
+            }
+        }
+    }
+
     /// The next `change` event that names a loop (a `*`, loops came or
     /// went, is passed over).
     fn next_loop(&mut self) -> String {
         loop {
-            let mut line = String::new();
-            assert!(self.0.read_line(&mut line).unwrap() > 0, "the stream ended");
-            if let Some(data) = line.trim_end().strip_prefix("data:")
-                && data.trim() != "*"
-            {
-                return data.trim().to_owned();
+            let data = self.next();
+            if data != "*" {
+                return data;
             }
         }
     }
@@ -374,6 +382,34 @@ fn the_live_feed_names_a_loop_only_to_those_who_may_view_it() {
             name => assert_eq!(name, "secret"),
         }
     }
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// The server whose notification connection is cut listens again, tells
+/// every page of the gap (`*`: reload), and then of each change again.
+#[test]
+fn the_live_feed_listens_again_when_its_connection_is_cut() {
+    let Some(env) = Env::postgres() else { return };
+    let pg = env.pg.as_ref().unwrap();
+    let app = format!("automaton-{}", pg.schema);
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    let store = format!("{}&application_name={app}", pg.url);
+    let s = Server::start(&env, &["--store", &store]);
+    let mut events = Events::open(&s, &token);
+    let cut = pg
+        .client()
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+            &[&app],
+        )
+        .unwrap();
+    assert_eq!(cut.len(), 1, "the server's one listening connection");
+    assert_eq!(events.next(), "*");
+    env.ok(&["pause", "demo"]);
+    assert_eq!(events.next_loop(), "demo");
+    assert!(s.log().contains("listening for changes again"), "{}", s.log());
     assert_eq!(s.stop(), Some(0));
 }
 
