@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::{ApiUser, Who};
 use super::{App, blocking};
-use crate::access::{self, Action};
+use crate::access::{self, Access, Action, Denied};
 use crate::cli::{
     ApproveArgs, CancelArgs, HistoryArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs,
     ReviewArgs, WaitArgs,
@@ -25,6 +25,7 @@ use crate::cli::{
 use crate::commands::{approve, cancel, history, logs, ops, review, status};
 use crate::error::{Error, Exit, Result};
 use crate::root::Root;
+use crate::store::LoopStore;
 use crate::who::Actor;
 
 /// An error as the API answers it.
@@ -112,14 +113,25 @@ fn on() -> JsonArg {
 /// refused is not recorded, as reading writes nothing.
 pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
     let dir = app.stores.get(name)?;
-    let rules = access::rules(dir.as_ref(), &app.root.settings().access);
-    access::check(actor, Action::View, &rules).map_err(|d| Error::NotAllowed {
+    may_see(actor, &view_rules(&app.root, dir.as_ref())).map_err(|d| Error::NotAllowed {
         name: name.to_owned(),
         command: "view",
         user: actor.user.clone(),
         role: d.role.as_str(),
         holders: d.holders,
     })
+}
+
+/// The lists that say who may see loop `dir`: its own over the root's,
+/// the root's alone when its loop.toml does not load.
+pub fn view_rules(root: &Root, dir: &dyn LoopStore) -> Access {
+    access::rules(dir, &root.settings().access)
+}
+
+/// Whether `actor` may see a loop under `rules`: the one rule the API,
+/// the pages and the live feed apply.
+pub fn may_see(actor: &Actor, rules: &Access) -> std::result::Result<(), Denied> {
+    access::check(actor, Action::View, rules)
 }
 
 /// Whether `actor` may see a listed loop.
@@ -132,7 +144,7 @@ pub fn sees(app: &App, actor: &Actor, listed: &status::Listed<'_>) -> bool {
             .map_or_else(|| defaults.clone(), |a| a.over(defaults)),
         status::Listed::Unreadable { .. } => defaults.clone(),
     };
-    access::check(actor, Action::View, &rules).is_ok()
+    may_see(actor, &rules).is_ok()
 }
 
 pub async fn openapi() -> Response {

@@ -55,7 +55,7 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
     let stop = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         root: root.clone(),
-        live: live::Live::start(stores.clone(), stop.1.clone()),
+        live: live::Live::start(root.clone(), stores.clone(), stop.1.clone()),
         stores,
         auth: auth::Auth::new(args, tls.is_some())?,
         lock_wait: args.request_timeout / 2,

@@ -1,8 +1,9 @@
 //! `automaton serve`: the real binary on a free port of 127.0.0.1, driven
 //! over HTTP as a client would, on whichever store the suite runs
 //! against. Users and tokens, the JSON API in the CLI's `--json` shapes,
-//! the role check, sessions and CSRF, hostile input (bad tokens, bad
-//! bodies, a slow client, many clients at once), and the drain on SIGTERM.
+//! the role check, sessions and CSRF, the live feed and who it tells,
+//! hostile input (bad tokens, bad bodies, a slow client, many clients at
+//! once), and the drain on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -322,6 +323,106 @@ fn refused_requests_write_nothing_and_roles_are_the_clis() {
     assert!(!body.contains("\"secret\""), "{body}");
     assert_eq!(get(&s, "/api/loops/secret", &viewer).0, 403);
     assert_eq!(get(&s, "/api/loops/secret", &lead).0, 200);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// An open `GET /events` stream, read one event at a time.
+struct Events(BufReader<ureq::BodyReader<'static>>);
+
+impl Events {
+    fn open(s: &Server, token: &str) -> Events {
+        let r = agent()
+            .get(s.url("/events"))
+            .header("Authorization", format!("Bearer {token}"))
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        Events(BufReader::new(r.into_body().into_reader()))
+    }
+
+    /// The next `change` event's data: a loop's name, or `*`.
+    fn next(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            assert!(self.0.read_line(&mut line).unwrap() > 0, "the stream ended");
+            if let Some(data) = line.trim_end().strip_prefix("data:") {
+                return data.trim().to_owned();
+            }
+        }
+    }
+
+    /// The next `change` event that names a loop (a `*`, loops came or
+    /// went, is passed over).
+    fn next_loop(&mut self) -> String {
+        loop {
+            let data = self.next();
+            if data != "*" {
+                return data;
+            }
+        }
+    }
+}
+
+#[test]
+fn the_live_feed_names_a_loop_only_to_those_who_may_view_it() {
+    let env = Env::new();
+    env.new_loop("feed-secret", "step = \"true\"\n[access]\nviewers = [\"lead\"]\n");
+    env.new_loop("feed-open", "step = \"true\"\n");
+    let (lead, other) = (user(&env, "lead"), user(&env, "other"));
+    let s = Server::start(&env, &[]);
+    let (mut leads, mut others) = (Events::open(&s, &lead), Events::open(&s, &other));
+    env.ok(&["pause", "feed-secret"]);
+    assert_eq!(leads.next_loop(), "feed-secret");
+    // A change both may see, after it: the first the other user is told of.
+    env.ok(&["pause", "feed-open"]);
+    assert_eq!(others.next_loop(), "feed-open");
+    loop {
+        match leads.next_loop().as_str() {
+            "feed-open" => break,
+            name => assert_eq!(name, "feed-secret"),
+        }
+    }
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// The server whose notification connection is cut listens again, tells
+/// every page of the gap (`*`: reload), and then of each change again.
+#[test]
+fn the_live_feed_listens_again_when_its_connection_is_cut() {
+    let Some(env) = Env::postgres() else { return };
+    let pg = env.pg.as_ref().unwrap();
+    let app = format!("automaton-{}", pg.schema);
+    env.new_loop("feed-relisten", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    let store = format!("{}&application_name={app}", pg.url);
+    let s = Server::start(&env, &["--store", &store]);
+    let mut events = Events::open(&s, &token);
+    let cut = pg
+        .client()
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+            &[&app],
+        )
+        .unwrap();
+    assert_eq!(cut.len(), 1, "the server's one listening connection");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !s.log().contains("listening for changes again") {
+        assert!(std::time::Instant::now() < deadline, "{}", s.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    env.ok(&["pause", "feed-relisten"]);
+    // The gap told as `*` first (the channel is the database's: other
+    // roots' changes may come too, and are passed over).
+    let mut gap = false;
+    loop {
+        match events.next().as_str() {
+            "*" => gap = true,
+            "feed-relisten" => break,
+            _ => {}
+        }
+    }
+    assert!(gap, "the gap is told before the next change");
     assert_eq!(s.stop(), Some(0));
 }
 
