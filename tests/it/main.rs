@@ -18,6 +18,7 @@ mod invariants;
 mod listing;
 mod locking;
 mod loops;
+mod netns;
 mod notify;
 mod operator;
 mod output;

@@ -706,14 +706,21 @@ fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// A PostgreSQL server of the test's own, which it stops and starts: a
-/// throw-away cluster in a temporary directory on a Unix socket (no TCP),
-/// run as user `postgres` when the tests run as root (initdb refuses root).
+/// throw-away cluster in a temporary directory on a Unix socket (and TCP
+/// on one address, when asked), run as user `postgres` when the tests run
+/// as root (initdb refuses root).
 pub struct Cluster {
     dir: tempfile::TempDir,
     bin: std::path::PathBuf,
     /// Who runs the server: `postgres` under root, else the test's user.
     owner: Option<(u32, u32)>,
+    /// The address it listens on over TCP, if any, at [`TCP_PORT`].
+    tcp: Option<std::net::Ipv4Addr>,
 }
+
+/// The port of a cluster that listens on TCP (and its socket's name): one
+/// a server of the machine's own is unlikely to hold on every address.
+const TCP_PORT: u16 = 54329;
 
 impl Cluster {
     /// A running cluster, or `None` (skipped, said on stderr) when the
@@ -722,6 +729,17 @@ impl Cluster {
     /// (`/usr/lib/postgresql/*/bin`, or `AUTOMATON_TEST_PGBIN`); without
     /// them it is skipped too, unless `AUTOMATON_REQUIRE_POSTGRES=1`.
     pub fn start() -> Option<Cluster> {
+        Cluster::start_with(None)
+    }
+
+    /// A running cluster like [`Cluster::start`]'s that also listens on
+    /// TCP at `addr` (an address of this host), trusting clients of the
+    /// network `clients` (`a.b.c.d/n`).
+    pub fn start_on_tcp(addr: std::net::Ipv4Addr, clients: &str) -> Option<Cluster> {
+        Cluster::start_with(Some((addr, clients)))
+    }
+
+    fn start_with(tcp: Option<(std::net::Ipv4Addr, &str)>) -> Option<Cluster> {
         crate::common::test_store().or_else(|| {
             crate::common::skip_without_postgres();
             None
@@ -757,7 +775,12 @@ impl Cluster {
             std::os::unix::fs::chown(dir.path(), Some(pg.uid.as_raw()), Some(pg.gid.as_raw())).unwrap();
             (pg.uid.as_raw(), pg.gid.as_raw())
         });
-        let cluster = Cluster { dir, bin, owner };
+        let cluster = Cluster {
+            dir,
+            bin,
+            owner,
+            tcp: tcp.map(|(addr, _)| addr),
+        };
         let data = cluster.dir.path().join("data");
         cluster.run(
             "initdb",
@@ -771,6 +794,12 @@ impl Cluster {
                 "--no-sync",
             ],
         );
+        if let Some((_, clients)) = tcp {
+            let hba = data.join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).unwrap();
+            text.push_str(&format!("host all all {clients} trust\n"));
+            std::fs::write(&hba, text).unwrap();
+        }
         cluster.up();
         Some(cluster)
     }
@@ -799,10 +828,16 @@ impl Cluster {
     }
 
     fn up(&self) {
-        let opts = format!(
-            "-k {} -c listen_addresses='' -c fsync=off",
-            self.dir.path().display()
-        );
+        let opts = match self.tcp {
+            Some(addr) => format!(
+                "-k {} -c listen_addresses='{addr}' -p {TCP_PORT} -c fsync=off",
+                self.dir.path().display()
+            ),
+            None => format!(
+                "-k {} -c listen_addresses='' -c fsync=off",
+                self.dir.path().display()
+            ),
+        };
         let log = self.dir.path().join("server.log");
         self.pg_ctl(&["-l", log.to_str().unwrap(), "-o", &opts, "start"]);
     }
@@ -859,10 +894,17 @@ impl Cluster {
     /// Its URL, with a password (which trust authentication ignores) that
     /// no message may show.
     pub fn url(&self) -> String {
+        let port = self.tcp.map_or(String::new(), |_| format!("&port={TCP_PORT}"));
         format!(
-            "postgresql://automaton:hunter2secret@/postgres?host={}",
+            "postgresql://automaton:hunter2secret@/postgres?host={}{port}",
             self.dir.path().display()
         )
+    }
+
+    /// Its URL over TCP, when it listens on TCP: like [`Cluster::url`]'s.
+    pub fn tcp_url(&self) -> String {
+        let addr = self.tcp.expect("a cluster listening on TCP");
+        format!("postgresql://automaton:hunter2secret@{addr}:{TCP_PORT}/postgres")
     }
 }
 

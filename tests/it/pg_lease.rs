@@ -1,17 +1,21 @@
 //! The PostgreSQL store's lock when its holder's session is lost while the
 //! step runs: a backend terminated, an idle timeout shorter than the step,
-//! a fast restart, a frozen server. Two runners on two "hosts" tick one
+//! a fast restart, a frozen server, a network cut. Two runners on two "hosts" tick one
 //! loop; each step writes `start <pid> <time>` when it starts (and
 //! `overlap <pid> <other>` if a step that started before it still runs)
 //! and `end <pid> <time>` when it ends. Whatever the server does, no two
 //! steps may overlap, and every tick is accounted for (ran, or recorded as
 //! crashed). Tests skip (saying so) unless `AUTOMATON_TEST_STORE` names a
-//! server; those that restart or freeze one start a cluster of their own.
+//! server; those that restart, freeze or cut one off start a cluster of
+//! their own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
 use crate::common::{BIN, Env, isolate};
+use crate::netns::NetNs;
 use crate::pg::Cluster;
 
 /// The lease the runners take where it must run out during the test:
@@ -89,15 +93,16 @@ fn intervals(log: &Path) -> Vec<Interval> {
     steps
 }
 
-/// Waits until some step has touched its `started.<pid>` in `dir`.
-fn wait_started(dir: &Path) {
+/// Waits until some step has touched its `started.<pid>` in `dir`; its pid.
+fn wait_started(dir: &Path) -> i32 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let started = std::fs::read_dir(dir)
-            .unwrap()
-            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with("started."));
-        if started {
-            return;
+        let started = std::fs::read_dir(dir).unwrap().find_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix("started.")?.parse().ok()
+        });
+        if let Some(pid) = started {
+            return pid;
         }
         assert!(std::time::Instant::now() < deadline, "no step started");
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -144,15 +149,21 @@ impl Runners {
     /// The binary as runner host `host`, its URL `url`.
     fn cmd_with(&self, host: &str, url: &str) -> Command {
         let mut c = Command::new(BIN);
-        isolate(&mut c)
+        self.runner(&mut c, host, url);
+        c
+    }
+
+    /// `c` (the binary, or a command that runs it) as runner host `host`,
+    /// its URL `url`.
+    fn runner<'c>(&self, c: &'c mut Command, host: &str, url: &str) -> &'c mut Command {
+        isolate(c)
             .arg("--root")
             .arg(&self.root)
             .env("AUTOMATON_STORE", url)
             .env("AUTOMATON_HOST", host)
             .env("AUTOMATON_LEASE_TTL", self.ttl)
             .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
-        c
+            .stdin(Stdio::null())
     }
 
     fn cmd(&self, host: &str) -> Command {
@@ -359,4 +370,127 @@ fn a_frozen_server_makes_the_runner_kill_its_step_before_anyone_takes_the_lock()
     let crashed: Vec<_> = history.iter().filter(|e| e["kind"] == "crashed").collect();
     assert_eq!(crashed.len(), 1, "{history:?}");
     assert_eq!(crashed[0]["host"], "host-a");
+}
+
+/// Waits for a runner, or kills it and fails the test if it is still
+/// running after a minute (it hangs); its exit code and stderr.
+fn finish_within_a_minute(mut child: Child) -> (Option<i32>, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let (_, err) = finish(child);
+            panic!("the runner still ran a minute on: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    finish(child)
+}
+
+/// Whether process `pid` has ended (gone, or a zombie not yet reaped).
+fn ended(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z")
+    })
+}
+
+/// Waits until `cond` holds, failing the test after a minute.
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether step `pid` of [`marked_step`] is asleep: it has read how long.
+fn asleep(pid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .any(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1));
+            stat.contains("(sleep)") && ppid == Some(pid.to_string().as_str())
+        })
+}
+
+fn wall_clock() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The network between a runner and the server is cut while its step
+/// runs: the runner is in a network namespace of its own whose one route
+/// to the server is a veth link, and the link's host end is set down, so
+/// packets vanish and nothing is reset. The server keeps the runner's
+/// sessions (and the advisory lock) until it notices; the runner's
+/// renewals go unanswered. It kills its step before the lease runs out
+/// and exits 8; the other runner, on the host, takes the lock once the
+/// lease has run out by the server's clock, records the first tick as
+/// crashed and runs its own. With the link back, nothing of the first
+/// runner is left, and the lock is free from its namespace too.
+#[test]
+fn a_network_cut_makes_the_runner_kill_its_step_before_another_takes_the_lock() {
+    let Some(ns) = NetNs::new() else { return };
+    let Some(cluster) = Cluster::start_on_tcp(ns.host_addr(), &ns.network()) else {
+        return;
+    };
+    let r = Runners::on(&cluster, SHORT_TTL);
+    let marks = tempfile::tempdir().unwrap();
+    let log = marks.path().join("steps.log");
+    r.new_loop("solo", &marked_step(&log, 120));
+    let tcp = cluster.tcp_url();
+    let a = r.tick(r.runner(&mut ns.command(BIN), "host-a", &tcp));
+    let a_step = wait_started(marks.path());
+    until("the first step sleeps", || asleep(a_step));
+    step_takes(&log, 0);
+
+    ns.link(false);
+    let cut = wall_clock();
+    let b = r.tick(&mut r.cmd("host-b"));
+    until("the first step is killed", || ended(a_step));
+    let killed = wall_clock();
+    let (a_code, a_err) = finish_within_a_minute(a);
+    let (b_code, b_err) = finish(b);
+    assert_eq!(a_code, Some(8), "the step was killed, unrecorded: {a_err}");
+    assert!(a_err.contains("lock was lost"), "{a_err}");
+    assert!(!a_err.contains("hunter2"), "{a_err}");
+    assert_eq!(b_code, Some(0), "{b_err}");
+
+    let steps = intervals(&log);
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!(steps[0].pid, a_step as u32, "{steps:?}");
+    assert!(steps[0].end.is_none(), "the first step was killed: {steps:?}");
+    eprintln!(
+        "network cut, lease {SHORT_TTL}: the first step was killed {:.2}s after the cut, \
+         the second started {:.2}s after it",
+        killed - cut,
+        steps[1].start - cut
+    );
+    let history = two_ticks_accounted_for(&r);
+    let crashed: Vec<_> = history.iter().filter(|e| e["kind"] == "crashed").collect();
+    assert_eq!(crashed.len(), 1, "{history:?}");
+    assert_eq!(crashed[0]["host"], "host-a");
+    let ran: Vec<_> = history.iter().filter(|e| e["kind"] == "tick").collect();
+    assert_eq!(ran[0]["host"], "host-b", "{history:?}");
+
+    ns.link(true);
+    assert_eq!(
+        ns.pids(),
+        Vec::<i32>::new(),
+        "nothing of the first runner runs on"
+    );
+    let again = r
+        .runner(&mut ns.command(BIN), "host-a", &tcp)
+        .args(["tick", "solo", "--timeout", "1s", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "the lock is free: {err}");
+    assert_eq!(r.state()["tick"], 3);
+    assert!(r.state()["lock"].is_null());
 }

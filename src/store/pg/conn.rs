@@ -6,6 +6,7 @@
 //! TLS connector (docs/postgres.md says how to reach a server that needs
 //! one). rust-postgres reads none of libpq's environment itself; the
 //! `.pgpass` format is written out here because no well-kept crate reads it.
+//! The server is asked to probe its end of each TCP connection the same way.
 //!
 //! Every wait on the server is bounded: a connection attempt, the whole of
 //! it (the driver's own timeout covers only the socket's connect, so a
@@ -57,11 +58,18 @@ pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Config>
         .keepalives_idle(KEEPALIVE_IDLE)
         .keepalives_interval(KEEPALIVE_INTERVAL)
         .keepalives_retries(KEEPALIVE_RETRIES);
-    // First, so that the URL's own `-c` settings win.
+    // First, so that the URL's own `-c` settings win. The server probes
+    // its end as the runner probes its own: a session of a runner cut off
+    // from it (and the advisory lock it holds) is ended in about a minute,
+    // not the two hours of the usual system default.
     let bounds = format!(
-        "-c statement_timeout={}ms -c lock_timeout={}ms",
+        "-c statement_timeout={}ms -c lock_timeout={}ms \
+         -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={}",
         bounded(STATEMENT_TIMEOUT).as_millis(),
-        bounded(LOCK_TIMEOUT).as_millis()
+        bounded(LOCK_TIMEOUT).as_millis(),
+        KEEPALIVE_IDLE.as_secs(),
+        KEEPALIVE_INTERVAL.as_secs(),
+        KEEPALIVE_RETRIES
     );
     let options = match config.get_options() {
         Some(o) if !o.trim().is_empty() => format!("{bounds} {o}"),
@@ -101,6 +109,26 @@ pub fn connect_within(config: &Config, bound: Duration) -> Result<Client, Connec
     match rx.recv_timeout(bound) {
         Ok(connected) => connected.map_err(ConnectError::Server),
         Err(_) => Err(ConnectError::NoAnswer(bound)),
+    }
+}
+
+/// Closes `client` without waiting on the server: a connection to a
+/// server that no longer answers (a cut network) can take as long to
+/// close as TCP takes to give up on it, so it is closed on a thread of its
+/// own, left to finish alone (or to end with the process).
+pub fn close_detached(client: Client) {
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(client)));
+    let closing = std::sync::Arc::clone(&slot);
+    let spawned = std::thread::Builder::new()
+        .name("pg-close".into())
+        .spawn(move || {
+            drop(closing.lock().ok().and_then(|mut c| c.take()));
+        });
+    // Without a thread, the connection is left open, never waited on: its
+    // socket is closed when the process ends.
+    if let Err(e) = spawned {
+        tracing::debug!("cannot start a thread to close a connection: {e}");
+        std::mem::forget(slot.lock().ok().and_then(|mut c| c.take()));
     }
 }
 

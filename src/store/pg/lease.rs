@@ -6,7 +6,10 @@
 //! with a fence and an expiry set by the server's clock: the lock is taken
 //! only once the last lease has run out (or was let go, or its holder is a
 //! process of this host that is gone), and with the next fence; a commit
-//! is accepted only under its holder's fence and an unexpired lease.
+//! is accepted only under its holder's fence and an unexpired lease. The
+//! lease decides, not the advisory lock: a holder cut off from the server
+//! leaves a session there that keeps the advisory lock until the server
+//! notices, and a lease run out is taken without it.
 //!
 //! The holder renews the lease every quarter of its length, on a
 //! connection of its own (made again when it breaks). A watchdog thread
@@ -44,7 +47,8 @@ pub fn ttl() -> Duration {
 /// one run out or let go by the server's clock, or one whose holder is a
 /// process of this host that is gone (its step died with it). Returns the
 /// new fence and an instant before the server set the expiry, or `None`
-/// when a live lease stands. Call it holding the loop's advisory lock.
+/// when a live lease stands. Call it holding the loop's advisory lock, or
+/// having seen no live lease: the upsert alone decides between takers.
 pub fn take(
     client: &mut Client,
     name: &str,

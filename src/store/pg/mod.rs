@@ -5,7 +5,8 @@
 //! session-level advisory lock on the loop, so the server releases it when
 //! the runner dies or its connection drops; the holder (pid, host,
 //! command, tick, since) is a row of `holders`, read as stale once its
-//! session no longer holds the lock. A commit is one transaction: the
+//! lease has run out (the lease, not the advisory lock, holds the lock:
+//! `lease.rs`). A commit is one transaction: the
 //! state row updated `WHERE version = $old` (so a lost update is
 //! impossible even without the lock) and the commit's events inserted.
 //! Step output and relative gate files stay on the host, in
@@ -622,7 +623,12 @@ impl LoopStore for PgLoop {
         let taken = std::cell::Cell::new(None);
         // The advisory lock, then the lease: a lease still running (its
         // holder's session may be gone, its step not) keeps the lock held.
-        // The lock's connection is never ended by the server for idling.
+        // The lease alone decides: a session the server still keeps for a
+        // holder cut off from it (the network cut, packets lost) holds the
+        // advisory lock until the server notices, long after its lease ran
+        // out, so a lease run out or let go is taken without the advisory
+        // lock too. The lock's connection is never ended by the server for
+        // idling.
         let try_take = || -> Result<bool> {
             let fail = || self.db.fail(Some(name), "cannot take the loop's lock");
             let mut client = client.borrow_mut();
@@ -631,14 +637,17 @@ impl LoopStore for PgLoop {
                     &format!(
                         "SELECT pg_try_advisory_lock(k), k,
                             CASE WHEN current_setting('idle_session_timeout', true) <> '0'
-                                THEN set_config('idle_session_timeout', '0', false) END
+                                THEN set_config('idle_session_timeout', '0', false) END,
+                            EXISTS (SELECT 1 FROM leases
+                                    WHERE loop = $1 AND expires_at > clock_timestamp())
                          FROM (SELECT {KEY} AS k) s"
                     ),
                     &[&name],
                 )
                 .map_err(fail())?;
             key.set(row.get(1));
-            if !row.get::<_, bool>(0) {
+            let (locked, leased): (bool, bool) = (row.get(0), row.get(3));
+            if !locked && leased {
                 return Ok(false);
             }
             match lease::take(&mut client, name, &holder, ttl).map_err(fail())? {
@@ -646,12 +655,13 @@ impl LoopStore for PgLoop {
                     taken.set(Some(t));
                     Ok(true)
                 }
-                None => {
+                None if locked => {
                     client
                         .query_one("SELECT pg_advisory_unlock($1)", &[&key.get()])
                         .map_err(fail())?;
                     Ok(false)
                 }
+                None => Ok(false),
             }
         };
         let holder_now = || self.live_holder(&mut client.borrow_mut()).ok().flatten();

@@ -123,8 +123,12 @@ impl Drop for PgSession<'_> {
     fn drop(&mut self) {
         self.lease.stop();
         // A lease known lost is not this session's to let go, and its
-        // server may not answer: the connection is closed.
+        // server may not answer (a cut network): the connection is closed
+        // without waiting for it.
         if self.lease.lost().is_some() {
+            if let Some(client) = self.client.take() {
+                super::conn::close_detached(client);
+            }
             return;
         }
         let mut released = self.release();
