@@ -92,20 +92,16 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         super::emit_json(out, &report)?;
     } else {
         let mut text = String::new();
-        for m in &report {
-            match &m.error {
-                None => {
-                    text += &format!(
-                        "moved loop {} ({} events) from {} to {}\n",
-                        m.name,
-                        m.events,
-                        source.describe(),
-                        target.describe()
-                    )
-                }
-                // Said once, on stderr, as the command's error.
-                Some(_) => {}
-            }
+        // A loop that did not move is said once, on stderr, as the
+        // command's error.
+        for m in report.iter().filter(|m| m.error.is_none()) {
+            text += &format!(
+                "moved loop {} ({} events) from {} to {}\n",
+                m.name,
+                m.events,
+                source.describe(),
+                target.describe()
+            );
         }
         if report.is_empty() {
             text += &format!("no loops in {}\n", source.describe());

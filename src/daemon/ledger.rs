@@ -134,10 +134,7 @@ impl Writer {
         let mut t = last.last_at();
         let mut counted = 0u64;
         let now = crate::clock::now();
-        loop {
-            let Some(due) = when.after(t, t).filter(|d| *d > t) else {
-                break;
-            };
+        while let Some(due) = when.after(t, t).filter(|d| *d > t) {
             let Some(following) = when.after(due, due).filter(|f| *f > due) else {
                 break;
             };
