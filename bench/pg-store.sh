@@ -5,8 +5,9 @@
 #    gate, step `true`), one `pause`+`resume` pair (two operator commits),
 #    `status` of one loop, `list` over 101 loops. Wall time (mean) and CPU
 #    time (user + system of the command, from hyperfine) each.
-# 2. Daemons over 1,000 loops due every second (step `true`), so the
-#    daemons are saturated: ticks/s achieved with 1, 2 and 4 daemons, each
+# 2. Daemons over 1,000 loops due every EVERY (step `true`; 1s: the
+#    daemons are saturated; 10s: 100 ticks/s, within one daemon's reach,
+#    so a fall as daemons are added shows): ticks/s achieved with 1, 2 and 4 daemons, each
 #    on a root of its own with its own AUTOMATON_HOST (as on separate
 #    hosts), over one database; and one daemon over the same loops in the
 #    file store. CPU per tick: the daemons' own (threads) and their step
@@ -30,6 +31,7 @@
 # this machine, to read its CPU time from /proc (optional).
 # env: SECS (15: seconds each daemon run is measured)  RUNS (30: hyperfine runs)
 #      PARTS (1 2 3: the parts run)  WARMUP (10: seconds before each daemon run is measured)
+#      EVERY (1s: the cadence of part 2's loops)  DAEMONS (1 2 4: part 2's daemon counts)
 set -euo pipefail
 bin=$(realpath "$1"); url=$2; pgdata=${3:-}
 secs=${SECS:-15}
@@ -121,12 +123,13 @@ echo
 fi
 
 if part 2; then
-echo "## 2. Daemons over 1,000 loops due every second (step \`true\`), ${secs} s each"
+every=${EVERY:-1s}
+echo "## 2. Daemons over 1,000 loops due every $every (step \`true\`), ${secs} s each"
 echo
-cat > "$work/due.toml" <<'TOML'
+cat > "$work/due.toml" <<TOML
 step = ["true"]
 [schedule]
-every = "1s"
+every = "$every"
 TOML
 make_file_root "$work/due" 1000 "$work/due.toml"
 pg=$(schema daemons)
@@ -190,7 +193,7 @@ per() { awk -v a="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.3g", a / n; else p
 echo "| store | daemons (4 workers each) | ticks/s | busy skips per tick | daemon CPU per tick | step CPU per tick | server CPU per tick | statements per tick |"
 echo "|---|---|---|---|---|---|---|---|"
 run_daemons file 1
-for n in 1 2 4; do run_daemons pg "$n"; done
+for n in ${DAEMONS:-1 2 4}; do run_daemons pg "$n"; done
 crashed=$(sql "$pg" "SELECT count(*) FROM events WHERE event->>'kind' = 'crashed'")
 ticks=$(ticks_pg); events=$(sql "$pg" "SELECT count(*) FROM events WHERE event->>'kind' = 'tick'")
 echo
