@@ -114,7 +114,7 @@ const GATHER: Duration = Duration::from_millis(10);
 /// the hand-off closes, which ends every other thread.
 pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let max = opts.max_concurrent.max(1);
-    let (handoff, inbox) = Handoff::new();
+    let (handoff, inbox) = Handoff::new(max);
     let signals = listen_for_signals(&handoff)?;
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
