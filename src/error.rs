@@ -31,6 +31,19 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// The daemon cannot listen for its stop signals.
+    #[error("cannot listen for signals")]
+    Signals(#[source] io::Error),
+
+    /// The daemon cannot start one of its threads (`tick-0`, `signals`,
+    /// `listen`).
+    #[error("cannot start the daemon's thread {name:?}")]
+    DaemonThread {
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+
     #[error("TLS: {}: {message}", path.display())]
     Tls { path: PathBuf, message: String },
 
@@ -333,6 +346,7 @@ impl Error {
             Error::NotShared { .. } => 1,
             Error::NoSuchUser { .. } => 3,
             Error::UserExists { .. } | Error::Listen { .. } => 1,
+            Error::Signals(_) | Error::DaemonThread { .. } => 1,
             Error::Tls { .. } => 2,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
             Error::LockNotObtained { .. } => 4,
