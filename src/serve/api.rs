@@ -23,7 +23,7 @@ use crate::cli::{
     ReviewArgs, WaitArgs,
 };
 use crate::commands::{approve, cancel, history, logs, ops, review, status};
-use crate::error::{Error, Exit, Result};
+use crate::error::{Class, Error, Exit, Result};
 use crate::root::Root;
 use crate::store::LoopStore;
 use crate::who::Actor;
@@ -87,7 +87,7 @@ fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::Refused { .. } => (StatusCode::CONFLICT, "refused"),
         Error::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         Error::LockNotObtained { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
-        e if e.exit_code() == 5 => (StatusCode::INTERNAL_SERVER_ERROR, "invalid_state"),
+        e if e.class() == Class::InvalidState => (StatusCode::INTERNAL_SERVER_ERROR, "invalid_state"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }
 }
