@@ -31,6 +31,19 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// The daemon cannot listen for its stop signals.
+    #[error("cannot listen for signals")]
+    Signals(#[source] io::Error),
+
+    /// The daemon cannot start one of its threads (`tick-0`, `signals`,
+    /// `listen`).
+    #[error("cannot start the daemon's thread {name:?}")]
+    DaemonThread {
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+
     #[error("TLS: {}: {message}", path.display())]
     Tls { path: PathBuf, message: String },
 
@@ -322,52 +335,103 @@ impl From<Outcome> for Exit {
     }
 }
 
+/// The kinds of failure, one for each exit code an error can have
+/// (README, "Exit codes"): [`Error::class`] sorts every error into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Nothing worth reporting as a failure: the reader of the output went
+    /// away (a closed pipe).
+    Quiet,
+    /// An error, including a request the loop's state refuses.
+    Failed,
+    /// Usage, or an invalid name.
+    Usage,
+    /// No such loop, user or root.
+    NotFound,
+    /// The lock was not obtained in time.
+    Busy,
+    /// Invalid config or state: a record that cannot be read as it is.
+    InvalidState,
+    /// The step ran, but its result could not be recorded.
+    Unrecorded,
+    /// Made, but maybe not durable.
+    NotDurable,
+    /// The one who asked does not hold the role the command needs.
+    NotAllowed,
+}
+
+impl Class {
+    /// The process exit code (README, "Exit codes").
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Class::Quiet => 0,
+            Class::Failed => 1,
+            Class::Usage => 2,
+            Class::NotFound => 3,
+            Class::Busy => 4,
+            Class::InvalidState => 5,
+            Class::Unrecorded => 8,
+            Class::NotDurable => 9,
+            Class::NotAllowed => 10,
+        }
+    }
+}
+
 impl Error {
     /// The process exit code for this error (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
+        self.class().exit_code()
+    }
+
+    /// What kind of failure this is: what its exit code says, and what the
+    /// console's answer says.
+    pub fn class(&self) -> Class {
         match self {
             Error::InvalidName { .. }
             | Error::NoSuchCommand { .. }
             | Error::NoSuchGroup { .. }
-            | Error::InvalidUser { .. } => 2,
-            Error::NotShared { .. } => 1,
-            Error::NoSuchUser { .. } => 3,
-            Error::UserExists { .. } | Error::Listen { .. } => 1,
-            Error::Tls { .. } => 2,
-            Error::NoRoot { .. } | Error::NoSuchLoop { .. } => 3,
-            Error::LockNotObtained { .. } => 4,
+            | Error::InvalidUser { .. } => Class::Usage,
+            Error::NotShared { .. } => Class::Failed,
+            Error::NoSuchUser { .. } => Class::NotFound,
+            Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,
+            Error::Signals(_) | Error::DaemonThread { .. } => Class::Failed,
+            Error::Tls { .. } => Class::Usage,
+            Error::NoRoot { .. } | Error::NoSuchLoop { .. } => Class::NotFound,
+            Error::LockNotObtained { .. } => Class::Busy,
             Error::Config(_)
             | Error::CorruptState { .. }
             | Error::UnknownSchema { .. }
             | Error::NotRegular { .. }
             | Error::Link { .. }
-            | Error::TooLarge { .. } => 5,
-            Error::EditRejected { .. } => 5,
-            Error::BadStore { .. } => 2,
-            Error::Database { .. } | Error::NotMoved { .. } => 1,
-            Error::SomeNotMoved { errors, .. } => errors.first().map_or(1, Error::exit_code),
-            Error::SchemaTooNew { .. } => 5,
-            Error::Editor { .. } => 1,
-            Error::Conflict { .. } | Error::LockLost { .. } => 1,
+            | Error::TooLarge { .. } => Class::InvalidState,
+            Error::EditRejected { .. } => Class::InvalidState,
+            Error::BadStore { .. } => Class::Usage,
+            Error::Database { .. } | Error::NotMoved { .. } => Class::Failed,
+            Error::SomeNotMoved { errors, .. } => errors.first().map_or(Class::Failed, Error::class),
+            Error::SchemaTooNew { .. } => Class::InvalidState,
+            Error::Editor { .. } => Class::Failed,
+            Error::Conflict { .. } | Error::LockLost { .. } => Class::Failed,
             // The step ran: a scheduler that retries on failure must not
             // run it again.
-            Error::Unrecorded { .. } => 8,
+            Error::Unrecorded { .. } => Class::Unrecorded,
             // Made, but maybe not durable: a retry would make it twice.
-            Error::NotDurable { .. } => 9,
-            Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
-            Error::NoOutput { .. } | Error::Clock { .. } => 1,
+            Error::NotDurable { .. } => Class::NotDurable,
+            Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => {
+                Class::Failed
+            }
+            Error::NoOutput { .. } | Error::Clock { .. } => Class::Failed,
             // Not one of the role's holders: nothing was changed.
-            Error::NotAllowed { .. } => 10,
-            Error::Gate(_) => 1,
-            Error::ContextJson { .. } => 2,
-            Error::CasesJson { .. } => 2,
+            Error::NotAllowed { .. } => Class::NotAllowed,
+            Error::Gate(_) => Class::Failed,
+            Error::ContextJson { .. } => Class::Usage,
+            Error::CasesJson { .. } => Class::Usage,
             // A schedule record that does not parse is bad state on disk.
-            Error::Schedule(crate::schedule::ScheduleError::BadRecord { .. }) => 5,
+            Error::Schedule(crate::schedule::ScheduleError::BadRecord { .. }) => Class::InvalidState,
             // A cadence a backend cannot say, a scheduler command that failed.
-            Error::Schedule(_) => 1,
-            Error::InstallFailed { error, .. } | Error::Hinted { error, .. } => error.exit_code(),
-            Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
-            Error::Output(_) => 1,
+            Error::Schedule(_) => Class::Failed,
+            Error::InstallFailed { error, .. } | Error::Hinted { error, .. } => error.class(),
+            Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => Class::Quiet,
+            Error::Output(_) => Class::Failed,
         }
     }
 

@@ -180,6 +180,26 @@ pub fn last_missed(records: &[Fire]) -> Option<&Fire> {
 }
 
 #[cfg(test)]
+impl Fire {
+    /// For tests: one firing of `every = "1m"`, due and seen at `at`,
+    /// recorded by `h pid 1`; a test changes the rest with `..`.
+    pub(crate) fn sample(at: Timestamp, kind: Kind, why: &str) -> Fire {
+        Fire {
+            at,
+            until: None,
+            count: 1,
+            kind,
+            why: why.into(),
+            detail: None,
+            tick: None,
+            seen: at,
+            schedule: "every = \"1m\"".into(),
+            by: "h pid 1".into(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -187,37 +207,22 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
-    fn fire(at: i64, kind: Kind, why: &str) -> Fire {
-        Fire {
-            at: t(at),
-            until: None,
-            count: 1,
-            kind,
-            why: why.into(),
-            detail: None,
-            tick: None,
-            seen: t(at),
-            schedule: "every = \"1m\"".into(),
-            by: "h pid 1".into(),
-        }
-    }
-
     #[test]
     fn runs_alike_fold_and_ran_firings_never_do() {
         let records = [
-            fire(0, Kind::Ran, "ran"),
-            fire(60, Kind::Ran, "ran"),
-            fire(120, Kind::Skipped, why::INACTIVE),
-            fire(180, Kind::Skipped, why::INACTIVE),
-            fire(240, Kind::Skipped, why::INACTIVE),
-            fire(300, Kind::Skipped, why::BUSY),
+            Fire::sample(t(0), Kind::Ran, "ran"),
+            Fire::sample(t(60), Kind::Ran, "ran"),
+            Fire::sample(t(120), Kind::Skipped, why::INACTIVE),
+            Fire::sample(t(180), Kind::Skipped, why::INACTIVE),
+            Fire::sample(t(240), Kind::Skipped, why::INACTIVE),
+            Fire::sample(t(300), Kind::Skipped, why::BUSY),
             Fire {
                 count: 5,
                 until: Some(t(600)),
-                ..fire(360, Kind::Missed, why::DOWN)
+                ..Fire::sample(t(360), Kind::Missed, why::DOWN)
             },
-            fire(660, Kind::Missed, why::DOWN),
-            fire(720, Kind::Ran, "failed"),
+            Fire::sample(t(660), Kind::Missed, why::DOWN),
+            Fire::sample(t(720), Kind::Ran, "failed"),
         ];
         let folded = fold(records);
         let shape: Vec<(Kind, &str, u64)> =
@@ -240,10 +245,10 @@ mod tests {
 
     #[test]
     fn a_changed_schedule_starts_a_new_run() {
-        let a = fire(0, Kind::Missed, why::DOWN);
+        let a = Fire::sample(t(0), Kind::Missed, why::DOWN);
         let b = Fire {
             schedule: "every = \"5m\"".into(),
-            ..fire(60, Kind::Missed, why::DOWN)
+            ..Fire::sample(t(60), Kind::Missed, why::DOWN)
         };
         assert_eq!(fold([a, b]).len(), 2);
     }
@@ -253,7 +258,7 @@ mod tests {
         let r = Fire {
             detail: Some("paused by ann".into()),
             tick: Some(7),
-            ..fire(0, Kind::Skipped, why::INACTIVE)
+            ..Fire::sample(t(0), Kind::Skipped, why::INACTIVE)
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Fire>(&line).unwrap(), r);

@@ -12,11 +12,11 @@ use crate::error::{Exit, Result};
 use crate::history::EventKind;
 use crate::root::Root;
 use crate::state::{Approval, Refusal, State, Status};
-use crate::store::LoopStore;
+use crate::store::{LoopStore, Stores};
 
-pub fn run(root: &Root, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
+    let dir = stores.get(&t.name)?;
     let dir = &*dir;
     // `--run` ticks as `tick` does: its actor needs that role too, and is
     // refused before anything is given.

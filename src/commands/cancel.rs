@@ -29,7 +29,7 @@ use crate::notify::{Notice, Operation};
 use crate::root::Root;
 use crate::runs::{self, Runs};
 use crate::state::{InFlight, ProcessStart};
-use crate::store::LoopStore;
+use crate::store::{LoopStore, Stores};
 use crate::who;
 
 /// How often to look at the tick: for its group, and for its record.
@@ -46,8 +46,8 @@ struct Cancelled {
     by: String,
 }
 
-pub fn run(root: &Root, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
-    let dir = crate::store::open(root, &args.name)?;
+pub fn run(root: &Root, stores: &Stores, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
+    let dir = stores.get(&args.name)?;
     let dir = &*dir;
     // The tick it would stop holds the lock: a refusal is recorded only
     // when no tick does.

@@ -6,10 +6,10 @@ use super::render::{local, number, quoted, safe};
 use crate::cli::HistoryArgs;
 use crate::error::{Exit, Result};
 use crate::history;
-use crate::root::Root;
+use crate::store::Stores;
 
-pub fn run(root: &Root, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
-    let dir = crate::store::open(root, &args.name)?;
+pub fn run(stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
+    let dir = stores.get(&args.name)?;
     let history::History { events, bad } = dir.history()?;
     for b in &bad {
         tracing::warn!(

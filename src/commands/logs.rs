@@ -14,16 +14,15 @@ use crate::cli::LogsArgs;
 use crate::error::{Error, Exit, Result};
 use crate::fsx::Dir;
 use crate::history::EventKind;
-use crate::root::Root;
 use crate::runs::{self, Runs};
 use crate::state::State;
-use crate::store::LoopStore;
+use crate::store::{LoopStore, Stores};
 
 /// How often `--follow` looks for more output.
 const POLL: Duration = Duration::from_millis(100);
 
-pub fn run(root: &Root, args: &LogsArgs, out: &mut dyn Write) -> Result<Exit> {
-    let dir = crate::store::open(root, &args.name)?;
+pub fn run(stores: &Stores, args: &LogsArgs, out: &mut dyn Write) -> Result<Exit> {
+    let dir = stores.get(&args.name)?;
     if args.gates {
         return gate_lines(dir.as_ref(), args.tick, out);
     }

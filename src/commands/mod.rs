@@ -33,7 +33,7 @@ use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::{Flags, Root};
 use crate::state::State;
-use crate::store::{Durability, LoopStore};
+use crate::store::{Durability, LoopStore, Stores};
 
 /// What a command's `--timeout` bounds besides the wait for the loop's
 /// lock: every wait on a shared store's server.
@@ -66,23 +66,25 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
     let result = match cli.command {
         Command::Init(args) => init::run(root, &args, out),
         Command::New(args) => new::run(&Root::open(root)?, &args, out),
-        Command::List(args) => status::all(&Root::open(root)?, &args.status, args.json.json, out),
-        Command::Status(args) => match &args.name {
-            Some(name) => status::one(&Root::open(root)?, name, args.json.json, out),
-            None => status::all(&Root::open(root)?, &[], args.json.json, out),
-        },
-        Command::History(args) => history::run(&Root::open(root)?, &args, out),
+        Command::List(args) => {
+            opened(root).and_then(|(r, s)| status::all(&r, &s, &args.status, args.json.json, out))
+        }
+        Command::Status(args) => opened(root).and_then(|(r, s)| match &args.name {
+            Some(name) => status::one(&r, &s, name, args.json.json, out),
+            None => status::all(&r, &s, &[], args.json.json, out),
+        }),
+        Command::History(args) => opened(root).and_then(|(_, s)| history::run(&s, &args, out)),
         Command::Fires(args) => fires::run(&Root::open(root)?, &args, out),
-        Command::Review(args) => review::run(&Root::open(root)?, &args, out),
-        Command::Logs(args) => logs::run(&Root::open(root)?, &args, out),
+        Command::Review(args) => opened(root).and_then(|(r, s)| review::run(&r, &s, &args, out)),
+        Command::Logs(args) => opened(root).and_then(|(_, s)| logs::run(&s, &args, out)),
         Command::Validate(args) => validate::run(root, &args, out),
         Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),
-        Command::Pause(args) => ops::pause(&Root::open(root)?, &args, out),
-        Command::Resume(args) => ops::resume(&Root::open(root)?, &args, out),
-        Command::Approve(args) => approve::run(&Root::open(root)?, &args, out),
-        Command::Reject(args) => ops::reject(&Root::open(root)?, &args, out),
-        Command::Cancel(args) => cancel::run(&Root::open(root)?, &args, out),
-        Command::Rm(args) => ops::rm(&Root::open(root)?, &args, out),
+        Command::Pause(args) => opened(root).and_then(|(r, s)| ops::pause(&r, &s, &args, out)),
+        Command::Resume(args) => opened(root).and_then(|(r, s)| ops::resume(&r, &s, &args, out)),
+        Command::Approve(args) => opened(root).and_then(|(r, s)| approve::run(&r, &s, &args, out)),
+        Command::Reject(args) => opened(root).and_then(|(r, s)| ops::reject(&r, &s, &args, out)),
+        Command::Cancel(args) => opened(root).and_then(|(r, s)| cancel::run(&r, &s, &args, out)),
+        Command::Rm(args) => opened(root).and_then(|(r, s)| ops::rm(&r, &s, &args, out)),
         Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
         Command::Gate(cmd) => gate::run(cmd, root, out),
@@ -98,6 +100,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
     result.map_err(|e| hint_name(e, root))
 }
 
+/// The root `flags` name and its store, opened: what a command that reads
+/// or changes loops is given, as the console gives it the store it keeps.
+fn opened(flags: Flags<'_>) -> Result<(Root, Stores)> {
+    let root = Root::open(flags)?;
+    let stores = Stores::open(&root)?;
+    Ok((root, stores))
+}
+
 /// A loop or a stock gate that does not exist, named with the one most
 /// like the name typed, when one is.
 fn hint_name(e: Error, root: Flags<'_>) -> Error {
@@ -106,7 +116,7 @@ fn hint_name(e: Error, root: Flags<'_>) -> Error {
         Error::NoSuchLoop { name, .. } => (
             name,
             Root::open(root)
-                .and_then(|r| crate::store::Stores::open(&r)?.list())
+                .and_then(|r| Stores::open(&r)?.list())
                 .map(|dirs| dirs.iter().map(|d| d.name().to_string()).collect())
                 .unwrap_or_default(),
         ),

@@ -15,7 +15,7 @@ use crate::lock::Holder;
 use crate::notify::{Notice, Operation};
 use crate::root::Root;
 use crate::state::{Refusal, State, Status};
-use crate::store::LoopStore;
+use crate::store::{LoopStore, Stores};
 use crate::tick::gates;
 use crate::who::Actor;
 
@@ -71,9 +71,9 @@ pub(super) fn tell(
     written
 }
 
-pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn pause(root: &Root, stores: &Stores, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
+    let dir = stores.get(&t.name)?;
     let dir = &*dir;
     let actor = super::allowed(root, dir, Action::Pause, t.wait.wait())?;
     let by = actor.user.clone();
@@ -107,9 +107,9 @@ pub fn pause(root: &Root, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit>
     )
 }
 
-pub fn resume(root: &Root, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn resume(root: &Root, stores: &Stores, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
+    let dir = stores.get(&t.name)?;
     let dir = &*dir;
     let actor = super::allowed(root, dir, Action::Resume, t.wait.wait())?;
     let by = actor.user.clone();
@@ -205,9 +205,9 @@ pub(super) fn not_pending(named: &str, pending: Option<&str>) -> Refusal {
     })
 }
 
-pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn reject(root: &Root, stores: &Stores, args: &RejectArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
+    let dir = stores.get(&t.name)?;
     let dir = &*dir;
     let actor = super::allowed(root, dir, Action::Reject, t.wait.wait())?;
     let by = actor.user.clone();
@@ -263,9 +263,9 @@ pub fn reject(root: &Root, args: &RejectArgs, out: &mut dyn Write) -> Result<Exi
     )
 }
 
-pub fn rm(root: &Root, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn rm(root: &Root, stores: &Stores, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
+    let dir = stores.get(&t.name)?;
     let dir = &*dir;
     super::allowed(root, dir, Action::Rm, t.wait.wait())?;
     let mut session = dir.lock(Holder::me("rm"), t.wait.wait())?;

@@ -18,7 +18,7 @@ use crate::history::{Event, EventKind};
 use crate::root::Root;
 use crate::runs::{self, Runs};
 use crate::state::{Await, Head, Outcome, ProcessOutcome};
-use crate::store::LoopStore;
+use crate::store::{LoopStore, Stores};
 
 /// The most lines of each output a review shows.
 const TAIL_LINES: usize = 20;
@@ -87,8 +87,8 @@ struct Work {
     patch: Option<String>,
 }
 
-pub fn run(root: &Root, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
-    let dir = crate::store::open(root, &args.name)?;
+pub fn run(root: &Root, stores: &Stores, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
+    let dir = stores.get(&args.name)?;
     let mut review = build(dir.as_ref(), args.diff)?;
     review.link = link(root, dir.as_ref());
     if args.json.json {

@@ -201,8 +201,8 @@ fn next_due(
     })
 }
 
-pub fn one(root: &Root, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
-    let dir = crate::store::open(root, name)?;
+pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
+    let dir = stores.get(name)?;
     let dir = &*dir;
     let state = dir.load()?;
     let mut v = view(dir, &state);
@@ -291,8 +291,14 @@ impl Reading {
     }
 }
 
-pub fn all(root: &Root, filter: &[StatusFilter], json: bool, out: &mut dyn Write) -> Result<Exit> {
-    let mut reading = read(&*store::Stores::open(root)?)?;
+pub fn all(
+    root: &Root,
+    stores: &store::Stores,
+    filter: &[StatusFilter],
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Exit> {
+    let mut reading = read(&**stores)?;
     let first_error = reading.first_error.take();
     let none = reading.dirs.is_empty();
     let listed: Vec<Listed<'_>> = reading

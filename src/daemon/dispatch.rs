@@ -114,8 +114,7 @@ impl<'a> Dispatcher<'a> {
                 Some(wait) => wait,
                 None => self.sleep(self.next_scan.min(self.next_report)),
             };
-            let urgent = phase.stopping() || self.running.len() >= self.max;
-            match handoff.sleep(inbox, wait, urgent) {
+            match handoff.sleep(inbox, wait, phase) {
                 // Ticks that ended since the last look are taken in now;
                 // those that end while it sleeps wake it only when needed.
                 Woken::Ended(ended) => {

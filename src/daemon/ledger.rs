@@ -200,16 +200,10 @@ mod tests {
 
     fn last(at: &str, seen: &str, schedule: &str) -> Fire {
         Fire {
-            at: ts(at),
-            until: None,
-            count: 1,
-            kind: Kind::Ran,
-            why: "ran".into(),
-            detail: None,
             tick: Some(1),
             seen: ts(seen),
             schedule: schedule.into(),
-            by: "h pid 0".into(),
+            ..Fire::sample(ts(at), Kind::Ran, "ran")
         }
     }
 

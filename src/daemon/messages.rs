@@ -10,8 +10,7 @@ use signal_hook::iterator::{Handle, Signals};
 
 use super::MAX_SLEEP;
 use super::workers::Handoff;
-use crate::error::Result;
-use crate::schedule::ScheduleError;
+use crate::error::{Error, Result};
 use crate::store::{Change, Changes, Stores};
 
 /// A message to the dispatcher.
@@ -30,11 +29,12 @@ pub(super) enum Msg {
 /// A thread that passes each SIGTERM and SIGINT on to the dispatcher;
 /// the handle stops it.
 pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
-    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(ScheduleError::Signals)?;
+    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
     let handle = signals.handle();
     let to_dispatcher = handoff.sender();
+    let name = "signals";
     thread::Builder::new()
-        .name("signals".into())
+        .name(name.into())
         .spawn(move || {
             for sig in signals.forever() {
                 if to_dispatcher.send(Msg::Signal(sig)).is_err() {
@@ -42,7 +42,10 @@ pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
                 }
             }
         })
-        .map_err(ScheduleError::Signals)?;
+        .map_err(|source| Error::DaemonThread {
+            name: name.into(),
+            source,
+        })?;
     Ok(handle)
 }
 

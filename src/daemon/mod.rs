@@ -51,10 +51,9 @@ use std::time::Duration;
 pub use due::{When, next_due};
 pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gate::GateHost;
 use crate::root::Root;
-use crate::schedule::ScheduleError;
 use crate::store::Stores;
 use dispatch::Dispatcher;
 use messages::{listen_for_signals, relay_changes};
@@ -114,7 +113,7 @@ const GATHER: Duration = Duration::from_millis(10);
 /// the hand-off closes, which ends every other thread.
 pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let max = opts.max_concurrent.max(1);
-    let (handoff, inbox) = Handoff::new();
+    let (handoff, inbox) = Handoff::new(max);
     let signals = listen_for_signals(&handoff)?;
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
@@ -129,17 +128,22 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
         let _closing = handoff.closing();
         for i in 0..max {
             let (stores, host, handoff) = (&stores, host.as_ref(), &handoff);
+            let name = format!("tick-{i}");
             thread::Builder::new()
-                .name(format!("tick-{i}"))
+                .name(name.clone())
                 .spawn_scoped(scope, move || worker(root, stores, host, handoff))
-                .map_err(ScheduleError::Signals)?;
+                .map_err(|source| Error::DaemonThread { name, source })?;
         }
         if let Some(listener) = stores.listen() {
             let (stores, handoff, mut listener) = (&stores, &handoff, listener?);
+            let name = "listen";
             thread::Builder::new()
-                .name("listen".into())
+                .name(name.into())
                 .spawn_scoped(scope, move || relay_changes(stores, &mut listener, handoff))
-                .map_err(ScheduleError::Signals)?;
+                .map_err(|source| Error::DaemonThread {
+                    name: name.into(),
+                    source,
+                })?;
         }
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
         d.run(&handoff, &inbox);

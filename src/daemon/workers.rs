@@ -5,16 +5,20 @@
 //! by [`Handoff::give`], which wakes exactly one worker; it is taken only
 //! by a [`worker`]; an ended tick is handed back only by a worker, which
 //! wakes the dispatcher exactly when it must; and the dispatcher sleeps
-//! only in [`Handoff::sleep`], which says while it sleeps until when.
+//! only in [`Handoff::sleep`], which says while it sleeps until when, and
+//! judges itself whether an ended tick is urgent (every worker busy, or the
+//! daemon stopping): it counts the ticks it gave and the dispatcher has not
+//! taken in, and is told the daemon's [`Phase`], never a verdict.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
 use super::messages::Msg;
+use super::phase::Phase;
 use super::report::log_tick;
 use crate::error::Result;
 use crate::gate::GateHost;
@@ -52,6 +56,12 @@ pub(super) type Ended = (Arc<str>, Result<TickReport>);
 /// the ended ticks in then: a tick costs one wake-up of the dispatcher,
 /// not two.
 pub(super) struct Handoff {
+    /// The workers there are: with as many ticks out, every one is busy.
+    workers: usize,
+    /// Ticks given whose end the dispatcher has not taken in: those
+    /// running, as the dispatcher counts them. Only the dispatcher's
+    /// thread changes it (in [`Handoff::give`] and [`Handoff::sleep`]).
+    out: AtomicUsize,
     jobs: Mutex<Jobs>,
     ready: Condvar,
     ended: Mutex<Finished>,
@@ -93,9 +103,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Handoff {
-    pub(super) fn new() -> (Handoff, Inbox) {
+    /// The hand-off for a pool of `workers` workers.
+    pub(super) fn new(workers: usize) -> (Handoff, Inbox) {
         let (tx, rx) = mpsc::channel();
         let handoff = Handoff {
+            workers,
+            out: AtomicUsize::new(0),
             jobs: Mutex::default(),
             ready: Condvar::new(),
             ended: Mutex::default(),
@@ -113,6 +126,7 @@ impl Handoff {
 
     /// Gives a tick to the workers, waking one idle worker.
     pub(super) fn give(&self, job: Job) {
+        self.out.fetch_add(1, Ordering::Relaxed);
         lock(&self.jobs).waiting.push_back(job);
         self.ready.notify_one();
     }
@@ -145,12 +159,16 @@ impl Handoff {
     /// The dispatcher's one way to wait: the ticks that ended since it last
     /// looked, at once; else a message, or nothing within `wait`. While it
     /// sleeps, a tick that ends wakes it only when it would sleep on past
-    /// [`LAZY`], or at once when `urgent` (every worker busy, or stopping).
-    pub(super) fn sleep(&self, inbox: &Inbox, wait: Duration, urgent: bool) -> Woken {
+    /// [`LAZY`], or at once when that is urgent: every worker is busy (no
+    /// tick can start before one ends), or the daemon is stopping (`phase`).
+    pub(super) fn sleep(&self, inbox: &Inbox, wait: Duration, phase: Phase) -> Woken {
+        let urgent = phase.stopping() || self.out.load(Ordering::Relaxed) >= self.workers;
         {
             let mut f = lock(&self.ended);
             if !f.ended.is_empty() {
-                return Woken::Ended(std::mem::take(&mut f.ended));
+                let ended = std::mem::take(&mut f.ended);
+                self.out.fetch_sub(ended.len(), Ordering::Relaxed);
+                return Woken::Ended(ended);
             }
             f.sleeps_until = Some(match urgent {
                 true => Instant::now() + Duration::from_secs(3600),

@@ -108,8 +108,6 @@ pub enum ScheduleError {
     NoHome,
     #[error("cannot find the path of this executable")]
     NoExecutable(#[source] io::Error),
-    #[error("cannot listen for signals")]
-    Signals(#[source] io::Error),
 }
 
 /// What a backend needs to know to install a loop's schedule.

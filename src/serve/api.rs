@@ -23,7 +23,7 @@ use crate::cli::{
     ReviewArgs, WaitArgs,
 };
 use crate::commands::{approve, cancel, history, logs, ops, review, status};
-use crate::error::{Error, Exit, Result};
+use crate::error::{Class, Error, Exit, Result};
 use crate::root::Root;
 use crate::store::LoopStore;
 use crate::who::Actor;
@@ -87,7 +87,7 @@ fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::Refused { .. } => (StatusCode::CONFLICT, "refused"),
         Error::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         Error::LockNotObtained { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
-        e if e.exit_code() == 5 => (StatusCode::INTERNAL_SERVER_ERROR, "invalid_state"),
+        e if e.class() == Class::InvalidState => (StatusCode::INTERNAL_SERVER_ERROR, "invalid_state"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }
 }
@@ -174,12 +174,12 @@ async fn read(
     app: Arc<App>,
     who: Who,
     name: String,
-    read: impl FnOnce(&Root, &str, &mut dyn Write) -> Result<Exit> + Send + 'static,
+    read: impl FnOnce(&App, &str, &mut dyn Write) -> Result<Exit> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let actor = who.actor.clone();
     let body = blocking(Some(who.actor), move || {
         may_view(&app, &actor, &name)?;
-        capture(|out| read(&app.root, &name, out))
+        capture(|out| read(&app, &name, out))
     })
     .await?;
     Ok(json(body))
@@ -191,8 +191,8 @@ pub async fn one(
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    read(app, who, name, |root, name, out| {
-        status::one(root, name, true, out)
+    read(app, who, name, |app, name, out| {
+        status::one(&app.root, &app.stores, name, true, out)
     })
     .await
 }
@@ -209,13 +209,13 @@ pub async fn history(
     Path(name): Path<String>,
     Query(q): Query<HistoryQuery>,
 ) -> Result<Response, ApiError> {
-    read(app, who, name, move |root, name, out| {
+    read(app, who, name, move |app, name, out| {
         let args = HistoryArgs {
             name: name.to_owned(),
             limit: q.limit,
             json: on(),
         };
-        history::run(root, &args, out)
+        history::run(&app.stores, &args, out)
     })
     .await
 }
@@ -233,13 +233,13 @@ pub async fn review(
     Path(name): Path<String>,
     Query(q): Query<ReviewQuery>,
 ) -> Result<Response, ApiError> {
-    read(app, who, name, move |root, name, out| {
+    read(app, who, name, move |app, name, out| {
         let args = ReviewArgs {
             name: name.to_owned(),
             diff: q.diff,
             json: on(),
         };
-        review::run(root, &args, out)
+        review::run(&app.root, &app.stores, &args, out)
     })
     .await
 }
@@ -266,7 +266,7 @@ pub async fn logs(
     let actor = who.actor.clone();
     let body = blocking(Some(who.actor), move || {
         may_view(&app, &actor, &name)?;
-        capture(|out| logs::run(&app.root, &log_args(&name, tick, q.stderr, q.verifier), out))
+        capture(|out| logs::run(&app.stores, &log_args(&name, tick, q.stderr, q.verifier), out))
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
@@ -349,7 +349,7 @@ pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8
         },
         json: on(),
     };
-    let root = &app.root;
+    let (root, stores) = (&app.root, &app.stores);
     capture(|out| match verb {
         Verb::Approve => {
             let args = ApproveArgs {
@@ -359,7 +359,7 @@ pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8
                 await_id: change.await_id,
                 run: false,
             };
-            approve::run(root, &args, out)
+            approve::run(root, stores, &args, out)
         }
         Verb::Reject => {
             let args = RejectArgs {
@@ -368,10 +368,11 @@ pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8
                 await_id: change.await_id,
                 halt: false,
             };
-            ops::reject(root, &args, out)
+            ops::reject(root, stores, &args, out)
         }
         Verb::Pause => ops::pause(
             root,
+            stores,
             &PauseArgs {
                 target,
                 reason: change.reason,
@@ -383,7 +384,7 @@ pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8
                 target,
                 reset_budget: change.reset_budget.unwrap_or(false),
             };
-            ops::resume(root, &args, out)
+            ops::resume(root, stores, &args, out)
         }
         Verb::Cancel => {
             let args = CancelArgs {
@@ -392,7 +393,7 @@ pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8
                 timeout: app.lock_wait,
                 json: on(),
             };
-            cancel::run(root, &args, out)
+            cancel::run(root, stores, &args, out)
         }
     })
 }

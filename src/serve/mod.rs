@@ -6,9 +6,10 @@
 //! HTML), `live` (server-sent events from the store's changes).
 //!
 //! Handlers are thin: each runs the library function its CLI command runs
-//! (`status`, `history`, `review`, `logs`, `approve`, ...), on a blocking
-//! thread lent to the signed-in user ([`crate::who::acting_as`]), so the
-//! role check, the records and the JSON are the CLI's own.
+//! (`status`, `history`, `review`, `logs`, `approve`, ...), given the store
+//! the server opened at its start, on a blocking thread lent to the
+//! signed-in user ([`crate::who::acting_as`]), so the role check, the
+//! records and the JSON are the CLI's own.
 
 mod api;
 mod auth;
@@ -42,7 +43,9 @@ pub struct App {
 }
 
 pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
-    let stores = Stores::keep_open(root)?;
+    // Opened once: every request is given this store (a shared store's
+    // server is not connected to afresh for each).
+    let stores = Stores::open(root)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::config(cert, key)?),
         _ => None,

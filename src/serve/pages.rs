@@ -398,7 +398,7 @@ pub async fn run(
             .in_flight
             .is_some_and(|f| f.tick == tick);
         let out = |stderr| {
-            api::capture(|o| logs::run(&app.root, &api::log_args(&name, tick, stderr, false), o))
+            api::capture(|o| logs::run(&app.stores, &api::log_args(&name, tick, stderr, false), o))
                 .map(|b| tail(&b))
                 .unwrap_or_else(|e| format!("({})", crate::error::with_causes(&e)))
         };

@@ -10,24 +10,24 @@
 
 mod guard;
 mod output;
+mod supervise;
 #[cfg(test)]
 mod tests;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::Signal;
 use thiserror::Error;
 
 use crate::fsx::Dir;
 use crate::state::ProcessOutcome;
+use supervise::Supervisor;
 
 pub use output::MARKER_MAX_LEN;
 
@@ -208,136 +208,41 @@ pub fn run_in(
 
     // Everything that can fail is set up before the step exists, so an error
     // never leaves a step running or unreaped.
-    let mut drains = Vec::with_capacity(2);
-    let mut write_ends = Vec::with_capacity(2);
-    for name in [spec.stdout, spec.stderr] {
-        let (read, write) = guard::cloexec_pipe().map_err(supervise)?;
-        drains.push(output::Drain::new(read, spec.out_dir, name, spec.output_limit).map_err(supervise)?);
-        write_ends.push(write);
-    }
-    let (cancel_read, cancel_write) = guard::nonblocking_cloexec_pipe().map_err(supervise)?;
-    let canceller = Canceller(Arc::new(CancelPipe {
-        read: cancel_read,
-        write: cancel_write,
-    }));
+    let Pipes {
+        mut drains,
+        write_ends,
+        canceller,
+    } = Pipes::new(spec).map_err(supervise)?;
     let guard = match group {
         Some(Group(guard)) => guard,
         None => guard::Guard::spawn().map_err(supervise)?,
     };
-
-    let [stdout_w, stderr_w]: [OwnedFd; 2] = write_ends.try_into().expect("two streams");
-    let mut cmd = command(spec, &program, guard.pgid().as_raw());
-    cmd.stdout(stdout_w).stderr(stderr_w);
-    let start = Instant::now();
-    let spawned = cmd.spawn();
-    // The pipes' write ends now live only in the step (and its children).
-    drop(cmd);
-    let child = spawned.map_err(|e| spawn_error(&program, e))?;
-    let pid = child.id();
-    // On failure the guard's drop kills the group, step included, and the
-    // watch reaps it.
-    let watch = exit::Watch::new(child).map_err(supervise)?;
-    tracing::debug!(program = %program.display(), pid, pgid = guard.pgid().as_raw(), "step started");
+    let Spawned { pid, start, watch } = spawn(spec, &program, &guard, write_ends)?;
     on_start(&Started {
         pid,
         pgid: guard.pgid().as_raw(),
         canceller: canceller.clone(),
     });
 
-    let deadline = spec.timeout.map(|t| start + t);
-    let mut supervisor = Supervisor {
-        guard: &guard,
-        grace: spec.kill_grace,
-        kill_at: None,
-        killed: false,
-    };
-    let mut timed_out = false;
     let mut buf = buffer::take();
-    let status = loop {
-        let now = Instant::now();
-        if !timed_out && supervisor.kill_at.is_none() && deadline.is_some_and(|d| now >= d) {
-            timed_out = true;
-            supervisor.stop(now);
-        }
-        supervisor.kill_if_due(now);
-        let wake = match (
-            deadline.filter(|_| supervisor.kill_at.is_none()),
-            supervisor.kill_at.filter(|_| !supervisor.killed),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let mut fds = vec![
-            PollFd::new(watch.fd(), PollFlags::POLLIN),
-            PollFd::new(canceller.0.read.as_fd(), PollFlags::POLLIN),
-        ];
-        let streams: Vec<usize> = (0..drains.len()).filter(|&i| drains[i].fd().is_some()).collect();
-        for &i in &streams {
-            fds.push(PollFd::new(drains[i].fd().expect("open"), PollFlags::POLLIN));
-        }
-        let timeout = match wake {
-            None => PollTimeout::NONE,
-            Some(at) => {
-                // Rounded up, so a wake-up is never early.
-                let ms = at.saturating_duration_since(now).as_micros().div_ceil(1000);
-                PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
-            }
-        };
-        match poll(&mut fds, timeout) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                drop(fds);
-                drop(guard);
-                let _ = watch.wait();
-                return Err(supervise(e.into()));
-            }
-        }
-        let ready: Vec<bool> = fds
-            .iter()
-            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
-            .collect();
-        drop(fds);
-        for (k, &i) in streams.iter().enumerate() {
-            if ready[2 + k] {
-                drains[i].read_ready(&mut buf);
-            }
-        }
-        if ready[1] {
-            let mut kill = false;
-            while let Ok(n @ 1..) = nix::unistd::read(&canceller.0.read, &mut buf) {
-                kill |= buf[..n].contains(&KILL);
-            }
-            if kill {
-                supervisor.kill_now(Instant::now());
-            } else if supervisor.kill_at.is_none() {
-                supervisor.stop(Instant::now());
-            }
-        }
-        if ready[0] {
-            break watch.wait();
-        }
-    };
+    let mut supervisor = Supervisor::new(&guard, spec.timeout.map(|t| start + t), spec.kill_grace);
+    if let Err(e) = supervisor.until_exit(&watch, &canceller.0, &mut drains, &mut buf) {
+        drop(guard);
+        let _ = watch.wait();
+        return Err(supervise(e.into()));
+    }
+    let timed_out = supervisor.timed_out;
+    let status = watch.wait();
     let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     tracing::debug!(pid, ?status, timed_out, duration_ms, "step ended");
 
     // Whatever the step left in its group dies now; then what is left in the
     // pipes is read, without waiting for writers that escaped the group.
     drop(guard);
-    let mut output_error = None;
-    for (drain, name) in drains.into_iter().zip([spec.stdout, spec.stderr]) {
-        if let Err(source) = drain.finish(&mut buf) {
-            output_error.get_or_insert(StepError::Output {
-                path: spec.out_dir.join(name),
-                source,
-            });
-        }
-    }
+    let output = finish_output(spec, drains, &mut buf);
     buffer::give_back(buf);
     let status = status.map_err(supervise)?;
-    if let Some(e) = output_error {
-        return Err(e);
-    }
+    output?;
     Ok(ProcessOutcome {
         exit_code: status.code(),
         signal: status.signal(),
@@ -346,35 +251,78 @@ pub fn run_in(
     })
 }
 
-/// Stopping a step's group: SIGTERM, a grace period, then SIGKILL.
-struct Supervisor<'a> {
-    guard: &'a guard::Guard,
-    grace: Duration,
-    /// When the SIGKILL is due, once the SIGTERM is sent.
-    kill_at: Option<Instant>,
-    killed: bool,
+/// The step's output pipes, each read end in a drain to its file, and its
+/// cancel pipe: made before the step starts.
+struct Pipes<'a> {
+    drains: Vec<output::Drain<'a>>,
+    /// The write ends of stdout's and stderr's pipes, for the step.
+    write_ends: [OwnedFd; 2],
+    canceller: Canceller,
 }
 
-impl Supervisor<'_> {
-    fn stop(&mut self, now: Instant) {
-        tracing::debug!(pgid = self.guard.pgid().as_raw(), "stopping step group");
-        self.guard.signal_group(Signal::SIGTERM);
-        self.kill_at = Some(now + self.grace);
+impl<'a> Pipes<'a> {
+    fn new(spec: &StepSpec<'a>) -> io::Result<Pipes<'a>> {
+        let mut drains = Vec::with_capacity(2);
+        let mut write_ends = Vec::with_capacity(2);
+        for name in [spec.stdout, spec.stderr] {
+            let (read, write) = guard::cloexec_pipe()?;
+            drains.push(output::Drain::new(read, spec.out_dir, name, spec.output_limit)?);
+            write_ends.push(write);
+        }
+        let (read, write) = guard::nonblocking_cloexec_pipe()?;
+        Ok(Pipes {
+            drains,
+            write_ends: write_ends.try_into().expect("two streams"),
+            canceller: Canceller(Arc::new(CancelPipe { read, write })),
+        })
     }
+}
 
-    fn kill_now(&mut self, now: Instant) {
-        tracing::debug!(pgid = self.guard.pgid().as_raw(), "killing step group");
-        self.guard.signal_group(Signal::SIGKILL);
-        self.killed = true;
-        self.kill_at.get_or_insert(now);
-    }
+/// A step that has started, and the watch on its exit.
+struct Spawned {
+    pid: u32,
+    start: Instant,
+    watch: exit::Watch,
+}
 
-    fn kill_if_due(&mut self, now: Instant) {
-        if !self.killed && self.kill_at.is_some_and(|at| now >= at) {
-            self.guard.signal_group(Signal::SIGKILL);
-            self.killed = true;
+/// Starts the step in `guard`'s group, its stdout and stderr into `write_ends`.
+fn spawn(
+    spec: &StepSpec,
+    program: &Path,
+    guard: &guard::Guard,
+    [stdout, stderr]: [OwnedFd; 2],
+) -> Result<Spawned, StepError> {
+    let mut cmd = command(spec, program, guard.pgid().as_raw());
+    cmd.stdout(stdout).stderr(stderr);
+    let start = Instant::now();
+    let spawned = cmd.spawn();
+    // The pipes' write ends now live only in the step (and its children).
+    drop(cmd);
+    let child = spawned.map_err(|e| spawn_error(program, e))?;
+    let pid = child.id();
+    // On failure the guard's drop kills the group, step included, and the
+    // watch reaps it.
+    let watch = exit::Watch::new(child).map_err(|source| StepError::Supervise {
+        program: program.to_owned(),
+        source,
+    })?;
+    tracing::debug!(program = %program.display(), pid, pgid = guard.pgid().as_raw(), "step started");
+    Ok(Spawned { pid, start, watch })
+}
+
+/// Reads what is left in each output pipe into its file. Every stream is
+/// finished; the first that failed is the error.
+fn finish_output(spec: &StepSpec, drains: Vec<output::Drain>, buf: &mut [u8]) -> Result<(), StepError> {
+    let mut output_error = None;
+    for (drain, name) in drains.into_iter().zip([spec.stdout, spec.stderr]) {
+        if let Err(source) = drain.finish(buf) {
+            output_error.get_or_insert(StepError::Output {
+                path: spec.out_dir.join(name),
+                source,
+            });
         }
     }
+    output_error.map_or(Ok(()), Err)
 }
 
 /// The buffer a step's output is read through: one per thread, kept

@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use super::*;
 
 /// How long a test waits for something that should happen promptly.

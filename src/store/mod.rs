@@ -23,7 +23,7 @@ mod file;
 mod pg;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -209,42 +209,17 @@ pub struct Change {
 #[derive(Clone)]
 pub struct Stores(Arc<dyn Store>);
 
-/// The store a long-lived process keeps open ([`Stores::keep_open`]), and
-/// the root it belongs to.
-static KEPT: RwLock<Option<(PathBuf, Arc<dyn Store>)>> = RwLock::new(None);
-
 impl Stores {
     /// Opens the root's store: for PostgreSQL, connects and brings the
-    /// schema up to date. In a process that keeps its root's store open
-    /// ([`Stores::keep_open`]), that one.
+    /// schema up to date. A process that serves many requests (`serve`)
+    /// opens it once and hands it to what each request runs.
     pub fn open(root: &Root) -> Result<Stores> {
-        if let Ok(kept) = KEPT.read()
-            && let Some((path, store)) = kept.as_ref()
-            && path == root.path()
-        {
-            return Ok(Stores(Arc::clone(store)));
-        }
-        Stores::open_new(root)
-    }
-
-    fn open_new(root: &Root) -> Result<Stores> {
         Ok(Stores(match root.store() {
             StoreChoice::File => Arc::new(FileStore::new(root)),
             StoreChoice::Postgres(url) => {
                 Arc::new(pg::Database::open(url, root.loops_dir(), root.server_bound())?)
             }
         }))
-    }
-
-    /// Opens the root's store once for the rest of this process (a
-    /// server's): every [`Stores::open`] of the root returns it, so a
-    /// request does not connect to a shared store's server afresh.
-    pub fn keep_open(root: &Root) -> Result<Stores> {
-        let stores = Stores::open_new(root)?;
-        if let Ok(mut kept) = KEPT.write() {
-            *kept = Some((root.path().to_owned(), Arc::clone(&stores.0)));
-        }
-        Ok(stores)
     }
 
     /// Moves loop `name` from this store to `to` with its config, state and

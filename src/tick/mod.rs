@@ -182,8 +182,9 @@ impl Tick<'_> {
     /// The phases, in order, around one commit path: the session's
     /// recovery, before the step, the step, after it, and the commit.
     fn run(&mut self, mut session: Box<dyn Session + '_>) -> Result<TickReport> {
-        // Step 3: a tick that died mid-way is recorded as crashed by the
-        // session, in a commit of its own, before anything else happens.
+        // Load, recovering: a tick that died mid-way is recorded as crashed
+        // by the session, in a commit of its own, before anything else
+        // happens (docs/ticks.md lists the phases in order).
         session.use_config(self.config);
         let Loaded { mut state, recovered } = session.load()?;
         self.recovered = recovered.map(|dead| dead.tick);
@@ -220,8 +221,8 @@ impl Tick<'_> {
         Ok(report)
     }
 
-    /// Steps 4 to 6: an inactive loop ends here; then the worktree and the
-    /// before-step gates, whose decision may end the tick.
+    /// Before the step: an inactive loop ends here; then the worktree and
+    /// the before-step gates, whose decision may end the tick.
     fn before_step(&mut self, session: &mut dyn Session, state: &mut State) -> Result<Before> {
         if !state.status.is_runnable() {
             let reason = format!("the loop is {}", state.status);
@@ -258,8 +259,8 @@ impl Tick<'_> {
         Ok(Before::Run(worktree, before.combined))
     }
 
-    /// Steps 7 and 8: commit the step as in flight, run it and the
-    /// verifier, and record what they did in the state.
+    /// The step: commit it as in flight, run it and the verifier, and
+    /// record what they did in the state.
     fn step(
         &mut self,
         session: &mut dyn Session,
@@ -326,8 +327,8 @@ impl Tick<'_> {
         Ok(stepped)
     }
 
-    /// Step 9: the after-step gates, which see this tick's result; a halt
-    /// or a completion becomes the tick's outcome.
+    /// After the step: the after-step gates, which see this tick's result;
+    /// a halt or a completion becomes the tick's outcome.
     fn after_step(&mut self, state: &mut State, ran: &process::Ran) -> (Outcome, Option<String>) {
         let after = self
             .gates(state, Phase::AfterStep)
@@ -350,7 +351,7 @@ impl Tick<'_> {
         (outcome, reason)
     }
 
-    /// Step 10: one commit of the state and the tick's events. A step that
+    /// The commit: one of the state and the tick's events. A step that
     /// ran but cannot be recorded is said as such (exit 8), so nothing runs
     /// it again; one recorded whose directory sync failed, as such (exit 9).
     fn finish(
@@ -421,7 +422,8 @@ impl Tick<'_> {
         })
     }
 
-    /// Step 5: the worktree the step runs in, made on first use.
+    /// The worktree the step runs in, made on first use: before the step,
+    /// ahead of the before-step gates (an await they open records its HEAD).
     fn ensure_worktree(
         &mut self,
         state: &mut State,
@@ -515,8 +517,9 @@ impl Tick<'_> {
         Ok(result)
     }
 
-    /// Step 6: what the combined before-step decision does to the loop. An
-    /// await that enough approvals for it release uses them and proceeds.
+    /// The before-step gates' end: what their combined decision does to
+    /// the loop. An await that enough approvals for it release uses them
+    /// and proceeds.
     fn apply_before(
         &mut self,
         state: &mut State,
@@ -618,8 +621,9 @@ impl Tick<'_> {
         true
     }
 
-    /// Step 10's bookkeeping of what ran: the tick count, the last tick,
-    /// failures, progress and metrics, before the after-step gates see them.
+    /// The bookkeeping of what ran, committed with the tick: the tick
+    /// count, the last tick, failures, progress and metrics, before the
+    /// after-step gates see them.
     fn record_results(
         &mut self,
         state: &mut State,

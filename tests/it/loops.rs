@@ -4,7 +4,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use crate::common::{Env, tree};
+use crate::common::{Env, isolate, tree};
 
 #[test]
 fn new_builds_a_loop_without_a_lock_file() {
@@ -78,7 +78,7 @@ fn unknown_loops_exit_3_and_create_no_lock_file() {
 #[test]
 fn a_root_that_was_never_initialised_is_exit_3() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(crate::common::BIN)
+    let out = isolate(&mut std::process::Command::new(crate::common::BIN))
         .args(["--root", dir.path().join("nowhere").to_str().unwrap(), "status"])
         .output()
         .unwrap();

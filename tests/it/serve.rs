@@ -245,6 +245,24 @@ fn the_api_answers_in_the_shapes_of_the_clis_json() {
 }
 
 #[test]
+fn a_loop_whose_state_cannot_be_read_is_answered_as_invalid_state() {
+    let env = crate::files_only!("corrupts .state.loop by hand");
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    std::fs::write(env.loop_dir("demo").join(".state.loop"), "not json at all").unwrap();
+    let s = Server::start(&env, &[]);
+    let (status, body) = get(&s, "/api/loops/demo", &token);
+    assert_eq!((status, code(&body)), (500, "invalid_state".to_owned()), "{body}");
+    assert!(body.contains(".state.loop"), "{body}");
+    let (status, body) = post(&s, "/api/loops/demo/pause", &token, "");
+    assert_eq!((status, code(&body)), (500, "invalid_state".to_owned()), "{body}");
+    assert_eq!(
+        std::fs::read(env.loop_dir("demo").join(".state.loop")).unwrap(),
+        b"not json at all"
+    );
+}
+
+#[test]
 fn refused_requests_write_nothing_and_roles_are_the_clis() {
     let env = Env::new();
     awaiting(

@@ -141,20 +141,8 @@ mod tests {
     use super::*;
     use crate::fires::{Kind, why};
 
-    fn fire(at: i64, kind: Kind, why: &str) -> Fire {
-        let at = Timestamp::from_second(1_800_000_000 + at).unwrap();
-        Fire {
-            at,
-            until: None,
-            count: 1,
-            kind,
-            why: why.into(),
-            detail: None,
-            tick: None,
-            seen: at,
-            schedule: "every = \"1m\"".into(),
-            by: "h pid 1".into(),
-        }
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
     fn dir() -> (tempfile::TempDir, LoopDir) {
@@ -170,27 +158,27 @@ mod tests {
         let (_tmp, dir) = dir();
         assert!(dir.read_fires(None).unwrap().is_empty());
         assert_eq!(dir.read_last_fire().unwrap(), None);
-        dir.append_fires(&[fire(0, Kind::Ran, "ran")]).unwrap();
+        dir.append_fires(&[Fire::sample(t(0), Kind::Ran, "ran")]).unwrap();
         for i in 1..=300 {
-            dir.append_fires(&[fire(i * 60, Kind::Skipped, why::INACTIVE)])
+            dir.append_fires(&[Fire::sample(t(i * 60), Kind::Skipped, why::INACTIVE)])
                 .unwrap();
         }
         let read = dir.read_fires(None).unwrap();
         assert_eq!(read.len(), 2);
         assert_eq!(read[1].count, 300);
-        assert_eq!(
-            dir.read_last_fire().unwrap().unwrap().at,
-            fire(300 * 60, Kind::Ran, "").at
-        );
-        let since = fire(300 * 60, Kind::Ran, "").at;
+        assert_eq!(dir.read_last_fire().unwrap().unwrap().at, t(300 * 60));
+        let since = t(300 * 60);
         assert_eq!(dir.read_fires(Some(since)).unwrap().len(), 1);
     }
 
     #[test]
     fn a_torn_last_line_is_passed_over() {
         let (_tmp, dir) = dir();
-        dir.append_fires(&[fire(0, Kind::Ran, "ran"), fire(60, Kind::Ran, "failed")])
-            .unwrap();
+        dir.append_fires(&[
+            Fire::sample(t(0), Kind::Ran, "ran"),
+            Fire::sample(t(60), Kind::Ran, "failed"),
+        ])
+        .unwrap();
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(dir.fires_path())
@@ -199,7 +187,8 @@ mod tests {
         assert_eq!(dir.read_fires(None).unwrap().len(), 2);
         assert_eq!(dir.read_last_fire().unwrap().unwrap().why, "failed");
         // The next append starts on a line of its own.
-        dir.append_fires(&[fire(120, Kind::Ran, "ran")]).unwrap();
+        dir.append_fires(&[Fire::sample(t(120), Kind::Ran, "ran")])
+            .unwrap();
         assert_eq!(dir.read_fires(None).unwrap().len(), 3);
     }
 
@@ -208,14 +197,18 @@ mod tests {
         let (_tmp, dir) = dir();
         let mut batch = Vec::new();
         for i in 0..10_000 {
-            batch.push(fire(i * 60, Kind::Ran, "ran"));
+            batch.push(Fire::sample(t(i * 60), Kind::Ran, "ran"));
         }
         dir.append_fires(&batch).unwrap();
         assert!(std::fs::metadata(dir.fires_path()).unwrap().len() > MAX);
-        dir.append_fires(&[fire(10_000 * 60, Kind::Ran, "ran")]).unwrap();
+        dir.append_fires(&[Fire::sample(t(10_000 * 60), Kind::Ran, "ran")])
+            .unwrap();
         let read = dir.read_fires(None).unwrap();
         assert_eq!(read.len(), KEEP + 1);
-        assert_eq!(read[0].at, fire((10_000 - KEEP as i64) * 60, Kind::Ran, "").at);
+        assert_eq!(
+            read[0].at,
+            Fire::sample(t((10_000 - KEEP as i64) * 60), Kind::Ran, "").at
+        );
         assert!(std::fs::metadata(dir.fires_path()).unwrap().len() < MAX);
     }
 }
