@@ -217,6 +217,13 @@ impl<'a> Dispatcher<'a> {
             }
             entry.fired = entry.nominal.take().or(Some(now));
             entry.started = Some(now);
+            if let Some(detail) = entry.refusal() {
+                // Its user may not tick it: the firing is recorded as
+                // refused, and the next one queued.
+                reschedule(&mut self.queue, &name, entry, now);
+                self.record(&name, |w, at, key| w.of_refused(at, key, detail));
+                continue;
+            }
             if entry
                 .inactive
                 .is_some_and(|m| entry.state_path.as_deref().and_then(mtime) == Some(m))
@@ -320,7 +327,11 @@ impl<'a> Dispatcher<'a> {
     /// Writes the record of the firing `name` last filled (`this` makes
     /// it, given when it fell due and the schedule's name) in its ledger,
     /// after the firings unaccounted for since its last record.
-    fn record(&self, name: &Arc<str>, this: impl FnOnce(&Writer, Timestamp, &str) -> crate::fires::Fire) {
+    pub(super) fn record(
+        &self,
+        name: &Arc<str>,
+        this: impl FnOnce(&Writer, Timestamp, &str) -> crate::fires::Fire,
+    ) {
         let Some(entry) = self.loops.get(name) else { return };
         let (Some((s, when)), Some(at)) = (&entry.schedule, entry.fired) else {
             return;
