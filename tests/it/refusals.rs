@@ -46,7 +46,12 @@ fn a_refusal_during_a_long_tick_is_said_at_once_and_says_it_is_not_recorded() {
             gated_step(gate.path())
         ),
     );
-    let mut tick = env.cmd().args(["tick", "agent"]).spawn().unwrap();
+    let mut tick = env
+        .cmd()
+        .args(["tick", "agent"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     wait_for(&gate.path().join("started"));
     // The tick holds the lock until the test says go: each refusal is
     // said without waiting for it (the tick never ends on its own).
