@@ -15,6 +15,7 @@ mod gate_fixtures;
 mod gate_host;
 mod gate_versions;
 mod invariants;
+mod kept_gates;
 mod listing;
 mod locking;
 mod loops;
