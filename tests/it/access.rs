@@ -564,9 +564,19 @@ fn review_links_to_the_consoles_page_when_a_server_url_is_set() {
     assert_eq!(v["link"], page);
 }
 
+/// A daemon this test started, killed if the test ends before it stops it.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The daemon run as OS user `user` on `env`'s root, its stderr in `log`:
 /// this test's own child (not runuser's), so a signal reaches it.
-fn daemon_as(env: &Env, user: &str, log: &Path) -> std::process::Child {
+fn daemon_as(env: &Env, user: &str, log: &Path) -> Running {
     use std::os::unix::process::CommandExt;
     let user = nix::unistd::User::from_name(user).unwrap().unwrap();
     let mut c = Command::new(BIN);
@@ -578,16 +588,15 @@ fn daemon_as(env: &Env, user: &str, log: &Path) -> std::process::Child {
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap()
+        .stderr(std::fs::File::create(log).unwrap());
+    Running(c.spawn().unwrap())
 }
 
 /// Stops a daemon with SIGTERM; its exit code.
-fn stop(mut daemon: std::process::Child) -> Option<i32> {
-    let pid = nix::unistd::Pid::from_raw(daemon.id() as i32);
+fn stop(mut daemon: Running) -> Option<i32> {
+    let pid = nix::unistd::Pid::from_raw(daemon.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    daemon.wait().unwrap().code()
+    daemon.0.wait().unwrap().code()
 }
 
 fn until(what: &str, mut cond: impl FnMut() -> bool) {

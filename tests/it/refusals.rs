@@ -28,6 +28,15 @@ fn ended_within(cmd: &mut Command, bound: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Lets a gated step go when dropped, so a tick a failed test leaves ends.
+struct Go<'a>(&'a std::path::Path);
+
+impl Drop for Go<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("go"), "");
+    }
+}
+
 fn refused_events(env: &Env, name: &str) -> Vec<serde_json::Value> {
     env.history(name)
         .into_iter()
@@ -46,6 +55,7 @@ fn a_refusal_during_a_long_tick_is_said_at_once_and_says_it_is_not_recorded() {
             gated_step(gate.path())
         ),
     );
+    let go = Go(gate.path());
     let mut tick = env
         .cmd()
         .args(["tick", "agent"])
@@ -72,7 +82,7 @@ fn a_refusal_during_a_long_tick_is_said_at_once_and_says_it_is_not_recorded() {
         );
     }
     assert!(refused_events(&env, "agent").is_empty());
-    std::fs::write(gate.path().join("go"), "").unwrap();
+    drop(go);
     assert!(tick.wait().unwrap().success());
     // With the lock free, the refusal is recorded, and says so.
     let out = env
