@@ -96,25 +96,9 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
             }
         }
     }
-    if args.json.json {
-        super::emit_json(out, &report)?;
-    } else {
-        let mut text = String::new();
-        // A loop that did not move is said once, on stderr, as the
-        // command's error.
-        for m in report.iter().filter(|m| m.error.is_none()) {
-            text += &format!(
-                "moved loop {} ({} events) from {} to {}\n",
-                m.name,
-                m.events,
-                source.describe(),
-                target.describe()
-            );
-        }
-        if report.is_empty() {
-            text += &format!("no loops in {}\n", source.describe());
-        }
-        super::emit(out, &text)?;
+    match args.json.json {
+        true => super::emit_json(out, &report)?,
+        false => super::emit(out, &human(&report, &source, &target))?,
     }
     // Every loop was tried; each that could not move is named once, and
     // the first one's is the exit status.
@@ -126,6 +110,25 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
             errors,
         }),
     }
+}
+
+/// One line a loop moved. A loop that did not move is said once, on
+/// stderr, as the command's error.
+fn human(report: &[Moved], source: &Stores, target: &Stores) -> String {
+    let mut text = String::new();
+    for m in report.iter().filter(|m| m.error.is_none()) {
+        text += &format!(
+            "moved loop {} ({} events) from {} to {}\n",
+            m.name,
+            m.events,
+            source.describe(),
+            target.describe()
+        );
+    }
+    if report.is_empty() {
+        text += &format!("no loops in {}\n", source.describe());
+    }
+    text
 }
 
 /// The one check: `actor` must be one of loop `name`'s operators (its
