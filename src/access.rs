@@ -1,7 +1,11 @@
 //! Who may do what to a loop (README, "Roles"): the roles, the commands
 //! each guards, and the one check every command that changes a loop makes
 //! before it changes anything. A refusal writes nothing but its own
-//! record: a `refused` event committed under the loop's lock.
+//! record: a `refused` event committed under the loop's lock, waited for
+//! a short while at most, so a refusal is said at once even while a long
+//! tick holds the lock.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,8 +25,9 @@ pub struct Access {
     /// May `approve` and `reject`.
     #[serde(default)]
     pub approvers: Option<Vec<String>>,
-    /// May `pause`, `resume`, `cancel`, `edit`, `rm`, `tick` by hand and
-    /// `check-gate --apply`.
+    /// May `pause`, `resume`, `cancel`, `edit`, `rm`, `migrate`, `tick`
+    /// by hand, `check-gate --apply` and `doctor --fix`; the daemon's
+    /// user must be one for the daemon to tick the loop.
     #[serde(default)]
     pub operators: Option<Vec<String>>,
     /// May read a loop through a server; the command line does not check it.
@@ -83,6 +88,10 @@ pub enum Action {
     Rm,
     Tick,
     CheckGateApply,
+    /// Moving the loop to another store: it is gone from this one.
+    Migrate,
+    /// Repairing the loop's record (`doctor --fix`), which commits.
+    DoctorFix,
     View,
 }
 
@@ -99,6 +108,8 @@ impl Action {
             Action::Rm => "rm",
             Action::Tick => "tick",
             Action::CheckGateApply => "check-gate --apply",
+            Action::Migrate => "migrate",
+            Action::DoctorFix => "doctor --fix",
             Action::View => "view",
         }
     }
@@ -149,32 +160,81 @@ pub fn rules_of(config: &LoopConfig, defaults: &Access) -> Access {
     config.access().over(defaults)
 }
 
-/// Checks `actor` against the loop's rules; a refusal is recorded in the
-/// loop's history (a `refused` event in a commit of its own, under the
-/// lock, waiting as `wait` allows) and returned as [`Error::NotAllowed`].
+/// How long a refusal waits for the loop's lock to be recorded when its
+/// command sets no bound of its own (`--timeout`): a tick that holds the
+/// lock for half an hour does not hold the refusal back with it.
+pub const REFUSAL_WAIT: Duration = Duration::from_secs(2);
+
+/// What became of a refusal's record in the loop's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A `refused` event records it.
+    Kept,
+    /// The loop's lock did not come within the wait: who held it.
+    Busy(Option<Holder>),
+    /// Writing it failed: why.
+    Failed(String),
+    /// Not recorded, as nothing was asked to change (a reader refused by
+    /// a server).
+    Unasked,
+}
+
+impl std::fmt::Display for Record {
+    /// What the refusal's message says of its record, after a `; `.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Record::Kept => f.write_str("; the attempt is recorded"),
+            Record::Busy(Some(h)) => write!(
+                f,
+                "; the attempt could not be recorded: the loop's lock is held by {}",
+                h.describe()
+            ),
+            Record::Busy(None) => {
+                f.write_str("; the attempt could not be recorded: the loop's lock is held by another process")
+            }
+            Record::Failed(why) => write!(f, "; the attempt could not be recorded: {why}"),
+            Record::Unasked => Ok(()),
+        }
+    }
+}
+
+/// The wait for a refusal's record: the command's own bound (its
+/// `--timeout` or `--no-wait`), else [`REFUSAL_WAIT`].
+pub fn record_wait(bound: Wait) -> Wait {
+    match bound {
+        Wait::Forever => Wait::For(REFUSAL_WAIT),
+        bounded => bounded,
+    }
+}
+
+/// Checks `actor` against the loop's rules. A refusal is returned as
+/// [`Error::NotAllowed`] once it is recorded in the loop's history (a
+/// `refused` event in a commit of its own, under the lock), or once the
+/// lock did not come within [`record_wait`] of `bound` (the command's own
+/// bound on waiting for the lock; `Wait::Forever` when it sets none): the
+/// error then says it is not recorded, and who holds the lock.
 pub fn require(
     store: &dyn LoopStore,
     actor: &Actor,
     action: Action,
     access: &Access,
-    wait: Wait,
+    bound: Wait,
 ) -> Result<()> {
     let Err(denied) = check(actor, action, access) else {
         return Ok(());
     };
-    if let Err(e) = record(store, actor, &denied, wait) {
-        tracing::warn!(
-            "loop {:?}: the refused {} could not be recorded: {e}",
-            store.name().as_str(),
-            action.command()
-        );
-    }
+    let record = match record(store, actor, &denied, record_wait(bound)) {
+        Ok(()) => Record::Kept,
+        Err(Error::LockNotObtained { holder, .. }) => Record::Busy(holder),
+        Err(e) => Record::Failed(e.to_string()),
+    };
     Err(Error::NotAllowed {
         name: store.name().to_string(),
         command: action.command(),
         user: actor.user.clone(),
         role: denied.role.as_str(),
         holders: denied.holders,
+        record: Box::new(record),
     })
 }
 
@@ -216,6 +276,10 @@ mod tests {
         );
         assert!(check(&lead, Action::Approve, &access).is_ok());
         assert!(check(&lead, Action::CheckGateApply, &access).is_err());
+        for moves in [Action::Migrate, Action::DoctorFix] {
+            assert_eq!(check(&lead, moves, &access).unwrap_err().role, Role::Operators);
+            assert!(check(&ops, moves, &access).is_ok());
+        }
         assert!(check(&lead, Action::View, &access).is_ok());
         assert!(check(&ops, Action::Tick, &Access::default()).is_ok());
     }

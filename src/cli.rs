@@ -535,9 +535,10 @@ pub struct CancelArgs {
     /// How long the step has after SIGTERM before SIGKILL
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
-    /// Give up waiting for the tick to end (and free the lock) after DUR (exit 4)
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1m")]
-    pub timeout: Duration,
+    /// Give up waiting for the tick to end (and free the lock) after DUR
+    /// (exit 4) [default: 1m]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
     #[command(flatten)]
     pub json: JsonArg,
 }

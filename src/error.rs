@@ -185,7 +185,7 @@ pub enum Error {
     Refused { name: String, message: String },
 
     #[error(
-        "loop {name:?}: {user} may not `{command}`: it needs one of its {role} ({}); the attempt is recorded",
+        "loop {name:?}: {user} may not `{command}`: it needs one of its {role} ({}){record}",
         holders_text(holders)
     )]
     NotAllowed {
@@ -196,6 +196,8 @@ pub enum Error {
         role: &'static str,
         /// Who holds the role.
         holders: Vec<String>,
+        /// Whether the refusal is in the loop's history.
+        record: Box<crate::access::Record>,
     },
 
     #[error("loop {name:?} has no {what} for tick {tick} ({} is not there)", path.display())]

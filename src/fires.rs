@@ -1,10 +1,11 @@
 //! The ledger of firings: what became of each firing a loop's schedule
 //! called for, as the daemon saw it. A firing **ran** (its tick ran the
 //! step), was **skipped** (the loop's lock was held, the loop was paused,
-//! halted, completed or awaiting approval, a gate said not now, or the tick
-//! failed before its step), or was **missed** (no tick was started for it:
-//! the daemon was not running, or it came too late, the host asleep or
-//! every worker busy). Runs of firings alike (missed, or skipped for one
+//! halted, completed or awaiting approval, a gate said not now, the tick
+//! failed before its step, or the daemon's user is not one of the loop's
+//! operators), or was **missed** (no tick was started for it: the daemon
+//! was not running, or it came too late, the host asleep or every worker
+//! busy). Runs of firings alike (missed, or skipped for one
 //! reason) are folded into one record with their count and window, so a
 //! loop paused for a month, or a daemon down for a week, is one line.
 //!
@@ -47,6 +48,10 @@ pub mod why {
     pub const GATE: &str = "gate";
     /// Skipped: the tick failed before its step (a bad config, a broken store).
     pub const ERROR: &str = "error";
+    /// Skipped: the daemon's user is not one of the loop's operators, so
+    /// the daemon may not tick it (as `automaton tick` run by that user
+    /// would be refused).
+    pub const REFUSED: &str = "refused";
     /// Missed: no daemon was running.
     pub const DOWN: &str = "down";
     /// Missed: the daemon ran, but came to it only after a later firing was
@@ -177,6 +182,14 @@ pub fn fold(records: impl IntoIterator<Item = Fire>) -> Vec<Fire> {
 /// The last run of missed firings in `records` (folded, oldest first).
 pub fn last_missed(records: &[Fire]) -> Option<&Fire> {
     records.iter().rev().find(|r| r.kind == Kind::Missed)
+}
+
+/// The run of firings the daemon was refused, when `records` (folded,
+/// oldest first) end with one: its user may not tick the loop now.
+pub fn refused_now(records: &[Fire]) -> Option<&Fire> {
+    records
+        .last()
+        .filter(|r| r.kind == Kind::Skipped && r.why == why::REFUSED)
 }
 
 #[cfg(test)]

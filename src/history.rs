@@ -2,6 +2,7 @@
 //! state it produced (the store writes and reads them; `history.jsonl` is
 //! one JSON object a line).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use jiff::Timestamp;
@@ -179,6 +180,13 @@ pub enum EventKind {
         /// The worktree's branch and HEAD before and after the step.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         head: Option<Head>,
+        /// What the step reported (`runs/<tick>/metrics`), as the tick
+        /// took it in: kept with the tick, so whoever reads the history
+        /// (on another host, or once the run directory is pruned) sums
+        /// the same figures. Empty when it reported none (or the tick was
+        /// recorded by an older build).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        metrics: BTreeMap<String, f64>,
     },
 }
 

@@ -317,6 +317,20 @@ impl Root {
         }
     }
 
+    /// The root at `path`, with the file store, and what its
+    /// automaton.toml says of people (its `delegates` count from now on).
+    pub fn at_with_people(path: impl Into<PathBuf>) -> Result<Root> {
+        let mut root = Root::at(path);
+        let config = read_config(&root.path)?;
+        root.settings = Arc::new(Settings {
+            delegates: config.delegates,
+            access: config.access,
+            server: config.server,
+        });
+        crate::who::set_delegates(&root.settings.delegates);
+        Ok(root)
+    }
+
     /// What the root's automaton.toml says of people.
     pub fn settings(&self) -> &Settings {
         &self.settings

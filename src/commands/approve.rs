@@ -34,6 +34,8 @@ pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write
         Ok(events)
     })?;
     let given = given.expect("an approval was given");
+    // Outside the lock: a daemon serving the root starts the tick now.
+    crate::tick::after::follow(root, crate::tick::after::Change::Approved(dir, state.version));
     let what = match &given.await_id {
         Some(id) => format!("await {id} of loop {}", dir.name()),
         None => format!("the next await of loop {}", dir.name()),

@@ -35,6 +35,9 @@ use crate::who;
 /// How often to look at the tick: for its group, and for its record.
 const POLL: Duration = Duration::from_millis(50);
 
+/// How long `cancel` waits for the tick to end, without `--timeout`.
+pub(super) const TIMEOUT: Duration = Duration::from_secs(60);
+
 #[derive(Serialize)]
 struct Cancelled {
     #[serde(rename = "loop")]
@@ -49,9 +52,10 @@ struct Cancelled {
 pub fn run(root: &Root, stores: &Stores, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = stores.get(&args.name)?;
     let dir = &*dir;
-    // The tick it would stop holds the lock: a refusal is recorded only
-    // when no tick does.
-    let actor = super::allowed(root, dir, crate::access::Action::Cancel, Wait::No)?;
+    // The tick it would stop holds the lock: a refusal is said at once,
+    // and recorded if the lock comes within `--timeout` (else a moment).
+    let bound = args.timeout.map_or(Wait::Forever, Wait::For);
+    let actor = super::allowed(root, dir, crate::access::Action::Cancel, bound)?;
     let by = actor.user.clone();
     let state = dir.load()?;
     let mut report = Cancelled {
@@ -85,7 +89,7 @@ pub fn run(root: &Root, stores: &Stores, args: &CancelArgs, out: &mut dyn Write)
             report.signals.push("SIGKILL");
         }
     }
-    if !target.wait_ended(args.timeout)? {
+    if !target.wait_ended(args.timeout.unwrap_or(TIMEOUT))? {
         return Err(Error::LockNotObtained {
             name: dir.name().to_string(),
             holder: LoopStore::holder(dir),

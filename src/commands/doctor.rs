@@ -8,7 +8,8 @@
 //! `new`, `rm` and `edit`. `--fix` repairs
 //! what is safe, the loop's record through the same recovery every locking
 //! command runs, then the store's mending of what an older build left
-//! (rotated history files with a gap in their numbers).
+//! (rotated history files with a gap in their numbers); a loop's repair is
+//! its operators' to make, as any change to it is.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -18,6 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::render::safe;
+use crate::access::Action;
 use crate::cli::DoctorArgs;
 use crate::config::LoopConfig;
 use crate::error::{Exit, Result};
@@ -49,24 +51,11 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> 
         None => stores.list()?,
     };
     let mut loops = Vec::new();
+    let mut refused = None;
     for dir in &dirs {
         let dir = dir.as_ref();
-        let mut findings = check_loop(root, dir);
-        if args.fix && findings.iter().any(|f| f.fixable) {
-            findings = match repair(dir) {
-                Ok(()) => {
-                    let mut after = check_loop(root, dir);
-                    after.push(Finding::ok("fix", "recovered under the loop's lock"));
-                    after
-                }
-                Err(e) => {
-                    let action = "see the error; the next command on the loop tries the same recovery";
-                    findings.push(Finding::new("fix", Level::Error, e.to_string(), action));
-                    findings
-                }
-            };
-        }
-        findings.extend(check_edits(dir, args.fix));
+        let (findings, refusal) = check_and_fix(root, dir, args.fix);
+        refused = refused.or(refusal);
         loops.push(LoopReport {
             name: dir.name().to_string(),
             findings,
@@ -82,6 +71,10 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> 
     } else {
         super::emit(out, &human(&report))?;
     }
+    // A loop its user may not repair: the report, then the refusal.
+    if let Some(e) = refused {
+        return Err(e);
+    }
     let worst = report
         .loops
         .iter()
@@ -95,6 +88,48 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> 
     } else {
         Exit::Ok
     })
+}
+
+/// What is wrong with the loop `dir`, and with `fix`, what is left once
+/// what is safe is repaired: by one of its operators only (else the
+/// refusal, recorded, is returned beside what was found).
+fn check_and_fix(root: &Root, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>, Option<crate::Error>) {
+    let mut findings = check_loop(root, dir);
+    let needs_fix = findings.iter().chain(&check_edits(dir, false)).any(|f| f.fixable);
+    if !fix || !needs_fix {
+        findings.extend(check_edits(dir, false));
+        return (findings, None);
+    }
+    if let Err(e) = super::allowed(root, dir, Action::DoctorFix, Wait::Forever) {
+        findings.extend(check_edits(dir, false));
+        let action = format!(
+            "one of its operators may run `automaton doctor {} --fix`",
+            dir.name()
+        );
+        findings.push(Finding::new(
+            "fix",
+            Level::Error,
+            "not repaired: not allowed",
+            action,
+        ));
+        return (findings, Some(e));
+    }
+    if findings.iter().any(|f| f.fixable) {
+        findings = match repair(dir) {
+            Ok(()) => {
+                let mut after = check_loop(root, dir);
+                after.push(Finding::ok("fix", "recovered under the loop's lock"));
+                after
+            }
+            Err(e) => {
+                let action = "see the error; the next command on the loop tries the same recovery";
+                findings.push(Finding::new("fix", Level::Error, e.to_string(), action));
+                findings
+            }
+        };
+    }
+    findings.extend(check_edits(dir, true));
+    (findings, None)
 }
 
 /// Takes the loop's lock and loads it: the recovery every locking command

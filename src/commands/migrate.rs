@@ -1,17 +1,22 @@
 //! `migrate`: move loops between stores — a root's directory and a
 //! PostgreSQL database, either way — with their config, state and history,
-//! refusing a loop whose lock is held. Step output and gate files stay in
-//! the root's `loops/<name>/` on this host, where both stores look for them.
+//! refusing a loop whose lock is held, and one the mover is not an
+//! operator of (the refusal is recorded where the loop stays). Step output
+//! and gate files stay in the root's `loops/<name>/` on this host, where
+//! both stores look for them.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::access::{self, Action};
 use crate::cli::MigrateArgs;
 use crate::error::{Error, Exit, Result};
+use crate::lock::Wait;
 use crate::root::{Flags, Root, StoreChoice};
 use crate::store::Stores;
+use crate::who::Actor;
 
 /// One side of a move.
 enum Side {
@@ -42,11 +47,13 @@ struct Moved {
 
 pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<Exit> {
     let (from, to) = (Side::parse(&args.from)?, Side::parse(&args.to)?);
-    // The root whose loops/<name>/ directories hold the loops' files here.
+    // The root whose loops/<name>/ directories hold the loops' files
+    // here, and whose automaton.toml says who may move them.
     let local = match (&from, &to) {
-        (Side::Dir(d), _) | (_, Side::Dir(d)) => Root::at(d),
+        (Side::Dir(d), _) | (_, Side::Dir(d)) => Root::at_with_people(d)?,
         _ => Root::open(root_flag)?,
     };
+    let actor = crate::who::actor();
     let open = |side: &Side| -> Result<Stores> {
         match side {
             Side::Dir(d) => {
@@ -67,7 +74,8 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
     let mut report = Vec::new();
     let mut errors = Vec::new();
     for name in names {
-        match source.move_loop(&target, &name) {
+        let moved = may_move(&source, &local, &actor, &name).and_then(|()| source.move_loop(&target, &name));
+        match moved {
             Ok(events) => {
                 tracing::info!("moved loop {name} ({events} events)");
                 report.push(Moved {
@@ -88,25 +96,9 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
             }
         }
     }
-    if args.json.json {
-        super::emit_json(out, &report)?;
-    } else {
-        let mut text = String::new();
-        // A loop that did not move is said once, on stderr, as the
-        // command's error.
-        for m in report.iter().filter(|m| m.error.is_none()) {
-            text += &format!(
-                "moved loop {} ({} events) from {} to {}\n",
-                m.name,
-                m.events,
-                source.describe(),
-                target.describe()
-            );
-        }
-        if report.is_empty() {
-            text += &format!("no loops in {}\n", source.describe());
-        }
-        super::emit(out, &text)?;
+    match args.json.json {
+        true => super::emit_json(out, &report)?,
+        false => super::emit(out, &human(&report, &source, &target))?,
     }
     // Every loop was tried; each that could not move is named once, and
     // the first one's is the exit status.
@@ -118,4 +110,32 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
             errors,
         }),
     }
+}
+
+/// One line a loop moved. A loop that did not move is said once, on
+/// stderr, as the command's error.
+fn human(report: &[Moved], source: &Stores, target: &Stores) -> String {
+    let mut text = String::new();
+    for m in report.iter().filter(|m| m.error.is_none()) {
+        text += &format!(
+            "moved loop {} ({} events) from {} to {}\n",
+            m.name,
+            m.events,
+            source.describe(),
+            target.describe()
+        );
+    }
+    if report.is_empty() {
+        text += &format!("no loops in {}\n", source.describe());
+    }
+    text
+}
+
+/// The one check: `actor` must be one of loop `name`'s operators (its
+/// loop.toml's, else the root's); a refusal is recorded in the loop,
+/// which stays where it is.
+fn may_move(source: &Stores, root: &Root, actor: &Actor, name: &str) -> Result<()> {
+    let dir = source.get(name)?;
+    let rules = access::rules(dir.as_ref(), &root.settings().access);
+    access::require(dir.as_ref(), actor, Action::Migrate, &rules, Wait::Forever)
 }

@@ -46,7 +46,7 @@ fn server_bound(command: &Command) -> Option<std::time::Duration> {
         Command::Rm(a) => a.target.wait.timeout,
         Command::CheckGate(a) => a.target.wait.timeout,
         Command::Tick(a) => a.timeout,
-        Command::Cancel(a) => Some(a.timeout),
+        Command::Cancel(a) => Some(a.timeout.unwrap_or(cancel::TIMEOUT)),
         _ => None,
     }
 }
@@ -157,16 +157,19 @@ pub(crate) fn update_loop(
 
 /// The one check before a command changes a loop: the actor of this
 /// process must hold the role `action` needs (a refusal is recorded and
-/// returned). Returns the actor.
+/// returned). `bound` is the command's own bound on waiting for the lock
+/// (`--timeout`, `--no-wait`; `Wait::Forever` when it sets none), which a
+/// refusal's record waits for at most ([`crate::access::record_wait`]).
+/// Returns the actor.
 pub(crate) fn allowed(
     root: &Root,
     store: &dyn LoopStore,
     action: crate::access::Action,
-    wait: Wait,
+    bound: Wait,
 ) -> Result<crate::who::Actor> {
     let actor = crate::who::actor();
     let rules = crate::access::rules(store, &root.settings().access);
-    crate::access::require(store, &actor, action, &rules, wait)?;
+    crate::access::require(store, &actor, action, &rules, bound)?;
     Ok(actor)
 }
 

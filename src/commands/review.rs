@@ -1,8 +1,8 @@
 //! `review`: what an approver decides on. The pending await (which gates
 //! asked, why, since when), every tick since the last approval released
 //! one (its outcome, step and verifier, the last lines of each output, its
-//! gates' decisions), the metrics those ticks reported against the loop's
-//! totals, and the commits from the last approved commit to the
+//! gates' decisions), the metrics those ticks reported (as their tick
+//! events keep them) against the loop's totals, and the commits from the last approved commit to the
 //! worktree's HEAD. Reads only; takes no lock.
 
 use std::collections::BTreeMap;
@@ -62,6 +62,9 @@ struct TickReview {
     gates: Vec<GateReview>,
     /// The last lines of each output kept (`step.out`, `step.err`, ...).
     output: BTreeMap<String, Vec<String>>,
+    /// What its step reported, as its tick event keeps it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metrics: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,6 +129,7 @@ pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
             step,
             verifier,
             head,
+            metrics,
             ..
         } = &e.kind
         {
@@ -142,14 +146,17 @@ pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
                 } else {
                     BTreeMap::new()
                 },
+                metrics: metrics.clone(),
             });
         }
     }
+    // Summed from the history, whichever host ran the ticks and whatever
+    // became of their run directories; a tick recorded by an older build
+    // keeps its metrics only in its run directory here, if anywhere.
     let mut metrics_since = BTreeMap::new();
     for t in ticks.iter().filter(|t| t.step.is_some()) {
-        if let Some(m) = metrics_of(dir, t.tick) {
-            crate::metrics::add_totals(&mut metrics_since, &m);
-        }
+        let older = (t.metrics.is_empty()).then(|| metrics_of(dir, t.tick)).flatten();
+        crate::metrics::add_totals(&mut metrics_since, older.as_ref().unwrap_or(&t.metrics));
     }
     let work = state.worktree.as_ref().map(|w| {
         let from = ticks
@@ -228,6 +235,8 @@ fn tail(text: &str, cut: bool) -> Vec<String> {
     lines[skip..].iter().map(|l| (*l).to_owned()).collect()
 }
 
+/// What tick `tick`'s step reported, as its run directory on this host
+/// keeps it (for ticks whose event does not).
 fn metrics_of(dir: &dyn LoopStore, tick: u64) -> Option<BTreeMap<String, f64>> {
     let runs = Runs::open(dir.base_dir()).ok()??;
     let run = runs.run(tick).ok()??;

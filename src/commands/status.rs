@@ -49,6 +49,10 @@ pub struct LoopView<'a> {
     /// (`status NAME` reads it from the ledger of firings).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_missed: Option<crate::fires::Fire>,
+    /// The run of firings the daemon's user was refused, when the ledger
+    /// ends with one: the daemon may not tick it (`status NAME`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_firings: Option<crate::fires::Fire>,
     /// Its `[access]` lists, when its config loads (a server shows it
     /// only to its viewers).
     #[serde(skip)]
@@ -124,6 +128,7 @@ fn view_read<'a>(
         overdue: None,
         stopped_by: None,
         last_missed: None,
+        refused_firings: None,
         access: config.as_ref().map(|c| c.access()),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
@@ -210,13 +215,12 @@ pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mu
         v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
     }
     v.stopped_by = stopped_by(dir, &state);
-    v.last_missed = match dir.fires(None) {
-        Ok(records) => crate::fires::last_missed(&records).cloned(),
-        Err(e) => {
-            tracing::warn!("{e}");
-            None
-        }
-    };
+    let fires = dir.fires(None).unwrap_or_else(|e| {
+        tracing::warn!("{e}");
+        Vec::new()
+    });
+    v.last_missed = crate::fires::last_missed(&fires).cloned();
+    v.refused_firings = crate::fires::refused_now(&fires).cloned();
     if json {
         super::emit_json(out, &v)?;
     } else {
@@ -532,6 +536,14 @@ impl Rows {
                 "last missed",
                 format!("{firings}: {why} (automaton fires {})", v.name),
             );
+        }
+        if let Some(r) = &v.refused_firings {
+            let firings = match r.count {
+                1 => format!("1 firing, {}", local(r.at)),
+                n => format!("{n} firings, {} to {}", local(r.at), local(r.last_at())),
+            };
+            let why = r.detail.as_deref().unwrap_or(&r.why);
+            self.row("not ticked", format!("{firings}: {}", safe(why)));
         }
     }
 

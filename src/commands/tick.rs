@@ -16,8 +16,10 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     let store = crate::store::open(root, &args.name)?;
     let config = store.config()?;
     // A tick run by hand, or by an OS schedule installed as its user.
-    let wait = args.timeout.map_or(crate::lock::Wait::No, crate::lock::Wait::For);
-    super::allowed(root, store.as_ref(), crate::access::Action::Tick, wait)?;
+    let bound = args
+        .timeout
+        .map_or(crate::lock::Wait::Forever, crate::lock::Wait::For);
+    super::allowed(root, store.as_ref(), crate::access::Action::Tick, bound)?;
     here(root, store.as_ref(), &config, args.timeout, args.json.json, out)
 }
 

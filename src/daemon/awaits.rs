@@ -1,18 +1,25 @@
-//! Released at once: a loop whose last tick left it awaiting approval is
-//! watched, and an approval committed to it starts its tick now rather
-//! than at its next firing. On the file store the loop's commit marker is
-//! looked at every [`AWAIT_POLL`] while any loop awaits (a `stat` each);
-//! on a shared store the change notification says it. Whether the
-//! approvals given release the await is the tick's to decide, under the
-//! lock, as at any firing: the daemon only fires it early, and a tick
-//! they do not release records nothing new.
+//! Released at once: an approval committed to a loop the daemon schedules
+//! starts its tick now rather than at its next firing, whoever opened the
+//! await (the daemon's own tick, a hand-run one, `approve --run`, another
+//! host). The daemon hears of approvals by the store's change
+//! notification (a shared store), or on the file store by the root's
+//! `approved` file that `approve` rewrites, looked at every
+//! [`AWAIT_POLL`] (one `stat`); a loop its own tick left awaiting is also
+//! watched by its commit marker. Whether the approvals given release the
+//! await is the tick's to decide, under the lock, as at any firing: the
+//! daemon only fires it early, and a tick they do not release records
+//! nothing new.
 
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::dispatch::Dispatcher;
 use super::scan::mtime;
 use crate::state::Status;
+use crate::store::Stores;
 
 /// How often the commit markers of loops awaiting approval are looked at.
 pub(super) const AWAIT_POLL: Duration = Duration::from_millis(250);
@@ -26,6 +33,9 @@ impl Dispatcher<'_> {
             return;
         }
         self.next_await_poll = Instant::now() + AWAIT_POLL;
+        for name in self.said.news(self.stores) {
+            self.heard_of(&name);
+        }
         let changed: Vec<Arc<str>> = self
             .awaiting
             .iter()
@@ -40,10 +50,25 @@ impl Dispatcher<'_> {
         }
     }
 
-    /// Whether any loop is watched by polling (the dispatcher then sleeps
-    /// no longer than [`AWAIT_POLL`]).
+    /// Whether approvals are watched by polling (the dispatcher then
+    /// sleeps no longer than [`AWAIT_POLL`]).
     pub(super) fn polling_awaits(&self) -> bool {
-        self.awaiting.values().any(Option::is_some)
+        self.said.marker.is_some() || self.awaiting.values().any(Option::is_some)
+    }
+
+    /// Loop `name` was approved (the store said so): if the daemon
+    /// schedules it, it is looked at now and fired if it awaits approval
+    /// and holds one; if it awaits without one, it is watched.
+    pub(super) fn heard_of(&mut self, name: &str) {
+        let Some((name, entry)) = self.loops.get_key_value(name) else {
+            return;
+        };
+        if entry.schedule.is_none() {
+            return;
+        }
+        let name = Arc::clone(name);
+        self.awaiting.entry(Arc::clone(&name)).or_insert(None);
+        self.release_if_approved(&name);
     }
 
     /// Fires loop `name` now when it awaits approval and holds one; it is
@@ -79,4 +104,52 @@ impl Dispatcher<'_> {
             self.queue.set(Arc::clone(name), crate::clock::now());
         }
     }
+}
+
+/// The approvals said in the root, as a daemon on a store that does not
+/// notify learns of them ([`crate::store::Store::approvals_marker`]).
+#[derive(Default)]
+pub(super) struct Said {
+    /// The file to look at; `None` for a store that notifies.
+    pub(super) marker: Option<PathBuf>,
+    /// Its inode and modification time when last read.
+    seen: Option<(u64, SystemTime)>,
+    /// What it held then.
+    known: HashSet<(String, u64)>,
+}
+
+impl Said {
+    pub(super) fn new(stores: &Stores) -> Said {
+        Said {
+            marker: stores.approvals_marker(),
+            ..Said::default()
+        }
+    }
+
+    /// The loops approved since the last look: none unless the file was
+    /// replaced (one `stat`), else those of the lines new to it.
+    fn news(&mut self, stores: &Stores) -> Vec<String> {
+        let Some(marker) = &self.marker else {
+            return Vec::new();
+        };
+        let now = identity(marker);
+        if now == self.seen {
+            return Vec::new();
+        }
+        self.seen = now;
+        let all: HashSet<(String, u64)> = stores.approvals_said().into_iter().collect();
+        let new = all
+            .difference(&self.known)
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.known = all;
+        new
+    }
+}
+
+/// A file's inode and modification time: a file replaced by a rename has
+/// a new inode, whatever the clock's grain.
+fn identity(path: &Path) -> Option<(u64, SystemTime)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.ino(), meta.modified().ok()?))
 }

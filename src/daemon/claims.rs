@@ -130,6 +130,13 @@ impl<'a> Dispatcher<'a> {
                 entry.fired = Some(nominal);
                 entry.started = Some(now);
             }
+            // A loop its user may not tick: recorded, and its next firing
+            // written, as a tick's would be.
+            if let Some(detail) = self.loops.get(&name).and_then(|e| e.refusal()) {
+                self.record(&name, |w, at, key| w.of_refused(at, key, detail));
+                self.settle(&name);
+                continue;
+            }
             let lag = Duration::try_from(now.duration_since(nominal)).unwrap_or_default();
             self.lags.add(&name, lag);
             self.ticks += 1;

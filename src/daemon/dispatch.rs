@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::awaits::Said;
 use super::claims::Claimant;
 use super::due::jittered;
 use super::ledger::{Writer, schedule_key, stands_for};
@@ -49,6 +50,8 @@ pub(super) struct Dispatcher<'a> {
     pub(super) awaiting: HashMap<Arc<str>, Option<SystemTime>>,
     /// When the loops awaiting approval are next looked at.
     pub(super) next_await_poll: Instant,
+    /// The approvals said in the root, on a store that does not notify.
+    pub(super) said: Said,
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     pub(super) clock: (Timestamp, Instant),
@@ -87,6 +90,7 @@ impl<'a> Dispatcher<'a> {
             next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
             awaiting: HashMap::new(),
             next_await_poll: Instant::now(),
+            said: Said::new(stores),
             clock: (crate::clock::now(), Instant::now()),
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
@@ -216,6 +220,13 @@ impl<'a> Dispatcher<'a> {
             }
             entry.fired = entry.nominal.take().or(Some(now));
             entry.started = Some(now);
+            if let Some(detail) = entry.refusal() {
+                // Its user may not tick it: the firing is recorded as
+                // refused, and the next one queued.
+                reschedule(&mut self.queue, &name, entry, now);
+                self.record(&name, |w, at, key| w.of_refused(at, key, detail));
+                continue;
+            }
             if entry
                 .inactive
                 .is_some_and(|m| entry.state_path.as_deref().and_then(mtime) == Some(m))
@@ -249,8 +260,9 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// Loops a shared store said changed: a paused one is looked at again,
-    /// and, unless only its state changed, its config read again; an
-    /// unknown name means a new loop, and asks for a scan now (the answer).
+    /// one that awaits approval and holds one is fired, and, unless only
+    /// its state changed, its config is read again; an unknown name means
+    /// a new loop, and asks for a scan now (the answer).
     pub(super) fn changed(&mut self, changes: &[Change]) -> bool {
         let mut scan = false;
         for Change { name, state_only } in changes {
@@ -262,10 +274,7 @@ impl<'a> Dispatcher<'a> {
                         e.config_mtime = None;
                         scan = true;
                     }
-                    if let Some((name, _)) = self.awaiting.get_key_value(name.as_str()) {
-                        let name = Arc::clone(name);
-                        self.release_if_approved(&name);
-                    }
+                    self.heard_of(name);
                 }
                 None => {
                     self.listing = None;
@@ -319,7 +328,11 @@ impl<'a> Dispatcher<'a> {
     /// Writes the record of the firing `name` last filled (`this` makes
     /// it, given when it fell due and the schedule's name) in its ledger,
     /// after the firings unaccounted for since its last record.
-    fn record(&self, name: &Arc<str>, this: impl FnOnce(&Writer, Timestamp, &str) -> crate::fires::Fire) {
+    pub(super) fn record(
+        &self,
+        name: &Arc<str>,
+        this: impl FnOnce(&Writer, Timestamp, &str) -> crate::fires::Fire,
+    ) {
         let Some(entry) = self.loops.get(name) else { return };
         let (Some((s, when)), Some(at)) = (&entry.schedule, entry.fired) else {
             return;

@@ -1,6 +1,6 @@
 //! What the daemon writes in the ledger of firings ([`crate::fires`]):
-//! after each firing it filled (a tick, or a loop passed over as
-//! inactive), the record of that firing, preceded by the firings the
+//! after each firing it filled (a tick, or a loop passed over as inactive
+//! or as one its user may not tick), the record of that firing, preceded by the firings the
 //! schedule called for since the loop's last record that nobody filled,
 //! counted and folded (skipped while the loop's previous tick still ran,
 //! missed while no daemon ran, missed because the daemon came too late).
@@ -90,6 +90,21 @@ impl Writer {
             Kind::Skipped,
             why::INACTIVE.to_owned(),
             None,
+            None,
+            now,
+        )
+    }
+
+    /// The record of a firing at `at` that ran nothing because the
+    /// daemon's user may not tick the loop (`detail` says who may).
+    pub(super) fn of_refused(&self, at: Timestamp, schedule: &str, detail: String) -> Fire {
+        let now = crate::clock::now();
+        self.fire(
+            at,
+            schedule,
+            Kind::Skipped,
+            why::REFUSED.to_owned(),
+            Some(detail),
             None,
             now,
         )

@@ -2,7 +2,10 @@
 //! seconds, the loop list read again only when the loops directory
 //! changed and a config only when its mtime did (past a thousand loops,
 //! in turns), loops found due at once are spread over a cadence, and a
-//! removed loop is forgotten.
+//! removed loop is forgotten. Each config read is checked against the
+//! daemon's user with the one check (`access::check`): a loop whose
+//! operators it is not among is not ticked, said once in the log, and its
+//! firings are recorded as refused.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +18,8 @@ use super::dispatch::Dispatcher;
 use super::due::{When, jittered};
 use super::queue::Queue;
 use super::{CONFIGS_PER_SCAN, FULL_LISTING};
-use crate::config::Schedule;
+use crate::access::{Action, Denied};
+use crate::config::{LoopConfig, Schedule};
 use crate::state::Status;
 use crate::store::LoopStore;
 
@@ -42,6 +46,9 @@ pub(super) struct Entry {
     pub(super) hosts: Vec<String>,
     /// Which turn of the rescans looks at its config.
     pub(super) turn: u64,
+    /// Why the daemon's user may not tick it, as its config last read
+    /// said: its firings are then recorded as refused, and run nothing.
+    pub(super) refused: Option<Denied>,
     pub(super) config_path: PathBuf,
     /// A file whose mtime moves with every commit (the file store).
     pub(super) state_path: Option<PathBuf>,
@@ -62,7 +69,21 @@ impl Entry {
             seen: 0,
             hosts: Vec::new(),
             turn: 0,
+            refused: None,
         }
+    }
+
+    /// What a firing refused records: who the daemon runs as, and who
+    /// may tick the loop. `None` when the daemon's user may.
+    pub(super) fn refusal(&self) -> Option<String> {
+        self.refused.as_ref().map(|d| {
+            format!(
+                "the daemon runs as {}, and a tick needs one of its {} ({})",
+                crate::who::user(),
+                d.role.as_str(),
+                d.holders.join(", ")
+            )
+        })
     }
 }
 
@@ -129,6 +150,7 @@ impl<'a> Dispatcher<'a> {
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
         let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
+        let actor = crate::who::actor();
         for (name, entry) in self.loops.iter_mut() {
             if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
                 continue;
@@ -139,8 +161,11 @@ impl<'a> Dispatcher<'a> {
             }
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
-            let (schedule, hosts) = read_schedule(name, entry.dir.as_ref());
-            entry.hosts = hosts;
+            let read = read_config(name, entry.dir.as_ref(), &actor, &self.root.settings().access);
+            let schedule = read.schedule;
+            entry.hosts = read.hosts;
+            say_refused(name, &entry.refused, &read.refused);
+            entry.refused = read.refused;
             if first && schedule.is_some() {
                 // Found awaiting approval (before this daemon started, or
                 // by another's tick): watched, so an approval starts it.
@@ -301,15 +326,55 @@ fn first_firing(
     First::Queued
 }
 
-/// The loop's schedule, where this host fires it, and the hosts it may
-/// run on (`[runner] hosts`; empty: any).
-pub(super) fn read_schedule(name: &str, dir: &dyn LoopStore) -> (Option<(Schedule, When)>, Vec<String>) {
+/// What the daemon reads of a loop's config.
+pub(super) struct Read {
+    /// Its schedule, where this host fires it.
+    pub(super) schedule: Option<(Schedule, When)>,
+    /// The hosts it may run on (`[runner] hosts`; empty: any).
+    pub(super) hosts: Vec<String>,
+    /// Why `actor`, the daemon's user, may not tick it.
+    pub(super) refused: Option<Denied>,
+}
+
+/// Reads loop `name`'s config: its schedule, its hosts, and whether the
+/// daemon's user (`actor`) may tick it, by its `[access]` over the
+/// root's (`defaults`), as `automaton tick` is checked.
+pub(super) fn read_config(
+    name: &str,
+    dir: &dyn LoopStore,
+    actor: &crate::who::Actor,
+    defaults: &crate::access::Access,
+) -> Read {
     let config = dir.config();
     let hosts = config
         .as_ref()
         .map(|c| c.runner.hosts.clone())
         .unwrap_or_default();
-    (schedule_of(name, config), hosts)
+    let refused = config.as_ref().ok().and_then(|c: &LoopConfig| {
+        let rules = crate::access::rules_of(c, defaults);
+        crate::access::check(actor, Action::Tick, &rules).err()
+    });
+    Read {
+        schedule: schedule_of(name, config),
+        hosts,
+        refused,
+    }
+}
+
+/// Says in the log, once, that the daemon's user may not tick loop
+/// `name` (or, once, that it may again), when a config read changes it.
+fn say_refused(name: &str, was: &Option<Denied>, now: &Option<Denied>) {
+    match (was, now) {
+        (_, Some(d)) if was.as_ref() != Some(d) => tracing::warn!(
+            "loop {name:?} is not ticked by this daemon: it runs as {}, and a tick needs one of its {} ({}); \
+             its firings are recorded as refused",
+            crate::who::user(),
+            d.role.as_str(),
+            d.holders.join(", ")
+        ),
+        (Some(_), None) => tracing::info!("loop {name:?}: this daemon's user may tick it again"),
+        _ => {}
+    }
 }
 
 fn schedule_of(

@@ -119,6 +119,7 @@ pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
         user: actor.user.clone(),
         role: d.role.as_str(),
         holders: d.holders,
+        record: Box::new(crate::access::Record::Unasked),
     })
 }
 
@@ -390,7 +391,7 @@ pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8
             let args = CancelArgs {
                 name: name.to_owned(),
                 grace: app.lock_wait / 3,
-                timeout: app.lock_wait,
+                timeout: Some(app.lock_wait),
                 json: on(),
             };
             cancel::run(root, stores, &args, out)

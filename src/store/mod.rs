@@ -98,6 +98,20 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Where a daemon that polls learns of approvals given in the root
+    /// ([`LoopStore::say_approved`]): a file replaced with each, whose
+    /// inode or modification time moves; `None` for a store whose
+    /// notifications ([`Store::listen`]) tell of every approval.
+    fn approvals_marker(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// The approvals said lately ([`Store::approvals_marker`]), oldest
+    /// first: each loop's name and the state version its approval made.
+    fn approvals_said(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
     /// Where daemons sharing the store claim due firings between them, so
     /// each firing is offered to one daemon ([`Claims`]); `None` for a
     /// store one daemon serves (the file store), whose daemon keeps its
@@ -295,6 +309,14 @@ pub trait LoopStore: Send + Sync {
     /// instead ([`Stores::listen`]).
     fn commit_marker(&self) -> Option<PathBuf> {
         None
+    }
+
+    /// Says, for a daemon that polls ([`Store::approvals_marker`]), that
+    /// the loop was approved and its state is now at `version`, so the
+    /// tick the approval releases starts at once. Outside the commit, and
+    /// best effort: a store whose commits notify says nothing more.
+    fn say_approved(&self, _version: u64) -> Result<()> {
+        Ok(())
     }
 
     /// The loop's config, read and validated.

@@ -383,6 +383,7 @@ impl Tick<'_> {
             worktree_changed,
             host: Some(crate::who::host()),
             head,
+            metrics: state.metrics.clone(),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(state, events, Durability::Full) {
@@ -719,6 +720,7 @@ impl Tick<'_> {
                 worktree_changed: None,
                 host: None,
                 head: None,
+                metrics: Default::default(),
             });
         }
         let noted = self.note_gate_error(state);

@@ -563,3 +563,107 @@ fn review_links_to_the_consoles_page_when_a_server_url_is_set() {
     let v: Value = serde_json::from_str(&env.ok(&["review", "linked", "--json"])).unwrap();
     assert_eq!(v["link"], page);
 }
+
+/// A daemon this test started, killed if the test ends before it stops it.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The daemon run as OS user `user` on `env`'s root, its stderr in `log`:
+/// this test's own child (not runuser's), so a signal reaches it.
+fn daemon_as(env: &Env, user: &str, log: &Path) -> Running {
+    use std::os::unix::process::CommandExt;
+    let user = nix::unistd::User::from_name(user).unwrap().unwrap();
+    let mut c = Command::new(BIN);
+    c.arg("--root").arg(&env.root).arg("daemon");
+    c.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+    isolate(&mut c);
+    c.env_remove("AUTOMATON_USER")
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    Running(c.spawn().unwrap())
+}
+
+/// Stops a daemon with SIGTERM; its exit code.
+fn stop(mut daemon: Running) -> Option<i32> {
+    let pid = nix::unistd::Pid::from_raw(daemon.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    daemon.0.wait().unwrap().code()
+}
+
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn fires(env: &Env, name: &str) -> Vec<Value> {
+    serde_json::from_str(&env.ok(&["fires", name, "--json"])).unwrap()
+}
+
+/// The daemon's ticks are its user's, checked as `tick` run by that user
+/// is: a daemon run by someone who is not one of the loop's operators
+/// ticks nothing, says so once, and records each firing as refused.
+#[test]
+fn a_daemon_ticks_only_the_loops_its_user_operates() {
+    if !users() {
+        return;
+    }
+    let env = crate::files_only!("other OS users use the root's files");
+    env.root_config("");
+    env.new_often_loop(
+        "ops-only",
+        &format!("step = \"true\"\n[schedule]\nevery = \"100ms\"\n[access]\noperators = [{OPS:?}]\n"),
+    );
+    shared(&env);
+    let log = env.root.with_file_name("daemon-lead.log");
+    let lead = daemon_as(&env, LEAD, &log);
+    until("three firings refused", || {
+        fires(&env, "ops-only")
+            .last()
+            .is_some_and(|r| r["why"] == "refused" && r["count"].as_u64() >= Some(3))
+    });
+    assert_eq!(stop(lead), Some(0));
+    open_up(&env.root);
+    assert_eq!(env.state("ops-only")["tick"], 0, "not ticked");
+    let said = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("is not ticked by this daemon"))
+        .collect();
+    assert_eq!(lines.len(), 1, "said once: {said}");
+    assert!(
+        lines[0].contains("\"ops-only\"")
+            && lines[0].contains(&format!("runs as {LEAD}"))
+            && lines[0].contains(&format!("operators ({OPS})")),
+        "{said}"
+    );
+    let record = fires(&env, "ops-only").pop().unwrap();
+    assert_eq!(
+        (&record["kind"], &record["why"]),
+        (&"skipped".into(), &"refused".into())
+    );
+    let status = env.ok(&["status", "ops-only"]);
+    assert!(
+        status.contains("not ticked") && status.contains(&format!("the daemon runs as {LEAD}")),
+        "{status}"
+    );
+    // One of its operators runs the daemon: it ticks.
+    let ops = daemon_as(&env, OPS, &env.root.with_file_name("daemon-ops.log"));
+    until("a tick", || env.state("ops-only")["tick"].as_u64() >= Some(1));
+    assert_eq!(stop(ops), Some(0));
+    open_up(&env.root);
+    let ran = fires(&env, "ops-only");
+    assert!(ran.iter().any(|r| r["kind"] == "ran"), "{ran:?}");
+    assert!(!env.ok(&["status", "ops-only"]).contains("not ticked"));
+}

@@ -297,3 +297,34 @@ fn approve_run_does_not_tick_while_more_approvals_are_needed() {
     );
     assert_eq!(fs::read_to_string(&ran).unwrap().lines().count(), 2);
 }
+
+/// `review` sums the metrics of the ticks since the last approval from
+/// their tick events, so ticks whose run directories are gone (pruned, or
+/// on another host) still count.
+#[test]
+fn review_sums_metrics_from_the_history_not_the_run_directories() {
+    let env = Env::new();
+    env.new_loop(
+        "agent",
+        "step = \"echo cost_usd=0.5 > \\\"$AUTOMATON_METRICS\\\"; echo tokens=100 >> \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [[gate]]\nstock = \"approve-every\"\nparams = { every = 2 }\n",
+    );
+    for _ in 0..2 {
+        env.ok(&["tick", "agent"]);
+    }
+    env.ok(&["tick", "agent"]);
+    assert_eq!(env.state("agent")["status"], "awaiting_approval");
+    let tick = env
+        .history("agent")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "tick" && e["step"].is_object())
+        .unwrap();
+    assert_eq!(tick["metrics"]["cost_usd"], 0.5, "{tick}");
+    // As if the ticks ran on another host, or their output was pruned.
+    fs::remove_dir_all(env.loop_dir("agent").join("runs")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["review", "agent", "--json"])).unwrap();
+    assert_eq!(v["metrics_since"]["cost_usd"], 1.0, "{v}");
+    assert_eq!(v["metrics_since"]["tokens"], 200.0, "{v}");
+    assert_eq!(v["totals"]["cost_usd"], 1.0, "{v}");
+}

@@ -704,3 +704,49 @@ fn an_approval_under_the_daemon_starts_the_tick_at_once() {
     assert!(log.contains("approved; its tick starts now"), "{log}");
     assert_eq!(daemon.terminate(), Some(0));
 }
+
+/// An await the daemon did not see begin (a hand-run tick opened it while
+/// the daemon ran, an hour from the loop's next firing) is released at
+/// once too: the approval is heard of, whichever loop it is for.
+#[test]
+fn an_await_begun_outside_the_daemon_is_released_at_once_by_an_approval() {
+    let env = Env::new();
+    let toml = "step = \"true\"\n[schedule]\nevery = \"1h\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "gated", toml);
+    env.ok(&["tick", "gated"]);
+    let daemon = Daemon::start(&env, &[]);
+    until("the daemon read the loop's schedule", || {
+        daemon.log().contains("loop \"gated\" scheduled")
+    });
+    // Awaiting by a tick from outside the daemon, which found it active.
+    env.ok(&["tick", "gated"]);
+    assert_eq!(env.state("gated")["status"], "awaiting_approval");
+    let (before, events) = (ticks(&env, "gated"), tick_events(&env, "gated"));
+    env.ok(&["approve", "gated"]);
+    // Well before the next firing: a regression to it fails here.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ticks(&env, "gated") == before {
+        assert!(
+            Instant::now() < deadline,
+            "not released at once: {}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(daemon.terminate(), Some(0));
+    let state = env.state("gated");
+    assert_eq!(state["tick"], before + 1, "{state}");
+    assert_eq!(state["last_tick"]["outcome"], "ran", "{state}");
+    assert_eq!(
+        tick_events(&env, "gated"),
+        events + 1,
+        "ticked once, by the daemon"
+    );
+    let fired: Vec<serde_json::Value> = fires(&env, "gated");
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(
+        (&fired[0]["kind"], &fired[0]["why"], &fired[0]["tick"]),
+        (&"ran".into(), &"ran".into(), &(before + 1).into())
+    );
+}

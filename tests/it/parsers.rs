@@ -131,6 +131,7 @@ fn lines() -> Vec<Vec<u8>> {
                 before: Some("c0ffee".into()),
                 after: Some("decaf".into()),
             }),
+            metrics: [("cost_usd".to_owned(), 0.25)].into(),
         },
     ];
     kinds

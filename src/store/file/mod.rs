@@ -16,8 +16,10 @@
 //! `check` (what `doctor` finds), `state_file` (the state's bytes),
 //! `create` (a new root, a new or adopted loop), `journal` and `rotation`
 //! (the history and its rotated files), `flight` (the `in_flight` record)
-//! and `edits` (what `edit` leaves beside loop.toml).
+//! and `edits` (what `edit` leaves beside loop.toml); `approved` (the
+//! root's last approvals, which wake the daemon).
 
+mod approved;
 mod check;
 mod create;
 pub mod edits;
@@ -253,6 +255,14 @@ impl LoopStore for LoopDir {
         Some(self.state_path())
     }
 
+    fn say_approved(&self, version: u64) -> Result<()> {
+        // `<root>/loops/<name>`: the root is two levels up.
+        match self.dir.parent().and_then(Path::parent) {
+            Some(root) => approved::say(root, self.name.as_str(), version),
+            None => Ok(()),
+        }
+    }
+
     fn config(&self) -> Result<LoopConfig> {
         LoopDir::config(self)
     }
@@ -400,6 +410,14 @@ impl Store for FileStore {
 
     fn is_shared(&self) -> bool {
         false
+    }
+
+    fn approvals_marker(&self) -> Option<PathBuf> {
+        Some(approved::path(self.root.path()))
+    }
+
+    fn approvals_said(&self) -> Vec<(String, u64)> {
+        approved::read(self.root.path())
     }
 
     fn get(&self, name: &str) -> Result<Box<dyn LoopStore>> {

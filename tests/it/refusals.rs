@@ -1,0 +1,178 @@
+//! Refusals: said at once, whatever holds the loop's lock, and recorded
+//! when the lock comes within a moment (or the command's `--timeout`);
+//! and the commands that move a loop away or repair it (`migrate`,
+//! `doctor --fix`) are its operators' to run, as any change is.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{Env, gated_step, wait_for};
+
+/// Runs `cmd`, failing the test if it has not ended within `bound`: a
+/// command that would wait for the tick holding the lock never ends
+/// before the tick does.
+fn ended_within(cmd: &mut Command, bound: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + bound;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{cmd:?} was still waiting: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Lets a gated step go when dropped, so a tick a failed test leaves ends.
+struct Go<'a>(&'a std::path::Path);
+
+impl Drop for Go<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("go"), "");
+    }
+}
+
+fn refused_events(env: &Env, name: &str) -> Vec<serde_json::Value> {
+    env.history(name)
+        .into_iter()
+        .filter(|e| e["kind"] == "refused")
+        .collect()
+}
+
+#[test]
+fn a_refusal_during_a_long_tick_is_said_at_once_and_says_it_is_not_recorded() {
+    let env = Env::new();
+    let gate = tempfile::tempdir().unwrap();
+    env.new_loop(
+        "agent",
+        &format!(
+            "{}[access]\noperators = [\"operator\"]\n",
+            gated_step(gate.path())
+        ),
+    );
+    let go = Go(gate.path());
+    let mut tick = env
+        .cmd()
+        .args(["tick", "agent"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&gate.path().join("started"));
+    // The tick holds the lock until the test says go: each refusal is
+    // said without waiting for it (the tick never ends on its own).
+    for command in ["pause", "cancel"] {
+        let out = ended_within(
+            env.cmd()
+                .args([command, "agent"])
+                .env("AUTOMATON_USER", "mallory"),
+            Duration::from_secs(60),
+        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(10), "{command}: {said}");
+        assert!(
+            said.contains(&format!("mallory may not `{command}`"))
+                && said.contains("could not be recorded")
+                && said.contains("(tick 1, running"),
+            "{command}: {said}"
+        );
+    }
+    assert!(refused_events(&env, "agent").is_empty());
+    drop(go);
+    assert!(tick.wait().unwrap().success());
+    // With the lock free, the refusal is recorded, and says so.
+    let out = env
+        .cmd()
+        .args(["pause", "agent"])
+        .env("AUTOMATON_USER", "mallory")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(10), "{said}");
+    assert!(said.contains("the attempt is recorded"), "{said}");
+    let refused = refused_events(&env, "agent");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (refused[0]["by"].as_str(), refused[0]["action"].as_str()),
+        (Some("mallory"), Some("pause"))
+    );
+}
+
+#[test]
+fn migrate_moves_only_the_loops_its_user_operates_and_records_the_refusal() {
+    let from = crate::files_only!("moves loops between two roots' files");
+    let to = Env::new();
+    from.new_loop("theirs", "step = \"true\"\n[access]\noperators = [\"ops\"]\n");
+    from.new_loop("mine", "step = \"true\"\n[access]\noperators = [\"operator\"]\n");
+    let (src, dst) = (from.root.to_str().unwrap(), to.root.to_str().unwrap());
+    let err = from.fails(10, &["migrate", "--from", src, "--to", dst, "theirs"]);
+    assert!(
+        err.contains("operator may not `migrate`") && err.contains("operators (ops)"),
+        "{err}"
+    );
+    assert_eq!(from.state("theirs")["status"], "active", "it stayed");
+    assert!(!to.loop_dir("theirs").exists());
+    let refused = refused_events(&from, "theirs");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["action"], "migrate");
+    let out = from.ok(&["migrate", "--from", src, "--to", dst, "mine"]);
+    assert!(out.contains("moved loop mine"), "{out}");
+    assert_eq!(to.state("mine")["status"], "active");
+    // The root's own list holds for a loop that sets none.
+    from.new_loop("plain", "step = \"true\"\n");
+    std::fs::write(
+        from.root.join("automaton.toml"),
+        format!(
+            "delegates = [{:?}]\n[access]\noperators = [\"ops\"]\n",
+            automaton::who::os_user()
+        ),
+    )
+    .unwrap();
+    from.fails(10, &["migrate", "--from", src, "--to", dst, "plain"]);
+    assert!(!to.loop_dir("plain").exists());
+}
+
+#[test]
+fn doctor_fix_is_an_operators_and_a_refused_one_repairs_nothing() {
+    let env = crate::files_only!("leaves an edit's copy by hand");
+    env.new_loop("agent", "step = \"true\"\n[access]\noperators = [\"ops\"]\n");
+    let copy = env.loop_dir("agent").join(".loop.toml.edit-1.toml");
+    std::fs::write(&copy, "step = \"true\"\n").unwrap();
+    let aged = Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let out = env.run(&["doctor", "agent", "--fix"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(10), "{said}");
+    assert!(
+        said.contains("operator may not `doctor --fix`") && said.contains("operators (ops)"),
+        "{said}"
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("not repaired: not allowed"), "{report}");
+    assert!(copy.exists(), "a refused fix removes nothing");
+    assert_eq!(refused_events(&env, "agent")[0]["action"], "doctor-fix");
+    // Checking needs no role; one of its operators repairs it.
+    let out = env.run(&["doctor", "agent"]);
+    assert_ne!(out.status.code(), Some(10));
+    let out = env
+        .cmd()
+        .args(["doctor", "agent", "--fix"])
+        .env("AUTOMATON_USER", "ops")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!copy.exists());
+}
