@@ -100,6 +100,7 @@ impl Dispatcher<'_> {
         }
         tracing::info!("loop {name:?}: approved; its tick starts now");
         self.awaiting.remove(name);
+        self.released.insert(Arc::clone(name));
         if !self.fire_claimed(name, state.version) {
             self.queue.set(Arc::clone(name), crate::clock::now());
         }

@@ -142,10 +142,12 @@ impl<'a> Dispatcher<'a> {
             self.ticks += 1;
             let cancel = Cancel::default();
             self.running.insert(Arc::clone(&name), cancel.clone());
+            let released = self.released.remove(&name);
             handoff.give(Job {
                 name,
                 cancel,
                 ran_since: None,
+                released,
             });
         }
     }

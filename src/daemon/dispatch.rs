@@ -3,7 +3,7 @@
 //! ended ones in, rescans the root and reports on a timer, and on a stop
 //! signal stops firing, waits out the grace and cancels what still runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -50,6 +50,9 @@ pub(super) struct Dispatcher<'a> {
     pub(super) awaiting: HashMap<Arc<str>, Option<SystemTime>>,
     /// When the loops awaiting approval are next looked at.
     pub(super) next_await_poll: Instant,
+    /// Loops an approval released, until their tick is handed out: that
+    /// tick waits a moment for a lock the approving command still holds.
+    pub(super) released: HashSet<Arc<str>>,
     /// The approvals said in the root, on a store that does not notify.
     pub(super) said: Said,
     /// The wall clock and the monotonic one at the last look, to notice the
@@ -90,6 +93,7 @@ impl<'a> Dispatcher<'a> {
             next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
             awaiting: HashMap::new(),
             next_await_poll: Instant::now(),
+            released: HashSet::new(),
             said: Said::new(stores),
             clock: (crate::clock::now(), Instant::now()),
             claimant: stores.claims().map(|_| Claimant::new()),
@@ -244,7 +248,10 @@ impl<'a> Dispatcher<'a> {
             self.running.insert(Arc::clone(&name), cancel.clone());
             // Daemons on other hosts fire the same loop: a tick started
             // within half a cadence of this firing ran it already.
+            let released = self.released.remove(&name);
             let ran_since = match (self.stores.is_shared(), &entry.schedule, entry.fired) {
+                // An approval's release is a firing of its own.
+                _ if released => None,
                 (true, Some((_, when)), Some(fired)) => {
                     let half = SignedDuration::try_from(when.period(now) / 2).unwrap_or_default();
                     fired.checked_sub(half).ok()
@@ -255,6 +262,7 @@ impl<'a> Dispatcher<'a> {
                 name,
                 cancel,
                 ran_since,
+                released,
             });
         }
     }

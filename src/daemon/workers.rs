@@ -37,7 +37,14 @@ pub(super) struct Job {
     pub(super) cancel: Cancel,
     /// With a shared store: a tick started since then ran this firing.
     pub(super) ran_since: Option<Timestamp>,
+    /// An approval released the loop: the command that gave it may still
+    /// hold the lock (its change is told before its lock is let go), so
+    /// the tick waits for it a moment before it answers `busy`.
+    pub(super) released: bool,
 }
+
+/// How long a released tick waits for the approving command's lock.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// A tick that ended, and how.
 pub(super) type Ended = (Arc<str>, Result<TickReport>);
@@ -220,10 +227,12 @@ pub(super) fn worker(root: &Root, stores: &Stores, host: Option<&GateHost>, hand
         name,
         cancel,
         ran_since,
+        released,
     }) = handoff.take()
     {
         let opts = tick::Options {
             never_wait: true,
+            brief_wait: released.then_some(RELEASE_WAIT),
             host,
             cancel: Some(&cancel),
             ran_since,

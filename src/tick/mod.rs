@@ -41,6 +41,9 @@ pub struct Options<'a> {
     pub timeout: Option<Duration>,
     /// Answer `busy` at once when the lock is held, whatever `overlap` says.
     pub never_wait: bool,
+    /// Where the tick would answer `busy`, first wait this long for the
+    /// lock (a command that holds it briefly).
+    pub brief_wait: Option<Duration>,
     /// A gate host shared with other ticks; else one is built for this tick
     /// (only when the loop has gates).
     pub host: Option<&'a GateHost>,
@@ -83,7 +86,14 @@ pub fn run_configured(
     let skip = config.overlap == Overlap::Skip || opts.never_wait;
     let session = match store.lock(Holder::me("tick"), Wait::No) {
         Ok(session) => session,
-        Err(Error::LockNotObtained { holder, .. }) if skip => return busy(store, holder),
+        Err(Error::LockNotObtained { holder, .. }) if skip => match opts.brief_wait {
+            None => return busy(store, holder),
+            Some(brief) => match store.lock(Holder::me("tick"), Wait::For(brief)) {
+                Ok(session) => session,
+                Err(Error::LockNotObtained { holder, .. }) => return busy(store, holder),
+                Err(e) => return Err(e),
+            },
+        },
         Err(Error::LockNotObtained { .. }) => {
             // Read before waiting, so a loop that cannot tick fails fast (a
             // bad state file is reported, not waited for); it is read again

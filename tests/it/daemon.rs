@@ -750,3 +750,49 @@ fn an_await_begun_outside_the_daemon_is_released_at_once_by_an_approval() {
         (&"ran".into(), &"ran".into(), &(before + 1).into())
     );
 }
+
+#[test]
+fn a_released_tick_waits_a_moment_for_a_lock_still_held() {
+    // The approving command tells of its change before it lets the lock
+    // go (PostgreSQL notifies in its commit): the tick it releases must
+    // not answer `busy` and leave the loop to its next firing. Here the
+    // lock is held by hand, a moment, as the daemon hears of the approval.
+    let env = crate::files_only!("holds the lock file with flock(1)");
+    let toml = "step = \"true\"\n[schedule]\nevery = \"1h\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "gated", toml);
+    env.ok(&["tick", "gated"]);
+    let daemon = Daemon::start(&env, &[]);
+    until("the daemon read the loop's schedule", || {
+        daemon.log().contains("loop \"gated\" scheduled")
+    });
+    env.ok(&["tick", "gated"]);
+    assert_eq!(env.state("gated")["status"], "awaiting_approval");
+    let before = ticks(&env, "gated");
+    let pid = Pid::from_raw(daemon.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    env.ok(&["approve", "gated"]);
+    let lock = env.root.join("loops/gated/.state.lock");
+    let mut holder = std::process::Command::new("flock")
+        .arg(&lock)
+        .args(["sleep", "2"])
+        .spawn()
+        .expect("flock(1) from util-linux");
+    until("the lock is held by hand", || {
+        !std::process::Command::new("flock")
+            .args(["-n", lock.to_str().unwrap(), "true"])
+            .status()
+            .unwrap()
+            .success()
+    });
+    kill(pid, Signal::SIGCONT).unwrap();
+    until("the released tick ran", || ticks(&env, "gated") > before);
+    holder.wait().unwrap();
+    assert_eq!(daemon.terminate(), Some(0));
+    let state = env.state("gated");
+    assert_eq!(state["tick"], before + 1, "{state}");
+    assert_eq!(state["last_tick"]["outcome"], "ran", "{state}");
+    let fired = fires(&env, "gated");
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(fired[0]["kind"], "ran", "{fired:?}");
+}
