@@ -152,6 +152,50 @@ fn overdue_loops_that_nothing_fires_are_said_once_below_the_table() {
     assert!(!table.contains("no daemon serves"), "{table}");
 }
 
+/// `status NAME` says of an overdue loop what `list` says: overdue by how
+/// much, and that nothing fires it, rather than `next due ... (now)`.
+#[test]
+fn status_of_an_overdue_loop_says_by_how_much_and_that_nothing_fires_it() {
+    let env = crate::files_only!("backdates .state.loop by hand");
+    env.new_loop("hourly", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    let path = env.loop_dir("hourly").join(".state.loop");
+    let mut state: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    state["created_at"] = "2020-01-01T00:00:00Z".into();
+    fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let table = env.ok(&["list"]);
+    let row = table.lines().find(|l| l.starts_with("hourly")).unwrap();
+    let by = row
+        .split_whitespace()
+        .skip_while(|w| *w != "overdue")
+        .nth(1)
+        .unwrap();
+    let status = env.ok(&["status", "hourly"]);
+    let row = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .map(|l| l[key.len()..].trim_start().to_owned())
+    };
+    let due = row("next due").unwrap_or_else(|| panic!("{status}"));
+    assert!(due.starts_with(&format!("overdue {by} (came due ")), "{status}");
+    assert_eq!(
+        row("fired by").as_deref(),
+        Some(
+            "nothing: no daemon serves this root and it has no OS schedule; \
+             run `automaton daemon`, or `automaton schedule install hourly`"
+        ),
+        "{status}"
+    );
+    // Once it has ticked it is due in an hour, and nothing is said of it.
+    env.ok(&["tick", "hourly"]);
+    let status = env.ok(&["status", "hourly"]);
+    assert!(status.contains("(in 59m"), "{status}");
+    assert!(
+        !status.contains("overdue") && !status.contains("fired by"),
+        "{status}"
+    );
+}
+
 #[test]
 fn a_mistyped_loop_name_is_answered_with_the_nearest() {
     let env = Env::new();
