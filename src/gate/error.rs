@@ -50,6 +50,21 @@ pub enum GateErrorKind {
         trap: String,
         guest_output: String,
     },
+    /// The gate's code returned a value its language's bindings could not
+    /// turn into the export's WIT type, so they trapped (a Python
+    /// `evaluate` returning `"skip"`, a JavaScript one returning `{tag:
+    /// 'skip'}` without its reason): `not` is what the export returns (`a
+    /// decision`), `what` what the code returned and `expected` the shapes
+    /// due, both as the gate's language says them. `trap` and
+    /// `guest_output` are what the runtime said, logged at info level
+    /// (`-v`).
+    NotReturnable {
+        not: &'static str,
+        what: String,
+        expected: &'static str,
+        trap: String,
+        guest_output: String,
+    },
     /// The gate returned a value the host cannot read as the WIT type (an
     /// unknown decision tag, a string that is not UTF-8): `detail` is
     /// wasmtime's reason, `expected` what the export returns. The call
@@ -123,6 +138,13 @@ impl fmt::Display for GateErrorKind {
                 write!(f, "threw {}", tail(value, 2048))?;
                 at.iter().try_for_each(|at| write!(f, " (at {at})"))
             }
+            GateErrorKind::NotReturnable {
+                not, what, expected, ..
+            } => write!(
+                f,
+                "returned a value that is not {not} ({}); expected {expected}",
+                tail(what, 2048)
+            ),
             GateErrorKind::WrongValue { detail, expected } => {
                 write!(
                     f,
