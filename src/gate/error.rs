@@ -82,8 +82,9 @@ pub enum GateErrorKind {
         built_against: Option<String>,
         world: String,
     },
-    /// The component file does not exist.
-    MissingFile { path: PathBuf },
+    /// The component file does not exist. `near` is the file beside it
+    /// whose name is most like its name, when one is like it enough.
+    MissingFile { path: PathBuf, near: Option<String> },
     /// The component file could not be read.
     Io { path: PathBuf, message: String },
     /// The file's sha256 differs from the pin in loop.toml.
@@ -305,7 +306,12 @@ impl fmt::Display for GateError {
         if let Some(v) = &self.0.version {
             write!(f, " ({v})")?;
         }
-        write!(f, " {}", self.0.kind)
+        write!(f, " {}", self.0.kind)?;
+        // Said after the kind, in the words of the label it follows.
+        if let GateErrorKind::MissingFile { near: Some(near), .. } = &self.0.kind {
+            f.write_str(&crate::suggest::file_named(&self.0.gate, near))?;
+        }
+        Ok(())
     }
 }
 
