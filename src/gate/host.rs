@@ -376,8 +376,11 @@ impl GateHost {
             |store, g| g.call_check_params(store, &json),
         )?;
         answer.map_err(|message| {
+            // A gate that parses its params with serde names a mistyped one
+            // as loop.toml's own keys are named.
+            let message = super::error::params_message(&message);
             gate.error(GateErrorKind::ParamsRejected {
-                message: super::error::params_message(&message).to_owned(),
+                message: format!("{message}{}", crate::suggest::serde_hint(message)),
                 line: None,
             })
         })

@@ -233,6 +233,12 @@ fn a_mistyped_key_or_value_of_a_toml_file_is_answered_with_the_nearest() {
             ":4:10: unknown variant `befor-step`",
             "`before-step`",
         ),
+        // A stock gate's params are named the same way, at their line.
+        (
+            "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { evry = 3 }\n",
+            ":4: [[gate]] 1 (stock:approve-every): rejected its params: unknown field `evry`",
+            "`every`",
+        ),
     ] {
         fs::write(&file, toml).unwrap();
         let err = env.fails(5, &["validate", file.to_str().unwrap()]);
