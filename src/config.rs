@@ -565,6 +565,20 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// A TOML file (`text`, read from `path`) that does not parse into its
+    /// type: where, what, and the key or value meant when a name is
+    /// mistyped (`unknown field `ovrlap`...; did you mean `overlap`?`).
+    pub(crate) fn toml(text: &str, path: &Path, e: &toml::de::Error) -> ConfigError {
+        let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
+        let message = e.message().trim_end();
+        ConfigError::Invalid {
+            path: path.to_owned(),
+            line,
+            column,
+            message: format!("{message}{}", crate::suggest::serde_hint(message)),
+        }
+    }
+
     /// `errors` as one error: none, the one, or [`ConfigError::Several`].
     pub fn all(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
         match errors.len() {
@@ -587,15 +601,7 @@ impl LoopConfig {
 
     /// Parses loop.toml text; `path` is used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<LoopConfig, ConfigError> {
-        let mut config: LoopConfig = toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
-            ConfigError::Invalid {
-                path: path.to_owned(),
-                line,
-                column,
-                message: e.message().trim_end().to_owned(),
-            }
-        })?;
+        let mut config: LoopConfig = toml::from_str(text).map_err(|e| ConfigError::toml(text, path, &e))?;
         for gate in &mut config.gates {
             gate.params_line = gate.params_at.take().map(|at| line_column(text, at).0);
         }

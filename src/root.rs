@@ -390,15 +390,7 @@ fn read_config(path: &Path) -> Result<RootConfig> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RootConfig::default()),
         Err(e) => return Err(Error::io("reading", file)(e)),
     };
-    toml::from_str(&text).map_err(|e| {
-        crate::config::ConfigError::Invalid {
-            path: file.clone(),
-            line: e.span().map_or(1, |s| text[..s.start].matches('\n').count() + 1),
-            column: 1,
-            message: e.message().trim_end().to_owned(),
-        }
-        .into()
-    })
+    toml::from_str(&text).map_err(|e| crate::config::ConfigError::toml(&text, &file, &e).into())
 }
 
 /// Where a user's compiled gates are kept when no root is at hand (`gate

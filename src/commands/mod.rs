@@ -108,8 +108,8 @@ fn opened(flags: Flags<'_>) -> Result<(Root, Stores)> {
     Ok((root, stores))
 }
 
-/// A loop or a stock gate that does not exist, named with the one most
-/// like the name typed, when one is.
+/// A loop, a stock gate or a user that does not exist, named with the one
+/// most like the name typed, when one is.
 fn hint_name(e: Error, root: Flags<'_>) -> Error {
     use crate::gate::GateErrorKind;
     let (typed, names): (&str, Vec<String>) = match &e {
@@ -118,6 +118,13 @@ fn hint_name(e: Error, root: Flags<'_>) -> Error {
             Root::open(root)
                 .and_then(|r| Stores::open(&r)?.list())
                 .map(|dirs| dirs.iter().map(|d| d.name().to_string()).collect())
+                .unwrap_or_default(),
+        ),
+        Error::NoSuchUser { name, .. } => (
+            name,
+            Root::open(root)
+                .and_then(|r| crate::store::Stores::open(&r)?.users())
+                .map(|users| users.into_iter().map(|u| u.name).collect())
                 .unwrap_or_default(),
         ),
         Error::Gate(g) => match g.kind() {

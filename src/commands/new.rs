@@ -132,7 +132,8 @@ pub(crate) fn check_gates(
         match &source {
             GateSource::File { path, .. } if !path.exists() => {
                 if missing == MissingGate::Error {
-                    problems.push(invalid(format!("{} does not exist", path.display())));
+                    let hint = crate::suggest::file_hint(&g.source.to_string(), path);
+                    problems.push(invalid(format!("{} does not exist{hint}", path.display())));
                     continue;
                 }
                 tracing::warn!(

@@ -184,8 +184,8 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<Exi
         }
         return Ok(Exit::Ok);
     }
-    if let (Some(_), [r]) = (&args.name, records.as_slice()) {
-        return detail(r, out);
+    if let (Some(name), [r]) = (&args.name, records.as_slice()) {
+        return detail(r, ignores_jitter(root, name, r.backend), out);
     }
     if records.is_empty() {
         super::emit(out, "no OS schedules installed\n")?;
@@ -211,8 +211,17 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<Exi
     Ok(Exit::Ok)
 }
 
-/// `show NAME`: one installed schedule in full.
-fn detail(r: &Record, out: &mut dyn Write) -> Result<Exit> {
+/// Whether loop `name`'s config has a jitter `backend` does not apply; a
+/// config that does not load says nothing here (`status` says why).
+fn ignores_jitter(root: &Root, name: &str, backend: schedule::Backend) -> bool {
+    crate::store::open(root, name)
+        .and_then(|dir| dir.config())
+        .is_ok_and(|c| c.schedule.is_some_and(|s| schedule::ignores_jitter(&s, backend)))
+}
+
+/// `show NAME`: one installed schedule in full, and that its backend leaves
+/// out the loop's jitter when it does.
+fn detail(r: &Record, jitter_ignored: bool, out: &mut dyn Write) -> Result<Exit> {
     let mut text = format!(
         "loop       {}\nbackend    {}\nname       {}\nstate      {}\ncadence    {}\nruns       {}\n",
         safe(&r.loop_name),
@@ -226,6 +235,9 @@ fn detail(r: &Record, out: &mut dyn Write) -> Result<Exit> {
         safe(&r.cadence),
         safe(&r.command.join(" ")),
     );
+    if jitter_ignored {
+        text += &format!("jitter     not applied ({} has none)\n", r.backend);
+    }
     for f in &r.files {
         text += &format!("file       {}\n", safe(&f.display().to_string()));
     }

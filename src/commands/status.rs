@@ -41,6 +41,10 @@ pub struct LoopView<'a> {
     /// it runs (a table says `overdue 3h`; JSON has `next_due`).
     #[serde(skip)]
     pub overdue: Option<std::time::Duration>,
+    /// Whether it is overdue with nothing to fire it: no daemon serves
+    /// the root and no OS schedule of it is on (`status NAME` says so).
+    #[serde(skip)]
+    pub unfired: bool,
     /// The gate that halted or completed it, with its phase and tick
     /// (`status NAME` reads it from the history).
     #[serde(skip)]
@@ -126,6 +130,7 @@ fn view_read<'a>(
             .filter(|p| p.is_dir()),
         lock,
         overdue: None,
+        unfired: false,
         stopped_by: None,
         last_missed: None,
         refused_firings: None,
@@ -215,6 +220,7 @@ pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mu
         v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
     }
     v.stopped_by = stopped_by(dir, &state);
+    v.unfired = !serving(&crate::daemon::daemon_status(root)) && !unfired(root, [&v]).is_empty();
     let fires = dir.fires(None).unwrap_or_else(|e| {
         tracing::warn!("{e}");
         Vec::new()
@@ -391,9 +397,9 @@ fn summary_row(v: &LoopView<'_>, approvals: bool, locks: bool) -> Vec<String> {
         Some((tick, since)) if v.config_error.is_none() => format!("running (tick {tick}, {})", took(since)),
         _ => v.shown_status(),
     };
-    let next = match (v.next_due, v.overdue) {
-        (Some(_), Some(d)) if d >= OVERDUE => format!("overdue {}", coarse(d)),
-        (Some(due), _) => left(due),
+    let next = match (v.next_due, v.overdue_by()) {
+        (Some(_), Some(d)) => format!("overdue {}", coarse(d)),
+        (Some(due), None) => left(due),
         (None, _) => dash(),
     };
     let mut row = vec![
@@ -421,6 +427,14 @@ fn summary_row(v: &LoopView<'_>, approvals: bool, locks: bool) -> Vec<String> {
 /// A loop due longer ago than this is shown `overdue`, not `now`.
 const OVERDUE: std::time::Duration = std::time::Duration::from_secs(5);
 
+impl LoopView<'_> {
+    /// How long it has been due, when that is long enough to say
+    /// `overdue` (`list` and `status NAME` alike).
+    fn overdue_by(&self) -> Option<std::time::Duration> {
+        self.overdue.filter(|d| *d >= OVERDUE)
+    }
+}
+
 /// How long since `t`: `10s`, `3m12s`.
 fn took(t: Timestamp) -> String {
     let secs = crate::clock::now().duration_since(t).as_secs().max(0);
@@ -446,17 +460,16 @@ fn daemon_lines(root: &Root, listed: &[Listed<'_>]) -> String {
         Ok(None) => String::new(),
         Err(e) => format!("daemon: {}\n", safe(&e.to_string())),
     };
-    if matches!(&status, Ok(Some(s)) if s.serving) {
+    if serving(&status) {
         return text;
     }
-    let stranded: Vec<&str> = listed
-        .iter()
-        .filter_map(|l| match l {
-            Listed::Loop(v) if v.overdue.is_some_and(|d| d >= OVERDUE) => Some(v.name),
-            _ => None,
-        })
-        .filter(|name| !crate::schedule::record::read(root, name).is_ok_and(|r| r.is_some_and(|r| r.enabled)))
-        .collect();
+    let stranded = unfired(
+        root,
+        listed.iter().filter_map(|l| match l {
+            Listed::Loop(v) => Some(&**v),
+            Listed::Unreadable { .. } => None,
+        }),
+    );
     if let Some(first) = stranded.first() {
         let (n, them) = match stranded.len() {
             1 => (format!("loop {first} is"), "it"),
@@ -473,6 +486,22 @@ fn daemon_lines(root: &Root, listed: &[Listed<'_>]) -> String {
         );
     }
     text
+}
+
+/// Whether a daemon serves the root, by its status record.
+fn serving(status: &Result<Option<crate::daemon::DaemonStatus>>) -> bool {
+    matches!(status, Ok(Some(s)) if s.serving)
+}
+
+/// The loops of `views` that are overdue and have no OS schedule on:
+/// nothing fires them unless a daemon serves the root.
+fn unfired<'a>(root: &Root, views: impl IntoIterator<Item = &'a LoopView<'a>>) -> Vec<&'a str> {
+    views
+        .into_iter()
+        .filter(|v| v.overdue_by().is_some())
+        .map(|v| v.name)
+        .filter(|name| !crate::schedule::record::read(root, name).is_ok_and(|r| r.is_some_and(|r| r.enabled)))
+        .collect()
 }
 
 /// One loop in detail: a row each of what it is, how its ticks went,
@@ -523,8 +552,29 @@ impl Rows {
             self.row("gate error", format!("{} (since {})", f.error, local(f.since)));
         }
         self.row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
-        if let Some(due) = v.next_due {
-            self.row("next due", format!("{} ({})", local(due), left(due)));
+        match (v.next_due, v.overdue_by()) {
+            (Some(_), Some(d)) => {
+                let since = jiff::SignedDuration::try_from(d)
+                    .ok()
+                    .and_then(|d| crate::clock::now().checked_sub(d).ok())
+                    .unwrap_or(Timestamp::MIN);
+                self.row(
+                    "next due",
+                    format!("overdue {} (came due {})", coarse(d), local(since)),
+                );
+            }
+            (Some(due), None) => self.row("next due", format!("{} ({})", local(due), left(due))),
+            (None, _) => {}
+        }
+        if v.unfired {
+            self.row(
+                "fired by",
+                format!(
+                    "nothing: no daemon serves this root and it has no OS schedule; \
+                     run `automaton daemon`, or `automaton schedule install {}`",
+                    v.name
+                ),
+            );
         }
         if let Some(m) = &v.last_missed {
             let firings = match m.count {

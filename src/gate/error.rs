@@ -50,6 +50,21 @@ pub enum GateErrorKind {
         trap: String,
         guest_output: String,
     },
+    /// The gate's code returned a value its language's bindings could not
+    /// turn into the export's WIT type, so they trapped (a Python
+    /// `evaluate` returning `"skip"`, a JavaScript one returning `{tag:
+    /// 'skip'}` without its reason): `not` is what the export returns (`a
+    /// decision`), `what` what the code returned and `expected` the shapes
+    /// due, both as the gate's language says them. `trap` and
+    /// `guest_output` are what the runtime said, logged at info level
+    /// (`-v`).
+    NotReturnable {
+        not: &'static str,
+        what: String,
+        expected: &'static str,
+        trap: String,
+        guest_output: String,
+    },
     /// The gate returned a value the host cannot read as the WIT type (an
     /// unknown decision tag, a string that is not UTF-8): `detail` is
     /// wasmtime's reason, `expected` what the export returns. The call
@@ -67,8 +82,9 @@ pub enum GateErrorKind {
         built_against: Option<String>,
         world: String,
     },
-    /// The component file does not exist.
-    MissingFile { path: PathBuf },
+    /// The component file does not exist. `near` is the file beside it
+    /// whose name is most like its name, when one is like it enough.
+    MissingFile { path: PathBuf, near: Option<String> },
     /// The component file could not be read.
     Io { path: PathBuf, message: String },
     /// The file's sha256 differs from the pin in loop.toml.
@@ -123,6 +139,13 @@ impl fmt::Display for GateErrorKind {
                 write!(f, "threw {}", tail(value, 2048))?;
                 at.iter().try_for_each(|at| write!(f, " (at {at})"))
             }
+            GateErrorKind::NotReturnable {
+                not, what, expected, ..
+            } => write!(
+                f,
+                "returned a value that is not {not} ({}); expected {expected}",
+                tail(what, 2048)
+            ),
             GateErrorKind::WrongValue { detail, expected } => {
                 write!(
                     f,
@@ -283,7 +306,12 @@ impl fmt::Display for GateError {
         if let Some(v) = &self.0.version {
             write!(f, " ({v})")?;
         }
-        write!(f, " {}", self.0.kind)
+        write!(f, " {}", self.0.kind)?;
+        // Said after the kind, in the words of the label it follows.
+        if let GateErrorKind::MissingFile { near: Some(near), .. } = &self.0.kind {
+            f.write_str(&crate::suggest::file_named(&self.0.gate, near))?;
+        }
+        Ok(())
     }
 }
 

@@ -23,6 +23,7 @@ use super::cache::{Cache, CacheStats};
 use super::error::{GateError, GateErrorKind};
 use super::fault::{self, Fault};
 use super::pool::{Instance, Slots, config};
+use super::returned;
 use super::sandbox::{GateLog, HostState};
 use super::seal::Fingerprint;
 use super::spare::{Make, SpareKey, SpareStats, Spares, Taken};
@@ -177,6 +178,24 @@ enum Export {
 }
 
 impl Export {
+    /// The export's name in the WIT.
+    fn name(self) -> &'static str {
+        match self {
+            Export::Describe => "describe",
+            Export::CheckParams => "check-params",
+            Export::Evaluate => "evaluate",
+        }
+    }
+
+    /// What it returns, as "returned a value that is not ..." says it.
+    fn returns(self) -> &'static str {
+        match self {
+            Export::Describe => "a gate-info record",
+            Export::CheckParams => "an error message",
+            Export::Evaluate => "a decision",
+        }
+    }
+
     fn expects(self) -> &'static str {
         match self {
             Export::Describe => "a gate-info record: name, version, description, params-schema",
@@ -357,8 +376,11 @@ impl GateHost {
             |store, g| g.call_check_params(store, &json),
         )?;
         answer.map_err(|message| {
+            // A gate that parses its params with serde names a mistyped one
+            // as loop.toml's own keys are named.
+            let message = super::error::params_message(&message);
             gate.error(GateErrorKind::ParamsRejected {
-                message: super::error::params_message(&message).to_owned(),
+                message: format!("{message}{}", crate::suggest::serde_hint(message)),
                 line: None,
             })
         })
@@ -513,7 +535,13 @@ impl GateHost {
                     Failed::Instantiate(e) => (classify(&e, store.data(), limits, None), e),
                     Failed::Call(export, e) => (classify(&e, store.data(), limits, Some(export)), e),
                 };
-                if matches!(
+                if let GateErrorKind::NotReturnable {
+                    trap, guest_output, ..
+                } = &kind
+                {
+                    // What the runtime said, for the author who asks (-v).
+                    tracing::info!(gate = gate.label(), trap, output = guest_output, "gate trapped");
+                } else if matches!(
                     kind,
                     GateErrorKind::Trap { .. }
                         | GateErrorKind::WrongValue { .. }
@@ -568,8 +596,20 @@ fn classify(
         };
     }
     let raw = error_text(e);
-    let trap = raw.strip_prefix("wasm trap: ").unwrap_or(&raw).to_owned();
+    let trap_text = raw.strip_prefix("wasm trap: ").unwrap_or(&raw).to_owned();
     let guest_output = state.guest_output();
+    if let Some(export) = export
+        && let Some(r) = returned::read(&trapped(e, trap), export.name(), &guest_output)
+    {
+        return GateErrorKind::NotReturnable {
+            not: export.returns(),
+            what: r.what,
+            expected: returned::expected(r.language, export.name()),
+            trap: trap_text,
+            guest_output,
+        };
+    }
+    let trap = trap_text;
     match fault::read(&guest_output) {
         Some(Fault::Exception { exception, at }) => GateErrorKind::Exception {
             exception,
@@ -593,6 +633,24 @@ fn classify(
             message: trap,
             guest_output,
         },
+    }
+}
+
+/// The trap's kind and the functions of its wasm backtrace, innermost
+/// first, as [`returned`] reads them.
+fn trapped(e: &wasmtime::Error, trap: Option<&Trap>) -> returned::Trapped {
+    let frames = e
+        .downcast_ref::<WasmBacktrace>()
+        .map(|bt| {
+            bt.frames()
+                .iter()
+                .filter_map(|f| f.func_name().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    returned::Trapped {
+        unreachable: trap == Some(&Trap::UnreachableCodeReached),
+        frames,
     }
 }
 

@@ -8,6 +8,7 @@ mod error;
 mod fault;
 mod host;
 mod pool;
+mod returned;
 mod sandbox;
 pub mod scaffold;
 mod seal;

@@ -136,19 +136,37 @@ fn home() -> Result<PathBuf, ScheduleError> {
 }
 
 /// What `install` would do: the record it would leave, and its actions (an
-/// installed schedule of the loop is removed first).
+/// installed schedule of the loop is removed first). Warns when the backend
+/// cannot apply the loop's `jitter`: once, for the install or its dry run.
 pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result<(Record, Vec<Action>)> {
-    plan(root, name, backend, true)
+    let (record, actions, schedule) = plan(root, name, backend, true)?;
+    if ignores_jitter(&schedule, record.backend) {
+        let backend = record.backend;
+        tracing::warn!("loop {name:?}: {backend} has no jitter; `jitter` is not applied");
+    }
+    Ok((record, actions))
+}
+
+/// Whether `schedule` has a jitter that `backend` cannot apply (cron and
+/// launchd have none).
+pub fn ignores_jitter(schedule: &Schedule, backend: Backend) -> bool {
+    schedule.jitter.is_some() && matches!(backend, Backend::Cron | Backend::Launchd)
 }
 
 /// What an install of loop `name` with `backend` would make, whatever the
 /// record says (it may be unreadable): what `schedule remove --backend`
 /// removes.
 pub fn plan_fresh(root: &Root, name: &str, backend: Backend) -> Result<(Record, Vec<Action>)> {
-    plan(root, name, Some(backend), false)
+    plan(root, name, Some(backend), false).map(|(record, actions, _)| (record, actions))
 }
 
-fn plan(root: &Root, name: &str, backend: Option<Backend>, replace: bool) -> Result<(Record, Vec<Action>)> {
+/// The record and actions of an install, and the schedule they are of.
+fn plan(
+    root: &Root,
+    name: &str,
+    backend: Option<Backend>,
+    replace: bool,
+) -> Result<(Record, Vec<Action>, Schedule)> {
     let dir = crate::store::open(root, name)?;
     let config = dir.config()?;
     let schedule = config
@@ -202,11 +220,8 @@ fn plan(root: &Root, name: &str, backend: Option<Backend>, replace: bool) -> Res
         enabled: true,
         installed_at: crate::clock::now(),
     };
-    if schedule.jitter.is_some() && matches!(backend, Backend::Cron | Backend::Launchd) {
-        tracing::warn!("loop {name:?}: {backend} has no jitter; `jitter` is not applied");
-    }
     actions.extend(install);
-    Ok((record, actions))
+    Ok((record, actions, schedule))
 }
 
 /// Installs loop `name`'s schedule and records it.

@@ -450,3 +450,143 @@ fn a_javascript_gates_thrown_value_is_named() {
         assert!(!said.contains("expected a string"), "{loop_name}: {stderr}");
     }
 }
+
+/// What `gate test WASM --context` says of loop `loop_name`'s evaluation:
+/// it fails (exit 1), and this is its error after the gate's name.
+fn evaluation_error(env: &Env, wasm: &Path, loop_name: &str) -> String {
+    let ctx = env.root.join(format!("{loop_name}.json"));
+    std::fs::write(
+        &ctx,
+        format!(r#"{{"loop_name": "{loop_name}", "now": "2026-11-30T10:00:00Z"}}"#),
+    )
+    .unwrap();
+    let out = env
+        .cmd()
+        .args([
+            "gate",
+            "test",
+            wasm.to_str().unwrap(),
+            "--context",
+            ctx.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{loop_name}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    stderr
+        .trim_end()
+        .split_once(" (office-hours 1.0.0) ")
+        .map(|(_, said)| said.to_owned())
+        .unwrap_or_else(|| panic!("{loop_name}: {stderr}"))
+}
+
+/// A Python gate written without the example's `checked`, whose
+/// `evaluate` returns what is not a decision: the error says what it
+/// returned and what a decision is, not componentize-py's `KeyError`,
+/// which `-v` still shows.
+#[test]
+fn a_python_gate_that_returns_no_decision_is_told_what_a_decision_is() {
+    let present = has("componentize-py", "--version");
+    let env = env_for("python");
+    let src = env.root.join("unchecked-python");
+    std::fs::create_dir_all(src.join("wit")).unwrap();
+    let example = example_dir("python");
+    for f in ["build.sh", "requirements.txt", "wit/gate.wit"] {
+        std::fs::copy(example.join(f), src.join(f)).unwrap();
+    }
+    let app = std::fs::read_to_string(example.join("app.py")).unwrap();
+    let wrapped = "        return checked(decide(ctx))\n";
+    assert!(app.contains(wrapped), "the example wraps evaluate in checked");
+    let unchecked = app.replace(
+        wrapped,
+        "        if ctx.loop_name == \"string\":\n            return \"skip\"\n        \
+         if ctx.loop_name == \"number\":\n            return types.Decision_Skip(42)\n        \
+         return decide(ctx)\n",
+    );
+    std::fs::write(src.join("app.py"), unchecked).unwrap();
+    if !present {
+        let _ = build("python", "componentize-py 0.25.1", false, &env.root);
+        return;
+    }
+    let wasm = env.root.join("unchecked.wasm");
+    std::fs::copy(built("unchecked-python", &src), &wasm).unwrap();
+    let decision = "expected types.Decision_Proceed() | types.Decision_Skip(reason) | \
+                    types.Decision_AwaitApproval(reason) | types.Decision_Halt(reason) | \
+                    types.Decision_Complete(reason), the reason a str";
+    assert_eq!(
+        evaluation_error(&env, &wasm, "string"),
+        format!("returned a value that is not a decision (a str); {decision}")
+    );
+    assert_eq!(
+        evaluation_error(&env, &wasm, "number"),
+        format!("returned a value that is not a decision (an int where a str is due); {decision}")
+    );
+    let ctx = env.root.join("string.json");
+    let out = env
+        .cmd()
+        .args([
+            "-v",
+            "gate",
+            "test",
+            wasm.to_str().unwrap(),
+            "--context",
+            ctx.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("KeyError(<class 'str'>)"), "{stderr}");
+}
+
+/// A JavaScript gate written without the example's `checked` and
+/// `reportingThrows`, whose `evaluate` returns a decision without its
+/// reason or with a mistyped tag: the error says so, and what a decision
+/// is, rather than "threw an undefined" or a path in the build's temporary
+/// directory. A value it throws is still said to be thrown.
+#[test]
+fn a_javascript_gate_that_returns_no_decision_is_told_what_a_decision_is() {
+    let present = has("node", "--version") && has("npm", "--version");
+    let env = env_for("javascript");
+    let src = env.root.join("unchecked-javascript");
+    std::fs::create_dir_all(src.join("wit")).unwrap();
+    let example = example_dir("javascript");
+    for f in ["build.sh", "package.json", "package-lock.json", "wit/gate.wit"] {
+        std::fs::copy(example.join(f), src.join(f)).unwrap();
+    }
+    let gate = std::fs::read_to_string(example.join("gate.js")).unwrap();
+    let wrapped = "export const evaluate = reportingThrows((ctx) => checked(decide(ctx)));\n";
+    assert!(gate.contains(wrapped), "the example wraps evaluate");
+    let unchecked = gate.replace(
+        wrapped,
+        "export function evaluate(ctx) {\n  \
+         if (ctx.loopName === 'no-reason') return { tag: 'skip' };\n  \
+         if (ctx.loopName === 'mistyped') return { tag: 'skp', val: 'weekend' };\n  \
+         if (ctx.loopName === 'nothing') return undefined;\n  \
+         if (ctx.loopName === 'thrown') throw 42;\n  \
+         return decide(ctx);\n}\n",
+    );
+    std::fs::write(src.join("gate.js"), unchecked).unwrap();
+    if !present {
+        let _ = build("javascript", "node and npm", false, &env.root);
+        return;
+    }
+    if example.join("node_modules/.package-lock.json").is_file() {
+        std::os::unix::fs::symlink(example.join("node_modules"), src.join("node_modules")).unwrap();
+    }
+    let wasm = env.root.join("unchecked.wasm");
+    std::fs::copy(built("unchecked-javascript", &src), &wasm).unwrap();
+    let decision = "expected {tag: 'proceed'} | {tag: 'skip' | 'await-approval' | 'halt' | \
+                    'complete', val: reason}, the reason a string";
+    for (loop_name, what) in [
+        ("no-reason", "its reason is undefined, not a string"),
+        ("mistyped", "the tag \"skp\""),
+        ("nothing", "undefined"),
+    ] {
+        assert_eq!(
+            evaluation_error(&env, &wasm, loop_name),
+            format!("returned a value that is not a decision ({what}); {decision}"),
+        );
+    }
+    let thrown = evaluation_error(&env, &wasm, "thrown");
+    assert!(thrown.starts_with("threw a number "), "{thrown}");
+}

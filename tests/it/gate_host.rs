@@ -321,7 +321,10 @@ fn bad_components_are_refused_at_load() {
 
     let missing = fx.dir.path().join("nope.wasm");
     let err = host.load(&file(&missing)).unwrap_err();
-    assert_eq!(err.kind(), &GateErrorKind::MissingFile { path: missing });
+    assert!(
+        matches!(err.kind(), GateErrorKind::MissingFile { path, .. } if *path == missing),
+        "{err:?}"
+    );
 
     let err = host.load(&GateSource::Stock("no-such-gate".into())).unwrap_err();
     assert!(matches!(err.kind(), GateErrorKind::UnknownStock { .. }));

@@ -152,6 +152,136 @@ fn overdue_loops_that_nothing_fires_are_said_once_below_the_table() {
     assert!(!table.contains("no daemon serves"), "{table}");
 }
 
+/// `status NAME` says of an overdue loop what `list` says: overdue by how
+/// much, and that nothing fires it, rather than `next due ... (now)`.
+#[test]
+fn status_of_an_overdue_loop_says_by_how_much_and_that_nothing_fires_it() {
+    let env = crate::files_only!("backdates .state.loop by hand");
+    env.new_loop("hourly", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    let path = env.loop_dir("hourly").join(".state.loop");
+    let mut state: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    state["created_at"] = "2020-01-01T00:00:00Z".into();
+    fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    let table = env.ok(&["list"]);
+    let row = table.lines().find(|l| l.starts_with("hourly")).unwrap();
+    let by = row
+        .split_whitespace()
+        .skip_while(|w| *w != "overdue")
+        .nth(1)
+        .unwrap();
+    let status = env.ok(&["status", "hourly"]);
+    let row = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .map(|l| l[key.len()..].trim_start().to_owned())
+    };
+    let due = row("next due").unwrap_or_else(|| panic!("{status}"));
+    assert!(due.starts_with(&format!("overdue {by} (came due ")), "{status}");
+    assert_eq!(
+        row("fired by").as_deref(),
+        Some(
+            "nothing: no daemon serves this root and it has no OS schedule; \
+             run `automaton daemon`, or `automaton schedule install hourly`"
+        ),
+        "{status}"
+    );
+    // Once it has ticked it is due in an hour, and nothing is said of it.
+    env.ok(&["tick", "hourly"]);
+    let status = env.ok(&["status", "hourly"]);
+    assert!(status.contains("(in 59m"), "{status}");
+    assert!(
+        !status.contains("overdue") && !status.contains("fired by"),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_mistyped_user_is_answered_with_the_nearest() {
+    let env = Env::new();
+    env.ok(&["user", "add", "annika"]);
+    for args in [&["user", "rotate", "anika"][..], &["user", "remove", "anika"]] {
+        let err = env.fails(3, args);
+        assert!(
+            err.contains("no user named \"anika\"") && err.trim_end().ends_with("; did you mean \"annika\"?"),
+            "{args:?}: {err}"
+        );
+    }
+    let err = env.fails(3, &["user", "remove", "zed"]);
+    assert!(!err.contains("did you mean"), "{err}");
+}
+
+/// A mistyped key or value of loop.toml, or of the root's automaton.toml,
+/// is answered with the one meant, at its line and column.
+#[test]
+fn a_mistyped_key_or_value_of_a_toml_file_is_answered_with_the_nearest() {
+    let env = Env::new();
+    let file = env.root.join("mistyped.toml");
+    for (toml, at, meant) in [
+        (
+            "step = \"true\"\novrlap = \"skip\"\n",
+            ":2:1: unknown field `ovrlap`",
+            "`overlap`",
+        ),
+        (
+            "step = \"true\"\noverlap = \"skp\"\n",
+            ":2:11: unknown variant `skp`",
+            "`skip`",
+        ),
+        (
+            "step = \"true\"\n[[gate]]\nstock = \"budget\"\nphase = [\"befor-step\"]\n",
+            ":4:10: unknown variant `befor-step`",
+            "`before-step`",
+        ),
+        // A stock gate's params are named the same way, at their line.
+        (
+            "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { evry = 3 }\n",
+            ":4: [[gate]] 1 (stock:approve-every): rejected its params: unknown field `evry`",
+            "`every`",
+        ),
+    ] {
+        fs::write(&file, toml).unwrap();
+        let err = env.fails(5, &["validate", file.to_str().unwrap()]);
+        assert!(err.contains(&format!("mistyped.toml{at}")), "{err}");
+        assert!(
+            err.trim_end().ends_with(&format!("; did you mean {meant}?")),
+            "{err}"
+        );
+    }
+    fs::write(env.root.join("automaton.toml"), "\nstor = \"file\"\n").unwrap();
+    let err = env.fails(5, &["list"]);
+    assert!(err.contains("automaton.toml:2:1: unknown field `stor`"), "{err}");
+    assert!(err.trim_end().ends_with("; did you mean `store`?"), "{err}");
+}
+
+/// A `[[gate]] path` that is not there is answered with the file of its
+/// directory most like it, as loop.toml would write it, by `validate` and
+/// by a tick.
+#[test]
+fn a_missing_gate_file_is_answered_with_the_nearest_beside_it() {
+    let env = Env::new();
+    env.new_loop(
+        "office",
+        "step = \"true\"\n[[gate]]\npath = \"gates/ofice-hours.wasm\"\n",
+    );
+    let gates = env.loop_dir("office").join("gates");
+    fs::create_dir_all(&gates).unwrap();
+    fs::write(gates.join("office-hours.wasm"), crate::gate_fixtures::good()).unwrap();
+    fs::write(gates.join("budget.wasm"), crate::gate_fixtures::good()).unwrap();
+    let err = env.fails(5, &["validate", "office"]);
+    assert!(
+        err.contains("ofice-hours.wasm does not exist; did you mean \"gates/office-hours.wasm\"?"),
+        "{err}"
+    );
+    let out = env.run(&["tick", "office", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["decisions"][0]["error"],
+        "gate gates/ofice-hours.wasm was not found (no such file); did you mean \"gates/office-hours.wasm\"?",
+        "{v}"
+    );
+}
+
 #[test]
 fn a_mistyped_loop_name_is_answered_with_the_nearest() {
     let env = Env::new();

@@ -717,3 +717,30 @@ fn a_rejected_loop_is_disabled_in_the_real_crontab() {
     env.ok(&["rm", "agent", "--force"]);
     assert!(line(&RealCrontab::read()).is_none(), "removed with the loop");
 }
+
+/// Cron has no jitter: an install, and its dry run, say so once each, and
+/// `show` says so; removing the schedule, even by naming the backend
+/// with nothing on record, says nothing of it.
+#[test]
+fn a_jitter_cron_cannot_apply_is_warned_of_once_at_install_only() {
+    let f = Fake::new();
+    looped(&f, "hello", "every = \"15m\"\njitter = \"30s\"");
+    let warnings = |args: &[&str]| {
+        let (code, out, err) = f.run(args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        (out, err.matches("cron has no jitter").count())
+    };
+    let install = ["schedule", "install", "hello", "--backend", "cron"];
+    assert_eq!(warnings(&[&install[..], &["--dry-run"]].concat()).1, 1);
+    assert_eq!(warnings(&install).1, 1);
+    assert_eq!(warnings(&["schedule", "remove", "hello"]).1, 0);
+    let remove = ["schedule", "remove", "hello", "--backend", "cron"];
+    assert_eq!(warnings(&remove).1, 0);
+    assert_eq!(warnings(&install).1, 1);
+    let (shown, n) = warnings(&["schedule", "show", "hello"]);
+    assert_eq!(n, 0);
+    assert!(
+        shown.contains("\njitter     not applied (cron has none)\n"),
+        "{shown}"
+    );
+}

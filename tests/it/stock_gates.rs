@@ -332,3 +332,34 @@ fn gate_list_shows_every_stock_gate() {
         assert!(line.starts_with(&format!("{name} ")), "{table}");
     }
 }
+
+/// The budget gate shows its total as the host shows numbers: 37 ticks of
+/// 0.03 add up to 1.1100000000000008 in floating point, which the halt
+/// reason (and so `status`) says as 1.11.
+#[test]
+fn the_budget_gate_says_its_total_as_the_host_shows_numbers() {
+    let env = Env::new();
+    env.new_loop(
+        "spender",
+        "step = \"echo cost_usd=0.03 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [[gate]]\nstock = \"budget\"\nphase = [\"after-step\"]\n\
+         params = { metric = \"cost_usd\", max = 1.11 }\n",
+    );
+    let mut ticks = 0;
+    while env.state("spender")["status"] == "active" {
+        assert!(ticks < 37, "still active after {ticks} ticks");
+        env.run(&["tick", "spender"]);
+        ticks += 1;
+    }
+    assert_eq!(ticks, 37);
+    let state = env.state("spender");
+    let total = (0..37).fold(0.0, |t: f64, _| t + 0.03);
+    assert_eq!(total.to_string(), "1.1100000000000008");
+    assert_eq!(state["totals"]["cost_usd"], total);
+    assert_eq!(state["status_reason"], "budget spent: cost_usd 1.11 ≥ 1.11");
+    let status = env.ok(&["status", "spender"]);
+    assert!(
+        status.contains("halted (budget spent: cost_usd 1.11 ≥ 1.11)"),
+        "{status}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `budget`: halts the loop once the running total of a metric the step
 //! reports (money, tokens, ...) reaches a maximum.
 
+use crate::number::number;
 use crate::params::{finite, metric};
 use crate::{Context, Decision, Gate, Log};
 use serde::Deserialize;
@@ -62,11 +63,18 @@ impl Gate for Budget {
         };
         if total >= p.max {
             return Ok(Decision::Halt(format!(
-                "budget spent: {} {total} ≥ {}",
-                p.metric, p.max
+                "budget spent: {} {} ≥ {}",
+                p.metric,
+                number(total),
+                number(p.max)
             )));
         }
-        log.debug(format!("{} {total} of {} spent", p.metric, p.max));
+        log.debug(format!(
+            "{} {} of {} spent",
+            p.metric,
+            number(total),
+            number(p.max)
+        ));
         Ok(Decision::Proceed)
     }
 }
@@ -107,6 +115,21 @@ mod tests {
                 )))
             );
         }
+    }
+
+    #[test]
+    fn a_total_is_shown_as_the_host_shows_numbers() {
+        let ctx = Context {
+            params: String::from(r#"{"metric": "cost_usd", "max": 1.1}"#),
+            totals: format!(r#"{{"cost_usd": {}}}"#, 0.37 + 0.37 + 0.37),
+            ..Context::default()
+        };
+        assert_eq!(
+            evaluate::<Budget>(&ctx, &mut Log::default()),
+            Ok(Decision::Halt(String::from(
+                "budget spent: cost_usd 1.11 ≥ 1.1"
+            )))
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod context;
 mod export;
+pub mod number;
 pub mod params;
 
 pub mod approve_every;

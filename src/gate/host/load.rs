@@ -201,6 +201,7 @@ fn io_error(label: &str, path: &Path, e: std::io::Error) -> GateError {
     let kind = match e.kind() {
         std::io::ErrorKind::NotFound => GateErrorKind::MissingFile {
             path: path.to_owned(),
+            near: crate::suggest::near_file(path),
         },
         _ => GateErrorKind::Io {
             path: path.to_owned(),
