@@ -290,6 +290,74 @@ fn the_commit_range_is_told() {
 }
 
 #[test]
+fn an_await_tells_the_work_since_the_last_approval() {
+    let env = crate::files_only!("the worktree and run output are this host's");
+    let repo = repo(&env);
+    let log = env.root.join("said");
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"echo cost_usd=0.5 > \\\"$AUTOMATON_METRICS\\\"; \
+             git commit -q --allow-empty -m tick-$AUTOMATON_TICK\"\n\
+             [[gate]]\nstock = \"approve-every\"\nparams = {{ every = 2 }}\n\
+             [worktree]\nrepo = {:?}\nbranch = \"loop/agent\"\n\
+             [notify]\non = [\"await\"]\n{}",
+            repo.display().to_string(),
+            logging(
+                &log,
+                &[
+                    "AUTOMATON_BRANCH",
+                    "AUTOMATON_WORK_FROM",
+                    "AUTOMATON_WORK_HEAD",
+                    "AUTOMATON_WORK_COMMITS",
+                    "AUTOMATON_METRICS_SINCE",
+                    "AUTOMATON_TOTALS",
+                ]
+            )
+        ),
+    );
+    let tick = |outcome: &str| {
+        let out = env
+            .cmd()
+            .args(["tick", "agent", "--json"])
+            .envs(GIT_ENV.iter().copied())
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(v["outcome"], outcome, "{v}");
+    };
+    let worktree = env.loop_dir("agent").join("worktree");
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    tick("ran");
+    tick("ran");
+    tick("awaiting-approval");
+    let first = git(&worktree, &["rev-parse", "HEAD"]);
+    let told = format!("loop/agent|{base}|{first}|2|{{\"cost_usd\":1.0}}|{{\"cost_usd\":1.0}}\n");
+    assert_eq!(
+        read(&log),
+        told,
+        "both ticks' commits, from the first one's start"
+    );
+    env.ok(&["approve", "agent"]);
+    tick("ran");
+    tick("ran");
+    tick("awaiting-approval");
+    let second = git(&worktree, &["rev-parse", "HEAD"]);
+    assert_eq!(
+        read(&log),
+        format!("{told}loop/agent|{first}|{second}|2|{{\"cost_usd\":1.0}}|{{\"cost_usd\":2.0}}\n"),
+        "the work since the approval, not before it"
+    );
+    let review: serde_json::Value = serde_json::from_str(&env.ok(&["review", "agent", "--json"])).unwrap();
+    assert_eq!(
+        (&review["work"]["from"], &review["work"]["head"]),
+        (&first.as_str().into(), &second.as_str().into()),
+        "the range review shows"
+    );
+}
+
+#[test]
 fn operator_tells_of_a_pause_a_resume_and_a_rejection_by_someone() {
     let env = Env::new();
     let (url, got) = receiver(vec![200, 200, 200]);
