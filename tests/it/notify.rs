@@ -8,6 +8,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::access::{GIT_ENV, git, repo};
 use crate::common::Env;
 
@@ -88,6 +90,88 @@ fn next(rx: &mpsc::Receiver<Request>) -> Request {
         .expect("the webhook was called")
 }
 
+/// The notice's shape as docs/notify.md shows it: its webhook section's
+/// JSON examples, merged (a key one example shows as `null` takes its
+/// value from another). Every example has every key.
+fn documented_notice() -> Value {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/notify.md")).unwrap();
+    let section = doc.split("\n## The webhook\n").nth(1).expect("a webhook section");
+    let section = section.split("\n## ").next().unwrap();
+    let examples: Vec<Value> = section
+        .split("```json\n")
+        .skip(1)
+        .map(|block| {
+            serde_json::from_str(block.split("```").next().unwrap()).expect("an example that parses")
+        })
+        .collect();
+    assert!(examples.len() >= 2, "the await's and the operator's examples");
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    for e in &examples {
+        assert_eq!(keys(e), keys(&examples[0]), "every example has every key");
+    }
+    examples.into_iter().reduce(merged).unwrap()
+}
+
+fn merged(a: Value, b: Value) -> Value {
+    match (a, b) {
+        (Value::Null, v) | (v, Value::Null) => v,
+        (Value::Object(mut a), Value::Object(b)) => {
+            for (k, v) in b {
+                let mine = a.remove(&k).unwrap_or(Value::Null);
+                a.insert(k, merged(mine, v));
+            }
+            Value::Object(a)
+        }
+        (a, _) => a,
+    }
+}
+
+/// Objects whose keys are metrics' names, not the notice's.
+const METRIC_MAPS: [&str; 2] = ["totals", "metrics_since"];
+/// The keys an actor has when they apply, besides the example's.
+const ACTOR_MAY_HAVE: [&str; 3] = ["os_user", "on_behalf_of", "db_role"];
+
+/// Fails unless `got` (a posted notice) has exactly the keys the
+/// documented example `doc` has, each of its type or `null`, at every
+/// level: a key added, renamed or retyped without its doc fails here.
+fn assert_documented(doc: &Value, got: &Value, at: &str) {
+    let kind = |v: &Value| match v {
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::Null => "null",
+    };
+    match (doc, got) {
+        (Value::Null, _) => panic!("{at}: documented only as null"),
+        (_, Value::Null) => {}
+        (Value::Object(_), Value::Object(g)) if METRIC_MAPS.contains(&at) => {
+            assert!(g.values().all(Value::is_number), "{at}: {got}");
+        }
+        (Value::Object(d), Value::Object(g)) => {
+            let mut documented: Vec<&String> = d.keys().collect();
+            let mut posted: Vec<&String> = g
+                .keys()
+                .filter(|k| !(at == "actor" && ACTOR_MAY_HAVE.contains(&k.as_str())))
+                .collect();
+            documented.sort();
+            posted.sort();
+            assert_eq!(
+                posted,
+                documented,
+                "the keys of {}",
+                if at.is_empty() { "the notice" } else { at }
+            );
+            for (k, v) in g.iter().filter(|(k, _)| d.contains_key(*k)) {
+                assert_documented(&d[k], v, k);
+            }
+        }
+        (d, g) => assert_eq!(kind(g), kind(d), "{at}: {got}"),
+    }
+}
+
 /// A command that appends the variables `vars` to `log`, one line a notice.
 fn logging(log: &std::path::Path, vars: &[&str]) -> String {
     let line: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
@@ -165,6 +249,7 @@ fn an_await_is_posted_as_json_and_told_to_the_command() {
     assert!(notice["head"].is_null() && notice["actor"].is_null() && notice["action"].is_null());
     assert_eq!(notice["root"], env.root.to_str().unwrap());
     assert!(notice["at"].is_string());
+    assert_documented(&documented_notice(), &notice, "");
     assert_eq!(
         read(&log),
         format!(
@@ -294,6 +379,7 @@ fn an_await_tells_the_work_since_the_last_approval() {
     let env = crate::files_only!("the worktree and run output are this host's");
     let repo = repo(&env);
     let log = env.root.join("said");
+    let (url, got) = receiver(vec![200, 200]);
     env.new_loop(
         "agent",
         &format!(
@@ -301,7 +387,7 @@ fn an_await_tells_the_work_since_the_last_approval() {
              git commit -q --allow-empty -m tick-$AUTOMATON_TICK\"\n\
              [[gate]]\nstock = \"approve-every\"\nparams = {{ every = 2 }}\n\
              [worktree]\nrepo = {:?}\nbranch = \"loop/agent\"\n\
-             [notify]\non = [\"await\"]\n{}",
+             [notify]\non = [\"await\"]\nwebhook = {url:?}\n{}",
             repo.display().to_string(),
             logging(
                 &log,
@@ -339,6 +425,13 @@ fn an_await_tells_the_work_since_the_last_approval() {
         told,
         "both ticks' commits, from the first one's start"
     );
+    let posted = next(&got).body;
+    assert_documented(&documented_notice(), &posted, "");
+    assert_eq!(
+        posted["work"],
+        serde_json::json!({ "branch": "loop/agent", "from": base, "head": first, "commit_count": 2 })
+    );
+    assert_eq!(posted["metrics_since"], serde_json::json!({ "cost_usd": 1.0 }));
     env.ok(&["approve", "agent"]);
     tick("ran");
     tick("ran");
@@ -393,6 +486,7 @@ fn operator_tells_of_a_pause_a_resume_and_a_rejection_by_someone() {
         "a pause that changed nothing is not told"
     );
     let paused = next(&got).body;
+    assert_documented(&documented_notice(), &paused, "");
     assert_eq!(paused["event"], "operator");
     assert_eq!(paused["action"], "pause");
     assert_eq!(paused["status"], "paused");
