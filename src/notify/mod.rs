@@ -20,6 +20,7 @@
 
 mod command;
 mod notice;
+mod queue;
 mod settings;
 pub mod webhook;
 

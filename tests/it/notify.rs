@@ -66,23 +66,34 @@ fn receiver(answers: Vec<u16>) -> (String, mpsc::Receiver<Request>) {
 }
 
 /// A receiver that reads one request and never answers, until `release`
-/// is sent (or a minute passes: it then says so, which fails the test).
-fn silent_receiver() -> (String, mpsc::Sender<()>, JoinHandle<bool>) {
+/// is sent (or a minute passes: `held` then says so, which fails the
+/// test); `got` says when it has read the request.
+struct Silent {
+    url: String,
+    got: mpsc::Receiver<()>,
+    release: mpsc::Sender<()>,
+    held: JoinHandle<bool>,
+}
+
+fn silent_receiver() -> Silent {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (release, wait) = mpsc::channel();
+    let (got_tx, got) = mpsc::channel();
     let held = std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let _ = read_request(&stream);
+        let _ = got_tx.send(());
         let released = wait.recv_timeout(Duration::from_secs(60)).is_ok();
         drop(stream);
         released
     });
-    (
-        format!("http://bot:s3cret@{addr}/hook?token=t0ken"),
+    Silent {
+        url: format!("http://bot:s3cret@{addr}/hook?token=t0ken"),
+        got,
         release,
         held,
-    )
+    }
 }
 
 fn next(rx: &mpsc::Receiver<Request>) -> Request {
@@ -278,7 +289,9 @@ fn a_5xx_is_tried_again_and_the_tick_keeps_its_exit_code() {
 #[test]
 fn a_receiver_that_never_answers_does_not_hold_the_tick() {
     let env = Env::new();
-    let (url, release, held) = silent_receiver();
+    let Silent {
+        url, release, held, ..
+    } = silent_receiver();
     env.new_loop(
         "flaky",
         &format!(
@@ -525,7 +538,9 @@ fn what_notify_says_is_checked() {
 #[test]
 fn the_daemon_delivers_webhooks_off_its_workers() {
     let env = Env::new();
-    let (url, release, held) = silent_receiver();
+    let Silent {
+        url, release, held, ..
+    } = silent_receiver();
     let make = |name: &str, toml: &str| {
         env.new_often_loop(name, toml);
     };
@@ -539,14 +554,7 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
         ),
     );
     make("clock", "step = \"true\"\n[schedule]\nevery = \"100ms\"\n");
-    let mut daemon = env
-        .cmd()
-        .env("AUTOMATON_MIN_EVERY", "100ms")
-        .args(["daemon", "--max-concurrent", "1"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let daemon = daemon(&env);
     let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap_or(0);
     let until = |what: &str, cond: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -562,11 +570,70 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
         &|| ticks("clock") + ticks("flaky") >= then + 5,
     );
     let _ = release.send(());
+    stop(daemon);
+    assert!(held.join().unwrap(), "the receiver was released by the test");
+}
+
+/// A daemon that runs `--max-concurrent 1`, quietly; sent SIGTERM and
+/// waited for by [`stop`].
+fn daemon(env: &Env) -> std::process::Child {
+    env.cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .args(["daemon", "--max-concurrent", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn stop(mut daemon: std::process::Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(daemon.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
     assert_eq!(daemon.wait().unwrap().code(), Some(0));
-    assert!(held.join().unwrap(), "the receiver was released by the test");
+}
+
+#[test]
+fn a_receiver_that_never_answers_holds_back_no_other_loops_webhook() {
+    let env = Env::new();
+    let silent = silent_receiver();
+    let (url, got) = receiver(vec![200]);
+    let go = env.root.join("go");
+    env.new_often_loop(
+        "stuck",
+        &format!(
+            "step = \"false\"\n[schedule]\nevery = \"100ms\"\n\
+             [notify]\non = [\"failure\"]\nwebhook = {:?}\nwebhook_timeout = \"10m\"\n",
+            silent.url
+        ),
+    );
+    // Fails, and notifies, only once the stuck loop's receiver holds its notice.
+    env.new_often_loop(
+        "other",
+        &format!(
+            "step = \"! test -e '{}'\"\n[schedule]\nevery = \"100ms\"\n\
+             [notify]\non = [\"failure\"]\nwebhook = {url:?}\n",
+            go.display()
+        ),
+    );
+    let daemon = daemon(&env);
+    silent
+        .got
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stuck loop's notice reached its receiver");
+    std::fs::write(&go, "").unwrap();
+    let told = got.recv_timeout(Duration::from_secs(60));
+    let _ = silent.release.send(());
+    let told = told.expect("the other loop's notice arrived while the first receiver held its own");
+    assert_eq!(
+        (told.body["loop"].as_str(), told.body["event"].as_str()),
+        (Some("other"), Some("failure"))
+    );
+    stop(daemon);
+    assert!(
+        silent.held.join().unwrap(),
+        "the receiver was released by the test"
+    );
 }
