@@ -28,6 +28,7 @@ pub mod root;
 pub mod runs;
 pub mod schedule;
 pub mod serve;
+pub mod since;
 pub mod state;
 pub mod step;
 pub mod store;

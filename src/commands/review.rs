@@ -1,9 +1,10 @@
 //! `review`: what an approver decides on. The pending await (which gates
 //! asked, why, since when), every tick since the last approval released
 //! one (its outcome, step and verifier, the last lines of each output, its
-//! gates' decisions), the metrics those ticks reported (as their tick
-//! events keep them) against the loop's totals, and the commits from the last approved commit to the
-//! worktree's HEAD. Reads only; takes no lock.
+//! gates' decisions), the metrics those ticks reported against the loop's
+//! totals, and the commits from the last approved commit to the
+//! worktree's HEAD (the range and the sums as `crate::since` computes
+//! them, for the notices too). Reads only; takes no lock.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -17,6 +18,7 @@ use crate::gate::Decision;
 use crate::history::{Event, EventKind};
 use crate::root::Root;
 use crate::runs::{self, Runs};
+use crate::since::{Range, Since};
 use crate::state::{Await, Head, Outcome, ProcessOutcome};
 use crate::store::{LoopStore, Stores};
 
@@ -62,9 +64,6 @@ struct TickReview {
     gates: Vec<GateReview>,
     /// The last lines of each output kept (`step.out`, `step.err`, ...).
     output: BTreeMap<String, Vec<String>>,
-    /// What its step reported, as its tick event keeps it.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    metrics: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -77,10 +76,10 @@ struct GateReview {
 /// The worktree's commits since the last approved one.
 #[derive(Debug, Serialize)]
 struct Work {
-    branch: String,
-    /// The commit the last release ran on (or the first tick's), if known.
-    from: Option<String>,
-    head: Option<String>,
+    /// `branch`, `from` (the commit the first tick since the last approval
+    /// started on, or the pending await's), `head`.
+    #[serde(flatten)]
+    range: Range,
     /// `git log --oneline from..head`.
     commits: Vec<String>,
     /// `git diff --stat from head`.
@@ -114,12 +113,8 @@ fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
 pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
     let state = dir.load()?;
     let history = dir.history()?;
-    let events = &history.events;
-    let since = events
-        .iter()
-        .rposition(|e| matches!(e.kind, EventKind::ApprovalsUsed { .. }));
-    let since_version = since.map(|i| events[i].v);
-    let recent = &events[since.unwrap_or(0)..];
+    let since = Since::of(&history.events);
+    let recent = since.events;
     let mut ticks = Vec::new();
     for (i, e) in recent.iter().enumerate() {
         if let EventKind::Tick {
@@ -129,7 +124,6 @@ pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
             step,
             verifier,
             head,
-            metrics,
             ..
         } = &e.kind
         {
@@ -146,34 +140,18 @@ pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
                 } else {
                     BTreeMap::new()
                 },
-                metrics: metrics.clone(),
             });
         }
     }
-    // Summed from the history, whichever host ran the ticks and whatever
-    // became of their run directories; a tick recorded by an older build
-    // keeps its metrics only in its run directory here, if anywhere.
-    let mut metrics_since = BTreeMap::new();
-    for t in ticks.iter().filter(|t| t.step.is_some()) {
-        let older = (t.metrics.is_empty()).then(|| metrics_of(dir, t.tick)).flatten();
-        crate::metrics::add_totals(&mut metrics_since, older.as_ref().unwrap_or(&t.metrics));
-    }
-    let work = state.worktree.as_ref().map(|w| {
-        let from = ticks
-            .iter()
-            .find_map(|t| t.head.as_ref().and_then(|h| h.before.clone()))
-            .or_else(|| state.awaiting.as_ref().and_then(|a| a.head.clone()));
-        work(&w.path, &w.branch, from, with_patch)
-    });
     Ok(Review {
         loop_name: dir.name().to_string(),
         status: state.status,
         awaiting: state.awaiting.clone(),
-        since_version,
+        since_version: since.version,
         ticks,
-        metrics_since,
+        metrics_since: since.metrics(dir),
         totals: state.totals.clone(),
-        work,
+        work: since.range(&state).map(|r| work(r, with_patch)),
         link: None,
     })
 }
@@ -235,31 +213,13 @@ fn tail(text: &str, cut: bool) -> Vec<String> {
     lines[skip..].iter().map(|l| (*l).to_owned()).collect()
 }
 
-/// What tick `tick`'s step reported, as its run directory on this host
-/// keeps it (for ticks whose event does not).
-fn metrics_of(dir: &dyn LoopStore, tick: u64) -> Option<BTreeMap<String, f64>> {
-    let runs = Runs::open(dir.base_dir()).ok()??;
-    let run = runs.run(tick).ok()??;
-    crate::metrics::read_metrics_in(&run, runs::METRICS).ok()
-}
-
-fn work(path: &std::path::Path, branch: &str, from: Option<String>, with_patch: bool) -> Work {
-    let head = crate::worktree::head(path).ok().flatten();
-    let (commits, diffstat, patch) = match (&from, &head) {
-        (Some(f), Some(h)) => (
-            crate::worktree::log(path, f, h).unwrap_or_default(),
-            crate::worktree::diff(path, f, h, true).unwrap_or_default(),
-            with_patch.then(|| crate::worktree::diff(path, f, h, false).unwrap_or_default()),
-        ),
-        _ => (Vec::new(), String::new(), None),
-    };
+fn work(range: Range, with_patch: bool) -> Work {
+    let patch = (with_patch && range.ends().is_some()).then(|| range.diff(false));
     Work {
-        branch: branch.to_owned(),
-        from,
-        head,
-        commits,
-        diffstat,
+        commits: range.commits(),
+        diffstat: range.diff(true),
         patch,
+        range,
     }
 }
 
@@ -379,9 +339,10 @@ fn metrics(text: &mut Lines, r: &Review) {
 fn work_lines(text: &mut Lines, r: &Review) {
     let Some(w) = &r.work else { return };
     text.line(String::new());
-    match (&w.from, &w.head) {
-        (Some(f), Some(h)) => text.line(format!("{}: {}..{}", w.branch, short(f), short(h))),
-        _ => text.line(format!("{}: no approved commit to compare with", w.branch)),
+    let branch = &w.range.branch;
+    match w.range.ends() {
+        Some((f, h)) => text.line(format!("{branch}: {}..{}", short(f), short(h))),
+        None => text.line(format!("{branch}: no approved commit to compare with")),
     }
     if w.commits.is_empty() {
         text.line("  no commits".to_owned());

@@ -4,7 +4,9 @@
 //! command) notifies once the loop's lock is free (so the command may run
 //! `automaton` on the loop itself), through `tick::after`: the command in
 //! `[notify] command` is run and the webhook in `[notify] webhook` is
-//! called with the same [`Notice`]. Never fails: a problem is logged.
+//! called with the same [`Notice`], which carries the work since the last
+//! approval as `review` shows it ([`crate::since`]). Never fails: a
+//! problem is logged.
 //!
 //! Which ticks notify, by `on`: `await` when a tick leaves the loop
 //! awaiting approval (when the wait starts, not at every firing), `halt`
@@ -18,16 +20,16 @@
 
 mod command;
 mod notice;
+mod queue;
 mod settings;
 pub mod webhook;
 
-use std::path::Path;
-
-pub use notice::{Facts, Notice, Operation};
+pub use notice::{Facts, Notice, Operation, Work};
 pub use settings::{HttpUrl, Kind, Notify, Server, review_url};
 
 use crate::config::LoopConfig;
 use crate::root::Root;
+use crate::since::Since;
 use crate::state::Outcome;
 use crate::store::LoopStore;
 use crate::tick::TickReport;
@@ -56,7 +58,7 @@ pub fn after_tick(root: &Root, report: &TickReport) {
     };
     let mut notice = Notice::new(kind, name, (**facts).clone(), report.reason.clone(), root.path());
     notice.tick = report.tick;
-    send(root, &config, store.base_dir(), notice);
+    send(root, store.as_ref(), &config, notice);
 }
 
 /// What the tick was, as `on` names it, the one notified first.
@@ -94,17 +96,19 @@ pub fn operated(root: &Root, store: &dyn LoopStore, notice: Notice) {
         .as_ref()
         .is_some_and(|n| n.on.contains(&Kind::Operator))
     {
-        send(root, &config, store.base_dir(), notice);
+        send(root, store, &config, notice);
     }
 }
 
-/// Runs the command and calls the webhook of `config` for `notice`.
-fn send(root: &Root, config: &LoopConfig, base: &Path, mut notice: Notice) {
+/// Runs the command and calls the webhook of `config` (loop `store`'s)
+/// for `notice`, told the work since the last approval.
+fn send(root: &Root, store: &dyn LoopStore, config: &LoopConfig, mut notice: Notice) {
     let Some(notify) = &config.notify else { return };
     let server = config.server.url.as_ref().or(root.settings().server.url.as_ref());
     notice.review_url = server.map(|s| review_url(s, &notice.loop_name));
+    since_approval(store, &mut notice);
     if let Some(c) = &notify.command {
-        command::run(c, config, root, base, &notice);
+        command::run(c, config, root, store.base_dir(), &notice);
     }
     if let Some(url) = &notify.webhook {
         webhook::send(webhook::Delivery {
@@ -114,6 +118,25 @@ fn send(root: &Root, config: &LoopConfig, base: &Path, mut notice: Notice) {
             loop_name: notice.loop_name.clone(),
         });
     }
+}
+
+/// Tells `notice` the work since the last approval, as `review` shows it
+/// now; what cannot be read is logged and left out.
+fn since_approval(store: &dyn LoopStore, notice: &mut Notice) {
+    let read = store.load().and_then(|s| Ok((s, store.history()?)));
+    let (state, history) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(
+                "loop {:?}: its notice leaves out the work since the last approval: {e}",
+                notice.loop_name
+            );
+            return;
+        }
+    };
+    let since = Since::of(&history.events);
+    notice.work = since.range(&state).map(Work::of);
+    notice.metrics_since = since.metrics(store);
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::Kind;
+use crate::since::Range;
 use crate::state::{Head, State, Status};
 use crate::who::Actor;
 
@@ -47,6 +48,23 @@ pub struct Operation {
     pub actor: Actor,
 }
 
+/// The worktree's commits since the last approval, as `review` shows them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Work {
+    /// `branch`, `from` and `head`.
+    #[serde(flatten)]
+    pub range: Range,
+    /// How many commits `from..head` holds; none without both ends.
+    pub commit_count: Option<usize>,
+}
+
+impl Work {
+    pub fn of(range: Range) -> Work {
+        let commit_count = range.ends().map(|_| range.commits().len());
+        Work { range, commit_count }
+    }
+}
+
 /// One notification, as the webhook's body serialises it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Notice {
@@ -60,8 +78,13 @@ pub struct Notice {
     pub tick: u64,
     #[serde(rename = "await")]
     pub await_id: Option<String>,
+    /// The worktree's branch and HEAD before and after the last step.
     pub head: Option<Head>,
+    /// The worktree's commits since the last approval.
+    pub work: Option<Work>,
     pub totals: BTreeMap<String, f64>,
+    /// The metrics the ticks since the last approval reported, summed.
+    pub metrics_since: BTreeMap<String, f64>,
     pub consecutive_failures: u32,
     /// The operator's command (`pause`, …), for `operator` notices.
     pub action: Option<&'static str>,
@@ -84,7 +107,9 @@ impl Notice {
             tick: facts.tick,
             await_id: facts.await_id,
             head: facts.head,
+            work: None,
             totals: facts.totals,
+            metrics_since: BTreeMap::new(),
             consecutive_failures: facts.consecutive_failures,
             action: None,
             actor: None,
@@ -111,8 +136,11 @@ impl Notice {
     /// it has no value), so none is inherited from the runner's.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         let head = self.head.as_ref();
+        let work = self.work.as_ref().map(|w| &w.range);
         let text = |v: Option<&String>| v.cloned().unwrap_or_default();
+        let json = |v: &BTreeMap<String, f64>| serde_json::to_string(v).expect("metrics serialise");
         let actor = self.actor.as_ref();
+        let branch = head.map(|h| &h.branch).or(work.map(|w| &w.branch));
         vec![
             ("AUTOMATON_EVENT", self.event.as_str().to_owned()),
             ("AUTOMATON_LOOP", self.loop_name.clone()),
@@ -120,16 +148,22 @@ impl Notice {
             ("AUTOMATON_REASON", text(self.reason.as_ref())),
             ("AUTOMATON_TICK", self.tick.to_string()),
             ("AUTOMATON_AWAIT", text(self.await_id.as_ref())),
-            ("AUTOMATON_BRANCH", text(head.map(|h| &h.branch))),
+            ("AUTOMATON_BRANCH", text(branch)),
             (
                 "AUTOMATON_HEAD_BEFORE",
                 text(head.and_then(|h| h.before.as_ref())),
             ),
             ("AUTOMATON_HEAD_AFTER", text(head.and_then(|h| h.after.as_ref()))),
+            ("AUTOMATON_WORK_FROM", text(work.and_then(|w| w.from.as_ref()))),
+            ("AUTOMATON_WORK_HEAD", text(work.and_then(|w| w.head.as_ref()))),
             (
-                "AUTOMATON_TOTALS",
-                serde_json::to_string(&self.totals).expect("totals serialise"),
+                "AUTOMATON_WORK_COMMITS",
+                (self.work.as_ref().and_then(|w| w.commit_count))
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
             ),
+            ("AUTOMATON_TOTALS", json(&self.totals)),
+            ("AUTOMATON_METRICS_SINCE", json(&self.metrics_since)),
             ("AUTOMATON_FAILURES", self.consecutive_failures.to_string()),
             ("AUTOMATON_ACTION", self.action.unwrap_or_default().to_owned()),
             ("AUTOMATON_ACTOR", text(actor.map(|a| &a.user))),

@@ -7,14 +7,12 @@
 //! tick's or the command's that notified.
 //!
 //! A command delivers in its own thread, after its output; the daemon
-//! starts a [`Queue`]: one thread delivers the notices its workers hand it,
-//! so no worker waits on a receiver.
+//! starts a [`Queue`], whose threads deliver the notices its workers hand
+//! it, so no worker waits on a receiver (`queue.rs`).
 
-use std::sync::Mutex;
-use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use super::queue::Queue;
 use super::settings::HttpUrl;
 
 /// A delivery's bound when loop.toml sets none.
@@ -23,11 +21,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const ATTEMPTS: u32 = 3;
 /// The pause after the first failed attempt; it doubles after each.
 const BACKOFF: Duration = Duration::from_millis(500);
-/// Notices the daemon's queue holds; past that, new ones are dropped (and
-/// that is logged).
-const QUEUE_LEN: usize = 256;
-/// How long a stopping daemon waits for the queue to be delivered.
-const DRAIN: Duration = Duration::from_secs(10);
 
 /// One notice on its way.
 pub(super) struct Delivery {
@@ -37,71 +30,10 @@ pub(super) struct Delivery {
     pub loop_name: String,
 }
 
-/// The daemon's queue, while one is started.
-static QUEUE: Mutex<Option<SyncSender<Delivery>>> = Mutex::new(None);
-
 /// Sends `delivery`: on the daemon's queue when one is started, else now.
 pub(super) fn send(delivery: Delivery) {
-    let queue = QUEUE.lock().ok().and_then(|q| q.clone());
-    let Some(queue) = queue else {
+    if let Some(delivery) = super::queue::offer(delivery) {
         deliver(&delivery);
-        return;
-    };
-    match queue.try_send(delivery) {
-        Ok(()) => {}
-        Err(TrySendError::Full(d) | TrySendError::Disconnected(d)) => tracing::warn!(
-            "loop {:?}: webhook {}: not sent, {QUEUE_LEN} notices wait already",
-            d.loop_name,
-            d.url.masked()
-        ),
-    }
-}
-
-/// The daemon's delivery thread: started by [`Queue::start`], and given
-/// [`DRAIN`] to deliver what waits when the guard is dropped.
-pub struct Queue {
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Queue {
-    pub fn start() -> Queue {
-        let (tx, rx) = mpsc::sync_channel::<Delivery>(QUEUE_LEN);
-        let thread = std::thread::Builder::new()
-            .name("webhook".into())
-            .spawn(move || rx.iter().for_each(|d| deliver(&d)));
-        match thread {
-            Ok(thread) => {
-                if let Ok(mut q) = QUEUE.lock() {
-                    *q = Some(tx);
-                }
-                Queue { thread: Some(thread) }
-            }
-            Err(e) => {
-                tracing::warn!("webhooks are delivered by the ticks' workers: no thread for them ({e})");
-                Queue { thread: None }
-            }
-        }
-    }
-}
-
-impl Drop for Queue {
-    fn drop(&mut self) {
-        if let Ok(mut q) = QUEUE.lock() {
-            q.take();
-        }
-        let Some(thread) = self.thread.take() else { return };
-        let until = Instant::now() + DRAIN;
-        while !thread.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if thread.is_finished() {
-            let _ = thread.join();
-        } else {
-            tracing::warn!(
-                "webhooks still being delivered after {}s are dropped",
-                DRAIN.as_secs()
-            );
-        }
     }
 }
 

@@ -110,6 +110,14 @@ fn reject_halts_and_drops_approvals() {
     assert_eq!(s["status"], "halted");
     assert_eq!(s["status_reason"], "rejected by ann: wrong approach");
     assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 0);
+    let dropped = env
+        .history("demo")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "approvals-dropped");
+    let dropped = dropped.expect("the approval given ahead is recorded as dropped");
+    assert_eq!(dropped["why"], "rejected");
+    assert!(dropped.get("await").is_none(), "no await was pending: {dropped}");
     assert!(env.fails(1, &["approve", "demo"]).contains("halted"));
     assert!(env.fails(1, &["pause", "demo"]).contains("halted"));
     env.ok(&["resume", "demo"]);
@@ -327,4 +335,126 @@ fn review_sums_metrics_from_the_history_not_the_run_directories() {
     assert_eq!(v["metrics_since"]["cost_usd"], 1.0, "{v}");
     assert_eq!(v["metrics_since"]["tokens"], 200.0, "{v}");
     assert_eq!(v["totals"]["cost_usd"], 1.0, "{v}");
+}
+
+/// A loop awaiting approval (`required = 2`, so one approval does not
+/// release it) with ann's approval pending. Returns the await's id.
+fn awaiting_with_one_approval(env: &Env) -> String {
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n\
+         [approval]\nrequired = 2\n",
+    );
+    env.ok(&["tick", "demo"]);
+    env.ok(&["tick", "demo"]);
+    let out = env
+        .cmd()
+        .args(["approve", "demo"])
+        .env("AUTOMATON_USER", "ann")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = env.state("demo");
+    assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 1, "{s}");
+    s["awaiting"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The loop's one `approvals-dropped` record, after its approval by ann.
+fn dropped(env: &Env) -> serde_json::Value {
+    let history = env.history("demo");
+    let approved = history.iter().rev().find(|e| e["kind"] == "approved").unwrap();
+    let mut dropped: Vec<_> = history
+        .iter()
+        .filter(|e| e["kind"] == "approvals-dropped")
+        .cloned()
+        .collect();
+    assert_eq!(dropped.len(), 1, "{:?}", env.history_kinds("demo"));
+    let d = dropped.pop().unwrap();
+    assert_eq!(
+        (&d["ids"], &d["by"]),
+        (&serde_json::json!([approved["id"]]), &serde_json::json!(["ann"]))
+    );
+    d
+}
+
+/// Changes the loop's loop.toml with `sed` script `script`, through `edit`.
+fn edit(env: &Env, script: &str) {
+    let editor = env.root.join("editor");
+    fs::write(&editor, format!("#!/bin/sh\nsed -i '{script}' \"$1\"\n")).unwrap();
+    fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = env
+        .cmd()
+        .args(["edit", "demo"])
+        .env("VISUAL", &editor)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn approvals_of_an_await_the_gates_stop_asking_for_are_dropped_as_ended() {
+    let env = Env::new();
+    let id = awaiting_with_one_approval(&env);
+    edit(&env, "s/every = 1/every = 2/");
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["tick", "demo", "--json"])).unwrap();
+    assert_eq!(v["outcome"], "ran", "the gate no longer asks: {v}");
+    let d = dropped(&env);
+    assert_eq!(
+        (d["why"].as_str(), d["await"].as_str()),
+        (Some("ended"), Some(id.as_str()))
+    );
+    let s = env.state("demo");
+    assert!(s["awaiting"].is_null(), "{s}");
+    assert!(s["pending_approvals"].as_array().unwrap().is_empty(), "{s}");
+}
+
+#[test]
+fn approvals_of_an_await_a_completed_loop_ends_are_dropped_as_ended() {
+    let env = Env::new();
+    let id = awaiting_with_one_approval(&env);
+    edit(
+        &env,
+        "s/^\\[approval\\]/[[gate]]\\nstock = \"max-ticks\"\\nparams = { max = 1 }\\n[approval]/",
+    );
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["tick", "demo", "--json"])).unwrap();
+    assert_eq!(v["outcome"], "completed", "{v}");
+    let d = dropped(&env);
+    assert_eq!(
+        (d["why"].as_str(), d["await"].as_str()),
+        (Some("ended"), Some(id.as_str()))
+    );
+    let s = env.state("demo");
+    assert_eq!(s["status"], "completed");
+    assert!(s["awaiting"].is_null() && s["pending_approvals"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn approvals_of_a_rejected_await_are_dropped_as_rejected() {
+    let env = Env::new();
+    let id = awaiting_with_one_approval(&env);
+    let out = env
+        .cmd()
+        .args(["reject", "demo", "--reason", "not this"])
+        .env("AUTOMATON_USER", "bob")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = dropped(&env);
+    assert_eq!(
+        (d["why"].as_str(), d["await"].as_str()),
+        (Some("rejected"), Some(id.as_str()))
+    );
+    let rejected = env
+        .history("demo")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "rejected")
+        .unwrap();
+    assert_eq!(
+        (rejected["by"].as_str(), rejected["await"].as_str()),
+        (Some("bob"), Some(id.as_str()))
+    );
+    let s = env.state("demo");
+    assert_eq!(s["status"], "halted");
+    assert!(s["awaiting"].is_null() && s["pending_approvals"].as_array().unwrap().is_empty());
 }

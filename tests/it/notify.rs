@@ -8,6 +8,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::access::{GIT_ENV, git, repo};
 use crate::common::Env;
 
@@ -64,28 +66,121 @@ fn receiver(answers: Vec<u16>) -> (String, mpsc::Receiver<Request>) {
 }
 
 /// A receiver that reads one request and never answers, until `release`
-/// is sent (or a minute passes: it then says so, which fails the test).
-fn silent_receiver() -> (String, mpsc::Sender<()>, JoinHandle<bool>) {
+/// is sent (or a minute passes: `held` then says so, which fails the
+/// test); `got` says when it has read the request.
+struct Silent {
+    url: String,
+    got: mpsc::Receiver<()>,
+    release: mpsc::Sender<()>,
+    held: JoinHandle<bool>,
+}
+
+fn silent_receiver() -> Silent {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (release, wait) = mpsc::channel();
+    let (got_tx, got) = mpsc::channel();
     let held = std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let _ = read_request(&stream);
+        let _ = got_tx.send(());
         let released = wait.recv_timeout(Duration::from_secs(60)).is_ok();
         drop(stream);
         released
     });
-    (
-        format!("http://bot:s3cret@{addr}/hook?token=t0ken"),
+    Silent {
+        url: format!("http://bot:s3cret@{addr}/hook?token=t0ken"),
+        got,
         release,
         held,
-    )
+    }
 }
 
 fn next(rx: &mpsc::Receiver<Request>) -> Request {
     rx.recv_timeout(Duration::from_secs(30))
         .expect("the webhook was called")
+}
+
+/// The notice's shape as docs/notify.md shows it: its webhook section's
+/// JSON examples, merged (a key one example shows as `null` takes its
+/// value from another). Every example has every key.
+fn documented_notice() -> Value {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/notify.md")).unwrap();
+    let section = doc.split("\n## The webhook\n").nth(1).expect("a webhook section");
+    let section = section.split("\n## ").next().unwrap();
+    let examples: Vec<Value> = section
+        .split("```json\n")
+        .skip(1)
+        .map(|block| {
+            serde_json::from_str(block.split("```").next().unwrap()).expect("an example that parses")
+        })
+        .collect();
+    assert!(examples.len() >= 2, "the await's and the operator's examples");
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    for e in &examples {
+        assert_eq!(keys(e), keys(&examples[0]), "every example has every key");
+    }
+    examples.into_iter().reduce(merged).unwrap()
+}
+
+fn merged(a: Value, b: Value) -> Value {
+    match (a, b) {
+        (Value::Null, v) | (v, Value::Null) => v,
+        (Value::Object(mut a), Value::Object(b)) => {
+            for (k, v) in b {
+                let mine = a.remove(&k).unwrap_or(Value::Null);
+                a.insert(k, merged(mine, v));
+            }
+            Value::Object(a)
+        }
+        (a, _) => a,
+    }
+}
+
+/// Objects whose keys are metrics' names, not the notice's.
+const METRIC_MAPS: [&str; 2] = ["totals", "metrics_since"];
+/// The keys an actor has when they apply, besides the example's.
+const ACTOR_MAY_HAVE: [&str; 3] = ["os_user", "on_behalf_of", "db_role"];
+
+/// Fails unless `got` (a posted notice) has exactly the keys the
+/// documented example `doc` has, each of its type or `null`, at every
+/// level: a key added, renamed or retyped without its doc fails here.
+fn assert_documented(doc: &Value, got: &Value, at: &str) {
+    let kind = |v: &Value| match v {
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::Null => "null",
+    };
+    match (doc, got) {
+        (Value::Null, _) => panic!("{at}: documented only as null"),
+        (_, Value::Null) => {}
+        (Value::Object(_), Value::Object(g)) if METRIC_MAPS.contains(&at) => {
+            assert!(g.values().all(Value::is_number), "{at}: {got}");
+        }
+        (Value::Object(d), Value::Object(g)) => {
+            let mut documented: Vec<&String> = d.keys().collect();
+            let mut posted: Vec<&String> = g
+                .keys()
+                .filter(|k| !(at == "actor" && ACTOR_MAY_HAVE.contains(&k.as_str())))
+                .collect();
+            documented.sort();
+            posted.sort();
+            assert_eq!(
+                posted,
+                documented,
+                "the keys of {}",
+                if at.is_empty() { "the notice" } else { at }
+            );
+            for (k, v) in g.iter().filter(|(k, _)| d.contains_key(*k)) {
+                assert_documented(&d[k], v, k);
+            }
+        }
+        (d, g) => assert_eq!(kind(g), kind(d), "{at}: {got}"),
+    }
 }
 
 /// A command that appends the variables `vars` to `log`, one line a notice.
@@ -165,6 +260,7 @@ fn an_await_is_posted_as_json_and_told_to_the_command() {
     assert!(notice["head"].is_null() && notice["actor"].is_null() && notice["action"].is_null());
     assert_eq!(notice["root"], env.root.to_str().unwrap());
     assert!(notice["at"].is_string());
+    assert_documented(&documented_notice(), &notice, "");
     assert_eq!(
         read(&log),
         format!(
@@ -193,7 +289,9 @@ fn a_5xx_is_tried_again_and_the_tick_keeps_its_exit_code() {
 #[test]
 fn a_receiver_that_never_answers_does_not_hold_the_tick() {
     let env = Env::new();
-    let (url, release, held) = silent_receiver();
+    let Silent {
+        url, release, held, ..
+    } = silent_receiver();
     env.new_loop(
         "flaky",
         &format!(
@@ -290,6 +388,82 @@ fn the_commit_range_is_told() {
 }
 
 #[test]
+fn an_await_tells_the_work_since_the_last_approval() {
+    let env = crate::files_only!("the worktree and run output are this host's");
+    let repo = repo(&env);
+    let log = env.root.join("said");
+    let (url, got) = receiver(vec![200, 200]);
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"echo cost_usd=0.5 > \\\"$AUTOMATON_METRICS\\\"; \
+             git commit -q --allow-empty -m tick-$AUTOMATON_TICK\"\n\
+             [[gate]]\nstock = \"approve-every\"\nparams = {{ every = 2 }}\n\
+             [worktree]\nrepo = {:?}\nbranch = \"loop/agent\"\n\
+             [notify]\non = [\"await\"]\nwebhook = {url:?}\n{}",
+            repo.display().to_string(),
+            logging(
+                &log,
+                &[
+                    "AUTOMATON_BRANCH",
+                    "AUTOMATON_WORK_FROM",
+                    "AUTOMATON_WORK_HEAD",
+                    "AUTOMATON_WORK_COMMITS",
+                    "AUTOMATON_METRICS_SINCE",
+                    "AUTOMATON_TOTALS",
+                ]
+            )
+        ),
+    );
+    let tick = |outcome: &str| {
+        let out = env
+            .cmd()
+            .args(["tick", "agent", "--json"])
+            .envs(GIT_ENV.iter().copied())
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(v["outcome"], outcome, "{v}");
+    };
+    let worktree = env.loop_dir("agent").join("worktree");
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    tick("ran");
+    tick("ran");
+    tick("awaiting-approval");
+    let first = git(&worktree, &["rev-parse", "HEAD"]);
+    let told = format!("loop/agent|{base}|{first}|2|{{\"cost_usd\":1.0}}|{{\"cost_usd\":1.0}}\n");
+    assert_eq!(
+        read(&log),
+        told,
+        "both ticks' commits, from the first one's start"
+    );
+    let posted = next(&got).body;
+    assert_documented(&documented_notice(), &posted, "");
+    assert_eq!(
+        posted["work"],
+        serde_json::json!({ "branch": "loop/agent", "from": base, "head": first, "commit_count": 2 })
+    );
+    assert_eq!(posted["metrics_since"], serde_json::json!({ "cost_usd": 1.0 }));
+    env.ok(&["approve", "agent"]);
+    tick("ran");
+    tick("ran");
+    tick("awaiting-approval");
+    let second = git(&worktree, &["rev-parse", "HEAD"]);
+    assert_eq!(
+        read(&log),
+        format!("{told}loop/agent|{first}|{second}|2|{{\"cost_usd\":1.0}}|{{\"cost_usd\":2.0}}\n"),
+        "the work since the approval, not before it"
+    );
+    let review: serde_json::Value = serde_json::from_str(&env.ok(&["review", "agent", "--json"])).unwrap();
+    assert_eq!(
+        (&review["work"]["from"], &review["work"]["head"]),
+        (&first.as_str().into(), &second.as_str().into()),
+        "the range review shows"
+    );
+}
+
+#[test]
 fn operator_tells_of_a_pause_a_resume_and_a_rejection_by_someone() {
     let env = Env::new();
     let (url, got) = receiver(vec![200, 200, 200]);
@@ -325,6 +499,7 @@ fn operator_tells_of_a_pause_a_resume_and_a_rejection_by_someone() {
         "a pause that changed nothing is not told"
     );
     let paused = next(&got).body;
+    assert_documented(&documented_notice(), &paused, "");
     assert_eq!(paused["event"], "operator");
     assert_eq!(paused["action"], "pause");
     assert_eq!(paused["status"], "paused");
@@ -363,7 +538,9 @@ fn what_notify_says_is_checked() {
 #[test]
 fn the_daemon_delivers_webhooks_off_its_workers() {
     let env = Env::new();
-    let (url, release, held) = silent_receiver();
+    let Silent {
+        url, release, held, ..
+    } = silent_receiver();
     let make = |name: &str, toml: &str| {
         env.new_often_loop(name, toml);
     };
@@ -377,14 +554,7 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
         ),
     );
     make("clock", "step = \"true\"\n[schedule]\nevery = \"100ms\"\n");
-    let mut daemon = env
-        .cmd()
-        .env("AUTOMATON_MIN_EVERY", "100ms")
-        .args(["daemon", "--max-concurrent", "1"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let daemon = daemon(&env);
     let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap_or(0);
     let until = |what: &str, cond: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -400,11 +570,70 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
         &|| ticks("clock") + ticks("flaky") >= then + 5,
     );
     let _ = release.send(());
+    stop(daemon);
+    assert!(held.join().unwrap(), "the receiver was released by the test");
+}
+
+/// A daemon that runs `--max-concurrent 1`, quietly; sent SIGTERM and
+/// waited for by [`stop`].
+fn daemon(env: &Env) -> std::process::Child {
+    env.cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .args(["daemon", "--max-concurrent", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn stop(mut daemon: std::process::Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(daemon.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
     assert_eq!(daemon.wait().unwrap().code(), Some(0));
-    assert!(held.join().unwrap(), "the receiver was released by the test");
+}
+
+#[test]
+fn a_receiver_that_never_answers_holds_back_no_other_loops_webhook() {
+    let env = Env::new();
+    let silent = silent_receiver();
+    let (url, got) = receiver(vec![200]);
+    let go = env.root.join("go");
+    env.new_often_loop(
+        "stuck",
+        &format!(
+            "step = \"false\"\n[schedule]\nevery = \"100ms\"\n\
+             [notify]\non = [\"failure\"]\nwebhook = {:?}\nwebhook_timeout = \"10m\"\n",
+            silent.url
+        ),
+    );
+    // Fails, and notifies, only once the stuck loop's receiver holds its notice.
+    env.new_often_loop(
+        "other",
+        &format!(
+            "step = \"! test -e '{}'\"\n[schedule]\nevery = \"100ms\"\n\
+             [notify]\non = [\"failure\"]\nwebhook = {url:?}\n",
+            go.display()
+        ),
+    );
+    let daemon = daemon(&env);
+    silent
+        .got
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stuck loop's notice reached its receiver");
+    std::fs::write(&go, "").unwrap();
+    let told = got.recv_timeout(Duration::from_secs(60));
+    let _ = silent.release.send(());
+    let told = told.expect("the other loop's notice arrived while the first receiver held its own");
+    assert_eq!(
+        (told.body["loop"].as_str(), told.body["event"].as_str()),
+        (Some("other"), Some("failure"))
+    );
+    stop(daemon);
+    assert!(
+        silent.held.join().unwrap(),
+        "the receiver was released by the test"
+    );
 }
