@@ -6,6 +6,9 @@
 # default), each with a fresh daemon; prints each latency and the median
 # and p99 (the largest, at 20 rounds) in milliseconds.
 # usage: bench/approval-latency.sh [-n ROUNDS] [BIN]
+# env: STORE: a postgresql:// URL (a fresh schema's: the loop `gated` is
+#      made there) to measure the PostgreSQL store, whose daemon hears of
+#      the approval by notification; else the file store.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 rounds=20
@@ -14,6 +17,7 @@ bin=$(realpath "${1:-$repo/target/release/automaton}")
 work=$(mktemp -d)
 trap 'kill "${daemon:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 export AUTOMATON_ROOT=$work/root
+if [ -n "${STORE:-}" ]; then export AUTOMATON_STORE=$STORE; fi
 "$bin" init >/dev/null
 cat > "$work/loop.toml" <<TOML
 step = "date +%s%N > $work/started"
