@@ -55,23 +55,17 @@ fn a_listener_that_never_answers_is_an_error_within_the_bound() {
     let root = dir.path().join("root");
     // A password holding `/` and `?`, which no message may show.
     let url = format!("postgres://ann:hunter2/x?y@127.0.0.1:{port}/automaton?connect_timeout=2");
-    let cases: [(&[&str], &str); 5] = [
-        (&["init"], "2s"),
-        (&["list"], "2s"),
-        (&["status", "x"], "2s"),
-        (&["tick", "x"], "2s"),
-        // The command's own bound, shorter than the URL's.
-        (&["pause", "x", "--timeout", "1s"], "1s"),
-    ];
-    for (args, within) in cases {
-        let out = bounded(
+    let run = |args: &[&str]| {
+        bounded(
             isolate(&mut Command::new(BIN))
                 .arg("--root")
                 .arg(&root)
                 .env("AUTOMATON_STORE", &url)
                 .args(args),
             &format!("{args:?}"),
-        );
+        )
+    };
+    let said = |args: &[&str], out: &Output, within: &str| {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(
@@ -82,6 +76,20 @@ fn a_listener_that_never_answers_is_an_error_within_the_bound() {
         );
         assert!(err.contains("postgres://ann:***@127.0.0.1"), "{args:?}: {err}");
         assert!(!err.contains("hunter2"), "{args:?}: {err}");
+    };
+    // `init` connects before it makes anything: it leaves nothing behind.
+    said(&["init"], &run(&["init"]), "2s");
+    assert!(!root.exists(), "init made {} all the same", root.display());
+    crate::pg::file_root(&root);
+    let cases: [(&[&str], &str); 4] = [
+        (&["list"], "2s"),
+        (&["status", "x"], "2s"),
+        (&["tick", "x"], "2s"),
+        // The command's own bound, shorter than the URL's.
+        (&["pause", "x", "--timeout", "1s"], "1s"),
+    ];
+    for (args, within) in cases {
+        said(args, &run(args), within);
     }
 }
 
