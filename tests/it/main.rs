@@ -28,6 +28,7 @@ mod pg;
 mod pg_bounds;
 mod pg_claims;
 mod pg_lease;
+mod pg_outcome;
 mod resume;
 mod rotation;
 mod schedule;
