@@ -81,6 +81,26 @@ pub enum Error {
         /// The store's URL, its password redacted.
         url: String,
         action: String,
+        /// The server gave up waiting for a table or row lock.
+        lock_wait: bool,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// A write sent to the server whose answer was lost (no answer within
+    /// the bound, the connection cut or ended): it may have been made.
+    #[error(
+        "{}PostgreSQL store {url}: {what} may or may not have been made: the server's answer was \
+         lost; do not repeat it before `{check}` says which",
+        loop_prefix(name.as_deref())
+    )]
+    MaybeMade {
+        name: Option<String>,
+        url: String,
+        /// What was written (`version 7 of the loop's state`).
+        what: String,
+        /// The command that says whether it was made.
+        check: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -344,6 +364,8 @@ impl Error {
             | Error::TooLarge { .. } => 5,
             Error::EditRejected { .. } => 5,
             Error::BadStore { .. } => 2,
+            // A table or row lock not obtained in time, as a loop's lock.
+            Error::Database { lock_wait: true, .. } => 4,
             Error::Database { .. } | Error::NotMoved { .. } => 1,
             Error::SomeNotMoved { errors, .. } => errors.first().map_or(1, Error::exit_code),
             Error::SchemaTooNew { .. } => 5,
@@ -354,6 +376,8 @@ impl Error {
             Error::Unrecorded { .. } => 8,
             // Made, but maybe not durable: a retry would make it twice.
             Error::NotDurable { .. } => 9,
+            // Maybe made: a retry could make it twice.
+            Error::MaybeMade { .. } => 9,
             Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => 1,
             Error::NoOutput { .. } | Error::Clock { .. } => 1,
             // Not one of the role's holders: nothing was changed.
