@@ -94,6 +94,26 @@ pub enum Error {
         /// The store's URL, its password redacted.
         url: String,
         action: String,
+        /// The server gave up waiting for a table or row lock.
+        lock_wait: bool,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// A write sent to the server whose answer was lost (no answer within
+    /// the bound, the connection cut or ended): it may have been made.
+    #[error(
+        "{}PostgreSQL store {url}: {what} may or may not have been made: the server's answer was \
+         lost; do not repeat it before `{check}` says which",
+        loop_prefix(name.as_deref())
+    )]
+    MaybeMade {
+        name: Option<String>,
+        url: String,
+        /// What was written (`version 7 of the loop's state`).
+        what: String,
+        /// The command that says whether it was made.
+        check: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -358,6 +378,8 @@ pub enum Class {
     Unrecorded,
     /// Made, but maybe not durable.
     NotDurable,
+    /// Maybe made: the answer to the commit was lost.
+    MaybeMade,
     /// The one who asked does not hold the role the command needs.
     NotAllowed,
 }
@@ -373,7 +395,7 @@ impl Class {
             Class::Busy => 4,
             Class::InvalidState => 5,
             Class::Unrecorded => 8,
-            Class::NotDurable => 9,
+            Class::NotDurable | Class::MaybeMade => 9,
             Class::NotAllowed => 10,
         }
     }
@@ -408,6 +430,8 @@ impl Error {
             | Error::TooLarge { .. } => Class::InvalidState,
             Error::EditRejected { .. } => Class::InvalidState,
             Error::BadStore { .. } => Class::Usage,
+            // A table or row lock not obtained in time, as a loop's lock.
+            Error::Database { lock_wait: true, .. } => Class::Busy,
             Error::Database { .. } | Error::NotMoved { .. } => Class::Failed,
             Error::SomeNotMoved { errors, .. } => errors.first().map_or(Class::Failed, Error::class),
             Error::SchemaTooNew { .. } => Class::InvalidState,
@@ -418,6 +442,8 @@ impl Error {
             Error::Unrecorded { .. } => Class::Unrecorded,
             // Made, but maybe not durable: a retry would make it twice.
             Error::NotDurable { .. } => Class::NotDurable,
+            // Maybe made: a retry could make it twice.
+            Error::MaybeMade { .. } => Class::MaybeMade,
             Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => {
                 Class::Failed
             }

@@ -23,6 +23,12 @@ pub fn run(flags: Flags<'_>, args: &InitArgs, out: &mut dyn Write) -> Result<Exi
         }
     };
     let root = root.with_store(located_store);
+    // A database is reached first (which brings its schema up to date):
+    // one that cannot be reached leaves nothing made on this host.
+    let shared = match root.store() {
+        StoreChoice::Postgres(_) => Some(store::Stores::open(&root)?),
+        StoreChoice::File => None,
+    };
     if let Some(group) = &args.group {
         share(&root, group)?;
     }
@@ -45,9 +51,7 @@ pub fn run(flags: Flags<'_>, args: &InitArgs, out: &mut dyn Write) -> Result<Exi
             );
         }
     }
-    if let StoreChoice::Postgres(_) = root.store() {
-        // Connecting brings the database's schema up to date.
-        let stores = store::Stores::open(&root)?;
+    if let Some(stores) = shared {
         line += &format!(" (loops in {})", stores.describe());
         // A store named on the command line is the root's from now on,
         // for every command and schedule that uses the root.

@@ -15,6 +15,7 @@ use super::MAX_SLEEP;
 use super::dispatch::{Dispatcher, reschedule};
 use super::due::jittered;
 use super::workers::{Handoff, Job};
+use crate::error::with_causes;
 use crate::store::{Claims, Firing, Offer};
 use crate::tick::Cancel;
 
@@ -79,7 +80,7 @@ impl<'a> Dispatcher<'a> {
         if !offers.is_empty()
             && let Err(e) = claims.offer(&offers)
         {
-            tracing::warn!("{e}");
+            tracing::warn!("{}", with_causes(&e));
         }
         for name in names {
             self.queue.unset(name);
@@ -105,7 +106,7 @@ impl<'a> Dispatcher<'a> {
         let claimed = match claimed {
             Ok(claimed) => claimed,
             Err(e) => {
-                tracing::warn!("{e}");
+                tracing::warn!("{}", with_causes(&e));
                 self.set_next_claim(next);
                 return;
             }
@@ -176,7 +177,7 @@ impl<'a> Dispatcher<'a> {
             false => claims.settle(me, name, Some(Firing { nominal, due: later })),
         };
         if let Err(e) = result {
-            tracing::warn!("loop {name:?}: {e}");
+            tracing::warn!("{}", with_causes(&e));
         }
         self.listing = None;
         self.next_scan = Instant::now();
@@ -198,7 +199,7 @@ impl<'a> Dispatcher<'a> {
         });
         self.queue.unset(name);
         if let Err(e) = claims.settle(&me, name, next) {
-            tracing::warn!("loop {name:?}: {e}");
+            tracing::warn!("{}", with_causes(&e));
         }
         self.set_next_claim(Instant::now());
     }
@@ -213,7 +214,7 @@ impl<'a> Dispatcher<'a> {
         let me = c.me.clone();
         let every = claims.claim_ttl() / 4;
         if let Err(e) = claims.renew(&me) {
-            tracing::warn!("{e}");
+            tracing::warn!("{}", with_causes(&e));
         }
         if let Some(c) = &mut self.claimant {
             c.next_renew = Instant::now() + every;
@@ -226,7 +227,7 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn fire_claimed(&mut self, name: &str, version: u64) -> bool {
         let Some(claims) = self.claims() else { return false };
         if let Err(e) = claims.fire_now(name, version) {
-            tracing::warn!("loop {name:?}: {e}");
+            tracing::warn!("{}", with_causes(&e));
         }
         self.set_next_claim(Instant::now());
         true

@@ -356,7 +356,10 @@ impl<'a> Dispatcher<'a> {
             out
         });
         if let Err(e) = written {
-            tracing::warn!("loop {name:?}: the firing is not in its ledger: {e}");
+            tracing::warn!(
+                "loop {name:?}: the firing is not in its ledger: {}",
+                crate::error::with_causes(&e)
+            );
         }
     }
 

@@ -59,7 +59,10 @@ pub(super) fn relay_changes(stores: &Stores, listener: &mut Box<dyn Changes>, ha
             Ok(names) if names.is_empty() => continue,
             Ok(names) => Msg::Changed(names),
             Err(e) => {
-                tracing::warn!("{e}; changes are seen at the next scan");
+                tracing::warn!(
+                    "{}; changes are seen at the next scan",
+                    crate::error::with_causes(&e)
+                );
                 thread::sleep(MAX_SLEEP);
                 let Some(Ok(l)) = stores.listen() else {
                     continue;

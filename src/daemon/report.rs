@@ -106,7 +106,7 @@ pub(super) fn log_tick(name: &str, result: &Result<TickReport>, shared: bool) {
     let r = match result {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!("{name}: tick failed: {e}");
+            tracing::warn!("{name}: tick failed: {}", crate::error::with_causes(e));
             return;
         }
     };

@@ -363,7 +363,8 @@ impl Tick<'_> {
 
     /// The commit: one of the state and the tick's events. A step that
     /// ran but cannot be recorded is said as such (exit 8), so nothing runs
-    /// it again; one recorded whose directory sync failed, as such (exit 9).
+    /// it again; one recorded whose directory sync failed, or whose
+    /// record's answer from the server was lost, as such (exit 9).
     fn finish(
         &mut self,
         session: &mut dyn Session,
@@ -398,7 +399,9 @@ impl Tick<'_> {
         let events = std::mem::take(&mut self.events);
         match session.commit(state, events, Durability::Full) {
             // Recorded; only its durability is in doubt, and it is said so.
-            Err(e @ Error::NotDurable { .. }) => return Err(e),
+            // Or recorded or not, the server's answer lost: the next command
+            // on the loop finds the record, or the tick in flight.
+            Err(e @ (Error::NotDurable { .. } | Error::MaybeMade { .. })) => return Err(e),
             Err(e) => {
                 return Err(Error::Unrecorded {
                     name: self.store.name().to_string(),

@@ -29,6 +29,7 @@ mod pg;
 mod pg_bounds;
 mod pg_claims;
 mod pg_lease;
+mod pg_outcome;
 mod refusals;
 mod resume;
 mod rotation;

@@ -183,6 +183,8 @@ fn a_server_that_is_down_is_a_clean_error_that_keeps_the_password() {
         "postgres://ann:hunter2secret@/automaton?host={}",
         dir.path().join("no-server-here").display()
     );
+    // The root's directories (an `init` that cannot connect makes none).
+    file_root(&root);
     for args in [vec!["init"], vec!["list"], vec!["status", "x"], vec!["tick", "x"]] {
         let out = isolate(&mut Command::new(BIN))
             .arg("--root")
@@ -213,6 +215,17 @@ fn a_server_that_is_down_is_a_clean_error_that_keeps_the_password() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 
+/// Makes a root at `root`, its loops in files.
+pub fn file_root(root: &std::path::Path) {
+    let out = isolate(&mut Command::new(BIN))
+        .arg("--root")
+        .arg(root)
+        .args(["--store", "file", "init"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn an_unknown_store_is_a_usage_error() {
     let env = Env::new();
@@ -231,6 +244,7 @@ fn a_password_is_masked_however_it_is_spelled() {
     let root = dir.path().join("root");
     let socket = dir.path().join("no-server-here");
     let socket = socket.display();
+    file_root(&root);
     let stores = [
         format!("postgres://ann:hunter2/x?y@/automaton?host={socket}"),
         format!("postgres://ann:%68unter2%2Fx@/automaton?host={socket}"),

@@ -28,7 +28,7 @@ const LONG_TTL: &str = "20s";
 /// A step that marks its start and end in `log` and sleeps between for
 /// the seconds [`step_takes`] last wrote, and touches `started.<pid>` in
 /// `log`'s directory once it has started.
-fn marked_step(log: &Path, secs: u32) -> String {
+pub(crate) fn marked_step(log: &Path, secs: u32) -> String {
     step_takes(log, secs);
     let dir = log.parent().unwrap().display();
     let log = log.display();
@@ -50,13 +50,13 @@ overlap = "wait"
 }
 
 /// Makes the next steps of [`marked_step`] sleep `secs` seconds.
-fn step_takes(log: &Path, secs: u32) {
+pub(crate) fn step_takes(log: &Path, secs: u32) {
     std::fs::write(log.with_file_name("secs"), secs.to_string()).unwrap();
 }
 
 /// One step's marks: its pid, start and (unless it was killed) end.
 #[derive(Debug)]
-struct Interval {
+pub(crate) struct Interval {
     pid: u32,
     start: f64,
     end: Option<f64>,
@@ -65,7 +65,7 @@ struct Interval {
 /// The steps `log` records, in the order they started; fails the test if
 /// any two overlapped: a step found an earlier one still running, or one
 /// started before the one before it ended.
-fn intervals(log: &Path) -> Vec<Interval> {
+pub(crate) fn intervals(log: &Path) -> Vec<Interval> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(!text.contains("overlap"), "two steps ran at once:\n{text}");
     let mut steps: Vec<Interval> = Vec::new();

@@ -6,7 +6,7 @@
 //! version = $old`, inserts the events and notifies, each only if the
 //! step before it held.
 
-use postgres::Client;
+use super::client::{Client, PgError};
 
 use crate::history::Event;
 
@@ -59,7 +59,7 @@ const COMMIT: &str = "WITH f AS (
         (SELECT version FROM loops WHERE name = $1), (SELECT count(*) FROM n)";
 
 /// Runs the commit in one statement.
-pub(super) fn run(client: &mut Client, c: &Commit<'_>) -> Result<Committed, postgres::Error> {
+pub(super) fn run(client: &mut Client, c: &Commit<'_>) -> Result<Committed, PgError> {
     let texts: Vec<String> = c
         .events
         .iter()
@@ -93,7 +93,7 @@ pub(super) fn run(client: &mut Client, c: &Commit<'_>) -> Result<Committed, post
 /// Lets the lease go (so the next holder need not wait for it to run
 /// out), clears the holder record it stood for, and unlocks the advisory
 /// lock `key`, in one statement.
-pub(super) fn release(client: &mut Client, name: &str, fence: i64, key: i64) -> Result<(), postgres::Error> {
+pub(super) fn release(client: &mut Client, name: &str, fence: i64, key: i64) -> Result<(), PgError> {
     client
         .query_one(
             "WITH r AS (

@@ -2,25 +2,27 @@
 //! config, with what libpq users expect filled in where the URL is silent
 //! (`PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD`, then
 //! `PGPASSFILE` or `~/.pgpass`), TCP keepalives so a dead peer is noticed,
-//! and a connect timeout. No TLS: the `postgres` crate is built without a
-//! TLS connector (docs/postgres.md says how to reach a server that needs
+//! and a connect timeout. No TLS: the driver is built without a TLS
+//! connector (docs/postgres.md says how to reach a server that needs
 //! one). rust-postgres reads none of libpq's environment itself; the
 //! `.pgpass` format is written out here because no well-kept crate reads it.
 //! The server is asked to probe its end of each TCP connection the same way.
 //!
-//! Every wait on the server is bounded: a connection attempt, the whole of
-//! it (the driver's own timeout covers only the socket's connect, so a
-//! listener that accepts and never answers would hold the caller for
-//! ever), by the connect timeout; every statement by `statement_timeout`
-//! and every wait for a table or row lock by `lock_timeout`, set for the
-//! session unless the URL's `options` sets them.
+//! Every wait on the server is bounded (docs/postgres.md, "Every wait is
+//! bounded"): a connection attempt, the whole of it, by the connect
+//! timeout; every call on a connection made, by the call bound, on the
+//! client's side ([`super::client`]), whatever the server does. The server
+//! is asked to give up a little sooner (`statement_timeout`, and
+//! `lock_timeout` for a wait on a table or row lock, set for the session
+//! unless the URL's `options` sets them), so one that answers says why.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use postgres::config::Host;
-use postgres::{Client, Config, NoTls};
+use tokio_postgres::Config;
+use tokio_postgres::config::Host;
 
+pub use super::client::{Client, ConnectError};
 use crate::error::{Error, Result};
 
 /// How long a connection attempt may take when the URL does not say.
@@ -31,29 +33,50 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// ...and given up after this many unanswered probes (about a minute in all).
 const KEEPALIVE_RETRIES: u32 = 3;
-/// The longest a statement may run (the server cancels it past this).
-pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a call on a connection waits for its answer.
+pub const CALL_BOUND: Duration = Duration::from_secs(30);
 /// The longest a statement may wait for a lock on a table or row.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shortest bound a command's `--timeout` sets on its server waits.
 const MIN_BOUND: Duration = Duration::from_secs(1);
 
-/// Reads `url` into a connection config; `shown` is the redacted URL, for
+/// How to connect, and the bounds of what is done on a connection.
+#[derive(Clone)]
+pub struct Connector {
+    config: Config,
+    /// The whole of a connection attempt.
+    within: Duration,
+    /// Each call on a connection.
+    bound: Duration,
+}
+
+/// The server gives up a statement at nine tenths of the call's bound (so
+/// a server that answers says why before the client gives up on it), and
+/// a wait for a lock at half of it, at most [`LOCK_TIMEOUT`].
+fn server_timeouts(bound: Duration) -> (Duration, Duration) {
+    (bound * 9 / 10, LOCK_TIMEOUT.min(bound / 2))
+}
+
+/// Reads `url` into a connector; `shown` is the redacted URL, for
 /// messages. `bound` (a command's `--timeout`, at least 1s) shortens the
-/// connect timeout, `statement_timeout` and `lock_timeout` where it is
-/// shorter than they are.
-pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Config> {
+/// connect timeout and the call bound where it is shorter than they are.
+pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Connector> {
     let bounded = |default: Duration| bound.map_or(default, |b| default.min(b.max(MIN_BOUND)));
-    let mut config: Config = url.parse().map_err(|e: postgres::Error| Error::Database {
+    let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| Error::Database {
         name: None,
         url: shown.to_owned(),
         action: "the URL does not read".to_owned(),
+        lock_wait: false,
         source: Box::new(e),
     })?;
     fill_from_env(&mut config);
-    let connect = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    config.connect_timeout(bounded(connect));
+    let within = bounded(config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT));
+    let call = bounded(CALL_BOUND);
+    config.connect_timeout(within);
+    // Data sent and not acknowledged for as long as a call may wait ends
+    // the connection (a network that drops every packet).
     config
+        .tcp_user_timeout(call)
         .keepalives(true)
         .keepalives_idle(KEEPALIVE_IDLE)
         .keepalives_interval(KEEPALIVE_INTERVAL)
@@ -62,11 +85,12 @@ pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Config>
     // its end as the runner probes its own: a session of a runner cut off
     // from it (and the advisory lock it holds) is ended in about a minute,
     // not the two hours of the usual system default.
+    let (statement, lock) = server_timeouts(call);
     let bounds = format!(
         "-c statement_timeout={}ms -c lock_timeout={}ms \
          -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={}",
-        bounded(STATEMENT_TIMEOUT).as_millis(),
-        bounded(LOCK_TIMEOUT).as_millis(),
+        statement.as_millis(),
+        lock.as_millis(),
         KEEPALIVE_IDLE.as_secs(),
         KEEPALIVE_INTERVAL.as_secs(),
         KEEPALIVE_RETRIES
@@ -84,63 +108,24 @@ pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Config>
     {
         config.password(p);
     }
-    Ok(config)
+    Ok(Connector {
+        config,
+        within,
+        bound: call,
+    })
 }
 
-/// Opens one connection, within the config's connect timeout.
-pub fn connect(config: &Config) -> Result<Client, ConnectError> {
-    let bound = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    connect_within(config, bound)
-}
-
-/// Opens one connection, giving up after `bound` whatever the server does
-/// (a listener that never answers, a server that is frozen): the attempt
-/// runs on a thread of its own, left to finish or fail alone after the
-/// bound, its connection then closed.
-pub fn connect_within(config: &Config, bound: Duration) -> Result<Client, ConnectError> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let config = config.clone();
-    std::thread::Builder::new()
-        .name("pg-connect".into())
-        .spawn(move || {
-            let _ = tx.send(config.connect(NoTls));
-        })
-        .map_err(ConnectError::Thread)?;
-    match rx.recv_timeout(bound) {
-        Ok(connected) => connected.map_err(ConnectError::Server),
-        Err(_) => Err(ConnectError::NoAnswer(bound)),
+impl Connector {
+    /// Opens one connection, within the connect timeout.
+    pub fn connect(&self) -> Result<Client, ConnectError> {
+        Client::connect(&self.config, self.within, self.bound)
     }
-}
 
-/// Closes `client` without waiting on the server: a connection to a
-/// server that no longer answers (a cut network) can take as long to
-/// close as TCP takes to give up on it, so it is closed on a thread of its
-/// own, left to finish alone (or to end with the process).
-pub fn close_detached(client: Client) {
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(client)));
-    let closing = std::sync::Arc::clone(&slot);
-    let spawned = std::thread::Builder::new()
-        .name("pg-close".into())
-        .spawn(move || {
-            drop(closing.lock().ok().and_then(|mut c| c.take()));
-        });
-    // Without a thread, the connection is left open, never waited on: its
-    // socket is closed when the process ends.
-    if let Err(e) = spawned {
-        tracing::debug!("cannot start a thread to close a connection: {e}");
-        std::mem::forget(slot.lock().ok().and_then(|mut c| c.take()));
+    /// Opens one connection within `bound`, each call on it bounded by
+    /// `bound` too.
+    pub fn connect_within(&self, bound: Duration) -> Result<Client, ConnectError> {
+        Client::connect(&self.config, bound.min(self.within), bound.min(self.bound))
     }
-}
-
-/// Why a connection could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error(transparent)]
-    Server(postgres::Error),
-    #[error("the server did not answer within {}", crate::duration::format(*.0))]
-    NoAnswer(Duration),
-    #[error("cannot start a thread to connect")]
-    Thread(#[source] std::io::Error),
 }
 
 fn var(name: &str) -> Option<String> {

@@ -1,9 +1,12 @@
 //! The ledger of firings ([`crate::fires`]) in the `fires` table: a row a
-//! record, folded as it is written. A record is added in two statements on
-//! one connection: the loop's last row is read, and either rewritten with
-//! the new record folded into it (while it is still the last) or followed
-//! by new rows. Only the daemon holding a loop's claim writes its ledger;
-//! a loop keeps its newest [`KEEP`] rows.
+//! record, folded as it is written. A record is added in one transaction,
+//! under a transaction-level advisory lock on the loop's ledger: the
+//! loop's last row is read, and either rewritten with the new record
+//! folded into it or followed by new rows. The daemon holding a loop's
+//! claim writes its ledger, but a claim that ran out can leave two daemons
+//! recording one loop: the lock, taken before the read, makes the second
+//! read what the first wrote, so no record is lost or counted twice. A
+//! loop keeps its newest [`KEEP`] rows.
 
 use jiff::Timestamp;
 
@@ -48,6 +51,13 @@ impl PgLoop {
     pub(super) fn add_fires(&self, make: &mut dyn FnMut(Option<&Fire>) -> Vec<Fire>) -> Result<()> {
         let name = self.name.as_str();
         self.db.with(self.n(), "cannot write the ledger of firings", |c| {
+            let mut c = c.transaction()?;
+            // One round trip, without a prepared statement: a loop's name
+            // holds no quote (`LoopName`).
+            c.batch_execute(&format!(
+                "SELECT pg_advisory_xact_lock(
+                     hashtextextended('automaton:fires:' || current_schema() || ':{name}', 0))"
+            ))?;
             let last = c.query_opt(
                 "SELECT seq, record::text FROM fires WHERE loop = $1 ORDER BY seq DESC LIMIT 1",
                 &[&name],
@@ -59,23 +69,19 @@ impl PgLoop {
             });
             let mut new = fires::fold(make(last.as_ref().map(|(_, r)| r)));
             if new.is_empty() {
-                return Ok(());
+                return c.commit();
             }
             if let Some((seq, mut merged)) = last.filter(|(_, r)| r.folds(&new[0])) {
                 merged.absorb(new.remove(0));
-                // Rewritten only while it is still the loop's last row.
-                let updated = c.execute(
+                // Under the lock, still the loop's last row.
+                c.execute(
                     "UPDATE fires SET record = $3::text::json, last_at = $4::text::timestamptz
-                     WHERE loop = $1 AND seq = $2
-                       AND seq = (SELECT max(seq) FROM fires WHERE loop = $1)",
+                     WHERE loop = $1 AND seq = $2",
                     &[&name, &seq, &to_text(&merged), &merged.last_at().to_string()],
                 )?;
-                if updated == 0 {
-                    new.insert(0, merged);
-                }
             }
             if new.is_empty() {
-                return Ok(());
+                return c.commit();
             }
             let records: Vec<String> = new.iter().map(to_text).collect();
             let lasts: Vec<String> = new.iter().map(|r| r.last_at().to_string()).collect();
@@ -99,7 +105,7 @@ impl PgLoop {
                     &[&name, &(KEEP - 1)],
                 )?;
             }
-            Ok(())
+            c.commit()
         })
     }
 }

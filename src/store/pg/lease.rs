@@ -24,7 +24,8 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, Config};
+use super::client::{Client, PgError, Transaction};
+use super::conn::Connector;
 
 use crate::lock::{Holder, LockWatch};
 
@@ -54,7 +55,7 @@ pub fn take(
     name: &str,
     me: &Holder,
     ttl: Duration,
-) -> Result<Option<(i64, Instant)>, postgres::Error> {
+) -> Result<Option<(i64, Instant)>, PgError> {
     if let Some(taken) = upsert(client, name, me, ttl, None)? {
         return Ok(Some(taken));
     }
@@ -85,7 +86,7 @@ fn upsert(
     me: &Holder,
     ttl: Duration,
     dead: Option<i64>,
-) -> Result<Option<(i64, Instant)>, postgres::Error> {
+) -> Result<Option<(i64, Instant)>, PgError> {
     let sent = Instant::now();
     let row = client.query_opt(
         "INSERT INTO leases AS l (loop, fence, pid, host, expires_at)
@@ -108,7 +109,7 @@ fn upsert(
 /// Inside a commit's transaction: whether the lease still holds `fence`
 /// and has not run out, locking its row until the transaction ends, so no
 /// one takes the lock between this check and the commit.
-pub fn fenced(tx: &mut postgres::Transaction<'_>, name: &str, fence: i64) -> Result<bool, postgres::Error> {
+pub fn fenced(tx: &mut Transaction<'_>, name: &str, fence: i64) -> Result<bool, PgError> {
     tx.query_opt(
         "SELECT 1 FROM leases WHERE loop = $1 AND fence = $2 AND expires_at > clock_timestamp() FOR UPDATE",
         &[&name, &fence],
@@ -126,7 +127,7 @@ struct Shared {
     fence: i64,
     ttl: Duration,
     /// How renewals connect when they have no connection.
-    config: Config,
+    connector: Connector,
     watch: LockWatch,
     state: Mutex<State>,
     wake: Condvar,
@@ -150,12 +151,12 @@ struct State {
 impl Lease {
     /// Starts renewing the lease of loop `name` held with `fence`, taken by
     /// a statement sent at `taken`.
-    pub fn start(name: &str, fence: i64, ttl: Duration, config: Config, taken: Instant) -> Lease {
+    pub fn start(name: &str, fence: i64, ttl: Duration, connector: Connector, taken: Instant) -> Lease {
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             fence,
             ttl,
-            config,
+            connector,
             watch: LockWatch::default(),
             state: Mutex::new(State {
                 renewed: taken,
@@ -263,7 +264,7 @@ impl Shared {
         let kept = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take();
         let mut client = match kept.filter(|c| !c.is_closed()) {
             Some(c) => c,
-            None => match super::conn::connect_within(&self.config, bound) {
+            None => match self.connector.connect_within(bound) {
                 Ok(c) => c,
                 Err(e) => return self.failed(format!("cannot connect: {e}")),
             },

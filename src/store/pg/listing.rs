@@ -49,7 +49,7 @@ impl Database {
 }
 
 /// The holder in columns 4 to 8, when there is one whose lease stands.
-fn holder(row: &postgres::Row) -> Option<Holder> {
+fn holder(row: &tokio_postgres::Row) -> Option<Holder> {
     Some(Holder {
         pid: u32::try_from(row.try_get::<_, Option<i64>>(4).ok()??).ok()?,
         host: row.try_get::<_, Option<String>>(5).ok()??,

@@ -11,8 +11,10 @@
 //! impossible even without the lock) and the commit's events inserted.
 //! Step output and relative gate files stay on the host, in
 //! `<root>/loops/<name>/`. This folder is the only code that sees a
-//! `postgres` type.
+//! `tokio_postgres` type; every call on the server keeps its bound
+//! (`client.rs`).
 
+mod client;
 mod commit;
 mod conn;
 mod fires;
@@ -27,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postgres::Client;
+use client::{Client, PgError, Transaction};
 
 use super::{Change, Changes, Finding, Level, LoopStore, Session, Store};
 use crate::config::LoopConfig;
@@ -57,7 +59,7 @@ const STATE_ONLY: &str = " state";
 pub struct Database {
     /// The URL with its password redacted: the only form ever shown.
     url: String,
-    config: postgres::Config,
+    connector: conn::Connector,
     /// Where this host keeps each loop's local files.
     loops_dir: PathBuf,
     idle: Mutex<Vec<Client>>,
@@ -69,10 +71,10 @@ impl Database {
     /// `--timeout`, shortens every wait on the server (docs/postgres.md).
     pub fn open(url: &str, loops_dir: PathBuf, bound: Option<Duration>) -> Result<Arc<Database>> {
         let shown = crate::root::redact(url);
-        let config = conn::config(url, &shown, bound)?;
+        let connector = conn::config(url, &shown, bound)?;
         let db = Database {
             url: shown,
-            config,
+            connector,
             loops_dir,
             idle: Mutex::new(Vec::new()),
         };
@@ -93,22 +95,48 @@ impl Database {
     }
 
     fn connect(&self, name: Option<&str>) -> Result<Client> {
-        conn::connect(&self.config).map_err(|e| Error::Database {
+        self.connector.connect().map_err(|e| Error::Database {
             name: name.map(str::to_owned),
             url: self.url.clone(),
             action: "cannot connect".to_owned(),
+            lock_wait: false,
             source: Box::new(e),
         })
     }
 
     /// An error about loop `name` (or the store) while doing `action`.
-    fn fail(&self, name: Option<&str>, action: &str) -> impl FnOnce(postgres::Error) -> Error {
+    fn fail(&self, name: Option<&str>, action: &str) -> impl FnOnce(PgError) -> Error {
         let (name, url, action) = (name.map(str::to_owned), self.url.clone(), action.to_owned());
         move |e| Error::Database {
             name,
             url,
             action,
+            lock_wait: e.is_lock_wait(),
             source: Box::new(e),
+        }
+    }
+
+    /// An error about a write of `what` to loop `name` (or the store): one
+    /// whose answer was lost may have been made, and `check` says whether.
+    fn fail_write(
+        &self,
+        name: Option<&str>,
+        action: &str,
+        what: &str,
+        check: &str,
+    ) -> impl FnOnce(PgError) -> Error {
+        let (url, what, check) = (self.url.clone(), what.to_owned(), check.to_owned());
+        let fail = self.fail(name, action);
+        let name = name.map(str::to_owned);
+        move |e| match e.outcome_unknown() {
+            true => Error::MaybeMade {
+                name,
+                url,
+                what,
+                check,
+                source: Box::new(e),
+            },
+            false => fail(e),
         }
     }
 
@@ -137,10 +165,31 @@ impl Database {
         &self,
         name: Option<&str>,
         action: &str,
-        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Client) -> Result<T, PgError>,
+    ) -> Result<T> {
+        self.run(name, f, self.fail(name, action))
+    }
+
+    /// Runs a write of `what` on a connection, as [`Database::with`]; one
+    /// whose answer was lost is said to be maybe made, `check` saying how
+    /// to tell.
+    fn write<T>(
+        &self,
+        name: Option<&str>,
+        (action, what, check): (&str, &str, &str),
+        f: impl FnOnce(&mut Client) -> Result<T, PgError>,
+    ) -> Result<T> {
+        self.run(name, f, self.fail_write(name, action, what, check))
+    }
+
+    fn run<T>(
+        &self,
+        name: Option<&str>,
+        f: impl FnOnce(&mut Client) -> Result<T, PgError>,
+        fail: impl FnOnce(PgError) -> Error,
     ) -> Result<T> {
         let mut client = self.take(name)?;
-        let out = f(&mut client).map_err(self.fail(name, action))?;
+        let out = f(&mut client).map_err(fail)?;
         self.put_back(client);
         Ok(out)
     }
@@ -187,7 +236,9 @@ impl Database {
     ) -> Result<PgLoop> {
         let lp = self.handle(name.clone());
         let events = super::stamp(events, state.version, state.updated_at);
-        let made = self.with(Some(name.as_str()), "cannot create the loop", |c| {
+        let check = format!("automaton status {name}");
+        let what = ("cannot create the loop", "the loop's creation", check.as_str());
+        let made = self.write(Some(name.as_str()), what, |c| {
             let mut tx = c.transaction()?;
             if !insert_loop(&mut tx, name, config_text, state)? {
                 return Ok(false);
@@ -210,7 +261,9 @@ impl Database {
     /// history, each event keeping its version, in one transaction. Fails
     /// if the loop exists here.
     pub fn import(&self, name: &LoopName, config_text: &str, state: &State, events: &[Event]) -> Result<()> {
-        let made = self.with(Some(name.as_str()), "cannot import the loop", |c| {
+        let check = format!("automaton status {name}");
+        let what = ("cannot import the loop", "the loop's import", check.as_str());
+        let made = self.write(Some(name.as_str()), what, |c| {
             let mut tx = c.transaction()?;
             if !insert_loop(&mut tx, name, config_text, state)? {
                 return Ok(false);
@@ -233,7 +286,9 @@ impl Database {
 
     /// Replaces loop `name`'s config text (as `edit` does with loop.toml).
     pub fn set_config(&self, name: &LoopName, text: &str) -> Result<()> {
-        self.with(Some(name.as_str()), "cannot save the config", |c| {
+        let check = format!("automaton edit {name}");
+        let what = ("cannot save the config", "the config's change", check.as_str());
+        self.write(Some(name.as_str()), what, |c| {
             let mut tx = c.transaction()?;
             tx.execute(
                 "UPDATE loops SET config = $2 WHERE name = $1",
@@ -336,15 +391,10 @@ impl Changes for Listener {
     /// Waits up to `timeout` for a loop to change (a commit, a new loop, a
     /// removal); returns the names notified.
     fn wait(&mut self, timeout: Duration) -> Result<Vec<Change>> {
-        use postgres::fallible_iterator::FallibleIterator;
-        let lost = || self.db.fail(None, "lost the notification connection");
-        let mut names = Vec::new();
-        let first = self
+        let notes = self
             .client
-            .notifications()
-            .timeout_iter(timeout)
-            .next()
-            .map_err(lost())?;
+            .notifications(timeout)
+            .map_err(self.db.fail(None, "lost the notification connection"))?;
         let change = |payload: &str| match payload.strip_suffix(STATE_ONLY) {
             Some(name) => Change {
                 name: name.to_owned(),
@@ -355,26 +405,17 @@ impl Changes for Listener {
                 state_only: false,
             },
         };
-        if let Some(n) = first {
-            names.push(change(n.payload()));
-            // Whatever else has arrived, without waiting.
-            let mut notes = self.client.notifications();
-            let mut rest = notes.iter();
-            while let Some(n) = rest.next().map_err(lost())? {
-                names.push(change(n.payload()));
-            }
-        }
-        Ok(names)
+        Ok(notes.iter().map(|n| change(n.payload())).collect())
     }
 }
 
 /// Inserts loop `name`'s row; false when a loop of that name exists.
 fn insert_loop(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Transaction<'_>,
     name: &LoopName,
     config_text: &str,
     state: &State,
-) -> Result<bool, postgres::Error> {
+) -> Result<bool, PgError> {
     let n = tx.execute(
         "INSERT INTO loops (name, config, state, version) VALUES ($1, $2, $3::text::json, $4)
          ON CONFLICT (name) DO NOTHING",
@@ -388,7 +429,7 @@ fn insert_loop(
     Ok(n == 1)
 }
 
-fn notify(tx: &mut postgres::Transaction<'_>, name: &str) -> Result<(), postgres::Error> {
+fn notify(tx: &mut Transaction<'_>, name: &str) -> Result<(), PgError> {
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &name])
         .map(drop)
 }
@@ -398,11 +439,11 @@ fn state_text(state: &State) -> String {
 }
 
 fn insert_events(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Transaction<'_>,
     name: &str,
     version: u64,
     events: &[Event],
-) -> Result<(), postgres::Error> {
+) -> Result<(), PgError> {
     if events.is_empty() {
         return Ok(());
     }
@@ -450,12 +491,12 @@ impl PgLoop {
     }
 
     /// The loop's state text and version column, if the loop exists.
-    fn read(&self, client: &mut Client) -> Result<Option<(String, i64)>, postgres::Error> {
+    fn read(&self, client: &mut Client) -> Result<Option<(String, i64)>, PgError> {
         let row = client.query_opt(
             "SELECT state::text, version FROM loops WHERE name = $1",
             &[&self.name.as_str()],
         )?;
-        row.map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+        row.map(|r| Ok::<_, PgError>((r.try_get(0)?, r.try_get(1)?)))
             .transpose()
     }
 
@@ -467,7 +508,7 @@ impl PgLoop {
 
     /// The holder row, if its lease still stands (its session may be gone:
     /// the lock is held until the lease runs out).
-    fn live_holder(&self, client: &mut Client) -> Result<Option<Holder>, postgres::Error> {
+    fn live_holder(&self, client: &mut Client) -> Result<Option<Holder>, PgError> {
         let row = client.query_opt(
             "SELECT h.pid, h.host, h.command, h.tick,
                     to_char(h.since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
@@ -511,6 +552,7 @@ impl LoopStore for PgLoop {
             c.query_opt("SELECT config FROM loops WHERE name = $1", &[&self.name.as_str()])?
                 .map(|r| r.try_get(0))
                 .transpose()
+                .map_err(PgError::from)
         })?;
         let text = text.ok_or_else(|| self.no_such())?;
         Ok(LoopConfig::parse(&text, &self.config_path)?)
@@ -525,6 +567,7 @@ impl LoopStore for PgLoop {
             c.query_opt("SELECT config FROM loops WHERE name = $1", &[&self.name.as_str()])?
                 .map(|r| r.try_get(0))
                 .transpose()
+                .map_err(PgError::from)
         })?;
         text.ok_or_else(|| self.no_such())
     }
@@ -674,7 +717,7 @@ impl LoopStore for PgLoop {
             key,
             holder,
             version: None,
-            lease: lease::Lease::start(name, fence, ttl, self.db.config.clone(), taken_at),
+            lease: lease::Lease::start(name, fence, ttl, self.db.connector.clone(), taken_at),
             tick_unsaid: None,
         };
         // The loop may have been removed while we waited.

@@ -5,7 +5,7 @@
 //! so two hosts upgrading at once apply each migration once; a schema newer
 //! than this binary knows is refused, untouched.
 
-use postgres::Client;
+use super::client::{Client, PgError};
 
 use crate::error::{Error, Result};
 
@@ -26,10 +26,11 @@ pub const KNOWN: i32 = MIGRATIONS.len() as i32;
 pub fn ensure(client: &mut Client, url: &str) -> Result<()> {
     let fail = |action: &str| {
         let action = action.to_owned();
-        move |e: postgres::Error| Error::Database {
+        move |e: PgError| Error::Database {
             name: None,
             url: url.to_owned(),
             action,
+            lock_wait: e.is_lock_wait(),
             source: Box::new(e),
         }
     };
@@ -57,7 +58,7 @@ pub fn ensure(client: &mut Client, url: &str) -> Result<()> {
     .map_err(fail("cannot create the schema version table"))?;
     let found: i32 = tx
         .query_one("SELECT coalesce(max(version), 0) FROM automaton_schema", &[])
-        .and_then(|r| r.try_get(0))
+        .and_then(|r| Ok(r.try_get(0)?))
         .map_err(fail("cannot read the schema version"))?;
     refuse_newer(found, url)?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
@@ -83,7 +84,7 @@ fn refuse_newer(found: i32, url: &str) -> Result<()> {
 }
 
 /// The schema's version; 0 when there is none yet.
-fn current(client: &mut Client) -> Result<i32, postgres::Error> {
+fn current(client: &mut Client) -> Result<i32, PgError> {
     let exists: bool = client
         .query_one("SELECT to_regclass('automaton_schema') IS NOT NULL", &[])?
         .try_get(0)?;
@@ -93,4 +94,5 @@ fn current(client: &mut Client) -> Result<i32, postgres::Error> {
     client
         .query_one("SELECT coalesce(max(version), 0) FROM automaton_schema", &[])?
         .try_get(0)
+        .map_err(PgError::from)
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use postgres::Client;
+use super::client::{Client, PgError};
 
 use super::{PgLoop, STATE_ONLY, commit, lease, notify, state_text};
 use crate::error::{Error, Result};
@@ -67,7 +67,7 @@ impl PgSession<'_> {
     fn delete_rows(&mut self, name: &str) -> Result<()> {
         self.refuse_if_lost()?;
         let fence = self.lease.fence();
-        let deleted = (|| -> Result<bool, postgres::Error> {
+        let deleted = (|| -> Result<bool, PgError> {
             let mut tx = self.client().transaction()?;
             if !lease::fenced(&mut tx, name, fence)? {
                 return Ok(false);
@@ -78,7 +78,12 @@ impl PgSession<'_> {
             tx.commit()?;
             Ok(true)
         })()
-        .map_err(self.lp.db.fail(self.lp.n(), "cannot remove the loop's record"))?;
+        .map_err(self.lp.db.fail_write(
+            self.lp.n(),
+            "cannot remove the loop's record",
+            "the loop's removal",
+            "automaton list",
+        ))?;
         if !deleted {
             return Err(self.lost_error(None));
         }
@@ -86,7 +91,7 @@ impl PgSession<'_> {
     }
 
     /// Lets the lease and the advisory lock go.
-    fn release(&mut self) -> Result<(), postgres::Error> {
+    fn release(&mut self) -> Result<(), PgError> {
         let (name, fence, key) = (self.lp.name.as_str(), self.lease.fence(), self.key);
         commit::release(self.client(), name, fence, key)
     }
@@ -123,19 +128,22 @@ impl Drop for PgSession<'_> {
     fn drop(&mut self) {
         self.lease.stop();
         // A lease known lost is not this session's to let go, and its
-        // server may not answer (a cut network): the connection is closed
-        // without waiting for it.
+        // server may not answer (a cut network): closing the connection
+        // waits on nothing the server does.
         if self.lease.lost().is_some() {
-            if let Some(client) = self.client.take() {
-                super::conn::close_detached(client);
-            }
+            drop(self.client.take());
             return;
         }
         let mut released = self.release();
         // A connection that broke while idle is made again once, so the
-        // next holder need not wait for the lease to run out.
+        // next holder need not wait for the lease to run out; not one
+        // given up because the server did not answer: a new one would
+        // wait as long.
         if released.is_err()
-            && self.client.as_ref().is_some_and(Client::is_closed)
+            && self
+                .client
+                .as_ref()
+                .is_some_and(|c| c.is_closed() && !c.is_abandoned())
             && self.reconnect().is_ok()
         {
             released = self.release();
@@ -211,19 +219,38 @@ impl Session for PgSession<'_> {
             tick: self.tick_unsaid.take(),
         };
         let mut result = commit::run(self.client(), &c);
-        // A connection that broke (a backend terminated while idle, a
-        // server restart) is made again, once. Whether the first attempt
-        // committed is then unknown: the retry's version check says, as a
-        // state already at the next version under this holder's fence can
-        // only be its own commit.
-        if result.is_err() && self.client.as_ref().is_some_and(Client::is_closed) && self.reconnect().is_ok()
+        // Whether the first attempt committed is unknown when its answer
+        // was lost. A connection that broke (a backend terminated, a
+        // server restart) is made again, once, and the commit tried on it: the version check makes that safe, and settles the
+        // doubt, as a state already at the next version under this
+        // holder's fence can only be its own commit. A server that did not
+        // answer is not asked again: the command's bound is spent.
+        let mut lost_answer = None;
+        if result
+            .as_ref()
+            .is_err_and(|e| e.outcome_unknown() && !e.timed_out())
+            && self.reconnect().is_ok()
         {
+            lost_answer = result.err().filter(PgError::outcome_unknown);
             result = commit::run(self.client(), &c).map(|r| match r {
                 commit::Committed::Conflict(Some(v)) if v == next => commit::Committed::Done,
                 r => r,
             });
         }
+        let maybe = |e: PgError| Error::MaybeMade {
+            name: Some(name.to_owned()),
+            url: lp.db.url.clone(),
+            what: format!("version {next} of the loop's state"),
+            check: format!("automaton status {name}"),
+            source: Box::new(e),
+        };
         match result {
+            // The first attempt may have committed before the lease was lost.
+            Ok(commit::Committed::Lost) if let Some(e) = lost_answer => {
+                self.version = None;
+                self.lease.watch().lose();
+                Err(maybe(e))
+            }
             Ok(commit::Committed::Lost) => {
                 self.version = None;
                 self.lease.watch().lose();
@@ -243,9 +270,15 @@ impl Session for PgSession<'_> {
                 Ok(())
             }
             Err(e) => {
-                // Whether it committed is unknown if the connection broke at
-                // the commit; the version check makes a retry safe either way.
+                // No further commit in this session: the version it would
+                // build on is not known.
                 self.version = None;
+                if let Some(first) = lost_answer {
+                    return Err(maybe(first));
+                }
+                if e.outcome_unknown() {
+                    return Err(maybe(e));
+                }
                 Err(lp.db.fail(lp.n(), "cannot commit")(e))
             }
         }
