@@ -9,14 +9,17 @@
 //! its life. Notifications (`LISTEN`) that arrive while the connection is
 //! driven are kept until asked for.
 //!
-//! The API mirrors the blocking `postgres` crate's, so the store's SQL
-//! reads as it did: `query`, `query_one`, `query_opt`, `execute`,
+//! Each statement is prepared once a connection and kept (up to
+//! [`KEPT_STATEMENTS`]), so a statement run again costs one round trip and
+//! no parsing: what a daemon, running the same few statements for every
+//! tick, pays most. The API mirrors the blocking `postgres` crate's, so
+//! the store's SQL reads as it did: `query`, `query_one`, `query_opt`, `execute`,
 //! `batch_execute`, `transaction` (and on a transaction the same, and
 //! `commit`). Whether a write whose answer never came may have been made
 //! is [`PgError::outcome_unknown`]: a caller that must know reads the
 //! state again, it never repeats the write blindly.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll};
@@ -25,11 +28,15 @@ use std::time::Duration;
 use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Config, NoTls, Notification, Row, Socket};
+use tokio_postgres::{AsyncMessage, Config, NoTls, Notification, Row, Socket, Statement};
 
 /// How long closing a connection may take: its goodbye is written, and
 /// the socket shut; nothing is waited for from the server.
 const CLOSE_WITHIN: Duration = Duration::from_secs(1);
+
+/// How many prepared statements a connection keeps: more than the store
+/// has, so the bound holds only against SQL built at run time.
+const KEPT_STATEMENTS: usize = 128;
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
@@ -104,6 +111,8 @@ struct Io {
     abandoned: bool,
     /// How long one call may wait for its answer.
     bound: Duration,
+    /// The statements prepared on this connection, by their text.
+    prepared: HashMap<String, Statement>,
 }
 
 /// The connection itself, and what it delivered that no call asked for yet.
@@ -196,6 +205,39 @@ impl Io {
     }
 }
 
+impl Io {
+    /// The statement `sql`, prepared on this connection (by `prepare`, on
+    /// the client or a transaction) the first time it is asked for.
+    fn statement<F>(&mut self, sql: &str, prepare: impl FnOnce() -> F) -> Result<Statement, PgError>
+    where
+        F: Future<Output = Result<Statement, tokio_postgres::Error>>,
+    {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.run(prepare())?;
+        if self.prepared.len() < KEPT_STATEMENTS {
+            self.prepared.insert(sql.to_owned(), s.clone());
+        }
+        Ok(s)
+    }
+
+    /// Runs a request made of a kept statement. A statement the server
+    /// refused is prepared again next time: one that a change of schema
+    /// made stale (its result's type changed) heals so.
+    fn run_kept<T>(
+        &mut self,
+        sql: &str,
+        request: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, PgError> {
+        let result = self.run(request);
+        if matches!(result, Err(PgError::Server(_))) {
+            self.prepared.remove(sql);
+        }
+        result
+    }
+}
+
 impl Client {
     /// Connects within `within` (the whole of it: the socket, the start-up,
     /// authentication), whatever the other end does; each call on the
@@ -222,6 +264,7 @@ impl Client {
                 },
                 abandoned: false,
                 bound,
+                prepared: HashMap::new(),
             },
             client: Some(client),
         })
@@ -233,22 +276,26 @@ impl Client {
 
     pub fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
-        self.io.run(client.query(sql, params))
+        let s = self.io.statement(sql, || client.prepare(sql))?;
+        self.io.run_kept(sql, client.query(&s, params))
     }
 
     pub fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
-        self.io.run(client.query_one(sql, params))
+        let s = self.io.statement(sql, || client.prepare(sql))?;
+        self.io.run_kept(sql, client.query_one(&s, params))
     }
 
     pub fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
-        self.io.run(client.query_opt(sql, params))
+        let s = self.io.statement(sql, || client.prepare(sql))?;
+        self.io.run_kept(sql, client.query_opt(&s, params))
     }
 
     pub fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
-        self.io.run(client.execute(sql, params))
+        let s = self.io.statement(sql, || client.prepare(sql))?;
+        self.io.run_kept(sql, client.execute(&s, params))
     }
 
     pub fn batch_execute(&mut self, sql: &str) -> Result<(), PgError> {
@@ -312,15 +359,18 @@ impl Drop for Client {
 
 impl Transaction<'_> {
     pub fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, PgError> {
-        self.io.run(self.tx.query_one(sql, params))
+        let s = self.io.statement(sql, || self.tx.prepare(sql))?;
+        self.io.run_kept(sql, self.tx.query_one(&s, params))
     }
 
     pub fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, PgError> {
-        self.io.run(self.tx.query_opt(sql, params))
+        let s = self.io.statement(sql, || self.tx.prepare(sql))?;
+        self.io.run_kept(sql, self.tx.query_opt(&s, params))
     }
 
     pub fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
-        self.io.run(self.tx.execute(sql, params))
+        let s = self.io.statement(sql, || self.tx.prepare(sql))?;
+        self.io.run_kept(sql, self.tx.execute(&s, params))
     }
 
     pub fn batch_execute(&mut self, sql: &str) -> Result<(), PgError> {
