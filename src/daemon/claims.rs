@@ -11,10 +11,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::MAX_SLEEP;
 use super::dispatch::{Dispatcher, reschedule};
 use super::due::jittered;
 use super::workers::{Handoff, Job};
+use super::{CLAIM_GATHER, MAX_SLEEP};
 use crate::error::with_causes;
 use crate::store::{Claims, Firing, Offer};
 use crate::tick::Cancel;
@@ -115,7 +115,7 @@ impl<'a> Dispatcher<'a> {
             next = Instant::now();
         } else if let Some(at) = claimed.next {
             let until = Duration::try_from(at.duration_since(now)).unwrap_or_default();
-            next = next.min(Instant::now() + until);
+            next = next.min(Instant::now() + until + CLAIM_GATHER);
         }
         self.set_next_claim(next);
         for (name, nominal) in claimed.loops {
@@ -184,7 +184,12 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// A claimed firing's tick ended: the loop's next firing is written
-    /// as its claim is let go, and the store asked for more at once.
+    /// as its claim is let go, and the store is asked for more by the time
+    /// that firing falls due (and [`CLAIM_GATHER`]). The store is not asked at once: what else
+    /// is due it said at the last claim (a daemon that took all it asked
+    /// for asks again at once), and a firing another daemon writes is
+    /// seen within [`MAX_SLEEP`], so an empty answer is not paid for at
+    /// the end of every tick.
     pub(super) fn settle(&mut self, name: &Arc<str>) {
         let Some(claims) = self.claims() else { return };
         let me = self.claimant.as_ref().map(|c| c.me.clone()).unwrap_or_default();
@@ -198,10 +203,19 @@ impl<'a> Dispatcher<'a> {
             })
         });
         self.queue.unset(name);
+        let due = next.as_ref().map_or(now, |f| f.due);
         if let Err(e) = claims.settle(&me, name, next) {
             tracing::warn!("{}", with_causes(&e));
         }
-        self.set_next_claim(Instant::now());
+        let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
+        self.claim_by(Instant::now() + until + CLAIM_GATHER);
+    }
+
+    /// Asks the store for due firings by `at`, if not sooner.
+    fn claim_by(&mut self, at: Instant) {
+        if let Some(c) = &mut self.claimant {
+            c.next_claim = c.next_claim.min(at);
+        }
     }
 
     /// Renews the claims of the ticks running, every quarter of a lease.

@@ -106,6 +106,13 @@ const LATE: Duration = Duration::from_secs(1);
 /// hundreds of ticks a second wakes a fraction as often.
 const GATHER: Duration = Duration::from_millis(10);
 
+/// The same for claimed firings (a store daemons share): a daemon asks
+/// for due firings this long after the next falls due, so one claim takes
+/// those due together. Every daemon sharing the store wakes for the same
+/// next firing; asking at once, each would pay a claim for every firing
+/// and all but one come back empty.
+const CLAIM_GATHER: Duration = Duration::from_millis(50);
+
 /// Runs the scheduler until a stop signal; returns once every tick it
 /// started has ended. The wiring: a thread for signals, the workers, a
 /// thread for a shared store's notifications, and the dispatcher on this

@@ -68,27 +68,39 @@ impl Claims for Database {
         let rows = self.with(None, "cannot claim due firings", |c| {
             c.query(
                 concat!(
-                    "WITH c AS (
+                    // A claim reads the few rows it takes, not the table:
+                    // the due firings from the index on `due`, in its
+                    // order, and each row claimed is updated where it lies
+                    // (it is locked, so it stays there). For the planner
+                    // to keep to that whatever its statistics (the `due`
+                    // of every row moves past them within a cadence), now
+                    // is a value it cannot see ahead, `(SELECT
+                    // statement_timestamp())`, so it counts a third of the
+                    // rows on either side, and the hosts are compared as a
+                    // column, whose empty value it knows is most rows.
+                    "WITH d AS (
+                         SELECT ctid FROM firings
+                         WHERE due <= (SELECT statement_timestamp())
+                           AND (owner IS NULL OR claim_expires <= (SELECT statement_timestamp()))
+                           AND (hosts = '{}' OR $3 = ANY (hosts))
+                         ORDER BY due LIMIT $4
+                         FOR UPDATE SKIP LOCKED),
+                     c AS (
                          UPDATE firings f SET owner = $1,
                              claim_expires = clock_timestamp() + $2::float8 * interval '1 second'
-                         FROM (SELECT loop FROM firings
-                               WHERE due <= clock_timestamp()
-                                 AND (owner IS NULL OR claim_expires <= clock_timestamp())
-                                 AND (cardinality(hosts) = 0 OR $3 = ANY (hosts))
-                               ORDER BY due LIMIT $4
-                               FOR UPDATE SKIP LOCKED) d
-                         WHERE f.loop = d.loop
+                         WHERE f.ctid = ANY (ARRAY(SELECT ctid FROM d))
                          RETURNING f.loop, f.nominal)
                      SELECT loop, ",
                     utc!("nominal"),
                     " FROM c
                      UNION ALL
-                     SELECT NULL, ",
-                    utc!("min(due)"),
+                     (SELECT NULL, ",
+                    utc!("due"),
                     " FROM firings
-                     WHERE due > clock_timestamp()
-                       AND (owner IS NULL OR claim_expires <= clock_timestamp())
-                       AND (cardinality(hosts) = 0 OR $3 = ANY (hosts))"
+                      WHERE due > (SELECT statement_timestamp())
+                        AND (owner IS NULL OR claim_expires <= (SELECT statement_timestamp()))
+                        AND (hosts = '{}' OR $3 = ANY (hosts))
+                      ORDER BY due LIMIT 1)"
                 ),
                 &[&me, &ttl_secs(), &host, &max],
             )
