@@ -127,18 +127,9 @@ impl fmt::Display for GateErrorKind {
                 }
                 Ok(())
             }
-            GateErrorKind::Exception { exception, at, .. } => {
-                write!(f, "raised {}", tail(exception, 2048))?;
-                at.iter().try_for_each(|at| write!(f, " (at {at})"))
-            }
-            GateErrorKind::Panic { message, at, .. } => {
-                write!(f, "panicked: {}", tail(message, 2048))?;
-                at.iter().try_for_each(|at| write!(f, " (at {at})"))
-            }
-            GateErrorKind::Thrown { value, at, .. } => {
-                write!(f, "threw {}", tail(value, 2048))?;
-                at.iter().try_for_each(|at| write!(f, " (at {at})"))
-            }
+            GateErrorKind::Exception { exception, at, .. } => raised(f, "raised", exception, at),
+            GateErrorKind::Panic { message, at, .. } => raised(f, "panicked:", message, at),
+            GateErrorKind::Thrown { value, at, .. } => raised(f, "threw", value, at),
             GateErrorKind::NotReturnable {
                 not, what, expected, ..
             } => write!(
@@ -191,6 +182,12 @@ impl fmt::Display for GateErrorKind {
             GateErrorKind::Host { message } => write!(f, "cannot start: {message}"),
         }
     }
+}
+
+/// What a guest raised (`how`: raised, panicked, threw), and where.
+fn raised(f: &mut fmt::Formatter<'_>, how: &str, what: &str, at: &Option<String>) -> fmt::Result {
+    write!(f, "{how} {}", tail(what, 2048))?;
+    at.iter().try_for_each(|at| write!(f, " (at {at})"))
 }
 
 /// What a gate said of its params, as the host says it after "rejected its

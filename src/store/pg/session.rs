@@ -97,6 +97,31 @@ impl PgSession<'_> {
     }
 
     /// Refuses, writing nothing, once the lease is known lost.
+    /// Sends commit `c`; the answer, and the error of a first attempt
+    /// whose answer was lost. Whether that attempt committed is unknown.
+    /// A connection that broke (a backend terminated, a server restart) is
+    /// made again, once, and the commit tried on it: the version check
+    /// makes that safe, and settles the doubt, as a state already at the
+    /// next version under this holder's fence can only be its own commit.
+    /// A server that did not answer is not asked again: the command's
+    /// bound is spent.
+    fn send(&mut self, c: &commit::Commit<'_>) -> (Result<commit::Committed, PgError>, Option<PgError>) {
+        let result = commit::run(self.client(), c);
+        if !result
+            .as_ref()
+            .is_err_and(|e| e.outcome_unknown() && !e.timed_out())
+            || self.reconnect().is_err()
+        {
+            return (result, None);
+        }
+        let lost_answer = result.err().filter(PgError::outcome_unknown);
+        let retried = commit::run(self.client(), c).map(|r| match r {
+            commit::Committed::Conflict(Some(v)) if v == c.next => commit::Committed::Done,
+            r => r,
+        });
+        (retried, lost_answer)
+    }
+
     fn refuse_if_lost(&self) -> Result<()> {
         match self.lease.lost() {
             Some(why) => Err(self.lost_error(Some(why))),
@@ -218,25 +243,7 @@ impl Session for PgSession<'_> {
             payload: &payload,
             tick: self.tick_unsaid.take(),
         };
-        let mut result = commit::run(self.client(), &c);
-        // Whether the first attempt committed is unknown when its answer
-        // was lost. A connection that broke (a backend terminated, a
-        // server restart) is made again, once, and the commit tried on it: the version check makes that safe, and settles the
-        // doubt, as a state already at the next version under this
-        // holder's fence can only be its own commit. A server that did not
-        // answer is not asked again: the command's bound is spent.
-        let mut lost_answer = None;
-        if result
-            .as_ref()
-            .is_err_and(|e| e.outcome_unknown() && !e.timed_out())
-            && self.reconnect().is_ok()
-        {
-            lost_answer = result.err().filter(PgError::outcome_unknown);
-            result = commit::run(self.client(), &c).map(|r| match r {
-                commit::Committed::Conflict(Some(v)) if v == next => commit::Committed::Done,
-                r => r,
-            });
-        }
+        let (result, lost_answer) = self.send(&c);
         let maybe = |e: PgError| Error::MaybeMade {
             name: Some(name.to_owned()),
             url: lp.db.url.clone(),
