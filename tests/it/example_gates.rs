@@ -422,32 +422,9 @@ fn a_javascript_gates_thrown_value_is_named() {
             ),
         ),
     ] {
-        let ctx = env.root.join(format!("{loop_name}.json"));
-        std::fs::write(
-            &ctx,
-            format!(r#"{{"loop_name": "{loop_name}", "now": "2026-11-30T10:00:00Z"}}"#),
-        )
-        .unwrap();
-        let out = env
-            .cmd()
-            .args([
-                "gate",
-                "test",
-                wasm.to_str().unwrap(),
-                "--context",
-                ctx.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1));
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        let said = stderr
-            .trim_end()
-            .split_once("throwing.wasm (office-hours 1.0.0) ")
-            .map(|(_, said)| said)
-            .unwrap_or_else(|| panic!("{stderr}"));
-        assert!(said.starts_with(&expected), "{loop_name}: {stderr}");
-        assert!(!said.contains("expected a string"), "{loop_name}: {stderr}");
+        let said = evaluation_error(&env, &wasm, loop_name);
+        assert!(said.starts_with(&expected), "{loop_name}: {said}");
+        assert!(!said.contains("expected a string"), "{loop_name}: {said}");
     }
 }
 

@@ -179,7 +179,24 @@ fn password_from_env(config: &Config) -> Option<String> {
     let file = var("PGPASSFILE")
         .map(PathBuf::from)
         .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
-    let text = std::fs::read_to_string(&file).ok()?;
+    password_from_file(&file, config)
+}
+
+/// The password for `config` in password file `file`, which, as libpq
+/// has it, is not read when others than its owner may read or write it
+/// (or it is not a plain file): a warning says so.
+fn password_from_file(file: &Path, config: &Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(file).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(
+            "password file {} is not read: it is not a plain file that only its owner \
+             may read and write (chmod 600 it)",
+            file.display()
+        );
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
     let user = config.get_user().unwrap_or_default();
     let db = config.get_dbname().unwrap_or(user);
     let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
@@ -230,6 +247,22 @@ fn split_escaped(line: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_file_others_may_read_is_not_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(&file, "*:*:*:ann:secret\n").unwrap();
+        let mut config = Config::new();
+        config.user("ann").host("db.example");
+        for (mode, read) in [(0o600, true), (0o400, true), (0o640, false), (0o604, false)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let password = password_from_file(&file, &config);
+            assert_eq!(password.is_some(), read, "mode {mode:o}");
+        }
+        assert_eq!(password_from_file(dir.path(), &config), None, "a directory");
+    }
 
     #[test]
     fn pgpass_lines_match_field_by_field() {
