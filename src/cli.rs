@@ -122,11 +122,17 @@ automaton logs nightly --follow     the running tick's output, until it ends"
 automaton user add ann                      make a user; prints its token once\n  \
 automaton serve                             http://127.0.0.1:8080, sign in with the token\n  \
 automaton serve --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem\n  \
-automaton serve --trust-header X-Forwarded-User --trusted-proxy 127.0.0.1")]
+automaton serve --listen unix:/run/automaton/console.sock --trust-header X-Forwarded-User \
+--trusted-proxy-user www-data\n  \
+automaton serve --trust-header X-Forwarded-User --trusted-proxy 127.0.0.1 \
+--proxy-secret-file /etc/automaton/proxy-secret")]
     Serve(ServeArgs),
-    /// Add, list, remove the console's users, or give one a new token
+    /// Add, list, remove the console's users, give one a new token, or show the admin record
     #[command(subcommand)]
     User(UserCommand),
+    /// Add, remove or list the OS users who may act for the person $AUTOMATON_USER names
+    #[command(subcommand)]
+    Delegate(DelegateCommand),
     /// Print a shell completion script (it completes loop names too)
     #[command(after_help = "Install:\n  \
 bash        echo 'source <(automaton completions bash)' >> ~/.bashrc\n  \
@@ -153,21 +159,32 @@ automaton migrate --from postgres://ann@db/automaton --to ./.automaton nightly"
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The address and port to listen on (port 0: any free one; the
-    /// address is printed)
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    pub listen: std::net::SocketAddr,
+    /// address is printed), or `unix:PATH`: a Unix socket, made with the
+    /// root's file mode (0600, or 0660 in a group's root)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
+    pub listen: Listen,
     /// Serve HTTPS with this certificate chain (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// A header naming the user, believed only from --trusted-proxy
-    #[arg(long, value_name = "HEADER", requires = "trusted_proxy", value_parser = parse_header)]
+    /// A header naming the user, believed only from the proxy that
+    /// --trusted-proxy, --trusted-proxy-user or --proxy-secret-file names
+    #[arg(long, value_name = "HEADER", value_parser = parse_header)]
     pub trust_header: Option<String>,
-    /// The address of the proxy whose --trust-header is believed
+    /// The address of the proxy whose --trust-header is believed (over
+    /// TCP: any process of that host can send from it)
     #[arg(long, value_name = "ADDR", requires = "trust_header")]
     pub trusted_proxy: Option<std::net::IpAddr>,
+    /// On a Unix socket: the OS user the proxy runs as; --trust-header is
+    /// believed only from a peer of that uid
+    #[arg(long, value_name = "USER", requires = "trust_header")]
+    pub trusted_proxy_user: Option<String>,
+    /// A file holding a secret the proxy sends in `X-Automaton-Proxy-Secret`;
+    /// --trust-header is believed only with it (compared in constant time)
+    #[arg(long, value_name = "FILE", requires = "trust_header")]
+    pub proxy_secret_file: Option<PathBuf>,
     /// How long a browser stays signed in
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "12h")]
     pub session: Duration,
@@ -189,6 +206,26 @@ pub enum UserCommand {
     Remove(UserArgs),
     /// Give a user a new token; prints it once, and the old one and its sessions end
     Rotate(UserArgs),
+    /// Show the root's admin record: users added, rotated, removed, delegates changed, by whom
+    Log(UserListArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DelegateCommand {
+    /// Let an OS user act for the person $AUTOMATON_USER names (an admin's act, recorded)
+    Add(DelegateArgs),
+    /// Stop an OS user acting for others (an admin's act, recorded)
+    Remove(DelegateArgs),
+    /// List the recorded delegates, and how automaton.toml's `delegates` differ
+    List(UserListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DelegateArgs {
+    /// The OS user's name
+    pub name: String,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]
@@ -446,6 +483,33 @@ impl WaitArgs {
             (false, Some(d)) => Wait::For(d),
             (false, None) => Wait::Forever,
         }
+    }
+}
+
+/// Where `serve` listens: a TCP address, or a Unix socket's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(std::net::SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    match s.strip_prefix("unix:") {
+        Some("") => Err("`unix:` needs a socket's path, as in unix:/run/automaton/console.sock".to_owned()),
+        Some(path) => Ok(Listen::Unix(PathBuf::from(path))),
+        None => s
+            .parse()
+            .map(Listen::Tcp)
+            .map_err(|_| "an address and port (127.0.0.1:8080), or unix:PATH".to_owned()),
     }
 }
 

@@ -24,6 +24,11 @@ pub enum Error {
     #[error("user {name:?} already exists in {store}; `automaton user rotate {name}` gives it a new token")]
     UserExists { name: String, store: String },
 
+    /// `serve`'s flags that do not go together, or a proxy secret that
+    /// cannot be used.
+    #[error("serve: {reason}")]
+    ServeSetup { reason: String },
+
     #[error("cannot listen on {addr}")]
     Listen {
         addr: String,
@@ -219,6 +224,26 @@ pub enum Error {
         /// Whether the refusal is in the loop's history.
         record: Box<crate::access::Record>,
     },
+
+    #[error(
+        "root {}: {user} may not `{command}`: it needs one of its admins ({}: {whence}); nothing was changed",
+        root.display(),
+        holders_text(holders)
+    )]
+    NotAdmin {
+        root: PathBuf,
+        command: &'static str,
+        /// The OS user who asked.
+        user: String,
+        holders: Vec<String>,
+        /// Where the admins are set.
+        whence: String,
+    },
+
+    #[error(
+        "{name:?} is not one of the delegates recorded in {store} (`automaton delegate list` lists them)"
+    )]
+    NoSuchDelegate { name: String, store: String },
 
     #[error("loop {name:?} has no {what} for tick {tick} ({} is not there)", path.display())]
     NoOutput {
@@ -416,10 +441,10 @@ impl Error {
             | Error::NoSuchGroup { .. }
             | Error::InvalidUser { .. } => Class::Usage,
             Error::NotShared { .. } => Class::Failed,
-            Error::NoSuchUser { .. } => Class::NotFound,
+            Error::NoSuchUser { .. } | Error::NoSuchDelegate { .. } => Class::NotFound,
             Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,
             Error::Signals(_) | Error::DaemonThread { .. } => Class::Failed,
-            Error::Tls { .. } => Class::Usage,
+            Error::Tls { .. } | Error::ServeSetup { .. } => Class::Usage,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => Class::NotFound,
             Error::LockNotObtained { .. } => Class::Busy,
             Error::Config(_)
@@ -449,7 +474,7 @@ impl Error {
             }
             Error::NoOutput { .. } | Error::Clock { .. } => Class::Failed,
             // Not one of the role's holders: nothing was changed.
-            Error::NotAllowed { .. } => Class::NotAllowed,
+            Error::NotAllowed { .. } | Error::NotAdmin { .. } => Class::NotAllowed,
             Error::Gate(_) => Class::Failed,
             Error::ContextJson { .. } => Class::Usage,
             Error::CasesJson { .. } => Class::Usage,

@@ -6,6 +6,7 @@
 //! described in the README and `docs/`; each module here owns one of them.
 
 pub mod access;
+pub mod admin;
 pub mod bounds;
 pub mod cli;
 pub mod clock;

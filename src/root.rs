@@ -26,10 +26,14 @@ pub struct Root {
 /// and the roles every loop has unless its loop.toml says otherwise.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
-    /// OS users who may act for the person `$AUTOMATON_USER` names.
+    /// OS users automaton.toml names as delegates: honoured only as far
+    /// as an admin recorded them (`automaton delegate add`, src/admin.rs).
     pub delegates: Vec<String>,
     /// The root-wide `[access]` lists.
     pub access: crate::access::Access,
+    /// `[access] admins`: who may administer the root (its console users,
+    /// its delegates); `None`: the owner of the root directory alone.
+    pub admins: Option<Vec<String>>,
     /// Where people reach the console, for every loop that does not say.
     pub server: crate::notify::Server,
 }
@@ -223,15 +227,56 @@ struct RootConfig {
     /// `file`, or a PostgreSQL URL.
     store: Option<String>,
     /// OS users who may act for the person `$AUTOMATON_USER` names (a bot's
-    /// service account); anyone else acts as themselves.
+    /// service account), once an admin has recorded them; anyone else acts
+    /// as themselves.
     #[serde(default)]
     delegates: Vec<String>,
-    /// The roles of every loop whose loop.toml leaves them unset.
+    /// The roles of every loop whose loop.toml leaves them unset, and the
+    /// root's own `admins`.
     #[serde(default)]
-    access: crate::access::Access,
+    access: RootAccess,
     /// The console's address, for the links notifications carry.
     #[serde(default)]
     server: crate::notify::Server,
+}
+
+/// The root's `[access]`: a loop's roles, and `admins`, which only a root
+/// has.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RootAccess {
+    #[serde(default)]
+    approvers: Option<Vec<String>>,
+    #[serde(default)]
+    operators: Option<Vec<String>>,
+    #[serde(default)]
+    viewers: Option<Vec<String>>,
+    /// May `user add`, `user rotate`, `user remove`, `delegate add` and
+    /// `delegate remove` (src/admin.rs).
+    #[serde(default)]
+    admins: Option<Vec<String>>,
+}
+
+impl RootConfig {
+    /// What the file says of people.
+    fn settings(self) -> Settings {
+        let RootAccess {
+            approvers,
+            operators,
+            viewers,
+            admins,
+        } = self.access;
+        Settings {
+            delegates: self.delegates,
+            access: crate::access::Access {
+                approvers,
+                operators,
+                viewers,
+            },
+            admins,
+            server: self.server,
+        }
+    }
 }
 
 /// The root's config file.
@@ -277,12 +322,7 @@ impl Root {
         let server_bound = flags.server_bound;
         let config = read_config(&path)?;
         let store = choose_store(&path, flags.store, config.store.as_deref())?;
-        let settings = Arc::new(Settings {
-            delegates: config.delegates,
-            access: config.access,
-            server: config.server,
-        });
-        crate::who::set_delegates(&settings.delegates);
+        let settings = Arc::new(config.settings());
         Ok((
             Root {
                 path,
@@ -318,17 +358,16 @@ impl Root {
     }
 
     /// The root at `path`, with the file store, and what its
-    /// automaton.toml says of people (its `delegates` count from now on).
+    /// automaton.toml says of people.
     pub fn at_with_people(path: impl Into<PathBuf>) -> Result<Root> {
         let mut root = Root::at(path);
-        let config = read_config(&root.path)?;
-        root.settings = Arc::new(Settings {
-            delegates: config.delegates,
-            access: config.access,
-            server: config.server,
-        });
-        crate::who::set_delegates(&root.settings.delegates);
+        root.settings = Arc::new(read_config(&root.path)?.settings());
         Ok(root)
+    }
+
+    /// The path of the root's automaton.toml, for messages.
+    pub fn config_file(&self) -> PathBuf {
+        self.path.join(ROOT_CONFIG)
     }
 
     /// What the root's automaton.toml says of people.

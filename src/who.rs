@@ -6,8 +6,9 @@
 //! The actor is the real OS user of the process, its uid's name: nothing
 //! in the environment changes who that is. `$AUTOMATON_USER` names a
 //! person a bot acts for; it is recorded as "on behalf of", and counts as
-//! that person only when the OS user is one of the root's `delegates`
-//! (`<root>/automaton.toml`). A server names its users by a token or a
+//! that person only when the OS user is one of the root's delegates as an
+//! admin recorded them (`automaton delegate add`, src/admin.rs), which the
+//! store sets when it is opened. A server names its users by a token or a
 //! trusted proxy; [`Via`] has room for both.
 
 use std::cell::RefCell;
@@ -83,7 +84,7 @@ static DELEGATES: RwLock<Vec<String>> = RwLock::new(Vec::new());
 static DB_ROLE: RwLock<Option<String>> = RwLock::new(None);
 
 /// Records the OS users who may act for the person `$AUTOMATON_USER`
-/// names (the root's `delegates`).
+/// names (the root's recorded delegates).
 pub fn set_delegates(delegates: &[String]) {
     if let Ok(mut d) = DELEGATES.write() {
         *d = delegates.to_vec();
@@ -166,6 +167,22 @@ pub fn identify(os: &str, named: Option<&str>, delegates: &[String]) -> Actor {
             db_role: None,
         },
     }
+}
+
+/// Whether this process's actor would be another person if its OS user
+/// were a delegate: `$AUTOMATON_USER` names someone else, and no server
+/// lent the thread to a user.
+pub fn wants_delegation() -> bool {
+    ACTING.with(|a| a.borrow().is_none()) && requested().is_some_and(|p| p != os_user())
+}
+
+/// The OS user of the process as the actor, whoever `$AUTOMATON_USER`
+/// names (kept as "on behalf of"): who does what only a person may do
+/// in person, an admin's acts.
+pub fn os_actor() -> Actor {
+    let mut actor = identify(&os_user(), requested().as_deref(), &[]);
+    actor.db_role = DB_ROLE.read().ok().and_then(|r| r.clone());
+    actor
 }
 
 /// The name that counts for this process: see [`actor`].

@@ -53,7 +53,6 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         (Side::Dir(d), _) | (_, Side::Dir(d)) => Root::at_with_people(d)?,
         _ => Root::open(root_flag)?,
     };
-    let actor = crate::who::actor();
     let open = |side: &Side| -> Result<Stores> {
         match side {
             Side::Dir(d) => {
@@ -67,6 +66,8 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         }
     };
     let (source, target) = (open(&from)?, open(&to)?);
+    // After the stores are open: they say whom a delegate may act for.
+    let actor = crate::who::actor();
     let names: Vec<String> = match args.names.is_empty() {
         true => source.list()?.iter().map(|l| l.name().to_string()).collect(),
         false => args.names.clone(),

@@ -5,6 +5,7 @@ pub(crate) mod approve;
 pub(crate) mod cancel;
 mod check_gate;
 mod daemon;
+mod delegate;
 mod doctor;
 mod edit;
 mod fires;
@@ -92,6 +93,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::Daemon(args) => daemon::run(&Root::open(root)?, &args, out),
         Command::Serve(args) => crate::serve::run(&Root::open(root)?, &args, out),
         Command::User(cmd) => user::run(&Root::open(root)?, &cmd, out),
+        Command::Delegate(cmd) => delegate::run(&Root::open(root)?, &cmd, out),
         Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Migrate(args) => migrate::run(root, &args, out),
         Command::Completions(args) => shell::completions(args.shell, out),

@@ -1,8 +1,11 @@
-//! `user`: the console's users. `add` and `rotate` print the new token
-//! once, on standard output; only its hash is kept (src/users.rs).
+//! `user`: the console's users. `add`, `rotate` and `remove` are an
+//! admin's (src/admin.rs), each recorded in the root's admin record with
+//! its change; `log` shows that record. `add` and `rotate` print the new
+//! token once, on standard output; only its hash is kept (src/users.rs).
 
 use std::io::Write;
 
+use crate::admin::{self, Change};
 use crate::cli::{UserArgs, UserCommand};
 use crate::error::{Error, Exit, Result};
 use crate::root::Root;
@@ -10,11 +13,22 @@ use crate::store::Stores;
 use crate::users::{self, User};
 
 pub fn run(root: &Root, cmd: &UserCommand, out: &mut dyn Write) -> Result<Exit> {
+    let needs = match cmd {
+        UserCommand::Add(_) => Some(admin::Action::UserAdd),
+        UserCommand::Rotate(_) => Some(admin::Action::UserRotate),
+        UserCommand::Remove(_) => Some(admin::Action::UserRemove),
+        UserCommand::List(_) | UserCommand::Log(_) => None,
+    };
+    // Checked before the store is touched: a refusal changes nothing.
+    if let Some(action) = needs {
+        admin::require(root, action)?;
+    }
     let stores = Stores::open(root)?;
     match cmd {
         UserCommand::Add(args) => add(&stores, args, false, out),
         UserCommand::Rotate(args) => add(&stores, args, true, out),
         UserCommand::Remove(args) => remove(&stores, args, out),
+        UserCommand::Log(args) => log(&stores, args.json.json, out),
         UserCommand::List(args) => {
             let all = stores.users()?;
             if args.json.json {
@@ -68,7 +82,13 @@ fn add(stores: &Stores, args: &UserArgs, rotate: bool, out: &mut dyn Write) -> R
             rotated_at: None,
         },
     };
-    stores.put_user(&user)?;
+    let os_user = admin::is_os_user(&user.name);
+    let name = user.name.clone();
+    let change = match rotate {
+        true => Change::UserRotated { name, os_user },
+        false => Change::UserAdded { name, os_user },
+    };
+    stores.put_user(&user, &admin::entry(change))?;
     if args.json.json {
         super::emit_json(out, &serde_json::json!({ "name": user.name, "token": token }))?;
     } else {
@@ -86,7 +106,10 @@ fn add(stores: &Stores, args: &UserArgs, rotate: bool, out: &mut dyn Write) -> R
 }
 
 fn remove(stores: &Stores, args: &UserArgs, out: &mut dyn Write) -> Result<Exit> {
-    if !stores.remove_user(&args.name)? {
+    let entry = admin::entry(Change::UserRemoved {
+        name: args.name.clone(),
+    });
+    if !stores.remove_user(&args.name, &entry)? {
         return Err(no_such(stores, &args.name));
     }
     if args.json.json {
@@ -98,6 +121,29 @@ fn remove(stores: &Stores, args: &UserArgs, out: &mut dyn Write) -> Result<Exit>
         )?;
     }
     Ok(Exit::Ok)
+}
+
+/// `log`: the admin record, oldest first.
+fn log(stores: &Stores, json: bool, out: &mut dyn Write) -> Result<Exit> {
+    let entries = stores.admin_log()?;
+    if json {
+        return super::emit_json(out, &entries).map(|()| Exit::Ok);
+    }
+    let mut text: String = entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{}  {}  {}\n",
+                super::render::local(e.at),
+                e.by.describe(),
+                e.change.describe()
+            )
+        })
+        .collect();
+    if entries.is_empty() {
+        text = "no admin acts recorded yet\n".to_owned();
+    }
+    super::emit(out, &text).map(|()| Exit::Ok)
 }
 
 fn no_such(stores: &Stores, name: &str) -> Error {

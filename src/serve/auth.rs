@@ -1,6 +1,8 @@
 //! Who is asking. A request names its user by one of three means, tried in
-//! order: the trusted proxy's header (believed only from the proxy's own
-//! address), `Authorization: Bearer TOKEN` (the token's hash looked up
+//! order: the trusted proxy's header (believed only from the proxy: from
+//! its address, from its uid on a Unix socket, and with its shared secret,
+//! as many of the three as the server was told), `Authorization: Bearer
+//! TOKEN` (the token's hash looked up
 //! among the users), or the session cookie a browser got by signing in
 //! with a token once. Sessions live in this process; each is checked
 //! against the users on every request, so removing a user or rotating its
@@ -11,6 +13,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,14 +28,19 @@ use sha2::Sha256;
 use super::api::ApiError;
 use super::server::Peer;
 use super::{App, blocking};
-use crate::cli::ServeArgs;
-use crate::error::Result;
+use crate::cli::{Listen, ServeArgs};
+use crate::error::{Error, Result};
 use crate::users::{self, User};
 use crate::who::{self, Actor, Via};
 
 /// The session cookie, and the one a sign-in form is checked against.
 const SESSION: &str = "automaton_session";
 const PRE: &str = "automaton_signin";
+/// The header a proxy carries its shared secret in (`--proxy-secret-file`).
+pub const SECRET_HEADER: &str = "x-automaton-proxy-secret";
+/// The shortest shared secret accepted.
+const SECRET_MIN: usize = 32;
+
 /// Failed sign-ins one client address may make in [`WINDOW`].
 const FAILURES: u32 = 10;
 const WINDOW: Duration = Duration::from_secs(60);
@@ -45,7 +54,118 @@ pub struct Auth {
     ttl: Duration,
     /// Whether cookies are marked `Secure` (the server speaks HTTPS).
     secure: bool,
-    proxy: Option<(HeaderName, IpAddr)>,
+    proxy: Option<Proxy>,
+}
+
+/// The proxy whose header names the user, and how it is told from any
+/// other client: each that is set must hold.
+struct Proxy {
+    header: HeaderName,
+    /// Its address (TCP).
+    addr: Option<IpAddr>,
+    /// Its uid (a Unix socket's peer).
+    uid: Option<u32>,
+    /// The secret it sends in [`SECRET_HEADER`].
+    secret: Option<Vec<u8>>,
+}
+
+impl Proxy {
+    /// Whether a request from `peer` with `headers` comes from the proxy.
+    fn trusts(&self, peer: &Peer, headers: &HeaderMap) -> bool {
+        let addr_ok = self.addr.is_none_or(|a| peer.1.is_none() && peer.0.ip() == a);
+        let uid_ok = self.uid.is_none_or(|u| peer.1 == Some(u));
+        let secret_ok = self.secret.as_ref().is_none_or(|want| {
+            headers
+                .get(SECRET_HEADER)
+                .is_some_and(|got| users::same(got.as_bytes(), want))
+        });
+        addr_ok && uid_ok && secret_ok
+    }
+}
+
+/// The proxy `args` describe, checked: what identifies it must suit the
+/// listener, and at least one thing must.
+fn proxy(args: &ServeArgs) -> Result<Option<Proxy>> {
+    let Some(header) = &args.trust_header else {
+        return Ok(None);
+    };
+    let unix = matches!(args.listen, Listen::Unix(_));
+    let refuse = |reason: &str| {
+        Err(Error::ServeSetup {
+            reason: reason.to_owned(),
+        })
+    };
+    if args.trusted_proxy.is_none() && args.trusted_proxy_user.is_none() && args.proxy_secret_file.is_none() {
+        return refuse(
+            "--trust-header needs the proxy it is believed from: --trusted-proxy ADDR, \
+             --trusted-proxy-user USER (with --listen unix:PATH) or --proxy-secret-file FILE",
+        );
+    }
+    if unix && args.trusted_proxy.is_some() {
+        return refuse(
+            "a Unix socket's peers have no address: name the proxy with --trusted-proxy-user USER",
+        );
+    }
+    if !unix && args.trusted_proxy_user.is_some() {
+        return refuse("--trusted-proxy-user needs --listen unix:PATH (a TCP peer's user is not known)");
+    }
+    let uid = match &args.trusted_proxy_user {
+        None => None,
+        Some(name) => match nix::unistd::User::from_name(name) {
+            Ok(Some(user)) => Some(user.uid.as_raw()),
+            _ => return refuse(&format!("--trusted-proxy-user {name:?}: no such OS user")),
+        },
+    };
+    let secret = args.proxy_secret_file.as_deref().map(read_secret).transpose()?;
+    if !unix && secret.is_none() {
+        tracing::warn!(
+            "--trust-header over TCP without --proxy-secret-file: any process on {} may send {header} \
+             (docs/console.md, \"Behind a proxy\")",
+            args.trusted_proxy
+                .map_or("any host".to_owned(), |a| a.to_string())
+        );
+    }
+    Ok(Some(Proxy {
+        // The command line checked the name.
+        header: HeaderName::try_from(header.as_str()).map_err(|e| Error::ServeSetup {
+            reason: format!("--trust-header {header:?}: {e}"),
+        })?,
+        addr: args.trusted_proxy,
+        uid,
+        secret,
+    }))
+}
+
+/// The shared secret in `path`: its first line, at least [`SECRET_MIN`]
+/// bytes, from a regular file others may not read.
+fn read_secret(path: &Path) -> Result<Vec<u8>> {
+    let bad = |reason: String| Error::ServeSetup {
+        reason: format!("--proxy-secret-file {}: {reason}", path.display()),
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".to_owned()));
+    }
+    if meta.permissions().mode() & 0o007 != 0 {
+        return Err(bad(format!(
+            "others may read it (mode {:o}); `chmod o-rwx` it",
+            meta.permissions().mode() & 0o777
+        )));
+    }
+    let text = crate::fsx::read_regular(path, 64 * 1024)?.unwrap_or_default();
+    let secret = String::from_utf8_lossy(&text)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    if secret.len() < SECRET_MIN || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad(format!(
+            "the secret must be one line of at least {SECRET_MIN} printable characters \
+             (`openssl rand -hex 32` makes one)"
+        )));
+    }
+    Ok(secret.into_bytes())
 }
 
 /// A signed-in browser, kept under the hash of its id.
@@ -79,11 +199,7 @@ impl Who {
 impl Auth {
     pub fn new(args: &ServeArgs, secure: bool) -> Result<Auth> {
         let key = users::random()?;
-        // The command line checked the name.
-        let proxy = match (&args.trust_header, args.trusted_proxy) {
-            (Some(h), Some(addr)) => HeaderName::try_from(h.as_str()).ok().map(|h| (h, addr)),
-            _ => None,
-        };
+        let proxy = proxy(args)?;
         Ok(Auth {
             sessions: Mutex::default(),
             failures: Mutex::default(),
@@ -186,19 +302,25 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Who the request comes from: see the module's header for the order.
 pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who, NoUser> {
-    let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+    let from = parts.extensions.get::<Peer>().copied();
+    let peer = from.map(|p| p.0.ip());
     let auth = &app.auth;
-    if let (Some((header, proxy)), Some(ip)) = (&auth.proxy, peer)
-        && let Some(name) = parts.headers.get(header).and_then(|v| v.to_str().ok())
+    if let (Some(proxy), Some(from)) = (&auth.proxy, from)
+        && let Some(name) = parts.headers.get(&proxy.header).and_then(|v| v.to_str().ok())
     {
         let name = name.trim();
-        if ip == *proxy && users::check_name(name).is_ok() {
+        if proxy.trusts(&from, &parts.headers) && users::check_name(name).is_ok() {
             return Ok(Who {
                 actor: who::served(name, Via::Proxy),
                 csrf: Some(auth.proxy_csrf(name)),
             });
         }
-        tracing::debug!("passed over {header} from {ip}, which is not the trusted proxy");
+        tracing::debug!(
+            "passed over {} from {} (uid {:?}), which is not the trusted proxy",
+            proxy.header,
+            from.0.ip(),
+            from.1
+        );
     }
     let bearer = parts
         .headers

@@ -22,7 +22,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::ServeArgs;
+use crate::cli::{Listen, ServeArgs};
 use crate::error::{Error, Exit, Result};
 use crate::root::Root;
 use crate::store::Stores;
@@ -50,6 +50,28 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         (Some(cert), Some(key)) => Some(tls::config(cert, key)?),
         _ => None,
     };
+    let auth = auth::Auth::new(args, tls.is_some())?;
+    // A Unix socket is made before any thread runs: its mode is set by
+    // narrowing the process's umask around the bind.
+    let unix = match &args.listen {
+        Listen::Unix(path) if tls.is_some() => {
+            return Err(Error::ServeSetup {
+                reason: format!(
+                    "--listen unix:{} serves plain HTTP to the proxy in front; leave TLS to it",
+                    path.display()
+                ),
+            });
+        }
+        Listen::Unix(path) => {
+            Some(
+                server::bind_unix(path, socket_mode(root)).map_err(|source| Error::Listen {
+                    addr: args.listen.to_string(),
+                    source,
+                })?,
+            )
+        }
+        Listen::Tcp(_) => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("automaton-serve")
@@ -60,32 +82,62 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         root: root.clone(),
         live: live::Live::start(root.clone(), stores.clone(), stop.1.clone()),
         stores,
-        auth: auth::Auth::new(args, tls.is_some())?,
+        auth,
         lock_wait: args.request_timeout / 2,
     });
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .map_err(|source| Error::Listen {
-                addr: args.listen.to_string(),
-                source,
-            })?;
-        let bound = listener.local_addr().map_err(|source| Error::Listen {
-            addr: args.listen.to_string(),
-            source,
-        })?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let line = format!("listening on {scheme}://{bound}\n");
+        let (listener, line) = listen(args, unix, tls.is_some()).await?;
+        let signal = server::shutdown_signal();
         out.write_all(line.as_bytes())
             .and_then(|()| out.flush())
             .map_err(Error::Output)?;
         let router = server::router(Arc::clone(&app), args.request_timeout);
-        server::serve(listener, router, tls, args.grace, stop.0).await;
+        server::serve(listener, router, tls, args.grace, signal, stop.0).await;
         Ok::<(), Error>(())
     })?;
     // Blocking work still running (a cancel's wait) is not waited for.
     runtime.shutdown_timeout(Duration::from_millis(100));
     Ok(Exit::Ok)
+}
+
+/// The listener, and the line that says where it listens.
+async fn listen(
+    args: &ServeArgs,
+    unix: Option<std::os::unix::net::UnixListener>,
+    tls: bool,
+) -> Result<(server::Listener, String)> {
+    let failed = |source| Error::Listen {
+        addr: args.listen.to_string(),
+        source,
+    };
+    match (&args.listen, unix) {
+        (Listen::Tcp(addr), _) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(failed)?;
+            let bound = listener.local_addr().map_err(failed)?;
+            let scheme = if tls { "https" } else { "http" };
+            Ok((
+                server::Listener::Tcp(listener),
+                format!("listening on {scheme}://{bound}\n"),
+            ))
+        }
+        (Listen::Unix(_), Some(unix)) => {
+            let listener = tokio::net::UnixListener::from_std(unix).map_err(failed)?;
+            Ok((
+                server::Listener::Unix(listener),
+                format!("listening on {}\n", args.listen),
+            ))
+        }
+        (Listen::Unix(_), None) => Err(failed(std::io::Error::other("the socket was not made"))),
+    }
+}
+
+/// A Unix socket's mode: the root's, 0600, or 0660 in a group's root.
+fn socket_mode(root: &Root) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(root.path()) {
+        Ok(m) if m.permissions().mode() & 0o070 != 0 => 0o660,
+        _ => 0o600,
+    }
 }
 
 /// Runs `work` on a blocking thread as `actor`: the store's calls block.

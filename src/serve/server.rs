@@ -4,9 +4,14 @@
 //! `Router` with its layers (a time bound on every request but the live
 //! stream, a bound on bodies, headers that keep pages to themselves), and
 //! the drain on SIGTERM or SIGINT: stop accepting, let requests in flight
-//! finish within the grace, end the live streams, return.
+//! finish within the grace, end the live streams, return. It listens on a
+//! TCP address, or on a Unix socket (`--listen unix:PATH`), made with the
+//! root's file mode (0600, or 0660 in a group's root), whose peers are
+//! known by their uid.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +25,8 @@ use axum::routing::{get, post};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tower_service::Service;
 
 use super::tls::Tls;
@@ -29,9 +35,41 @@ use super::{App, BODY_LIMIT, api, auth, live, pages};
 /// How long a client has to send a request's headers.
 const HEADER_READ: Duration = Duration::from_secs(10);
 
-/// The peer of a request's connection.
+/// The peer of a request's connection: its address (a Unix socket's
+/// peers share `0.0.0.0:0`), and, on a Unix socket, its uid.
 #[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
+pub struct Peer(pub SocketAddr, pub Option<u32>);
+
+/// Where the server listens.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// Makes the Unix socket `path` with `mode`: the file is never open wider
+/// than that, not even for an instant (the process's umask is narrowed
+/// around the bind). A socket left by a server that has gone is replaced;
+/// one a live server answers on, or any other file, is refused.
+pub fn bind_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let stale = meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_err();
+        if !stale {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "the path is taken (a live server's socket, or not a socket)",
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let narrow = nix::sys::stat::Mode::from_bits_truncate(0o777 & !mode);
+    let old = nix::sys::stat::umask(narrow);
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
 
 /// Every route, in one place.
 pub fn router(app: Arc<App>, timeout: Duration) -> Router {
@@ -113,37 +151,46 @@ async fn guard(req: Request, next: Next) -> Response {
     response
 }
 
-/// Accepts connections until `stop` fires (SIGTERM, SIGINT), then drains:
-/// requests in flight finish (within `grace`), the live streams end.
+/// Accepts connections until `signal` resolves ([`shutdown_signal`]),
+/// then drains: requests in flight finish (within `grace`), the live
+/// streams end, and `stop` says so.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     router: Router,
     tls: Option<Tls>,
     grace: Duration,
+    signal: impl std::future::Future<Output = ()>,
     stop: tokio::sync::watch::Sender<bool>,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut signal = std::pin::pin!(shutdown_signal());
+    let mut signal = std::pin::pin!(signal);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors, say: breathe, then go on.
-                    tracing::warn!("cannot accept a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = accept(&listener) => accepted,
             () = &mut signal => break,
         };
-        tokio::spawn(connection(
-            stream,
-            peer,
-            router.clone(),
-            tls.clone(),
-            graceful.watcher(),
-        ));
+        match accepted {
+            Ok(Accepted::Tcp(stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(connection(
+                    stream,
+                    Peer(peer, None),
+                    router.clone(),
+                    tls.clone(),
+                    graceful.watcher(),
+                ));
+            }
+            Ok(Accepted::Unix(stream)) => {
+                let uid = stream.peer_cred().ok().map(|c| c.uid());
+                let peer = Peer(SocketAddr::from(([0, 0, 0, 0], 0)), uid);
+                tokio::spawn(plain(stream, peer, router.clone(), graceful.watcher()));
+            }
+            Err(e) => {
+                // Out of descriptors, say: breathe, then go on.
+                tracing::warn!("cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
     drop(listener);
     tracing::info!("stopping: finishing the requests in flight");
@@ -153,41 +200,68 @@ pub async fn serve(
     }
 }
 
-/// One connection: its TLS handshake when there is TLS, then its requests.
-async fn connection(stream: TcpStream, peer: SocketAddr, router: Router, tls: Option<Tls>, watcher: Watcher) {
-    let _ = stream.set_nodelay(true);
+/// A connection accepted.
+enum Accepted {
+    Tcp(TcpStream, SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
+    match listener {
+        Listener::Tcp(l) => l.accept().await.map(|(s, a)| Accepted::Tcp(s, a)),
+        Listener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
+    }
+}
+
+/// One TCP connection: its TLS handshake when there is TLS, then its
+/// requests.
+async fn connection(stream: TcpStream, peer: Peer, router: Router, tls: Option<Tls>, watcher: Watcher) {
+    match tls {
+        None => plain(stream, peer, router, watcher).await,
+        Some(tls) => {
+            if let Some(stream) = tls.accept(stream).await {
+                plain(stream, peer, router, watcher).await;
+            }
+        }
+    }
+}
+
+/// A connection's requests, each told its peer.
+async fn plain<S>(stream: S, peer: Peer, router: Router, watcher: Watcher)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-        req.extensions_mut().insert(Peer(peer));
+        req.extensions_mut().insert(peer);
         let mut router = router.clone();
         async move { router.call(req.map(Body::new)).await }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ);
-    let served = match tls {
-        None => {
-            watcher
-                .watch(http.serve_connection(TokioIo::new(stream), service))
-                .await
-        }
-        Some(tls) => {
-            let Some(stream) = tls.accept(stream).await else {
-                return;
-            };
-            watcher
-                .watch(http.serve_connection(TokioIo::new(stream), service))
-                .await
-        }
-    };
-    if let Err(e) = served {
-        tracing::debug!("connection from {peer}: {e}");
+    if let Err(e) = watcher
+        .watch(http.serve_connection(TokioIo::new(stream), service))
+        .await
+    {
+        tracing::debug!("connection from {}: {e}", peer.0);
     }
 }
 
-/// Resolves at SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// A future that resolves at SIGTERM or SIGINT. The handlers are in place
+/// when this returns (it is called before the server says it listens), so
+/// a signal sent as soon as a client is answered is never the default
+/// one, which would end the process without its drain. Called within the
+/// runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut int = signal(SignalKind::interrupt()).ok();
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
+    wait_for_signal(term, int)
+}
+
+async fn wait_for_signal(
+    mut term: Option<tokio::signal::unix::Signal>,
+    mut int: Option<tokio::signal::unix::Signal>,
+) {
     let term = async {
         match &mut term {
             Some(s) => s.recv().await,

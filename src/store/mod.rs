@@ -123,11 +123,29 @@ pub trait Store: Send + Sync {
     /// The console's users ([`crate::users`]), sorted by name.
     fn users(&self) -> Result<Vec<crate::users::User>>;
 
-    /// Adds `user`, or replaces the one of its name.
-    fn put_user(&self, user: &crate::users::User) -> Result<()>;
+    /// Adds `user`, or replaces the one of its name, and adds `entry` to
+    /// the admin record with it ([`crate::admin`]).
+    fn put_user(&self, user: &crate::users::User, entry: &crate::admin::Entry) -> Result<()>;
 
-    /// Removes the user `name`; false when there is none.
-    fn remove_user(&self, name: &str) -> Result<bool>;
+    /// Removes the user `name`, adding `entry` to the admin record with
+    /// it; false (and nothing recorded) when there is none.
+    fn remove_user(&self, name: &str, entry: &crate::admin::Entry) -> Result<bool>;
+
+    /// The root's admin record, oldest first.
+    fn admin_log(&self) -> Result<Vec<crate::admin::Entry>>;
+
+    /// The delegates the admin record holds.
+    fn delegates(&self) -> Result<Vec<String>> {
+        Ok(crate::admin::recorded_delegates(&self.admin_log()?))
+    }
+
+    /// Gives `change` the recorded delegates and adds the entry it returns
+    /// to the admin record, with no other change of them in between;
+    /// returns that entry (`None`: nothing changed).
+    fn change_delegates(
+        &self,
+        change: &mut dyn FnMut(Vec<String>) -> Option<crate::admin::Entry>,
+    ) -> Result<Option<crate::admin::Entry>>;
 }
 
 /// The scheduled loops' next firings, kept in a shared store and claimed
@@ -227,13 +245,17 @@ impl Stores {
     /// Opens the root's store: for PostgreSQL, connects and brings the
     /// schema up to date. A process that serves many requests (`serve`)
     /// opens it once and hands it to what each request runs.
+    /// The delegates this process honours are those the store records
+    /// ([`crate::admin::honour_delegates`]).
     pub fn open(root: &Root) -> Result<Stores> {
-        Ok(Stores(match root.store() {
+        let stores = Stores(match root.store() {
             StoreChoice::File => Arc::new(FileStore::new(root)),
             StoreChoice::Postgres(url) => {
                 Arc::new(pg::Database::open(url, root.loops_dir(), root.server_bound())?)
             }
-        }))
+        });
+        crate::admin::honour_delegates(root, &*stores)?;
+        Ok(stores)
     }
 
     /// Moves loop `name` from this store to `to` with its config, state and

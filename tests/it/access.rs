@@ -49,7 +49,7 @@ pub(crate) fn users() -> bool {
 
 /// A root other OS users may use: its directories and files open to all
 /// (the tests' stand-in for a root shared by a group).
-fn shared(env: &Env) {
+pub(crate) fn shared(env: &Env) {
     let mut dir = env.root.clone();
     while let Some(parent) = dir.parent() {
         if parent == Path::new("/tmp") || parent == Path::new("/") {
@@ -76,7 +76,7 @@ fn open_up(root: &Path) {
 }
 
 /// Runs the binary as OS user `user`, with no `AUTOMATON_USER`.
-fn run_as(env: &Env, user: &str, args: &[&str]) -> Output {
+pub(crate) fn run_as(env: &Env, user: &str, args: &[&str]) -> Output {
     let mut c = Command::new("runuser");
     c.args(["-u", user, "--", BIN, "--root"])
         .arg(&env.root)

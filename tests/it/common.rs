@@ -89,20 +89,23 @@ impl Env {
         Some(env)
     }
 
-    /// Makes the OS user running the suite one of the root's `delegates`,
-    /// so that the `AUTOMATON_USER` every command is given (`operator`,
-    /// or a test's own) is who acts, whichever user runs the tests. Tests
-    /// of identity itself replace the root's config with
-    /// [`root_config`](Env::root_config).
+    /// Makes the OS user running the suite one of the root's delegates,
+    /// listed in its automaton.toml and recorded by its admin (the suite's
+    /// user, who owns the root), so that the `AUTOMATON_USER` every
+    /// command is given (`operator`, or a test's own) is who acts,
+    /// whichever user runs the tests. Tests of identity itself replace the
+    /// root's config with [`root_config`](Env::root_config).
     fn delegate_tester(&self) {
         let file = self.root.join("automaton.toml");
         let mut text = std::fs::read_to_string(&file).unwrap_or_default();
         text += &format!("delegates = [{:?}]\n", automaton::who::os_user());
         std::fs::write(&file, text).unwrap();
+        self.ok(&["delegate", "add", &automaton::who::os_user()]);
     }
 
     /// Replaces the root's automaton.toml settings of people (its
-    /// `delegates` and `[access]`) with `text`, keeping its `store`.
+    /// `delegates` and `[access]`) with `text`, keeping its `store`; the
+    /// suite's user is a recorded delegate only if `text` lists delegates.
     pub fn root_config(&self, text: &str) {
         let file = self.root.join("automaton.toml");
         let kept: String = std::fs::read_to_string(&file)
@@ -112,6 +115,12 @@ impl Env {
             .map(|l| format!("{l}\n"))
             .collect();
         std::fs::write(&file, kept + text).unwrap();
+        let change = if text.contains("delegates") {
+            "add"
+        } else {
+            "remove"
+        };
+        let _ = self.run(&["delegate", change, &automaton::who::os_user()]);
     }
 
     /// The binary with `--root` set and a clean environment.

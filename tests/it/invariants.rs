@@ -37,6 +37,7 @@ impl Scratch {
         // As in `Env`: the suite's user may act for the people commands name.
         let delegates = format!("delegates = [{:?}]\n", automaton::who::os_user());
         std::fs::write(s.root.join("automaton.toml"), delegates).unwrap();
+        s.ok(&["delegate", "add", &automaton::who::os_user()]);
         share_cache(&s.root);
         s
     }

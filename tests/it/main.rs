@@ -2,6 +2,7 @@
 //! the real `automaton` binary in real processes.
 
 mod access;
+mod admin;
 mod approvals;
 mod common;
 mod crash;

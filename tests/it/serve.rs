@@ -24,10 +24,15 @@ pub struct Server {
 
 impl Server {
     pub fn start(env: &Env, extra: &[&str]) -> Server {
+        Server::start_at(env, "127.0.0.1:0", extra)
+    }
+
+    /// A server listening on `listen` (a TCP address, or `unix:PATH`).
+    pub fn start_at(env: &Env, listen: &str, extra: &[&str]) -> Server {
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut child = env
             .cmd()
-            .args(["serve", "--listen", "127.0.0.1:0", "-v"])
+            .args(["serve", "--listen", listen, "-v"])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(log.reopen().unwrap())
@@ -42,7 +47,10 @@ impl Server {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("serve said {line:?}"))
             .to_owned();
-        let addr = base.split_once("://").unwrap().1.to_owned();
+        let addr = base
+            .split_once("://")
+            .map_or(base.as_str(), |(_, a)| a)
+            .to_owned();
         Server {
             child,
             base,
@@ -77,7 +85,7 @@ impl Drop for Server {
     }
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -88,7 +96,7 @@ fn agent() -> ureq::Agent {
 }
 
 /// A response's status and body.
-fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, String) {
+pub(crate) fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, String) {
     let mut r = r.unwrap();
     (
         r.status().as_u16(),
@@ -121,7 +129,7 @@ fn code(body: &str) -> String {
 }
 
 /// Makes user `name`; its token.
-fn user(env: &Env, name: &str) -> String {
+pub(crate) fn user(env: &Env, name: &str) -> String {
     let v: Value = serde_json::from_str(&env.ok(&["user", "add", name, "--json"])).unwrap();
     v["token"].as_str().unwrap().to_owned()
 }
@@ -132,7 +140,7 @@ fn tick(env: &Env, name: &str) -> String {
 }
 
 /// A loop that ran one tick and now awaits approval.
-fn awaiting(env: &Env, name: &str, extra: &str) {
+pub(crate) fn awaiting(env: &Env, name: &str, extra: &str) {
     env.new_loop(
         name,
         &format!("step = \"echo hello from the step\"\n[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n{extra}"),
@@ -534,7 +542,7 @@ fn set_cookie(r: &ureq::http::Response<ureq::Body>, name: &str) -> String {
     c.split(';').next().unwrap().split_once('=').unwrap().1.to_owned()
 }
 
-fn hidden(page: &str, name: &str) -> String {
+pub(crate) fn hidden(page: &str, name: &str) -> String {
     let at = page
         .find(&format!("name=\"{name}\" value=\""))
         .unwrap_or_else(|| panic!("no {name} in {page}"));

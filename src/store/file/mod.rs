@@ -362,18 +362,31 @@ impl FileStore {
         FileStore { root: root.clone() }
     }
 
-    /// Reads the console's users, lets `change` change them and writes them
-    /// back if it says it did, under `users.lock` so two `user` commands at
-    /// once never lose one's change. Returns what `change` said.
-    fn change_users(&self, change: impl FnOnce(&mut Vec<crate::users::User>) -> bool) -> Result<bool> {
-        let lock = self.root.path().join(USERS_LOCK);
-        let _held = lock::acquire(&lock, "users.json", Holder::me("user"), USERS_WAIT)?;
+    /// Reads the console's users, lets `change` change them and, if it
+    /// says it did, adds `entry` to the admin record and writes them back,
+    /// under `users.lock` so two `user` commands at once never lose one's
+    /// change. The entry goes first: a crash between the two leaves an
+    /// entry for a change not made, never a change not recorded. Returns
+    /// what `change` said.
+    fn change_users(
+        &self,
+        entry: &crate::admin::Entry,
+        change: impl FnOnce(&mut Vec<crate::users::User>) -> bool,
+    ) -> Result<bool> {
+        let _held = self.lock_users()?;
         let mut all = users::read(self.root.path())?;
         let changed = change(&mut all);
         if changed {
+            users::append_log(self.root.path(), entry)?;
             users::write(self.root.path(), &all)?;
         }
         Ok(changed)
+    }
+
+    /// Holds `users.lock`, which guards the users and the admin record.
+    fn lock_users(&self) -> Result<lock::Held> {
+        let lock = self.root.path().join(USERS_LOCK);
+        lock::acquire(&lock, "users.json", Holder::me("user"), USERS_WAIT)
     }
 }
 
@@ -391,8 +404,8 @@ impl Store for FileStore {
         users::read(self.root.path())
     }
 
-    fn put_user(&self, user: &crate::users::User) -> Result<()> {
-        self.change_users(|all| {
+    fn put_user(&self, user: &crate::users::User, entry: &crate::admin::Entry) -> Result<()> {
+        self.change_users(entry, |all| {
             all.retain(|u| u.name != user.name);
             all.push(user.clone());
             true
@@ -400,12 +413,29 @@ impl Store for FileStore {
         .map(drop)
     }
 
-    fn remove_user(&self, name: &str) -> Result<bool> {
-        self.change_users(|all| {
+    fn remove_user(&self, name: &str, entry: &crate::admin::Entry) -> Result<bool> {
+        self.change_users(entry, |all| {
             let before = all.len();
             all.retain(|u| u.name != name);
             all.len() != before
         })
+    }
+
+    fn admin_log(&self) -> Result<Vec<crate::admin::Entry>> {
+        users::read_log(self.root.path())
+    }
+
+    fn change_delegates(
+        &self,
+        change: &mut dyn FnMut(Vec<String>) -> Option<crate::admin::Entry>,
+    ) -> Result<Option<crate::admin::Entry>> {
+        let _held = self.lock_users()?;
+        let current = crate::admin::recorded_delegates(&users::read_log(self.root.path())?);
+        let entry = change(current);
+        if let Some(entry) = &entry {
+            users::append_log(self.root.path(), entry)?;
+        }
+        Ok(entry)
     }
 
     fn is_shared(&self) -> bool {

@@ -372,12 +372,23 @@ impl Store for Arc<Database> {
         users::read(self)
     }
 
-    fn put_user(&self, user: &crate::users::User) -> Result<()> {
-        users::put(self, user)
+    fn put_user(&self, user: &crate::users::User, entry: &crate::admin::Entry) -> Result<()> {
+        users::put(self, user, entry)
     }
 
-    fn remove_user(&self, name: &str) -> Result<bool> {
-        users::remove(self, name)
+    fn remove_user(&self, name: &str, entry: &crate::admin::Entry) -> Result<bool> {
+        users::remove(self, name, entry)
+    }
+
+    fn admin_log(&self) -> Result<Vec<crate::admin::Entry>> {
+        users::log(self)
+    }
+
+    fn change_delegates(
+        &self,
+        change: &mut dyn FnMut(Vec<String>) -> Option<crate::admin::Entry>,
+    ) -> Result<Option<crate::admin::Entry>> {
+        users::change_delegates(self, change)
     }
 }
 

@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_firings.sql"),
     include_str!("migrations/0004_users.sql"),
     include_str!("migrations/0005_fires.sql"),
+    include_str!("migrations/0006_admin_log.sql"),
 ];
 
 /// The schema version this binary reads and writes.
