@@ -10,7 +10,7 @@
 //! or not.
 //!
 //! Every admin act is one [`Entry`] added to the root's admin record with
-//! its change (the file store's `<root>/admin.jsonl`, the PostgreSQL
+//! its change (and every refused one, where the one refused may write it) (the file store's `<root>/admin.jsonl`, the PostgreSQL
 //! store's `admin_log` table); no entry is ever rewritten. The delegates
 //! honoured are the list the last delegate entry left: automaton.toml's
 //! `delegates` count only as far as an admin recorded them, and a command
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::root::Root;
-use crate::store::Store;
+use crate::store::{Store, Stores};
 use crate::who::{self, Actor};
 
 /// What an admin does.
@@ -88,6 +88,11 @@ pub enum Change {
         name: String,
         delegates: Vec<String>,
     },
+    /// Someone who is not an admin asked for `command`; nothing changed.
+    Refused {
+        command: String,
+        holders: Vec<String>,
+    },
 }
 
 impl Change {
@@ -105,6 +110,9 @@ impl Change {
             }
             Change::DelegateRemoved { name, delegates } => {
                 format!("removed delegate {name} (delegates: {})", list(delegates))
+            }
+            Change::Refused { command, holders } => {
+                format!("was refused `{command}` (admins: {})", list(holders))
             }
         }
     }
@@ -174,14 +182,25 @@ pub fn admins(root: &Root) -> Result<Admins> {
 
 /// Checks that this process's OS user is one of the root's admins before
 /// `action`; returns the actor its entry records. A refusal changes
-/// nothing and exits 10.
+/// nothing but the admin record, where it is kept as a `refused` entry
+/// when the one refused may write it (the message says whether it is),
+/// and exits 10.
 pub fn require(root: &Root, action: Action) -> Result<Actor> {
     let admins = admins(root)?;
     let me = who::os_actor();
     if admins.holders.contains(&me.user) {
         return Ok(me);
     }
+    let refused = entry(Change::Refused {
+        command: action.command().to_owned(),
+        holders: admins.holders.clone(),
+    });
+    let record = match Stores::open(root).and_then(|s| s.record_admin(&refused)) {
+        Ok(()) => crate::access::Record::Kept,
+        Err(e) => crate::access::Record::Failed(e.to_string()),
+    };
     Err(Error::NotAdmin {
+        record: Box::new(record),
         root: root.path().to_path_buf(),
         command: action.command(),
         user: me.user,

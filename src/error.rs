@@ -226,7 +226,7 @@ pub enum Error {
     },
 
     #[error(
-        "root {}: {user} may not `{command}`: it needs one of its admins ({}: {whence}); nothing was changed",
+        "root {}: {user} may not `{command}`: it needs one of its admins ({}: {whence}); nothing was changed{record}",
         root.display(),
         holders_text(holders)
     )]
@@ -238,6 +238,8 @@ pub enum Error {
         holders: Vec<String>,
         /// Where the admins are set.
         whence: String,
+        /// Whether the refusal is in the admin record.
+        record: Box<crate::access::Record>,
     },
 
     #[error(

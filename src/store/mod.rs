@@ -134,6 +134,10 @@ pub trait Store: Send + Sync {
     /// The root's admin record, oldest first.
     fn admin_log(&self) -> Result<Vec<crate::admin::Entry>>;
 
+    /// Adds `entry`, which changes nothing else (a refusal), to the admin
+    /// record.
+    fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()>;
+
     /// The delegates the admin record holds.
     fn delegates(&self) -> Result<Vec<String>> {
         Ok(crate::admin::recorded_delegates(&self.admin_log()?))

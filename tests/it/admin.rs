@@ -43,6 +43,10 @@ fn refused(out: &Output, command: &str) {
         err.contains(&format!("{QA} may not `{command}`: it needs one of its admins (")),
         "{err}"
     );
+    assert!(
+        err.contains("nothing was changed; the attempt is recorded"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -83,7 +87,23 @@ fn a_non_admin_may_not_change_users_or_delegates_and_nothing_changes() {
 
     assert_eq!(std::fs::read(env.root.join("users.json")).unwrap(), users_file);
     assert_eq!(user_names(&env), ["ann"]);
-    assert_eq!(log(&env).len(), entries);
+    // The attempts are on the record; nothing else is.
+    let after = log(&env);
+    let tried: Vec<&str> = after[entries..]
+        .iter()
+        .map(|e| e["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tried,
+        ["user rotate", "user remove", "delegate add", "delegate remove"]
+    );
+    for e in &after[entries - 1..] {
+        assert_eq!(
+            (e["kind"].as_str(), e["by"]["user"].as_str()),
+            (Some("refused"), Some(QA)),
+            "{e}"
+        );
+    }
     assert_eq!(delegates(&env), recorded);
     let s = Server::start(&env, &[]);
     let (status, _) = answer(

@@ -425,6 +425,11 @@ impl Store for FileStore {
         users::read_log(self.root.path())
     }
 
+    fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()> {
+        let _held = self.lock_users()?;
+        users::append_log(self.root.path(), entry)
+    }
+
     fn change_delegates(
         &self,
         change: &mut dyn FnMut(Vec<String>) -> Option<crate::admin::Entry>,

@@ -384,6 +384,10 @@ impl Store for Arc<Database> {
         users::log(self)
     }
 
+    fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()> {
+        users::record(self, entry)
+    }
+
     fn change_delegates(
         &self,
         change: &mut dyn FnMut(Vec<String>) -> Option<crate::admin::Entry>,

@@ -93,6 +93,15 @@ pub fn change_delegates(
     })?
 }
 
+/// Adds `entry`, which changes nothing else, to the admin record.
+pub fn record(db: &Database, entry: &Entry) -> Result<()> {
+    db.with(None, "cannot add to the admin record", |c| {
+        let mut tx = c.transaction()?;
+        record_in(&mut tx, entry)?;
+        tx.commit()
+    })
+}
+
 /// Inserts `entry` into the admin record, in `tx`.
 fn record_in(tx: &mut Transaction<'_>, entry: &Entry) -> Result<(), super::client::PgError> {
     let text = serde_json::to_string(entry).expect("entries serialise");
