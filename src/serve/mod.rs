@@ -95,6 +95,12 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         server::serve(listener, router, tls, args.grace, signal, stop.0).await;
         Ok::<(), Error>(())
     })?;
+    // The socket is of no use once the server is gone.
+    if let Listen::Unix(path) = &args.listen
+        && let Err(e) = std::fs::remove_file(path)
+    {
+        tracing::warn!("cannot remove the socket {}: {e}", path.display());
+    }
     // Blocking work still running (a cancel's wait) is not waited for.
     runtime.shutdown_timeout(Duration::from_millis(100));
     Ok(Exit::Ok)

@@ -376,7 +376,9 @@ fn a_unix_socket_believes_the_header_only_from_the_proxys_uid() {
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     assert_eq!(unix_get(&socket, "/api/loops", &proxied), 200);
     assert_eq!(unix_get(&socket, "/api/loops", &[]), 401);
+    // Killed, it leaves its socket; the next server replaces it.
     drop(s);
+    assert!(std::path::Path::new(&socket).exists());
 
     // A peer of another uid is no one by the header; its token still works.
     let s = Server::start_at(
@@ -395,7 +397,9 @@ fn a_unix_socket_believes_the_header_only_from_the_proxys_uid() {
         unix_get(&socket, "/api/loops", &[("Authorization", &bearer)]),
         200
     );
-    drop(s);
+    // Stopped, it removes its socket.
+    assert_eq!(s.stop(), Some(0));
+    assert!(!std::path::Path::new(&socket).exists());
 
     // Over TCP a peer's uid is not known: no header is believed by it, and
     // an address is no proxy on a Unix socket.

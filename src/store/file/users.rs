@@ -55,10 +55,15 @@ pub fn append_log(root: &Path, entry: &Entry) -> Result<()> {
     let file = root.join(ADMIN_LOG);
     let mut line = serde_json::to_vec(entry).expect("entries serialise");
     line.push(b'\n');
-    let (mut out, _) = crate::fsx::open_append(&file)?;
+    let (mut out, len) = crate::fsx::open_append(&file)?;
     out.write_all(&line)
         .and_then(|()| out.sync_data())
-        .map_err(Error::io("appending to", &file))
+        .map_err(Error::io("appending to", &file))?;
+    // A record just made is durable once its directory entry is.
+    match len {
+        0 => crate::fsx::sync_dir(root),
+        _ => Ok(()),
+    }
 }
 
 /// The root's users, sorted by name; none when the file is not there.
