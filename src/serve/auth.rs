@@ -37,7 +37,7 @@ use crate::who::{self, Actor, Via};
 const SESSION: &str = "automaton_session";
 const PRE: &str = "automaton_signin";
 /// The header a proxy carries its shared secret in (`--proxy-secret-file`).
-pub const SECRET_HEADER: &str = "x-automaton-proxy-secret";
+const SECRET_HEADER: &str = "x-automaton-proxy-secret";
 /// The shortest shared secret accepted.
 const SECRET_MIN: usize = 32;
 
@@ -89,44 +89,16 @@ fn proxy(args: &ServeArgs) -> Result<Option<Proxy>> {
     let Some(header) = &args.trust_header else {
         return Ok(None);
     };
-    let unix = matches!(args.listen, Listen::Unix(_));
-    let refuse = |reason: &str| {
-        Err(Error::ServeSetup {
-            reason: reason.to_owned(),
-        })
-    };
-    if args.trusted_proxy.is_none() && args.trusted_proxy_user.is_none() && args.proxy_secret_file.is_none() {
-        return refuse(
-            "--trust-header needs the proxy it is believed from: --trusted-proxy ADDR, \
-             --trusted-proxy-user USER (with --listen unix:PATH) or --proxy-secret-file FILE",
-        );
-    }
-    if unix && args.trusted_proxy.is_some() {
-        return refuse(
-            "a Unix socket's peers have no address: name the proxy with --trusted-proxy-user USER",
-        );
-    }
-    if !unix && args.trusted_proxy_user.is_some() {
-        return refuse("--trusted-proxy-user needs --listen unix:PATH (a TCP peer's user is not known)");
-    }
-    let uid = match &args.trusted_proxy_user {
-        None => None,
-        Some(name) => match nix::unistd::User::from_name(name) {
-            Ok(Some(user)) => Some(user.uid.as_raw()),
-            _ => return refuse(&format!("--trusted-proxy-user {name:?}: no such OS user")),
-        },
-    };
+    check_means(args)?;
+    let uid = args.trusted_proxy_user.as_deref().map(uid_of).transpose()?;
     let secret = args.proxy_secret_file.as_deref().map(read_secret).transpose()?;
-    if !unix && secret.is_none() {
+    if let (Some(addr), None) = (args.trusted_proxy, &secret) {
         tracing::warn!(
-            "--trust-header over TCP without --proxy-secret-file: any process on {} may send {header} \
-             (docs/console.md, \"Behind a proxy\")",
-            args.trusted_proxy
-                .map_or("any host".to_owned(), |a| a.to_string())
+            "--trust-header over TCP without --proxy-secret-file: any process on {addr} may send \
+             {header} (docs/console.md, \"Behind a proxy\")"
         );
     }
     Ok(Some(Proxy {
-        // The command line checked the name.
         header: HeaderName::try_from(header.as_str()).map_err(|e| Error::ServeSetup {
             reason: format!("--trust-header {header:?}: {e}"),
         })?,
@@ -134,6 +106,38 @@ fn proxy(args: &ServeArgs) -> Result<Option<Proxy>> {
         uid,
         secret,
     }))
+}
+
+/// Refuses a `--trust-header` with nothing to tell the proxy by, or with
+/// a means its listener cannot check.
+fn check_means(args: &ServeArgs) -> Result<()> {
+    let unix = matches!(args.listen, Listen::Unix(_));
+    let reason = if args.trusted_proxy.is_none()
+        && args.trusted_proxy_user.is_none()
+        && args.proxy_secret_file.is_none()
+    {
+        "--trust-header needs the proxy it is believed from: --trusted-proxy ADDR, \
+         --trusted-proxy-user USER (with --listen unix:PATH) or --proxy-secret-file FILE"
+    } else if unix && args.trusted_proxy.is_some() {
+        "a Unix socket's peers have no address: name the proxy with --trusted-proxy-user USER"
+    } else if !unix && args.trusted_proxy_user.is_some() {
+        "--trusted-proxy-user needs --listen unix:PATH (a TCP peer's user is not known)"
+    } else {
+        return Ok(());
+    };
+    Err(Error::ServeSetup {
+        reason: reason.to_owned(),
+    })
+}
+
+/// The uid of the OS user `name`.
+fn uid_of(name: &str) -> Result<u32> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Ok(user.uid.as_raw()),
+        _ => Err(Error::ServeSetup {
+            reason: format!("--trusted-proxy-user {name:?}: no such OS user"),
+        }),
+    }
 }
 
 /// The shared secret in `path`: its first line, at least [`SECRET_MIN`]
