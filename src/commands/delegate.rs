@@ -29,41 +29,19 @@ pub fn run(root: &Root, cmd: &DelegateCommand, out: &mut dyn Write) -> Result<Ex
 fn change(root: &Root, args: &DelegateArgs, add: bool, out: &mut dyn Write) -> Result<Exit> {
     crate::users::check_name(&args.name)?;
     let stores = Stores::open(root)?;
-    let name = args.name.clone();
-    let entry = stores.change_delegates(&mut |mut current| {
-        if current.contains(&name) == add {
-            return None;
+    let entry = stores.change_delegates(&mut |current| changed(current, &args.name, add))?;
+    let delegates = match entry.as_ref().map(|e| &e.change) {
+        Some(Change::DelegateAdded { delegates, .. } | Change::DelegateRemoved { delegates, .. }) => {
+            delegates.clone()
         }
-        current.retain(|d| *d != name);
-        if add {
-            current.push(name.clone());
+        Some(_) => Vec::new(),
+        None if add => stores.delegates()?,
+        None => {
+            return Err(Error::NoSuchDelegate {
+                name: args.name.clone(),
+                store: stores.describe(),
+            });
         }
-        let name = name.clone();
-        Some(admin::entry(match add {
-            true => Change::DelegateAdded {
-                name,
-                delegates: current,
-            },
-            false => Change::DelegateRemoved {
-                name,
-                delegates: current,
-            },
-        }))
-    })?;
-    if entry.is_none() && !add {
-        return Err(Error::NoSuchDelegate {
-            name: args.name.clone(),
-            store: stores.describe(),
-        });
-    }
-    let delegates = match &entry {
-        Some(e) => match &e.change {
-            Change::DelegateAdded { delegates, .. } | Change::DelegateRemoved { delegates, .. } => {
-                delegates.clone()
-            }
-            _ => Vec::new(),
-        },
-        None => stores.delegates()?,
     };
     if args.json.json {
         let value = serde_json::json!({
@@ -73,15 +51,36 @@ fn change(root: &Root, args: &DelegateArgs, add: bool, out: &mut dyn Write) -> R
         });
         return super::emit_json(out, &value).map(|()| Exit::Ok);
     }
+    let name = &args.name;
     let text = match (entry.is_some(), add) {
-        (false, _) => format!("{} is already a delegate; nothing recorded\n", args.name),
-        (true, true) => format!(
-            "{} may now act for the person $AUTOMATON_USER names; recorded\n",
-            args.name
-        ),
-        (true, false) => format!("{} is no longer a delegate; recorded\n", args.name),
+        (false, _) => format!("{name} is already a delegate; nothing recorded\n"),
+        (true, true) => format!("{name} may now act for the person $AUTOMATON_USER names; recorded\n"),
+        (true, false) => format!("{name} is no longer a delegate; recorded\n"),
     };
     super::emit(out, &text).map(|()| Exit::Ok)
+}
+
+/// The entry that adds (`add`) or removes `name` from the `current`
+/// delegates; `None` when it is already in (or out).
+fn changed(mut current: Vec<String>, name: &str, add: bool) -> Option<admin::Entry> {
+    if current.iter().any(|d| d == name) == add {
+        return None;
+    }
+    current.retain(|d| d != name);
+    let name = name.to_owned();
+    Some(admin::entry(match add {
+        true => {
+            current.push(name.clone());
+            Change::DelegateAdded {
+                name,
+                delegates: current,
+            }
+        }
+        false => Change::DelegateRemoved {
+            name,
+            delegates: current,
+        },
+    }))
 }
 
 /// `list`: the recorded delegates, and how automaton.toml's list differs.
