@@ -316,6 +316,11 @@ fn review_body(name: &str, r: &Value, approver: Option<&Who>) -> Markup {
             h2 { "Work on " (s(&w["branch"])) }
             ul { @for c in w["commits"].as_array().into_iter().flatten() { li { code { (s(c)) } } } }
             pre.diffstat { (w["diffstat"].as_str().unwrap_or("")) }
+            @if let Some(dirty) = w["uncommitted"].as_array().filter(|d| !d.is_empty()) {
+                h3 { "Uncommitted in the worktree (part of the work)" }
+                ul.uncommitted { @for d in dirty { li { code { (s(d)) } } } }
+                @if let Some(more) = w["uncommitted_more"].as_u64() { p { "And " (more) " more." } }
+            }
         }
     }
 }

@@ -136,6 +136,7 @@ fn missing_git_is_a_typed_error() {
     let (dir, repo) = repo();
     let git = Git {
         program: "automaton-no-such-git".into(),
+        ..Git::default()
     };
     let err = ensure_with(&git, &repo, "loop/x", &dir.path().join("wt")).unwrap_err();
     assert!(
@@ -216,4 +217,121 @@ fn a_non_empty_directory_in_the_way_is_gits_error_with_its_message() {
         other => panic!("{other:?}"),
     }
     assert_eq!(std::fs::read_to_string(wt.join("keep")).unwrap(), "mine");
+}
+
+/// An executable shell script `name` in `dir` running `body`.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn the_repositorys_hooks_filters_fsmonitor_and_diff_programs_never_run() {
+    let (dir, repo) = repo();
+    std::fs::write(repo.join(".gitattributes"), "* filter=mark diff=mark\n").unwrap();
+    git(&repo, &["add", ".gitattributes"]);
+    git(&repo, &["commit", "-q", "-m", "attributes"]);
+    let first = git(&repo, &["rev-parse", "HEAD~1"]);
+    let last = git(&repo, &["rev-parse", "HEAD"]);
+    // From here on the repository is what a step could make of it: every
+    // program it names leaves a marker when it runs.
+    let markers = dir.path().join("markers");
+    std::fs::create_dir(&markers).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let m = markers.display();
+    let hooks = repo.join(".git/hooks");
+    for hook in ["post-checkout", "reference-transaction", "post-index-change"] {
+        script(&hooks, hook, &format!("touch {m}/hook-{hook}"));
+    }
+    let prog = |name: &str, body: &str| script(&bin, name, &format!("touch {m}/{name}\n{body}"));
+    let settings = [
+        ("core.fsmonitor", prog("fsmonitor", "exit 0")),
+        ("filter.mark.clean", prog("clean", "cat")),
+        ("filter.mark.smudge", prog("smudge", "cat")),
+        ("filter.mark.required", "true".into()),
+        ("diff.mark.textconv", prog("textconv", "cat \"$1\"")),
+        ("diff.mark.command", prog("diff-command", "exit 0")),
+        ("diff.external", prog("diff-external", "exit 0")),
+        ("core.pager", prog("pager", "cat")),
+        ("log.showSignature", "true".into()),
+    ];
+    for (key, value) in &settings {
+        git(&repo, &["config", key, &value.display().to_string()]);
+    }
+
+    let wt = dir.path().join("wt");
+    ensure(&repo, "loop/x", &wt).unwrap();
+    std::fs::write(wt.join("a.txt"), "edited\n").unwrap();
+    std::fs::write(wt.join("new.txt"), "untracked\n").unwrap();
+    let snap = snapshot(&wt).unwrap();
+    assert_eq!(snap.dirty(), [" M a.txt", "?? new.txt"]);
+    let patch = uncommitted_diff(&wt, &snap).unwrap();
+    assert!(
+        patch.contains("+edited") && patch.contains("+untracked"),
+        "{patch}"
+    );
+    assert!(
+        diff(&wt, &first, &last, false)
+            .unwrap()
+            .contains("+* filter=mark")
+    );
+    assert_eq!(log(&wt, &first, &last).unwrap().len(), 1);
+
+    let ran: Vec<_> = std::fs::read_dir(&markers)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(ran.is_empty(), "these ran: {ran:?}");
+}
+
+/// Whether process `pid` is gone (or a zombie left to be reaped), waiting
+/// for it a while: a killed process takes a moment to be reaped.
+fn gone(pid: i32) -> bool {
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        if matches!(state, None | Some("Z")) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn what_git_starts_is_killed_with_it_and_a_git_past_its_time_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let started = |name: &str, then: &str| Git {
+        program: script(
+            dir.path(),
+            name,
+            &format!("sleep 1000 &\necho $! >> {}\n{then}", pids.display()),
+        )
+        .into(),
+        timeout: std::time::Duration::from_millis(500),
+        ..Git::default()
+    };
+    // Ends at once, leaving a child behind holding its output.
+    let out = started("quick", "echo done")
+        .run(dir.path(), &["status"])
+        .unwrap();
+    assert_eq!(out, b"done\n");
+    // Never ends.
+    let err = started("stuck", "sleep 1000")
+        .run(dir.path(), &["status"])
+        .unwrap_err();
+    assert!(
+        matches!(&err, WorktreeError::Timeout { args, .. } if args == "status"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("`git status`"), "{err}");
+    let pids = std::fs::read_to_string(&pids).unwrap();
+    for pid in pids.lines() {
+        assert!(gone(pid.parse().unwrap()), "process {pid} outlived its git");
+    }
 }

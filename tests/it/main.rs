@@ -14,6 +14,7 @@ mod gate_author;
 mod gate_fixtures;
 mod gate_host;
 mod gate_versions;
+mod git_guard;
 mod invariants;
 mod kept_gates;
 mod listing;
