@@ -175,9 +175,9 @@ fn hooks_filters_and_textconv_of_the_repository_never_run() {
     );
     assert_eq!(tick(&env, "agent"), "ran");
     let review = env.ok(&["review", "agent", "--diff"]);
+    assert_eq!(names(&markers), Vec::<String>::new(), "these ran");
     assert!(review.contains("+dirty") && review.contains("+new"), "{review}");
     assert!(review.contains("+1"), "the committed patch: {review}");
-    assert_eq!(names(&markers), Vec::<String>::new(), "these ran");
 }
 
 #[test]
@@ -205,10 +205,6 @@ fn an_approval_is_void_once_the_worktree_changes_uncommitted() {
     env.ok(&["approve", "agent", "--ahead"]);
     let approved = last(&env, "agent", "approved");
     assert_eq!(approved["head"], head.as_str());
-    let snapshot = approved["snapshot"]
-        .as_str()
-        .expect("the snapshot it is bound to");
-    assert_eq!(snapshot.len(), 64);
     // ...then the step changes files without committing.
     std::fs::write(&flag, "").unwrap();
     assert_eq!(tick(&env, "agent"), "ran");
@@ -218,6 +214,10 @@ fn an_approval_is_void_once_the_worktree_changes_uncommitted() {
         "awaiting-approval",
         "the approval was for another worktree"
     );
+    let snapshot = approved["snapshot"]
+        .as_str()
+        .expect("the snapshot it is bound to");
+    assert_eq!(snapshot.len(), 64);
     let void = last(&env, "agent", "approvals-dropped");
     assert_eq!(
         (void["why"].as_str(), void["head"].as_str()),
