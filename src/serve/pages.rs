@@ -506,3 +506,27 @@ pub async fn asset(Path(file): Path<String>) -> Response {
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_review_page_lists_what_is_uncommitted_in_the_worktree() {
+        let r = serde_json::json!({
+            "status": "awaiting_approval",
+            "ticks": [],
+            "work": {
+                "branch": "loop/x",
+                "commits": [],
+                "diffstat": "",
+                "uncommitted": [" M a.txt", "?? new.sh"],
+                "uncommitted_more": 3,
+            },
+        });
+        let html = super::review_body("x", &r, None).into_string();
+        assert!(html.contains("Uncommitted in the worktree"), "{html}");
+        assert!(
+            html.contains("?? new.sh") && html.contains("And 3 more."),
+            "{html}"
+        );
+    }
+}
