@@ -265,7 +265,9 @@ fn wait_then_kill(
         if outputs.iter().all(Option::is_some) {
             std::thread::sleep(wait);
         } else if let Ok((i, buf)) = rx.recv_timeout(wait) {
+            // Its output closed: it is ending, look again soon.
             outputs[i] = Some(buf);
+            pause = Duration::from_millis(1);
             continue;
         }
         pause = (pause * 2).min(Duration::from_millis(50));
