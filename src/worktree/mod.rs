@@ -76,6 +76,11 @@ pub struct Snapshot {
     /// The blob ids of the files `status` lists, so that editing an already
     /// modified file again is a change too.
     pub contents: String,
+    /// The tracked files git is told not to look at (`update-index
+    /// --assume-unchanged` or `--skip-worktree`), which `status` does not
+    /// list, that differ from their index entry: `TAG INDEX NOW\tPATH`
+    /// each, ended by a NUL (`NOW` is `-` for a file that is not there).
+    pub hidden: String,
 }
 
 impl Snapshot {
@@ -83,7 +88,8 @@ impl Snapshot {
     /// with `bind = "commit"` records, and what voids it when it differs.
     pub fn digest(&self) -> String {
         let mut h = Sha256::new();
-        for part in [self.head.as_deref().unwrap_or(""), &self.status, &self.contents] {
+        let head = self.head.as_deref().unwrap_or("");
+        for part in [head, &self.status, &self.contents, &self.hidden] {
             h.update((part.len() as u64).to_be_bytes());
             h.update(part.as_bytes());
         }
@@ -104,6 +110,15 @@ impl Snapshot {
                 b'R' | b'C' => lines.push(format!("{xy} {name} <- {}", fields.next().unwrap_or(""))),
                 _ => lines.push(format!("{xy} {name}")),
             }
+        }
+        for entry in self.hidden.split('\0').filter(|f| !f.is_empty()) {
+            let (meta, name) = entry.split_once('\t').unwrap_or(("", entry));
+            let (flag, change) = match (meta.as_bytes().first(), meta.ends_with(" -")) {
+                (Some(b'S' | b's'), _) => ("skip-worktree", " M"),
+                (_, true) => ("assume-unchanged", " D"),
+                _ => ("assume-unchanged", " M"),
+            };
+            lines.push(format!("{change} {name} (marked {flag})"));
         }
         lines
     }
@@ -341,29 +356,79 @@ fn snapshot_with(git: &Git, path: &Path) -> Result<Snapshot, WorktreeError> {
             fields.next();
         }
         let name = &entry[3..];
-        let is_file = std::str::from_utf8(name)
-            .ok()
-            .filter(|n| !n.contains('\n'))
-            .and_then(|n| std::fs::symlink_metadata(path.join(n)).ok())
-            .is_some_and(|m| m.is_file());
-        if is_file {
+        if is_file(path, name) {
             files.extend_from_slice(name);
             files.push(b'\n');
         }
     }
-    let contents = if files.is_empty() {
-        String::new()
-    } else {
-        let args = ["hash-object", "--no-filters", "--stdin-paths"];
-        let out = git.output(path, &args, Some(&files))?;
-        check(path, &args, &out)?;
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let contents = hash_files(git, path, &files)?;
     Ok(Snapshot {
         head,
         status: String::from_utf8_lossy(&status).into_owned(),
         contents,
+        hidden: hidden_changes(git, path)?,
     })
+}
+
+/// Whether `name` (relative to `path`) is a regular file that
+/// `hash-object --stdin-paths` can be given.
+fn is_file(path: &Path, name: &[u8]) -> bool {
+    std::str::from_utf8(name)
+        .ok()
+        .filter(|n| !n.contains('\n'))
+        .and_then(|n| std::fs::symlink_metadata(path.join(n)).ok())
+        .is_some_and(|m| m.is_file())
+}
+
+/// The blob ids of `files` (newline-ended names), as stored, one a line.
+fn hash_files(git: &Git, path: &Path, files: &[u8]) -> Result<String, WorktreeError> {
+    if files.is_empty() {
+        return Ok(String::new());
+    }
+    let args = ["hash-object", "--no-filters", "--stdin-paths"];
+    let out = git.output(path, &args, Some(files))?;
+    check(path, &args, &out)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// [`Snapshot::hidden`]: the index entries flagged assume-unchanged
+/// (`ls-files -v` tags them in lower case) or skip-worktree (`S`) whose
+/// file differs from the entry. A skip-worktree file that is not there is
+/// a sparse checkout's, not a change.
+fn hidden_changes(git: &Git, path: &Path) -> Result<String, WorktreeError> {
+    let listed = git.run(path, &["ls-files", "-v", "-s", "-z"])?;
+    let mut flagged = Vec::new();
+    for entry in listed.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        let tag = entry[0];
+        if tag.is_ascii_uppercase() && tag != b'S' {
+            continue;
+        }
+        let text = String::from_utf8_lossy(entry);
+        if let Some((meta, name)) = text.split_once('\t') {
+            let index = meta.split(' ').nth(2).unwrap_or("").to_owned();
+            flagged.push((tag, index, name.to_owned()));
+        }
+    }
+    let present: Vec<bool> = flagged
+        .iter()
+        .map(|(_, _, n)| is_file(path, n.as_bytes()))
+        .collect();
+    let mut files = Vec::new();
+    for ((_, _, name), _) in flagged.iter().zip(&present).filter(|(_, p)| **p) {
+        files.extend_from_slice(name.as_bytes());
+        files.push(b'\n');
+    }
+    let hashed = hash_files(git, path, &files)?;
+    let mut ids = hashed.lines();
+    let mut hidden = String::new();
+    for ((tag, index, name), present) in flagged.iter().zip(present) {
+        let now = if present { ids.next().unwrap_or("") } else { "-" };
+        let sparse = matches!(tag, b'S' | b's') && !present;
+        if now != index && !sparse {
+            hidden += &format!("{} {index} {now}\t{name}\0", *tag as char);
+        }
+    }
+    Ok(hidden)
 }
 
 /// One entry of `git worktree list --porcelain`.

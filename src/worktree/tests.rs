@@ -335,3 +335,38 @@ fn what_git_starts_is_killed_with_it_and_a_git_past_its_time_is_killed() {
         assert!(gone(pid.parse().unwrap()), "process {pid} outlived its git");
     }
 }
+
+#[test]
+fn files_git_is_told_not_to_look_at_are_still_seen() {
+    let (_dir, repo) = repo();
+    commit(&repo, "b.txt", "two\n");
+    let clean = snapshot(&repo).unwrap();
+    git(&repo, &["update-index", "--assume-unchanged", "a.txt"]);
+    git(&repo, &["update-index", "--skip-worktree", "b.txt"]);
+    assert_eq!(snapshot(&repo).unwrap(), clean, "flags alone change nothing");
+
+    std::fs::write(repo.join("a.txt"), "evil\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "evil too\n").unwrap();
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        "",
+        "status is blind to them"
+    );
+    let edited = snapshot(&repo).unwrap();
+    assert_ne!(edited.digest(), clean.digest());
+    assert_eq!(
+        edited.dirty(),
+        [
+            " M a.txt (marked assume-unchanged)",
+            " M b.txt (marked skip-worktree)"
+        ]
+    );
+
+    // A skip-worktree file that is not there is a sparse checkout's.
+    std::fs::remove_file(repo.join("b.txt")).unwrap();
+    std::fs::remove_file(repo.join("a.txt")).unwrap();
+    assert_eq!(
+        snapshot(&repo).unwrap().dirty(),
+        [" D a.txt (marked assume-unchanged)"]
+    );
+}
