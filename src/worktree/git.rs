@@ -15,6 +15,8 @@
 //!   config defines is emptied the same way ([`Git::without_filters`]);
 //!   `hash-object` takes `--no-filters`, diffs `--no-textconv` and
 //!   `--no-ext-diff`, and replace refs are ignored;
+//! - the calls about a worktree name it with `--work-tree`, so its config
+//!   cannot point them at another directory (`core.worktree`);
 //! - each call is bounded ([`TIMEOUT`]), runs in a process group of its
 //!   own, and the group is killed when git ends or runs out of time, so
 //!   nothing git started outlives the call.
@@ -27,7 +29,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -78,6 +80,10 @@ pub(super) struct Git {
     /// `GIT_CONFIG_VALUE_n` (whose keys are not split on `=`).
     pub(super) extra: Vec<(String, String)>,
     pub(super) timeout: Duration,
+    /// `--work-tree`, for the calls about a worktree: where its files are,
+    /// whatever its config says (`core.worktree` in `config.worktree`
+    /// could point git at another directory).
+    pub(super) work_tree: Option<PathBuf>,
 }
 
 impl Default for Git {
@@ -86,6 +92,7 @@ impl Default for Git {
             program: "git".into(),
             extra: Vec::new(),
             timeout: TIMEOUT,
+            work_tree: None,
         }
     }
 }
@@ -99,6 +106,9 @@ impl Git {
             .arg("--no-replace-objects")
             .arg("-C")
             .arg(dir);
+        if let Some(tree) = &self.work_tree {
+            cmd.arg("--work-tree").arg(tree);
+        }
         for o in OVERRIDES {
             cmd.arg("-c").arg(o);
         }
@@ -121,6 +131,15 @@ impl Git {
         }
         cmd.process_group(0);
         cmd
+    }
+
+    /// This git for the worktree at `path`: its files are those under
+    /// `path`, whatever the repository's config says.
+    pub(super) fn for_worktree(&self, path: &Path) -> Git {
+        Git {
+            work_tree: Some(std::path::absolute(path).unwrap_or_else(|_| path.to_owned())),
+            ..self.clone()
+        }
     }
 
     /// This git with every filter `repo`'s config defines emptied, for the

@@ -171,7 +171,7 @@ pub fn at(path: &Path, whole: bool) -> (crate::state::At, Option<Snapshot>) {
 /// The commit checked out in the worktree at `path`; none on a branch with
 /// no commit yet.
 pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
-    let git = Git::default();
+    let git = Git::default().for_worktree(path);
     let out = git.output(path, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], None)?;
     Ok(out
         .status
@@ -182,7 +182,7 @@ pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
 /// `git log --oneline from..to` in the worktree at `path`, newest first.
 pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeError> {
     let range = format!("{from}..{to}");
-    let out = Git::default().run(
+    let out = Git::default().for_worktree(path).run(
         path,
         &[
             "log",
@@ -205,7 +205,7 @@ pub fn diff(path: &Path, from: &str, to: &str, stat: bool) -> Result<String, Wor
         args.push("--stat=78");
     }
     args.extend([from, to, "--"]);
-    let out = Git::default().run(path, &args)?;
+    let out = Git::default().for_worktree(path).run(path, &args)?;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
@@ -220,7 +220,7 @@ pub const MAX_UNCOMMITTED_PATCH: usize = 256 * 1024;
 /// HEAD` for the tracked files, then each untracked file `snapshot` lists
 /// as added, cut at [`MAX_UNCOMMITTED_PATCH`] bytes (saying so).
 pub fn uncommitted_diff(path: &Path, snapshot: &Snapshot) -> Result<String, WorktreeError> {
-    let git = Git::default().without_filters(path)?;
+    let git = Git::default().for_worktree(path).without_filters(path)?;
     let mut patch = Vec::new();
     if snapshot.head.is_some() {
         let mut args = DIFF.to_vec();
@@ -335,6 +335,7 @@ fn ensure_with(git: &Git, repo: &Path, branch: &str, path: &Path) -> Result<Ensu
 }
 
 fn snapshot_with(git: &Git, path: &Path) -> Result<Snapshot, WorktreeError> {
+    let git = &git.for_worktree(path);
     let status = git
         .without_filters(path)?
         .run(path, &["status", "--porcelain=v1", "-z", "--untracked-files=all"])?;

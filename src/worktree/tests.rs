@@ -370,3 +370,25 @@ fn files_git_is_told_not_to_look_at_are_still_seen() {
         [" D a.txt (marked assume-unchanged)"]
     );
 }
+
+#[test]
+fn a_worktrees_config_cannot_point_git_at_another_directory() {
+    let (dir, repo) = repo();
+    let wt = dir.path().join("wt");
+    ensure(&repo, "loop/x", &wt).unwrap();
+    let clean = snapshot(&wt).unwrap();
+    // A frozen copy, and the worktree's own config pointing git at it.
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::write(copy.join("a.txt"), "one\n").unwrap();
+    git(&wt, &["config", "extensions.worktreeConfig", "true"]);
+    git(
+        &wt,
+        &["config", "--worktree", "core.worktree", copy.to_str().unwrap()],
+    );
+    std::fs::write(wt.join("a.txt"), "evil\n").unwrap();
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "", "git looks at the copy");
+    let edited = snapshot(&wt).unwrap();
+    assert_ne!(edited, clean);
+    assert_eq!(edited.dirty(), [" M a.txt"]);
+}
