@@ -51,6 +51,11 @@ pub const OVERRIDES: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "core.untrackedCache=false",
+    // A file whose content changed is looked at, whatever its size and
+    // times: its ctime changed with it.
+    "core.trustctime=true",
+    "core.checkStat=default",
+    "core.ignoreStat=false",
     "core.pager=cat",
     "credential.helper=",
     "protocol.allow=never",

@@ -392,3 +392,31 @@ fn a_worktrees_config_cannot_point_git_at_another_directory() {
     assert_ne!(edited, clean);
     assert_eq!(edited.dirty(), [" M a.txt"]);
 }
+
+#[test]
+fn a_change_is_seen_even_with_its_size_and_mtime_put_back_by_its_ctime() {
+    let (_dir, repo) = repo();
+    let clean = snapshot(&repo).unwrap();
+    git(&repo, &["config", "core.trustctime", "false"]);
+    git(&repo, &["config", "core.checkStat", "minimal"]);
+    let file = repo.join("a.txt");
+    let set_mtime = |t| {
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(t)
+            .unwrap()
+    };
+    // An hour old in the index, so git does not think it racy.
+    let mtime = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    set_mtime(mtime);
+    git(&repo, &["update-index", "--refresh"]);
+    // Index entries keep whole seconds: the change's ctime is another.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(&file, "evi\n").unwrap();
+    set_mtime(mtime);
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "", "git trusts the stat");
+    assert_eq!(snapshot(&repo).unwrap().dirty(), [" M a.txt"]);
+    assert_ne!(snapshot(&repo).unwrap(), clean);
+}
