@@ -22,9 +22,10 @@
 //!   nothing git started outlives the call.
 //!
 //! Settings left alone because the commands run here never read them:
-//! `core.sshCommand`, `credential.helper`, `core.alternateRefsCommand`
-//! and `uploadpack.packObjectsHook` (transports only: none is used),
-//! `gpg.program` (nothing is signed or verified), `core.editor`.
+//! `core.sshCommand`, `core.askPass`, `core.alternateRefsCommand` and
+//! `uploadpack.packObjectsHook` (transports only: none is used),
+//! `gpg.program` (nothing is signed, and signatures are not shown),
+//! `core.editor`.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
