@@ -292,7 +292,7 @@ fn wait_then_kill(
         } else if let Ok((i, buf)) = rx.recv_timeout(wait) {
             // Its output closed: it is ending, look again soon.
             outputs[i] = Some(buf);
-            pause = Duration::from_millis(1);
+            pause = Duration::from_micros(50);
             continue;
         }
         pause = (pause * 2).min(Duration::from_millis(50));
