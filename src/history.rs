@@ -80,6 +80,10 @@ pub enum EventKind {
         /// The worktree's HEAD it was given on.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         head: Option<String>,
+        /// With `bind = "commit"`: the digest of the worktree's snapshot
+        /// it was given on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<String>,
     },
     ApprovalExpired {
         id: String,
@@ -115,9 +119,18 @@ pub enum EventKind {
         ids: Vec<String>,
         by: Vec<String>,
         why: Dropped,
-        /// With `why = "new-commit"`: the HEAD that voided them.
+        /// With `why = "new-commit"` or `"worktree-changed"`: the HEAD
+        /// that voided them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         head: Option<String>,
+        /// With `why = "worktree-changed"`: the digest of the snapshot
+        /// that voided them, and the uncommitted changes and untracked
+        /// files it holds (`XY path`, as `git status --short` has them;
+        /// at most [`crate::worktree::MAX_DIRTY_LISTED`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dirty: Vec<String>,
     },
     /// `resume --reset-budget` started the metric totals over: what they were.
     TotalsReset {
@@ -202,6 +215,9 @@ pub enum Dropped {
     Rejected,
     /// A commit came after the one they were given on (`bind = "commit"`).
     NewCommit,
+    /// The worktree changed since they were given, on the same commit:
+    /// uncommitted changes or untracked files differ (`bind = "commit"`).
+    WorktreeChanged,
 }
 
 impl EventKind {
@@ -267,6 +283,7 @@ mod tests {
             note: None,
             await_id: None,
             head: None,
+            snapshot: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&e.to_line()).unwrap();
         assert_eq!(v["kind"], "approved");

@@ -1,8 +1,9 @@
 //! The work since the last approval: the history from the last commit that
 //! released an await with approvals, the metrics its ticks reported, and
 //! the worktree's commits from the one the first of them started on to
-//! HEAD. What an approver decides on, computed here once for both who show
-//! it: `review` and the notices (docs/notify.md).
+//! HEAD, and what is not committed in it. What an approver decides on,
+//! computed here once for both who show it: `review` and the notices
+//! (docs/notify.md).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use crate::history::{Event, EventKind};
 use crate::runs::{self, Runs};
 use crate::state::State;
 use crate::store::LoopStore;
+use crate::worktree::Snapshot;
 
 /// The history since the last approval.
 pub struct Since<'a> {
@@ -123,6 +125,25 @@ impl Range {
     pub fn diff(&self, stat: bool) -> String {
         self.ends()
             .and_then(|(f, h)| crate::worktree::diff(&self.path, f, h, stat).ok())
+            .unwrap_or_default()
+    }
+
+    /// The worktree's snapshot now: what is not committed in it is part
+    /// of the work too (and of what an approval with `bind = "commit"` is
+    /// bound to). None when git cannot read it.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        crate::worktree::snapshot(&self.path)
+            .inspect_err(|e| tracing::warn!("{e}"))
+            .ok()
+    }
+
+    /// The uncommitted changes in `snapshot` (this range's worktree) as a
+    /// patch, untracked files as added; bounded
+    /// ([`crate::worktree::MAX_UNCOMMITTED_PATCH`]). Empty when git cannot
+    /// say.
+    pub fn uncommitted_diff(&self, snapshot: &Snapshot) -> String {
+        crate::worktree::uncommitted_diff(&self.path, snapshot)
+            .inspect_err(|e| tracing::warn!("{e}"))
             .unwrap_or_default()
     }
 }

@@ -179,6 +179,35 @@ pub struct Await {
     /// The worktree's HEAD when it opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<String>,
+    /// The digest of the worktree's whole snapshot (HEAD, uncommitted
+    /// changes, untracked files) when it opened, with `bind = "commit"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+/// Where the worktree stood when an await opened or an approval was
+/// given: its HEAD, and with `bind = "commit"` the digest of its whole
+/// snapshot ([`crate::worktree::Snapshot::digest`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct At {
+    pub head: Option<String>,
+    pub snapshot: Option<String>,
+}
+
+impl At {
+    /// At HEAD `head`, its snapshot not taken.
+    pub fn head(head: Option<String>) -> At {
+        At { head, snapshot: None }
+    }
+}
+
+/// Approvals [`State::void_other_worktrees`] voided, by why.
+#[derive(Debug, Default)]
+pub struct Voided {
+    /// Given on another commit.
+    pub new_commit: Vec<Approval>,
+    /// Given on this commit, but the worktree changed since.
+    pub worktree_changed: Vec<Approval>,
 }
 
 /// Set just before the step starts and cleared when the tick's state is
@@ -402,12 +431,12 @@ impl State {
         &mut self,
         tick: u64,
         gates: impl FnOnce() -> Vec<Asked>,
-        head: Option<String>,
+        at: At,
         now: Timestamp,
     ) -> Settled {
         match self.status {
             Status::AwaitingApproval => Settled {
-                opened: self.open_await(tick, gates(), head, now),
+                opened: self.open_await(tick, gates(), at, now),
                 closed: None,
             },
             Status::Paused => Settled::default(),
@@ -432,13 +461,7 @@ impl State {
     /// Opens an await, when none is open, for the gates that asked; the
     /// approvals given for the next await are now this one's. Returns it
     /// when it opened. Its id names the version the next commit makes.
-    pub fn open_await(
-        &mut self,
-        tick: u64,
-        gates: Vec<Asked>,
-        head: Option<String>,
-        now: Timestamp,
-    ) -> Option<Await> {
+    pub fn open_await(&mut self, tick: u64, gates: Vec<Asked>, at: At, now: Timestamp) -> Option<Await> {
         if self.awaiting.is_some() {
             return None;
         }
@@ -453,7 +476,8 @@ impl State {
             since: now,
             tick,
             gates,
-            head,
+            head: at.head,
+            snapshot: at.snapshot,
         };
         self.awaiting = Some(opened.clone());
         Some(opened)
@@ -480,7 +504,7 @@ impl State {
         note: Option<String>,
         now: Timestamp,
         target: Option<&str>,
-        head: Option<String>,
+        at: At,
     ) -> Result<Approval, Refusal> {
         if matches!(self.status, Status::Halted | Status::Completed) {
             return Err(Refusal(format!(
@@ -513,7 +537,8 @@ impl State {
             at: now,
             note,
             await_id: target.map(str::to_owned),
-            head,
+            head: at.head,
+            snapshot: at.snapshot,
         };
         self.pending_approvals.push(approval.clone());
         Ok(approval)
@@ -531,17 +556,28 @@ impl State {
         stale
     }
 
-    /// Drops the open await's approvals given on another commit than
-    /// `head` (`bind = "commit"`); returns them, for the record.
-    pub fn void_other_commits(&mut self, head: Option<&str>) -> Vec<Approval> {
+    /// Drops the open await's approvals given on another worktree than
+    /// `at` (`bind = "commit"`): on another commit, or on this one with
+    /// other uncommitted changes or untracked files (an approval that
+    /// records no snapshot, given by an older build, is bound to its
+    /// commit alone). Returns them by why, for the record.
+    pub fn void_other_worktrees(&mut self, at: &At) -> Voided {
+        let mut voided = Voided::default();
         let Some(open) = self.awaiting.as_ref().map(|a| a.id.clone()) else {
-            return Vec::new();
+            return voided;
         };
-        let (void, kept) = std::mem::take(&mut self.pending_approvals)
-            .into_iter()
-            .partition(|a| a.await_id.as_deref() == Some(open.as_str()) && a.head.as_deref() != head);
-        self.pending_approvals = kept;
-        void
+        for a in std::mem::take(&mut self.pending_approvals) {
+            if a.await_id.as_deref() != Some(open.as_str()) {
+                self.pending_approvals.push(a);
+            } else if a.head != at.head {
+                voided.new_commit.push(a);
+            } else if a.snapshot.is_some() && a.snapshot != at.snapshot {
+                voided.worktree_changed.push(a);
+            } else {
+                self.pending_approvals.push(a);
+            }
+        }
+        voided
     }
 
     /// Releases the open await if `required` distinct people approved it:
@@ -612,8 +648,10 @@ mod tests {
     #[test]
     fn approvals_expire_at_either_end_of_time() {
         let mut s = state();
-        s.approve("ann", None, Timestamp::MIN, None, None).unwrap();
-        s.approve("bob", None, Timestamp::MAX, None, None).unwrap();
+        s.approve("ann", None, Timestamp::MIN, None, At::default())
+            .unwrap();
+        s.approve("bob", None, Timestamp::MAX, None, At::default())
+            .unwrap();
         let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_secs(60)));
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].by, "ann");
@@ -644,7 +682,7 @@ mod tests {
             Some("rejected by ann: wrong approach")
         );
         assert!(s.pause(None).is_err());
-        assert!(s.approve("bob", None, at(1), None, None).is_err());
+        assert!(s.approve("bob", None, at(1), None, At::default()).is_err());
         assert_eq!(s.resume(), Status::Halted);
     }
 
@@ -652,18 +690,20 @@ mod tests {
     fn one_person_counts_once_for_an_await() {
         let mut s = state();
         s.status = Status::AwaitingApproval;
-        let id = s.open_await(1, asked(), None, at(1)).unwrap().id;
-        s.approve("ann", None, at(2), Some(&id), None).unwrap();
-        let twice = s.approve("ann", None, at(3), Some(&id), None).unwrap_err();
+        let id = s.open_await(1, asked(), At::default(), at(1)).unwrap().id;
+        s.approve("ann", None, at(2), Some(&id), At::default()).unwrap();
+        let twice = s
+            .approve("ann", None, at(3), Some(&id), At::default())
+            .unwrap_err();
         assert!(twice.0.contains("one person counts once"), "{}", twice.0);
         assert_eq!(s.release(2), None, "one person is not two approvers");
-        s.approve("ann", None, at(4), None, None).unwrap();
+        s.approve("ann", None, at(4), None, At::default()).unwrap();
         assert_eq!(
             s.release(2),
             None,
             "an approval for the next await does not count now"
         );
-        s.approve("bob", None, at(5), Some(&id), None).unwrap();
+        s.approve("bob", None, at(5), Some(&id), At::default()).unwrap();
         let used = s.release(2).unwrap();
         assert_eq!(
             used.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(),
@@ -672,20 +712,43 @@ mod tests {
         let (closed, left) = s.close_await().unwrap();
         assert_eq!((closed.id, left.len()), (id, 0));
         assert_eq!(s.pending_approvals.len(), 1, "the one for the next await stays");
-        let next = s.open_await(9, asked(), None, at(9)).unwrap().id;
+        let next = s.open_await(9, asked(), At::default(), at(9)).unwrap().id;
         assert_eq!(s.pending_approvals[0].await_id.as_deref(), Some(next.as_str()));
     }
 
     #[test]
     fn a_new_commit_voids_approvals_given_on_the_old_one() {
         let mut s = state();
-        let id = s.open_await(1, asked(), Some("c1".into()), at(1)).unwrap().id;
-        s.approve("ann", None, at(2), Some(&id), Some("c1".into()))
-            .unwrap();
-        assert!(s.void_other_commits(Some("c1")).is_empty());
-        let void = s.void_other_commits(Some("c2"));
-        assert_eq!(void.len(), 1);
+        let c1 = At::head(Some("c1".into()));
+        let id = s.open_await(1, asked(), c1.clone(), at(1)).unwrap().id;
+        s.approve("ann", None, at(2), Some(&id), c1.clone()).unwrap();
+        assert!(s.void_other_worktrees(&c1).new_commit.is_empty());
+        let void = s.void_other_worktrees(&At::head(Some("c2".into())));
+        assert_eq!(void.new_commit.len(), 1);
         assert!(s.pending_approvals.is_empty());
+    }
+
+    #[test]
+    fn a_changed_worktree_voids_approvals_given_on_its_snapshot() {
+        let mut s = state();
+        let on = |snapshot: &str| At {
+            head: Some("c1".into()),
+            snapshot: Some(snapshot.into()),
+        };
+        let id = s.open_await(1, asked(), on("s1"), at(1)).unwrap().id;
+        s.approve("ann", None, at(2), Some(&id), on("s1")).unwrap();
+        s.approve("bob", None, at(2), Some(&id), At::head(Some("c1".into())))
+            .unwrap();
+        assert!(s.void_other_worktrees(&on("s1")).worktree_changed.is_empty());
+        let void = s.void_other_worktrees(&on("s2"));
+        assert_eq!(void.worktree_changed.len(), 1);
+        assert_eq!(void.worktree_changed[0].by, "ann");
+        assert!(void.new_commit.is_empty());
+        assert_eq!(
+            s.pending_approvals.len(),
+            1,
+            "one without a snapshot binds its commit alone"
+        );
     }
 
     #[test]
@@ -732,9 +795,10 @@ mod tests {
     fn pending_approvals_are_bounded() {
         let mut s = state();
         for n in 0..MAX_PENDING_APPROVALS {
-            s.approve(&format!("p{n}"), None, at(1), None, None).unwrap();
+            s.approve(&format!("p{n}"), None, at(1), None, At::default())
+                .unwrap();
         }
-        let err = s.approve("ann", None, at(1), None, None).unwrap_err();
+        let err = s.approve("ann", None, at(1), None, At::default()).unwrap_err();
         assert!(err.0.contains("1000 pending approvals"), "{}", err.0);
     }
 
@@ -742,15 +806,21 @@ mod tests {
     fn approval_ids_follow_the_version() {
         let mut s = state();
         s.version = 41;
-        assert_eq!(s.approve("a", None, at(1), None, None).unwrap().id, "ap-42");
-        assert_eq!(s.open_await(1, asked(), None, at(1)).unwrap().id, "aw-42");
+        assert_eq!(
+            s.approve("a", None, at(1), None, At::default()).unwrap().id,
+            "ap-42"
+        );
+        assert_eq!(
+            s.open_await(1, asked(), At::default(), at(1)).unwrap().id,
+            "aw-42"
+        );
     }
 
     #[test]
     fn expiry_drops_only_stale_approvals() {
         let mut s = state();
-        s.approve("old", None, at(0), None, None).unwrap();
-        s.approve("new", None, at(90), None, None).unwrap();
+        s.approve("old", None, at(0), None, At::default()).unwrap();
+        s.approve("new", None, at(90), None, At::default()).unwrap();
         let stale = s.drop_expired(at(100), Some(Duration::from_secs(60)));
         assert_eq!(stale.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(), ["old"]);
         assert_eq!(s.pending_approvals.len(), 1);

@@ -11,7 +11,7 @@ use crate::config::{ApprovalRules, Bind};
 use crate::error::{Exit, Result};
 use crate::history::EventKind;
 use crate::root::Root;
-use crate::state::{Approval, Refusal, State, Status};
+use crate::state::{Approval, At, Refusal, State, Status};
 use crate::store::{LoopStore, Stores};
 
 pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
@@ -101,13 +101,16 @@ fn give(
             approved_at: a.at,
         })
         .collect();
-    let head = s
-        .worktree
-        .as_ref()
-        .and_then(|w| crate::worktree::head(&w.path).ok().flatten());
+    // Where the worktree stands: with `bind = "commit"`, the approval is
+    // bound to its whole snapshot, uncommitted changes and untracked files
+    // too.
+    let at = match &s.worktree {
+        Some(w) => crate::worktree::at(&w.path, rules.bind == Bind::Commit).0,
+        None => At::default(),
+    };
     // A loop an older build left awaiting has no await on record yet.
     if s.status == Status::AwaitingApproval
-        && let Some(opened) = s.open_await(s.tick + 1, Vec::new(), head.clone(), now)
+        && let Some(opened) = s.open_await(s.tick + 1, Vec::new(), at.clone(), now)
     {
         events.push(EventKind::Awaiting { awaiting: opened });
     }
@@ -130,7 +133,7 @@ fn give(
     }
     let note = bounds::opt_text(args.note.clone());
     let approval = s
-        .approve(by, note, now, target.as_deref(), head)
+        .approve(by, note, now, target.as_deref(), at)
         .map_err(refused(dir))?;
     events.push(EventKind::Approved {
         by: by.to_owned(),
@@ -138,12 +141,14 @@ fn give(
         note: approval.note.clone(),
         await_id: approval.await_id.clone(),
         head: approval.head.clone(),
+        snapshot: approval.snapshot.clone(),
     });
     Ok((approval, events))
 }
 
 /// The distinct people whose approvals count for the await `given` is for:
-/// with `bind = "commit"`, only those given on the same commit.
+/// with `bind = "commit"`, only those given on the same worktree (commit
+/// and snapshot).
 fn counted(state: &State, given: &Approval, bind: Bind) -> usize {
     if bind == Bind::Await {
         return state.approvers_of(given.await_id.as_deref());
@@ -151,7 +156,7 @@ fn counted(state: &State, given: &Approval, bind: Bind) -> usize {
     let mut by: Vec<&str> = state
         .pending_approvals
         .iter()
-        .filter(|a| a.await_id == given.await_id && a.head == given.head)
+        .filter(|a| a.await_id == given.await_id && a.head == given.head && a.snapshot == given.snapshot)
         .map(|a| a.by.as_str())
         .collect();
     by.sort_unstable();

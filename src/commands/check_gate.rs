@@ -120,7 +120,12 @@ fn applied(result: &PhaseResult, state: &mut crate::state::State, by: &str) -> V
             })
             .collect()
     };
-    let settled = state.settle_await(state.tick + 1, asked, head, crate::clock::now());
+    let settled = state.settle_await(
+        state.tick + 1,
+        asked,
+        crate::state::At::head(head),
+        crate::clock::now(),
+    );
     if let Some(opened) = settled.opened {
         events.push(EventKind::Awaiting { awaiting: opened });
     }
@@ -133,6 +138,8 @@ fn applied(result: &PhaseResult, state: &mut crate::state::State, by: &str) -> V
             by: left.into_iter().map(|a| a.by).collect(),
             why: crate::history::Dropped::Ended,
             head: None,
+            snapshot: None,
+            dirty: Vec::new(),
         });
     }
     events.push(EventKind::CheckGate {

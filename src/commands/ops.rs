@@ -240,6 +240,8 @@ pub fn reject(root: &Root, stores: &Stores, args: &RejectArgs, out: &mut dyn Wri
                 by: dropped.into_iter().map(|a| a.by).collect(),
                 why: Dropped::Rejected,
                 head: None,
+                snapshot: None,
+                dirty: Vec::new(),
             });
         }
         Ok(events)

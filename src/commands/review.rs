@@ -2,9 +2,10 @@
 //! asked, why, since when), every tick since the last approval released
 //! one (its outcome, step and verifier, the last lines of each output, its
 //! gates' decisions), the metrics those ticks reported against the loop's
-//! totals, and the commits from the last approved commit to the
-//! worktree's HEAD (the range and the sums as `crate::since` computes
-//! them, for the notices too). Reads only; takes no lock.
+//! totals, the commits from the last approved commit to the worktree's
+//! HEAD, and what is not committed in the worktree (the range and the sums
+//! as `crate::since` computes them, for the notices too). Reads only;
+//! takes no lock.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -87,6 +88,22 @@ struct Work {
     /// `git diff from head`, with `--diff`.
     #[serde(skip_serializing_if = "Option::is_none")]
     patch: Option<String>,
+    /// The uncommitted changes and untracked files in the worktree, `XY
+    /// path` as `git status --short` has them (at most
+    /// [`crate::worktree::MAX_DIRTY_LISTED`]; `uncommitted_more` counts
+    /// the rest): part of the work, and of what an approval with `bind =
+    /// "commit"` is bound to.
+    uncommitted: Vec<String>,
+    #[serde(skip_serializing_if = "is_zero")]
+    uncommitted_more: usize,
+    /// Their patch (untracked files as added), with `--diff`; bounded
+    /// ([`crate::worktree::MAX_UNCOMMITTED_PATCH`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uncommitted_patch: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn run(root: &Root, stores: &Stores, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
@@ -215,10 +232,22 @@ fn tail(text: &str, cut: bool) -> Vec<String> {
 
 fn work(range: Range, with_patch: bool) -> Work {
     let patch = (with_patch && range.ends().is_some()).then(|| range.diff(false));
+    let snapshot = range.snapshot();
+    let mut uncommitted = snapshot.as_ref().map(|s| s.dirty()).unwrap_or_default();
+    let uncommitted_more = uncommitted
+        .len()
+        .saturating_sub(crate::worktree::MAX_DIRTY_LISTED);
+    uncommitted.truncate(crate::worktree::MAX_DIRTY_LISTED);
+    let uncommitted_patch = snapshot
+        .filter(|_| with_patch && !uncommitted.is_empty())
+        .map(|s| range.uncommitted_diff(&s));
     Work {
         commits: range.commits(),
         diffstat: range.diff(true),
         patch,
+        uncommitted,
+        uncommitted_more,
+        uncommitted_patch,
         range,
     }
 }
@@ -237,7 +266,14 @@ fn human(r: &Review) -> String {
     metrics(&mut text, r);
     work_lines(&mut text, r);
     let mut text = text.0;
-    if let Some(patch) = r.work.as_ref().and_then(|w| w.patch.as_ref()) {
+    let work = r.work.as_ref();
+    for patch in [
+        work.and_then(|w| w.patch.as_ref()),
+        work.and_then(|w| w.uncommitted_patch.as_ref()),
+    ]
+    .into_iter()
+    .flatten()
+    {
         // The patch is shown whole, line by line: cutting its lines would
         // break it.
         text.push('\n');
@@ -352,6 +388,16 @@ fn work_lines(text: &mut Lines, r: &Review) {
     }
     for l in w.diffstat.lines() {
         text.line(format!(" {l}"));
+    }
+    if w.uncommitted.is_empty() {
+        return;
+    }
+    text.line("uncommitted in the worktree (part of the work):".to_owned());
+    for l in &w.uncommitted {
+        text.line(format!("  {l}"));
+    }
+    if w.uncommitted_more > 0 {
+        text.line(format!("  and {} more", w.uncommitted_more));
     }
 }
 

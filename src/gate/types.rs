@@ -25,6 +25,10 @@ pub struct Approval {
     /// The worktree's HEAD when it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<String>,
+    /// With `bind = "commit"`: the digest of the worktree's whole snapshot
+    /// (HEAD, uncommitted changes, untracked files) when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 /// When a gate is evaluated.

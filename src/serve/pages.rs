@@ -316,6 +316,11 @@ fn review_body(name: &str, r: &Value, approver: Option<&Who>) -> Markup {
             h2 { "Work on " (s(&w["branch"])) }
             ul { @for c in w["commits"].as_array().into_iter().flatten() { li { code { (s(c)) } } } }
             pre.diffstat { (w["diffstat"].as_str().unwrap_or("")) }
+            @if let Some(dirty) = w["uncommitted"].as_array().filter(|d| !d.is_empty()) {
+                h3 { "Uncommitted in the worktree (part of the work)" }
+                ul.uncommitted { @for d in dirty { li { code { (s(d)) } } } }
+                @if let Some(more) = w["uncommitted_more"].as_u64() { p { "And " (more) " more." } }
+            }
         }
     }
 }
@@ -500,4 +505,28 @@ pub async fn asset(Path(file): Path<String>) -> Response {
         PreEscaped(text).into_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_review_page_lists_what_is_uncommitted_in_the_worktree() {
+        let r = serde_json::json!({
+            "status": "awaiting_approval",
+            "ticks": [],
+            "work": {
+                "branch": "loop/x",
+                "commits": [],
+                "diffstat": "",
+                "uncommitted": [" M a.txt", "?? new.sh"],
+                "uncommitted_more": 3,
+            },
+        });
+        let html = super::review_body("x", &r, None).into_string();
+        assert!(html.contains("Uncommitted in the worktree"), "{html}");
+        assert!(
+            html.contains("?? new.sh") && html.contains("And 3 more."),
+            "{html}"
+        );
+    }
 }

@@ -245,6 +245,7 @@ mod tests {
                 reason: "every 3".into(),
             }],
             head: Some("bbb".into()),
+            snapshot: None,
         });
         let approval = |id: &str, for_await: Option<&str>| crate::state::Approval {
             id: id.into(),
@@ -253,6 +254,7 @@ mod tests {
             note: None,
             await_id: for_await.map(str::to_owned),
             head: None,
+            snapshot: None,
         };
         state.pending_approvals = vec![approval("ap-1", Some("aw-5")), approval("ap-2", None)];
         let c = commits(&state).unwrap();

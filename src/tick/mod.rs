@@ -24,7 +24,7 @@ use crate::history::Dropped;
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::root::Root;
-use crate::state::{Asked, GateFailure, Head, InFlight, LastTick, Moment, Outcome, State, Worktree};
+use crate::state::{Asked, At, GateFailure, Head, InFlight, LastTick, Moment, Outcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::{metrics, who, worktree};
 
@@ -357,7 +357,7 @@ impl Tick<'_> {
             .as_ref()
             .and_then(|l| l.head.as_ref())
             .and_then(|h| h.after.clone());
-        self.settle_await(state, &after, head);
+        self.settle_await(state, &after, At::head(head));
         (outcome, reason)
     }
 
@@ -541,12 +541,14 @@ impl Tick<'_> {
         worktree: Option<&std::path::Path>,
     ) -> Go {
         let asks = matches!(before.combined, Decision::AwaitApproval(_));
-        // The commit approvals are given on, read when it matters.
-        let head = match worktree {
-            Some(w) if asks || state.awaiting.is_some() => worktree::head(w).ok().flatten(),
-            _ => None,
+        // Where the worktree stands for approvals, read when it matters:
+        // its HEAD, and with `bind = "commit"` its whole snapshot.
+        let whole = self.config.approval.bind == crate::config::Bind::Commit;
+        let (at, snapshot) = match worktree {
+            Some(w) if asks || state.awaiting.is_some() => worktree::at(w, whole),
+            _ => Default::default(),
         };
-        let released = asks && self.use_approvals(state, before, head.clone());
+        let released = asks && self.use_approvals(state, before, &at, snapshot.as_ref());
         let decision = if released {
             &Decision::Proceed
         } else {
@@ -556,14 +558,14 @@ impl Tick<'_> {
             Some(outcome) => Go::Stop(outcome, decision.reason().to_owned()),
             None => Go::Run,
         };
-        self.settle_await(state, before, head);
+        self.settle_await(state, before, at);
         go
     }
 
     /// Opens an await when the loop started awaiting, or ends the open one
     /// when it stopped; records either.
-    fn settle_await(&mut self, state: &mut State, phase: &gates::PhaseResult, head: Option<String>) {
-        let settled = state.settle_await(self.number, || asked(phase), head, crate::clock::now());
+    fn settle_await(&mut self, state: &mut State, phase: &gates::PhaseResult, at: At) {
+        let settled = state.settle_await(self.number, || asked(phase), at, crate::clock::now());
         if let Some(opened) = settled.opened {
             self.events.push(EventKind::Awaiting { awaiting: opened });
         }
@@ -572,35 +574,52 @@ impl Tick<'_> {
         }
     }
 
-    /// Records approvals that no longer count.
+    /// Records approvals that no longer count; voided ones with where the
+    /// worktree stood that voided them (and, when it changed on the same
+    /// commit, what is uncommitted in it).
     fn drop_approvals(
         &mut self,
         await_id: Option<String>,
         dropped: Vec<crate::state::Approval>,
         why: Dropped,
-        head: Option<String>,
+        voided_at: Option<(&At, Option<&worktree::Snapshot>)>,
     ) {
         if dropped.is_empty() {
             return;
         }
+        let (head, snapshot, dirty) = match voided_at {
+            Some((at, snapshot)) => (
+                at.head.clone(),
+                at.snapshot.clone().filter(|_| why == Dropped::WorktreeChanged),
+                match snapshot.filter(|_| why == Dropped::WorktreeChanged) {
+                    Some(s) => s.dirty().into_iter().take(worktree::MAX_DIRTY_LISTED).collect(),
+                    None => Vec::new(),
+                },
+            ),
+            None => (None, None, Vec::new()),
+        };
         self.events.push(EventKind::ApprovalsDropped {
             await_id,
             ids: dropped.iter().map(|a| a.id.clone()).collect(),
             by: dropped.into_iter().map(|a| a.by).collect(),
             why,
             head,
+            snapshot,
+            dirty,
         });
     }
 
     /// Drops expired approvals, opens the await the gates ask for (the
     /// approvals given ahead become its own), voids those given on another
-    /// commit (`bind = "commit"`), and uses those that release it, if there
-    /// are enough; records each.
+    /// worktree than `at` (`bind = "commit"`: another commit, or other
+    /// uncommitted changes or untracked files), and uses those that
+    /// release it, if there are enough; records each.
     fn use_approvals(
         &mut self,
         state: &mut State,
         before: &gates::PhaseResult,
-        head: Option<String>,
+        at: &At,
+        snapshot: Option<&worktree::Snapshot>,
     ) -> bool {
         let config = self.config;
         let rules = &config.approval;
@@ -611,14 +630,20 @@ impl Tick<'_> {
                 approved_at: a.at,
             });
         }
-        if let Some(opened) = state.open_await(self.number, asked(before), head.clone(), crate::clock::now())
-        {
+        if let Some(opened) = state.open_await(self.number, asked(before), at.clone(), crate::clock::now()) {
             self.events.push(EventKind::Awaiting { awaiting: opened });
         }
         let open = state.awaiting.as_ref().map(|a| a.id.clone());
         if rules.bind == crate::config::Bind::Commit {
-            let void = state.void_other_commits(head.as_deref());
-            self.drop_approvals(open.clone(), void, Dropped::NewCommit, head);
+            let void = state.void_other_worktrees(at);
+            let voided_at = Some((at, snapshot));
+            self.drop_approvals(open.clone(), void.new_commit, Dropped::NewCommit, voided_at);
+            self.drop_approvals(
+                open.clone(),
+                void.worktree_changed,
+                Dropped::WorktreeChanged,
+                voided_at,
+            );
         }
         let Some(used) = state.release(rules.required) else {
             return false;

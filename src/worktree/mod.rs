@@ -1,17 +1,24 @@
 //! The loop's git worktree: made with `git worktree add` on first use and
 //! reused after, and snapshotted before and after the step so the tick knows
-//! whether the step changed anything. Git runs as a real process (`git -C`),
-//! never prompting, with its stderr carried in the errors.
+//! whether the step changed anything (and what an approval with `bind =
+//! "commit"` is bound to: [`Snapshot::digest`]). Git runs as a real process,
+//! hardened against the repository's own settings and bounded in time
+//! (src/worktree/git.rs), with its stderr carried in the errors.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+mod git;
 #[cfg(test)]
 mod tests;
+
+use git::{Git, check, stderr};
+pub use git::{OVERRIDES, TIMEOUT};
 
 /// What [`ensure`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +57,12 @@ pub enum WorktreeError {
         args: String,
         stderr: String,
     },
+    #[error("`git {args}` in {} did not end within {}s and was killed", dir.display(), after.as_secs())]
+    Timeout {
+        dir: PathBuf,
+        args: String,
+        after: Duration,
+    },
 }
 
 /// The state of a worktree at one moment; two snapshots differ when anything
@@ -63,6 +76,57 @@ pub struct Snapshot {
     /// The blob ids of the files `status` lists, so that editing an already
     /// modified file again is a change too.
     pub contents: String,
+    /// The tracked files git is told not to look at (`update-index
+    /// --assume-unchanged` or `--skip-worktree`), which `status` does not
+    /// list, that differ from their index entry: `TAG INDEX NOW\tPATH`
+    /// each, ended by a NUL (`NOW` is `-` for a file that is not there).
+    pub hidden: String,
+}
+
+impl Snapshot {
+    /// The sha256 of the whole snapshot, in hex: what an approval given
+    /// with `bind = "commit"` records, and what voids it when it differs.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        let head = self.head.as_deref().unwrap_or("");
+        for part in [head, &self.status, &self.contents, &self.hidden] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The uncommitted changes and untracked files, one `XY path` line
+    /// each as `git status --short` has them (`??` for untracked; a rename
+    /// as `R  new <- old`); empty for a clean worktree.
+    pub fn dirty(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut fields = self.status.split('\0').filter(|f| !f.is_empty());
+        while let Some(entry) = fields.next() {
+            let (Some(xy), Some(name)) = (entry.get(..2), entry.get(3..)) else {
+                continue;
+            };
+            match xy.as_bytes()[0] {
+                b'R' | b'C' => lines.push(format!("{xy} {name} <- {}", fields.next().unwrap_or(""))),
+                _ => lines.push(format!("{xy} {name}")),
+            }
+        }
+        for entry in self.hidden.split('\0').filter(|f| !f.is_empty()) {
+            let (meta, name) = entry.split_once('\t').unwrap_or(("", entry));
+            let (flag, change) = match (meta.as_bytes().first(), meta.ends_with(" -")) {
+                (Some(b'S' | b's'), _) => ("skip-worktree", " M"),
+                (_, true) => ("assume-unchanged", " D"),
+                _ => ("assume-unchanged", " M"),
+            };
+            lines.push(format!("{change} {name} (marked {flag})"));
+        }
+        lines
+    }
+
+    /// The untracked files `status` lists.
+    fn untracked(&self) -> impl Iterator<Item = &str> {
+        self.status.split('\0').filter_map(|f| f.strip_prefix("?? "))
+    }
 }
 
 /// Makes sure a worktree of `repo` on `branch` is at `path`: adds it on first
@@ -77,10 +141,37 @@ pub fn snapshot(path: &Path) -> Result<Snapshot, WorktreeError> {
     snapshot_with(&Git::default(), path)
 }
 
+/// The most uncommitted changes and untracked files an
+/// `approvals-dropped` event lists.
+pub const MAX_DIRTY_LISTED: usize = 100;
+
+/// Where the worktree at `path` stands, for an await or an approval: its
+/// HEAD, and with `whole` (`bind = "commit"`) the digest of its whole
+/// snapshot, returned too. What git cannot read is none, which an
+/// approval bound to it does not match.
+pub fn at(path: &Path, whole: bool) -> (crate::state::At, Option<Snapshot>) {
+    if !whole {
+        return (crate::state::At::head(head(path).ok().flatten()), None);
+    }
+    match snapshot(path) {
+        Ok(s) => {
+            let at = crate::state::At {
+                head: s.head.clone(),
+                snapshot: Some(s.digest()),
+            };
+            (at, Some(s))
+        }
+        Err(e) => {
+            tracing::warn!("cannot snapshot the worktree {}: {e}", path.display());
+            (crate::state::At::default(), None)
+        }
+    }
+}
+
 /// The commit checked out in the worktree at `path`; none on a branch with
 /// no commit yet.
 pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
-    let git = Git::default();
+    let git = Git::default().for_worktree(path);
     let out = git.output(path, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], None)?;
     Ok(out
         .status
@@ -91,9 +182,17 @@ pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
 /// `git log --oneline from..to` in the worktree at `path`, newest first.
 pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeError> {
     let range = format!("{from}..{to}");
-    let out = Git::default().run(
+    let out = Git::default().for_worktree(path).run(
         path,
-        &["log", "--oneline", "--no-decorate", "--no-color", &range, "--"],
+        &[
+            "log",
+            "--oneline",
+            "--no-decorate",
+            "--no-color",
+            "--no-show-signature",
+            &range,
+            "--",
+        ],
     )?;
     Ok(String::from_utf8_lossy(&out).lines().map(str::to_owned).collect())
 }
@@ -101,13 +200,56 @@ pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeErr
 /// `git diff --stat=80 from to` (`stat`), or the patch, in the worktree at
 /// `path`.
 pub fn diff(path: &Path, from: &str, to: &str, stat: bool) -> Result<String, WorktreeError> {
-    let mut args = vec!["diff", "--no-color", "--no-ext-diff"];
+    let mut args = DIFF.to_vec();
     if stat {
         args.push("--stat=78");
     }
     args.extend([from, to, "--"]);
-    let out = Git::default().run(path, &args)?;
+    let out = Git::default().for_worktree(path).run(path, &args)?;
     Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// How every diff is asked for: no colour, no external diff program, no
+/// textconv.
+const DIFF: [&str; 4] = ["diff", "--no-color", "--no-ext-diff", "--no-textconv"];
+
+/// The most bytes of the uncommitted patch [`uncommitted_diff`] returns.
+pub const MAX_UNCOMMITTED_PATCH: usize = 256 * 1024;
+
+/// The uncommitted changes of the worktree at `path` as a patch: `git diff
+/// HEAD` for the tracked files, then each untracked file `snapshot` lists
+/// as added, cut at [`MAX_UNCOMMITTED_PATCH`] bytes (saying so).
+pub fn uncommitted_diff(path: &Path, snapshot: &Snapshot) -> Result<String, WorktreeError> {
+    let git = Git::default().for_worktree(path).without_filters(path)?;
+    let mut patch = Vec::new();
+    if snapshot.head.is_some() {
+        let mut args = DIFF.to_vec();
+        args.extend(["HEAD", "--"]);
+        patch = git.run(path, &args)?;
+    }
+    for name in snapshot.untracked() {
+        if patch.len() >= MAX_UNCOMMITTED_PATCH {
+            break;
+        }
+        let mut args = DIFF.to_vec();
+        args.extend(["--no-index", "--", "/dev/null", name]);
+        let out = git.output(path, &args, None)?;
+        // `--no-index` exits 1 when the files differ, as they do here.
+        if out.status.code() != Some(1) {
+            check(path, &args, &out)?;
+        }
+        patch.extend_from_slice(&out.stdout);
+    }
+    let mut text = String::from_utf8_lossy(&patch).into_owned();
+    if text.len() > MAX_UNCOMMITTED_PATCH {
+        let mut cut = MAX_UNCOMMITTED_PATCH;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text += &format!("\n[uncommitted patch cut at {MAX_UNCOMMITTED_PATCH} bytes]\n");
+    }
+    Ok(text)
 }
 
 fn ensure_with(git: &Git, repo: &Path, branch: &str, path: &Path) -> Result<Ensured, WorktreeError> {
@@ -169,6 +311,8 @@ fn ensure_with(git: &Git, repo: &Path, branch: &str, path: &Path) -> Result<Ensu
         .output(repo, &["rev-parse", "--verify", "--quiet", &want_ref], None)?
         .status
         .success();
+    // Checking out runs smudge filters: none of the repository's.
+    let git = &git.without_filters(repo)?;
     tracing::debug!(repo = %repo.display(), branch, path = %path.display(), new_branch = !exists, "adding worktree");
     let path_arg = path.as_os_str();
     if exists {
@@ -191,7 +335,10 @@ fn ensure_with(git: &Git, repo: &Path, branch: &str, path: &Path) -> Result<Ensu
 }
 
 fn snapshot_with(git: &Git, path: &Path) -> Result<Snapshot, WorktreeError> {
-    let status = git.run(path, &["status", "--porcelain=v1", "-z", "--untracked-files=all"])?;
+    let git = &git.for_worktree(path);
+    let status = git
+        .without_filters(path)?
+        .run(path, &["status", "--porcelain=v1", "-z", "--untracked-files=all"])?;
     let head = git.output(path, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], None)?;
     let head = head
         .status
@@ -210,28 +357,79 @@ fn snapshot_with(git: &Git, path: &Path) -> Result<Snapshot, WorktreeError> {
             fields.next();
         }
         let name = &entry[3..];
-        let is_file = std::str::from_utf8(name)
-            .ok()
-            .filter(|n| !n.contains('\n'))
-            .and_then(|n| std::fs::symlink_metadata(path.join(n)).ok())
-            .is_some_and(|m| m.is_file());
-        if is_file {
+        if is_file(path, name) {
             files.extend_from_slice(name);
             files.push(b'\n');
         }
     }
-    let contents = if files.is_empty() {
-        String::new()
-    } else {
-        let out = git.output(path, &["hash-object", "--stdin-paths"], Some(&files))?;
-        check(path, &["hash-object", "--stdin-paths"], &out)?;
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let contents = hash_files(git, path, &files)?;
     Ok(Snapshot {
         head,
         status: String::from_utf8_lossy(&status).into_owned(),
         contents,
+        hidden: hidden_changes(git, path)?,
     })
+}
+
+/// Whether `name` (relative to `path`) is a regular file that
+/// `hash-object --stdin-paths` can be given.
+fn is_file(path: &Path, name: &[u8]) -> bool {
+    std::str::from_utf8(name)
+        .ok()
+        .filter(|n| !n.contains('\n'))
+        .and_then(|n| std::fs::symlink_metadata(path.join(n)).ok())
+        .is_some_and(|m| m.is_file())
+}
+
+/// The blob ids of `files` (newline-ended names), as stored, one a line.
+fn hash_files(git: &Git, path: &Path, files: &[u8]) -> Result<String, WorktreeError> {
+    if files.is_empty() {
+        return Ok(String::new());
+    }
+    let args = ["hash-object", "--no-filters", "--stdin-paths"];
+    let out = git.output(path, &args, Some(files))?;
+    check(path, &args, &out)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// [`Snapshot::hidden`]: the index entries flagged assume-unchanged
+/// (`ls-files -v` tags them in lower case) or skip-worktree (`S`) whose
+/// file differs from the entry. A skip-worktree file that is not there is
+/// a sparse checkout's, not a change.
+fn hidden_changes(git: &Git, path: &Path) -> Result<String, WorktreeError> {
+    let listed = git.run(path, &["ls-files", "-v", "-s", "-z"])?;
+    let mut flagged = Vec::new();
+    for entry in listed.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        let tag = entry[0];
+        if tag.is_ascii_uppercase() && tag != b'S' {
+            continue;
+        }
+        let text = String::from_utf8_lossy(entry);
+        if let Some((meta, name)) = text.split_once('\t') {
+            let index = meta.split(' ').nth(2).unwrap_or("").to_owned();
+            flagged.push((tag, index, name.to_owned()));
+        }
+    }
+    let present: Vec<bool> = flagged
+        .iter()
+        .map(|(_, _, n)| is_file(path, n.as_bytes()))
+        .collect();
+    let mut files = Vec::new();
+    for ((_, _, name), _) in flagged.iter().zip(&present).filter(|(_, p)| **p) {
+        files.extend_from_slice(name.as_bytes());
+        files.push(b'\n');
+    }
+    let hashed = hash_files(git, path, &files)?;
+    let mut ids = hashed.lines();
+    let mut hidden = String::new();
+    for ((tag, index, name), present) in flagged.iter().zip(present) {
+        let now = if present { ids.next().unwrap_or("") } else { "-" };
+        let sparse = matches!(tag, b'S' | b's') && !present;
+        if now != index && !sparse {
+            hidden += &format!("{} {index} {now}\t{name}\0", *tag as char);
+        }
+    }
+    Ok(hidden)
 }
 
 /// One entry of `git worktree list --porcelain`.
@@ -262,94 +460,4 @@ fn same_path(a: &Path, b: &Path) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
     }
-}
-
-/// How git is run: the program, never prompting, ignoring the variables that
-/// would point it at another repository than `-C` names.
-struct Git {
-    program: OsString,
-}
-
-impl Default for Git {
-    fn default() -> Git {
-        Git {
-            program: "git".into(),
-        }
-    }
-}
-
-impl Git {
-    fn output<S: AsRef<OsStr>>(
-        &self,
-        dir: &Path,
-        args: &[S],
-        stdin: Option<&[u8]>,
-    ) -> Result<Output, WorktreeError> {
-        let mut cmd = Command::new(&self.program);
-        cmd.arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_OPTIONAL_LOCKS", "0")
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for var in [
-            "GIT_DIR",
-            "GIT_WORK_TREE",
-            "GIT_INDEX_FILE",
-            "GIT_COMMON_DIR",
-            "GIT_OBJECT_DIRECTORY",
-        ] {
-            cmd.env_remove(var);
-        }
-        let spawn_err = |source: io::Error| match source.kind() {
-            io::ErrorKind::NotFound => WorktreeError::GitNotFound {
-                program: self.program.clone(),
-            },
-            _ => WorktreeError::Spawn {
-                dir: dir.to_owned(),
-                source,
-            },
-        };
-        let mut child = cmd.spawn().map_err(spawn_err)?;
-        let output = std::thread::scope(|s| {
-            // Write from another thread, so a full stdout pipe cannot deadlock us.
-            if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-                s.spawn(move || pipe.write_all(input));
-            }
-            child.wait_with_output()
-        });
-        output.map_err(|source| WorktreeError::Spawn {
-            dir: dir.to_owned(),
-            source,
-        })
-    }
-
-    /// Runs git and returns its stdout; failing is an error.
-    fn run<S: AsRef<OsStr>>(&self, dir: &Path, args: &[S]) -> Result<Vec<u8>, WorktreeError> {
-        let out = self.output(dir, args, None)?;
-        check(dir, args, &out)?;
-        Ok(out.stdout)
-    }
-}
-
-fn check<S: AsRef<OsStr>>(dir: &Path, args: &[S], out: &Output) -> Result<(), WorktreeError> {
-    if out.status.success() {
-        return Ok(());
-    }
-    let args: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
-    Err(WorktreeError::Git {
-        dir: dir.to_owned(),
-        args: args.join(" "),
-        stderr: stderr(out),
-    })
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).trim().to_owned()
 }

@@ -59,6 +59,7 @@ fn approval() -> Approval {
         note: None,
         await_id: Some("aw-7".to_owned()),
         head: None,
+        snapshot: None,
     }
 }
 

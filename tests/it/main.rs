@@ -15,6 +15,7 @@ mod gate_author;
 mod gate_fixtures;
 mod gate_host;
 mod gate_versions;
+mod git_guard;
 mod invariants;
 mod kept_gates;
 mod listing;

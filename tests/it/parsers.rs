@@ -82,8 +82,11 @@ fn full_state() -> Vec<u8> {
     let mut s = State::new(now);
     s.version = 41;
     s.tick = 17;
-    s.approve("ann", Some("ok".into()), now, None, Some("c0ffee".into()))
-        .unwrap();
+    let at = automaton::state::At {
+        head: Some("c0ffee".into()),
+        snapshot: Some("5eed".into()),
+    };
+    s.approve("ann", Some("ok".into()), now, None, at).unwrap();
     s.metrics.insert("cost_usd".into(), 0.25);
     s.totals.insert("cost_usd".into(), 4.5);
     serde_json::to_vec_pretty(&s).unwrap()
@@ -100,6 +103,7 @@ fn lines() -> Vec<Vec<u8>> {
             note: Some("go".into()),
             await_id: Some("aw-3".into()),
             head: Some("c0ffee".into()),
+            snapshot: Some("5eed".into()),
         },
         EventKind::ApprovalsUsed {
             tick: 4,

@@ -221,6 +221,7 @@ pub fn example_context() -> Context {
             note: Some("looked at the logs; go ahead".to_owned()),
             await_id: None,
             head: None,
+            snapshot: None,
         }],
         params: serde_json::json!({"start_hour": 9, "end_hour": 17}),
         state: serde_json::json!({"status": "active", "tick": 4}),
