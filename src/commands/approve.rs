@@ -27,7 +27,7 @@ pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write
     let by = actor.user.clone();
     let mut given = None;
     let mut rules = ApprovalRules::default();
-    let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
+    let state = super::update_loop(root, dir, "approve", t.wait.wait(), |s| {
         rules = dir.config()?.approval;
         let (approval, events) = give(s, dir, args, &by, &rules)?;
         given = Some(approval);

@@ -4,6 +4,7 @@
 mod access;
 mod approvals;
 mod common;
+mod config_record;
 mod crash;
 mod crash_model;
 mod daemon;
