@@ -302,3 +302,33 @@ fn a_config_change_is_recorded_in_postgresql() {
         .unwrap();
     assert_eq!(last["config"]["loop_toml"], sha256(text.as_bytes()));
 }
+
+#[test]
+fn the_consoles_review_page_shows_the_config_changes_since_the_last_approval() {
+    let env = Env::new();
+    env.new_loop("demo", GATED);
+    assert_eq!(tick(&env, "demo")["outcome"], "ran");
+    let (_, after) = remove_gate(&env, "demo");
+    let token: Value = serde_json::from_str(&env.ok(&["user", "add", "ann", "--json"])).unwrap();
+    let token = token["token"].as_str().unwrap().to_owned();
+    let server = crate::serve::Server::start(&env, &[]);
+    let page = |path: &str| {
+        let mut r = ureq::get(server.url(path))
+            .header("Authorization", format!("Bearer {token}"))
+            .call()
+            .unwrap();
+        r.body_mut().read_to_string().unwrap()
+    };
+    let unrecorded = page("/loops/demo/review");
+    assert!(unrecorded.contains("not yet recorded"), "{unrecorded}");
+    assert_eq!(tick(&env, "demo")["outcome"], "ran");
+    let recorded = page("/loops/demo/review");
+    assert!(!recorded.contains("not yet recorded"), "{recorded}");
+    assert!(
+        recorded.contains("Config changes since the last approval")
+            && recorded.contains("changed outside automaton")
+            && recorded.contains("-[[gate]]")
+            && recorded.contains(&after),
+        "{recorded}"
+    );
+}
