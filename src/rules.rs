@@ -155,6 +155,10 @@ pub struct Unapproved {
     /// The await opened for it, once a tick opened one.
     #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
     pub await_id: Option<String>,
+    /// The loop's own approvers under the rules it changes (none: the
+    /// root's, or anyone): they approve it, not those it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvers_before: Option<Vec<String>>,
 }
 
 impl Unapproved {
@@ -278,12 +282,14 @@ pub fn take_in(
         rules: rules.clone(),
         awaits,
     };
-    recorded.hashes = now.hashes.clone();
-    recorded.text = now.text.clone();
     if awaits {
         // Rules still awaiting an approval stay in the next approval's
-        // reason, and the change asks for a new await.
-        let mut all = recorded.unapproved.take().map(|u| u.rules).unwrap_or_default();
+        // reason, with the approvers before the first of them; the change
+        // asks for a new await.
+        let (mut all, approvers_before) = match recorded.unapproved.take() {
+            Some(u) => (u.rules, u.approvers_before),
+            None => (Vec::new(), approvers_of(&recorded.text)),
+        };
         all.extend(rules);
         all.sort();
         all.dedup();
@@ -291,8 +297,11 @@ pub fn take_in(
             rules: all,
             since: crate::clock::now(),
             await_id: None,
+            approvers_before,
         });
     }
+    recorded.hashes = now.hashes.clone();
+    recorded.text = now.text.clone();
     Some(change)
 }
 
@@ -319,6 +328,36 @@ fn touched(recorded: &Recorded, now: &Current) -> Vec<Rule> {
     }
     rules.sort();
     rules
+}
+
+/// Whether a change to the rules of a loop configured as `config`, whose
+/// state is `state`, would await an approval (the setting as it is, or as
+/// last recorded).
+pub fn may_await(config: &LoopConfig, state: &State) -> bool {
+    config.approval.config_changes == ConfigChanges::Await
+        || state
+            .recorded_config
+            .as_ref()
+            .is_some_and(|r| awaits_changes(&r.text))
+}
+
+/// The loop's own approvers in loop.toml's `text`.
+fn approvers_of(text: &str) -> Option<Vec<String>> {
+    let config = LoopConfig::parse(text, Path::new(AWAIT_GATE)).ok()?;
+    config.access().approvers
+}
+
+/// Who may approve a change to the rules that awaits an approval: the
+/// approvers under the rules it changed (their own, else the root's
+/// `defaults`); none when no such change awaits.
+pub fn approvers_of_change(state: &State, defaults: &crate::access::Access) -> Option<crate::access::Access> {
+    let unapproved = state.recorded_config.as_ref()?.unapproved.as_ref()?;
+    let before = crate::access::Access {
+        approvers: unapproved.approvers_before.clone(),
+        operators: None,
+        viewers: None,
+    };
+    Some(before.over(defaults))
 }
 
 /// Whether loop.toml's text sets `[approval] config_changes = "await"`.

@@ -276,7 +276,12 @@ pub async fn review(
         api::may_view(&app, &me.actor, &name)?;
         let dir = app.stores.get(&name)?;
         let r = serde_json::to_value(review::build(&app.root, dir.as_ref(), false)?).unwrap_or_default();
-        let rules = access::rules(dir.as_ref(), &app.root.settings().access);
+        let defaults = &app.root.settings().access;
+        // A change to the rules is approved under the rules before it.
+        let rules = match crate::rules::approvers_of_change(&dir.load()?, defaults) {
+            Some(before) => before,
+            None => access::rules(dir.as_ref(), defaults),
+        };
         let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
         Ok(review_body(&name, &r, approver.then_some(&me)))
     })

@@ -332,3 +332,51 @@ fn the_consoles_review_page_shows_the_config_changes_since_the_last_approval() {
         "{recorded}"
     );
 }
+
+#[test]
+fn a_change_to_the_rules_is_approved_by_the_approvers_before_it() {
+    let env = Env::new();
+    let toml = GATED.replacen(
+        "[[gate]]",
+        "[approval]\nconfig_changes = \"await\"\n[access]\napprovers = [\"ann\"]\n[[gate]]",
+        1,
+    );
+    env.new_loop("demo", &toml);
+    assert_eq!(tick(&env, "demo")["outcome"], "ran");
+    // The step names itself the approver and drops the gate, then
+    // approves ahead, before any tick has seen the change.
+    set_config(
+        &env,
+        "demo",
+        "step = \"touch ran-$AUTOMATON_TICK\"\n[access]\napprovers = [\"agent\"]\n",
+    );
+    let agent = |args: &[&str]| {
+        env.cmd()
+            .env("AUTOMATON_USER", "agent")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = agent(&["approve", "demo", "--ahead"]);
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    let kinds = env.history_kinds("demo");
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["config-changed", "refused"],
+        "{kinds:?}"
+    );
+    assert_eq!(tick(&env, "demo")["outcome"], "awaiting-approval");
+    let out = agent(&["approve", "demo"]);
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    assert_eq!(tick(&env, "demo")["outcome"], "awaiting-approval");
+    assert!(!env.loop_dir("demo").join("ran-2").exists());
+    // The approver before the change releases it.
+    let out = env
+        .cmd()
+        .env("AUTOMATON_USER", "ann")
+        .args(["approve", "demo"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(tick(&env, "demo")["outcome"], "ran");
+}
