@@ -4,6 +4,7 @@
 //! a change found since: its bounded diff, the rules it touches and whether
 //! it awaits an approval. Pure, but for reading automaton.toml.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use jiff::Timestamp;
@@ -17,6 +18,8 @@ use crate::state::State;
 pub const DIFF_MAX: usize = 8 * 1024;
 /// The largest automaton.toml hashed (the root reads no larger).
 const ROOT_MAX: u64 = 1024 * 1024;
+/// The most hosts whose automaton.toml a loop's record keeps.
+const MAX_HOSTS: usize = 64;
 /// What an await for a config change names as the gate that asked.
 pub const AWAIT_GATE: &str = "loop.toml";
 
@@ -93,11 +96,13 @@ pub struct Hashes {
     pub automaton_toml: RootFile,
 }
 
-/// The config a command runs with: its files' hashes and loop.toml's text.
+/// The config a command runs with: its files' hashes, loop.toml's text,
+/// and the host whose root's automaton.toml it read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Current {
     pub hashes: Hashes,
     pub text: String,
+    pub host: String,
 }
 
 impl Current {
@@ -110,6 +115,7 @@ impl Current {
                 automaton_toml: RootFile::read(root),
             },
             text: source.text,
+            host: crate::who::host(),
         }
     }
 
@@ -121,6 +127,7 @@ impl Current {
                 automaton_toml: RootFile::read(root),
             },
             text: config.source.text.clone(),
+            host: crate::who::host(),
         }
     }
 
@@ -130,7 +137,8 @@ impl Current {
         state
             .recorded_config
             .as_ref()
-            .is_some_and(|r| r.hashes != self.hashes)
+            .and_then(|r| r.on(&self.host))
+            .is_some_and(|before| before != self.hashes)
     }
 }
 
@@ -138,13 +146,45 @@ impl Current {
 /// told against it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recorded {
-    #[serde(flatten)]
-    pub hashes: Hashes,
+    pub loop_toml: String,
+    /// Each host's automaton.toml as last recorded there: a shared
+    /// store's loop is run from a root on each host, each with its own.
+    pub automaton_toml: BTreeMap<String, RootFile>,
     /// loop.toml's text, for the next change's diff.
     pub text: String,
     /// A change to the rules that awaits an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unapproved: Option<Unapproved>,
+}
+
+impl Recorded {
+    fn new(now: &Current) -> Recorded {
+        Recorded {
+            loop_toml: now.hashes.loop_toml.clone(),
+            automaton_toml: BTreeMap::from([(now.host.clone(), now.hashes.automaton_toml.clone())]),
+            text: now.text.clone(),
+            unapproved: None,
+        }
+    }
+
+    /// The hashes last recorded on `host`; none when it recorded none.
+    fn on(&self, host: &str) -> Option<Hashes> {
+        Some(Hashes {
+            loop_toml: self.loop_toml.clone(),
+            automaton_toml: self.automaton_toml.get(host)?.clone(),
+        })
+    }
+
+    /// Keeps `now` as the config last recorded (a host past the first
+    /// [`MAX_HOSTS`] keeps no automaton.toml of its own).
+    fn keep(&mut self, now: &Current) {
+        self.loop_toml = now.hashes.loop_toml.clone();
+        self.text = now.text.clone();
+        if self.automaton_toml.len() < MAX_HOSTS || self.automaton_toml.contains_key(&now.host) {
+            let root = now.hashes.automaton_toml.clone();
+            self.automaton_toml.insert(now.host.clone(), root);
+        }
+    }
 }
 
 /// A change to the rules the loop awaits an approval of.
@@ -163,11 +203,11 @@ pub struct Unapproved {
 
 impl Unapproved {
     /// The await's reason: what changed.
-    pub fn reason(&self, hashes: &Hashes) -> String {
+    pub fn reason(&self, loop_toml: &str) -> String {
         format!(
             "the rules changed ({}; loop.toml {}): a change to the rules needs an approval",
             names(&self.rules),
-            short(&hashes.loop_toml)
+            short(loop_toml)
         )
     }
 }
@@ -258,17 +298,19 @@ pub fn take_in(
     by: Option<String>,
 ) -> Option<ConfigChange> {
     let Some(recorded) = &mut state.recorded_config else {
-        state.recorded_config = Some(Recorded {
-            hashes: now.hashes.clone(),
-            text: now.text.clone(),
-            unapproved: None,
-        });
+        state.recorded_config = Some(Recorded::new(now));
         return None;
     };
-    if recorded.hashes == now.hashes {
+    // A host new to the loop records its automaton.toml as it is.
+    let before = recorded.on(&now.host).unwrap_or_else(|| Hashes {
+        loop_toml: recorded.loop_toml.clone(),
+        automaton_toml: now.hashes.automaton_toml.clone(),
+    });
+    if before == now.hashes {
+        recorded.keep(now);
         return None;
     }
-    let rules = touched(recorded, now);
+    let rules = touched(&recorded.text, &before, now);
     // The setting as it was counts too: a change that turns it off is
     // itself awaited.
     let awaited = policy == ConfigChanges::Await || awaits_changes(&recorded.text);
@@ -276,7 +318,7 @@ pub fn take_in(
     let change = ConfigChange {
         via,
         by,
-        before: recorded.hashes.clone(),
+        before,
         after: now.hashes.clone(),
         diff: diff(&recorded.text, &now.text),
         rules: rules.clone(),
@@ -300,14 +342,14 @@ pub fn take_in(
             approvers_before,
         });
     }
-    recorded.hashes = now.hashes.clone();
-    recorded.text = now.text.clone();
+    recorded.keep(now);
     Some(change)
 }
 
-/// The rules that differ between the recorded config and `now`.
-fn touched(recorded: &Recorded, now: &Current) -> Vec<Rule> {
-    let before = table(&recorded.text);
+/// The rules that differ between the recorded config (`text`, and
+/// `hashes`) and `now`.
+fn touched(text: &str, hashes: &Hashes, now: &Current) -> Vec<Rule> {
+    let before = table(text);
     let after = table(&now.text);
     let mut rules: Vec<Rule> = [
         Rule::Gates,
@@ -323,7 +365,7 @@ fn touched(recorded: &Recorded, now: &Current) -> Vec<Rule> {
     if step_table(&before) != step_table(&after) {
         rules.push(Rule::Step);
     }
-    if recorded.hashes.automaton_toml != now.hashes.automaton_toml {
+    if hashes.automaton_toml != now.hashes.automaton_toml {
         rules.push(Rule::RootConfig);
     }
     rules.sort();
@@ -418,6 +460,7 @@ mod tests {
                 automaton_toml: root,
             },
             text: text.to_owned(),
+            host: "h".to_owned(),
         }
     }
 
@@ -454,7 +497,7 @@ mod tests {
         );
         assert_eq!(change.after, now.hashes);
         let kept = state.recorded_config.as_ref().unwrap();
-        assert_eq!(kept.hashes, now.hashes);
+        assert_eq!(kept.on("h"), Some(now.hashes.clone()));
         assert_eq!(kept.unapproved.as_ref().unwrap().rules, [Rule::Gates]);
         assert_eq!(
             take_in(&mut state, &now, ConfigChanges::Await, Via::Outside, None),
@@ -478,6 +521,29 @@ mod tests {
         let change = take_in(&mut state, &now, ConfigChanges::Await, Via::Outside, None).unwrap();
         assert!(change.rules.is_empty() && !change.awaits);
         assert!(state.recorded_config.unwrap().unapproved.is_none());
+    }
+
+    #[test]
+    fn each_host_is_told_against_its_own_automaton_toml() {
+        let mut state = recorded("step = \"true\"\n");
+        let mut other = current("step = \"true\"\n", RootFile::Sha256("ab".into()));
+        other.host = "other".into();
+        assert_eq!(
+            take_in(&mut state, &other, ConfigChanges::Await, Via::Outside, None),
+            None
+        );
+        assert!(!other.unrecorded(&state));
+        let here = current("step = \"true\"\n", RootFile::Absent);
+        assert!(!here.unrecorded(&state));
+        assert_eq!(
+            take_in(&mut state, &here, ConfigChanges::Await, Via::Outside, None),
+            None
+        );
+        other.hashes.automaton_toml = RootFile::Sha256("cd".into());
+        assert!(other.unrecorded(&state));
+        let change = take_in(&mut state, &other, ConfigChanges::Await, Via::Outside, None).unwrap();
+        assert_eq!(change.rules, [Rule::RootConfig]);
+        assert_eq!(change.before.automaton_toml, RootFile::Sha256("ab".into()));
     }
 
     #[test]

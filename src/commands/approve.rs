@@ -99,9 +99,6 @@ pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write
     super::tick::here(root, dir, &config, t.wait.timeout, false, out)
 }
 
-/// Gives `by`'s approval on `s`: for the pending await, the one `--await`
-/// names, or (`--ahead`) the next; drops the expired ones first. The
-/// approval and the events that record it.
 /// Records a config changed since the loop last recorded one before the
 /// approval is checked, when a change to the rules would await one, so it
 /// is approved under the rules before it.
@@ -116,6 +113,9 @@ fn record_config_first(root: &Root, dir: &dyn LoopStore, wait: crate::lock::Wait
     Ok(())
 }
 
+/// Gives `by`'s approval on `s`: for the pending await, the one `--await`
+/// names, or (`--ahead`) the next; drops the expired ones first. The
+/// approval and the events that record it.
 fn give(
     s: &mut State,
     dir: &dyn LoopStore,

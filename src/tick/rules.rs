@@ -28,8 +28,8 @@ impl Tick<'_> {
     pub(super) fn await_config(&mut self, state: &mut State) -> Option<(String, bool)> {
         let recorded = state.recorded_config.as_ref()?;
         let unapproved = recorded.unapproved.as_ref()?;
-        let reason = unapproved.reason(&recorded.hashes);
-        let sha = recorded.hashes.loop_toml.clone();
+        let reason = unapproved.reason(&recorded.loop_toml);
+        let sha = recorded.loop_toml.clone();
         let ours = unapproved.await_id.clone();
         let mut changed = false;
         if ours.is_none() || state.awaiting.as_ref().map(|a| &a.id) != ours.as_ref() {
