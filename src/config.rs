@@ -58,6 +58,10 @@ pub struct LoopConfig {
     /// inherit.
     #[serde(default)]
     pub pass_env: Vec<String>,
+    /// The text it was read from, with its sha256: what the record of the
+    /// rules compares (not a key of loop.toml).
+    #[serde(skip)]
+    pub source: crate::rules::Source,
 }
 
 impl LoopConfig {
@@ -444,6 +448,22 @@ pub struct ApprovalRules {
     /// What an approval is bound to besides its await.
     #[serde(default)]
     pub bind: Bind,
+    /// What a change to the rules (docs/ticks.md, "The record of config
+    /// changes") does: recorded only, or recorded and awaited.
+    #[serde(default)]
+    pub config_changes: ConfigChanges,
+}
+
+/// `[approval] config_changes`: a change to the loop's rules (its gates,
+/// access, approval, history limits, passed secrets, `[step]` table, or the
+/// root's automaton.toml) is always recorded; with `"await"` the next tick
+/// also awaits an approval of it before any gate or step runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigChanges {
+    #[default]
+    Record,
+    Await,
 }
 
 /// `[approval] bind`: an approval counts for the await it was given for
@@ -468,6 +488,7 @@ impl Default for ApprovalRules {
             required: 1,
             expires: None,
             bind: Bind::Await,
+            config_changes: ConfigChanges::Record,
         }
     }
 }
@@ -602,6 +623,7 @@ impl LoopConfig {
     /// Parses loop.toml text; `path` is used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<LoopConfig, ConfigError> {
         let mut config: LoopConfig = toml::from_str(text).map_err(|e| ConfigError::toml(text, path, &e))?;
+        config.source = crate::rules::Source::of(text);
         for gate in &mut config.gates {
             gate.params_line = gate.params_at.take().map(|at| line_column(text, at).0);
         }

@@ -159,6 +159,17 @@ pub enum EventKind {
         /// The await they released.
         #[serde(rename = "await", default, skip_serializing_if = "Option::is_none")]
         await_id: Option<String>,
+        /// With an await for a change to the rules: the sha256 of the
+        /// loop.toml they approved.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approved_config: Option<String>,
+    },
+    /// loop.toml or the root's automaton.toml changed: how, the sha256 of
+    /// each before and after, loop.toml's bounded diff, the rules it
+    /// touches and whether it awaits an approval.
+    ConfigChanged {
+        #[serde(flatten)]
+        change: crate::rules::ConfigChange,
     },
     /// The step's metrics file could not be read.
     MetricsWarning {
@@ -200,6 +211,10 @@ pub enum EventKind {
         /// recorded by an older build).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         metrics: BTreeMap<String, f64>,
+        /// The sha256 of the loop.toml and of the root's automaton.toml it
+        /// ran with (none in lines written before they were recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        config: Option<crate::rules::Hashes>,
     },
 }
 
@@ -218,6 +233,9 @@ pub enum Dropped {
     /// The worktree changed since they were given, on the same commit:
     /// uncommitted changes or untracked files differ (`bind = "commit"`).
     WorktreeChanged,
+    /// The rules changed while their await was open: a new await asks for
+    /// an approval of the change.
+    ConfigChanged,
 }
 
 impl EventKind {
@@ -236,6 +254,7 @@ impl EventKind {
             EventKind::Crashed { .. } => "crashed",
             EventKind::Gate { .. } => "gate",
             EventKind::ApprovalsUsed { .. } => "approvals-used",
+            EventKind::ConfigChanged { .. } => "config-changed",
             EventKind::MetricsWarning { .. } => "metrics-warning",
             EventKind::WorktreeCreated { .. } => "worktree-created",
             EventKind::CheckGate { .. } => "check-gate",

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod notify;
 pub mod procfs;
 pub mod root;
+pub mod rules;
 pub mod runs;
 pub mod schedule;
 pub mod serve;

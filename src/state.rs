@@ -289,6 +289,11 @@ pub struct State {
     /// it; cleared by a tick whose gates all answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_error: Option<GateFailure>,
+    /// The config last recorded (its files' sha256 and loop.toml's text),
+    /// which the next change is told against; and a change to the rules
+    /// that awaits an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_config: Option<crate::rules::Recorded>,
 }
 
 /// A gate's failure as `status` shows it.
@@ -322,6 +327,7 @@ impl State {
             in_flight: None,
             worktree: None,
             gate_error: None,
+            recorded_config: None,
         }
     }
 

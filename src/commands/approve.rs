@@ -23,11 +23,29 @@ pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write
     if args.run {
         super::allowed(root, dir, Action::Tick, t.wait.wait())?;
     }
-    let actor = super::allowed(root, dir, Action::Approve, t.wait.wait())?;
+    // A change to the rules is approved by the approvers under the rules
+    // it changed, not by those it names.
+    let defaults = root.settings().access.clone();
+    record_config_first(root, dir, t.wait.wait())?;
+    let actor = match crate::rules::approvers_of_change(&dir.load()?, &defaults) {
+        Some(before) => {
+            let actor = crate::who::actor();
+            crate::access::require(dir, &actor, Action::Approve, &before, t.wait.wait())?;
+            actor
+        }
+        None => super::allowed(root, dir, Action::Approve, t.wait.wait())?,
+    };
     let by = actor.user.clone();
     let mut given = None;
     let mut rules = ApprovalRules::default();
-    let state = super::update_loop(dir, "approve", t.wait.wait(), |s| {
+    let state = super::update_loop(root, dir, "approve", t.wait.wait(), |s| {
+        if let Some(before) = crate::rules::approvers_of_change(s, &defaults)
+            && crate::access::check(&actor, Action::Approve, &before).is_err()
+        {
+            return Err(refused(dir)(Refusal(format!(
+                "the rules changed meanwhile, and {by} is not an approver under the rules before the change"
+            ))));
+        }
         rules = dir.config()?.approval;
         let (approval, events) = give(s, dir, args, &by, &rules)?;
         given = Some(approval);
@@ -79,6 +97,20 @@ pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write
     let _ = tell(root, dir, Some(notice), Ok(Exit::Ok), out);
     let config = dir.config()?;
     super::tick::here(root, dir, &config, t.wait.timeout, false, out)
+}
+
+/// Records a config changed since the loop last recorded one before the
+/// approval is checked, when a change to the rules would await one, so it
+/// is approved under the rules before it.
+fn record_config_first(root: &Root, dir: &dyn LoopStore, wait: crate::lock::Wait) -> Result<()> {
+    let (Ok(config), Ok(state)) = (dir.config(), dir.load()) else {
+        return Ok(());
+    };
+    let now = crate::rules::Current::of(root.path(), &config);
+    if now.unrecorded(&state) && crate::rules::may_await(&config, &state) {
+        super::update_loop(root, dir, "approve", wait, |_| Ok(Vec::new()))?;
+    }
+    Ok(())
 }
 
 /// Gives `by`'s approval on `s`: for the pending await, the one `--await`

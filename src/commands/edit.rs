@@ -3,7 +3,9 @@
 //! checked as `validate` would, and only a valid one replaces loop.toml,
 //! atomically. A refused edit leaves loop.toml as it was and keeps the copy;
 //! the next edit reopens a copy that a refused or killed edit left, and
-//! removes what an edit killed while saving left (see `store::edits`).
+//! removes what an edit killed while saving left (see `store::edits`). The
+//! save is made under the loop's lock and recorded as a `config-changed`
+//! event with its actor (docs/ticks.md, "The record of config changes").
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -15,14 +17,16 @@ use super::validate::check_config;
 use crate::cli::EditArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Exit, Result};
+use crate::history::EventKind;
 use crate::root::Root;
+use crate::rules::{self, Current, Via};
 use crate::store::edits::{self, Left};
 use crate::store::{LoopStore, Stores};
 
 pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = Stores::open(root)?;
     let dir = stores.get(&args.name)?;
-    super::allowed(
+    let actor = super::allowed(
         root,
         dir.as_ref(),
         crate::access::Action::Edit,
@@ -52,18 +56,41 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
             }
         }
     };
-    // Someone else may have changed it meanwhile: theirs is not overwritten.
-    let now = dir.config_bytes()?;
-    if now != original {
+    if !save(root, dir.as_ref(), &original, &edited, actor.user)? {
+        // Someone else changed it meanwhile: theirs is not overwritten.
         let kept = keep(copy)?;
         return Err(Error::Editor {
             action: format!("{} changed while it was being edited", config_path.display()),
             message: format!("it was left as it is now; the edit is kept in {}", kept.display()),
         });
     }
-    dir.save_config(&edited)?;
     super::emit(out, &format!("saved {}\n", config_path.display()))?;
     Ok(Exit::Ok)
+}
+
+/// Under the loop's lock (waiting for a running tick to end), replaces
+/// loop.toml with `edited` if it still holds `original`, and records the
+/// change as `by`'s edit, after any change made outside automaton before
+/// it. Whether it was saved.
+fn save(root: &Root, dir: &dyn LoopStore, original: &[u8], edited: &[u8], by: String) -> Result<bool> {
+    let mut saved = false;
+    super::update_loop(root, dir, "edit", crate::lock::Wait::Forever, |state| {
+        if dir.config_bytes()? != original {
+            return Ok(Vec::new());
+        }
+        dir.save_config(edited)?;
+        saved = true;
+        let now = Current::read(root.path(), &String::from_utf8_lossy(edited));
+        let policy = LoopConfig::parse(&now.text, &dir.config_path())?
+            .approval
+            .config_changes;
+        let change = rules::take_in(state, &now, policy, Via::Edit, Some(by));
+        Ok(change
+            .map(|change| EventKind::ConfigChanged { change })
+            .into_iter()
+            .collect())
+    })?;
+    Ok(saved)
 }
 
 /// The copy to edit: the newest one an edit of this loop left (killed, or

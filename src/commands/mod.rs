@@ -150,6 +150,7 @@ fn hint_name(e: Error, root: Flags<'_>) -> Error {
 /// it and say what happened, and commit both as the next version. A change
 /// that returns no events changed nothing, and nothing is committed.
 pub(crate) fn update_loop(
+    root: &Root,
     store: &dyn LoopStore,
     command: &str,
     wait: Wait,
@@ -157,11 +158,27 @@ pub(crate) fn update_loop(
 ) -> Result<State> {
     let mut session = store.lock(Holder::me(command), wait)?;
     let mut state = session.load()?.state;
-    let events = change(&mut state)?;
+    let mut events = config_found(root, store, &mut state);
+    events.extend(change(&mut state)?);
     if !events.is_empty() {
         session.commit(&mut state, events, Durability::Full)?;
     }
     Ok(state)
+}
+
+/// A config changed since the loop last recorded one, as a command that
+/// commits finds it (one that does not load is left to the tick, which
+/// says why).
+fn config_found(root: &Root, store: &dyn LoopStore, state: &mut State) -> Vec<EventKind> {
+    let Ok(config) = store.config() else {
+        return Vec::new();
+    };
+    let now = crate::rules::Current::of(root.path(), &config);
+    let policy = config.approval.config_changes;
+    crate::rules::take_in(state, &now, policy, crate::rules::Via::Outside, None)
+        .map(|change| EventKind::ConfigChanged { change })
+        .into_iter()
+        .collect()
 }
 
 /// The one check before a command changes a loop: the actor of this

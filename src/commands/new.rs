@@ -42,6 +42,11 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let now = crate::clock::now();
     let mut state = State::new(now);
     state.version = 1;
+    // The config it is made with is the first the record of the rules
+    // compares with (a change before its first tick is recorded too).
+    let first = crate::rules::Current::of(root.path(), &config);
+    let policy = config.approval.config_changes;
+    crate::rules::take_in(&mut state, &first, policy, crate::rules::Via::Outside, None);
     let created = EventKind::Created { by: who::user() };
     let dir = stores.create(&name, &text, &state, vec![created])?;
     if args.json.json {

@@ -79,7 +79,7 @@ pub fn pause(root: &Root, stores: &Stores, args: &PauseArgs, out: &mut dyn Write
     let by = actor.user.clone();
     let reason = bounds::opt_text(args.reason.clone());
     let mut already = false;
-    let state = super::update_loop(dir, "pause", t.wait.wait(), |s| {
+    let state = super::update_loop(root, dir, "pause", t.wait.wait(), |s| {
         // Paused already: nothing changes, nothing is recorded.
         if s.status == Status::Paused {
             already = true;
@@ -115,7 +115,7 @@ pub fn resume(root: &Root, stores: &Stores, args: &ResumeArgs, out: &mut dyn Wri
     let by = actor.user.clone();
     let mut from = Status::Active;
     let mut dropped = BTreeMap::new();
-    let state = super::update_loop(dir, "resume", t.wait.wait(), |s| {
+    let state = super::update_loop(root, dir, "resume", t.wait.wait(), |s| {
         let mut events = Vec::new();
         // Active already: nothing changes (not even the failure count) and
         // nothing is recorded, unless the totals are to start over.
@@ -213,7 +213,7 @@ pub fn reject(root: &Root, stores: &Stores, args: &RejectArgs, out: &mut dyn Wri
     let by = actor.user.clone();
     let reason = bounds::opt_text(args.reason.clone());
     let mut rejected = None;
-    let state = super::update_loop(dir, "reject", t.wait.wait(), |s| {
+    let state = super::update_loop(root, dir, "reject", t.wait.wait(), |s| {
         let pending = s.awaiting.as_ref().map(|a| a.id.clone());
         if let Some(named) = &args.await_id
             && pending.as_ref() != Some(named)

@@ -4,8 +4,9 @@
 //! gates' decisions), the metrics those ticks reported against the loop's
 //! totals, the commits from the last approved commit to the worktree's
 //! HEAD, and what is not committed in the worktree (the range and the sums
-//! as `crate::since` computes them, for the notices too). Reads only;
-//! takes no lock.
+//! as `crate::since` computes them, for the notices too), and the config
+//! changes recorded since the last approval, with a change not yet
+//! recorded. Reads only; takes no lock.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -18,6 +19,7 @@ use crate::error::{Exit, Result};
 use crate::gate::Decision;
 use crate::history::{Event, EventKind};
 use crate::root::Root;
+use crate::rules::{self, ConfigChange, Current, Hashes, Via};
 use crate::runs::{self, Runs};
 use crate::since::{Range, Since};
 use crate::state::{Await, Head, Outcome, ProcessOutcome};
@@ -46,6 +48,12 @@ pub struct Review {
     /// The loop's running totals.
     totals: BTreeMap<String, f64>,
     work: Option<Work>,
+    /// The changes to loop.toml and automaton.toml recorded since the last
+    /// approval, oldest first.
+    config_changes: Vec<ConfigChangeReview>,
+    /// The sha256 of the config's files as they are now, when they differ
+    /// from those last recorded (a change no command recorded yet).
+    unrecorded_config: Option<Hashes>,
     /// This review's page in the console, when `[server] url` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     link: Option<String>,
@@ -65,6 +73,18 @@ struct TickReview {
     gates: Vec<GateReview>,
     /// The last lines of each output kept (`step.out`, `step.err`, ...).
     output: BTreeMap<String, Vec<String>>,
+}
+
+/// A recorded change to the config: when, who committed it, and what
+/// changed.
+#[derive(Debug, Serialize)]
+pub(crate) struct ConfigChangeReview {
+    pub v: u64,
+    pub at: jiff::Timestamp,
+    /// Who made the change (`edit`), or whose command found it.
+    pub actor: Option<String>,
+    #[serde(flatten)]
+    pub change: ConfigChange,
 }
 
 #[derive(Debug, Serialize)]
@@ -108,7 +128,7 @@ fn is_zero(n: &usize) -> bool {
 
 pub fn run(root: &Root, stores: &Stores, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = stores.get(&args.name)?;
-    let mut review = build(dir.as_ref(), args.diff)?;
+    let mut review = build(root, dir.as_ref(), args.diff)?;
     review.link = link(root, dir.as_ref());
     if args.json.json {
         super::emit_json(out, &review)?;
@@ -127,7 +147,7 @@ fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
     Some(crate::notify::review_url(server, dir.name().as_str()))
 }
 
-pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
+pub(crate) fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
     let state = dir.load()?;
     let history = dir.history()?;
     let since = Since::of(&history.events);
@@ -169,9 +189,77 @@ pub(crate) fn build(dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
         metrics_since: since.metrics(dir),
         totals: state.totals.clone(),
         work: since.range(&state).map(|r| work(r, with_patch)),
+        config_changes: config_changes(&history.events),
+        unrecorded_config: unrecorded(root, dir, &state),
         link: None,
     })
 }
+
+/// The config changes recorded since the last approval: those after the
+/// last `approvals-used`, and those committed with it unless it approved a
+/// config change (they were found by the tick it released, unseen).
+pub(crate) fn config_changes(events: &[Event]) -> Vec<ConfigChangeReview> {
+    let last = events
+        .iter()
+        .rposition(|e| matches!(e.kind, EventKind::ApprovalsUsed { .. }));
+    let unseen = |i: usize, e: &Event| match last.map(|l| (l, &events[l])) {
+        None => true,
+        Some((l, used)) => {
+            let approved = matches!(
+                used.kind,
+                EventKind::ApprovalsUsed {
+                    approved_config: Some(_),
+                    ..
+                }
+            );
+            i > l || (e.v == used.v && !approved)
+        }
+    };
+    events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.kind {
+            EventKind::ConfigChanged { change } if unseen(i, e) => Some(ConfigChangeReview {
+                v: e.v,
+                at: e.at,
+                actor: e.actor.as_ref().map(crate::who::Actor::describe),
+                change: change.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The config's files as they are now, when they differ from those the
+/// loop last recorded (read only: recording them is a committer's job).
+pub(crate) fn unrecorded(root: &Root, dir: &dyn LoopStore, state: &crate::state::State) -> Option<Hashes> {
+    let config = dir.config().ok()?;
+    let now = Current::of(root.path(), &config);
+    now.unrecorded(state).then_some(now.hashes)
+}
+
+/// The words for a recorded change: how it came, and who.
+pub(crate) fn change_line(c: &ConfigChangeReview) -> String {
+    let who = c.actor.as_deref().unwrap_or("someone");
+    let how = match c.change.via {
+        Via::Edit => format!("changed with `automaton edit` by {who}"),
+        Via::Outside => format!("changed outside automaton (found by {who})"),
+    };
+    let rules = match c.change.rules.as_slice() {
+        [] => "no rules".to_owned(),
+        r => format!("rules: {}", rules::names(r)),
+    };
+    let awaits = if c.change.awaits { "; awaits approval" } else { "" };
+    format!(
+        "{}: config {how}; {rules}; loop.toml {} -> {}{awaits}",
+        super::render::local(c.at),
+        rules::short(&c.change.before.loop_toml),
+        rules::short(&c.change.after.loop_toml)
+    )
+}
+
+/// The line `status` and `review` show for a change not yet recorded.
+pub(crate) const UNRECORDED: &str = "loop.toml changed since it was last recorded (not yet recorded)";
 
 /// The decisions of tick `tick`'s gates that did not proceed, from the
 /// events up to its own.
@@ -264,6 +352,7 @@ fn human(r: &Review) -> String {
     ticks(&mut text, r);
     text.line(String::new());
     metrics(&mut text, r);
+    config_lines(&mut text, r);
     work_lines(&mut text, r);
     let mut text = text.0;
     let work = r.work.as_ref();
@@ -369,6 +458,30 @@ fn metrics(text: &mut Lines, r: &Review) {
         let since = r.metrics_since.get(k).copied().unwrap_or(0.0);
         let all = r.totals.get(k).copied().unwrap_or(0.0);
         text.line(format!("  {k}: {since} / {all}"));
+    }
+}
+
+fn config_lines(text: &mut Lines, r: &Review) {
+    text.line(String::new());
+    text.line("config changes since the last approval:".to_owned());
+    if let Some(h) = &r.unrecorded_config {
+        let root = match &h.automaton_toml {
+            rules::RootFile::Absent => "absent".to_owned(),
+            rules::RootFile::Sha256(hex) => rules::short(hex).to_owned(),
+        };
+        text.line(format!(
+            "  {UNRECORDED}: loop.toml {}, automaton.toml {root}",
+            rules::short(&h.loop_toml)
+        ));
+    }
+    if r.config_changes.is_empty() && r.unrecorded_config.is_none() {
+        text.line("  none".to_owned());
+    }
+    for c in &r.config_changes {
+        text.line(format!("  {}", change_line(c)));
+        for l in c.change.diff.lines() {
+            text.line(format!("    {l}"));
+        }
     }
 }
 

@@ -61,6 +61,13 @@ pub struct LoopView<'a> {
     /// only to its viewers).
     #[serde(skip)]
     pub access: Option<crate::access::Access>,
+    /// The sha256 of the config's files as they are now, when they differ
+    /// from those last recorded (`status NAME`; not yet recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrecorded_config: Option<crate::rules::Hashes>,
+    /// The config changes recorded since the last approval (`status NAME`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub config_changes: Vec<super::review::ConfigChangeReview>,
 }
 
 impl LoopView<'_> {
@@ -135,6 +142,8 @@ fn view_read<'a>(
         last_missed: None,
         refused_firings: None,
         access: config.as_ref().map(|c| c.access()),
+        unrecorded_config: None,
+        config_changes: Vec::new(),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
@@ -227,6 +236,14 @@ pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mu
     });
     v.last_missed = crate::fires::last_missed(&fires).cloned();
     v.refused_firings = crate::fires::refused_now(&fires).cloned();
+    v.unrecorded_config = super::review::unrecorded(root, dir, &state);
+    v.config_changes = match dir.history() {
+        Ok(h) => super::review::config_changes(&h.events),
+        Err(e) => {
+            tracing::warn!("{e}");
+            Vec::new()
+        }
+    };
     if json {
         super::emit_json(out, &v)?;
     } else {
@@ -512,7 +529,37 @@ fn detail(v: &LoopView<'_>) -> String {
     rows.ticks(v);
     rows.approvals(v.state);
     rows.holdings(v);
-    table(&rows.0)
+    let mut text = table(&rows.0);
+    text += &config_record(v);
+    text
+}
+
+/// The record of the rules: a change not yet recorded, one awaiting an
+/// approval, and the changes since the last approval with their diffs.
+fn config_record(v: &LoopView<'_>) -> String {
+    let mut text = String::new();
+    if v.unrecorded_config.is_some() {
+        text += &format!("\n{}\n", super::review::UNRECORDED);
+    }
+    let recorded = v.state.recorded_config.as_ref();
+    if let Some(u) = recorded.and_then(|r| r.unapproved.as_ref()) {
+        let rules = crate::rules::names(&u.rules);
+        text += &format!(
+            "\na change to the rules ({rules}) awaits approval since {}\n",
+            local(u.since)
+        );
+    }
+    if v.config_changes.is_empty() {
+        return text;
+    }
+    text += "\nconfig changes since the last approval:\n";
+    for c in &v.config_changes {
+        text += &format!("  {}\n", safe(&super::review::change_line(c)));
+        for l in c.change.diff.lines() {
+            text += &format!("    {}\n", safe(l));
+        }
+    }
+    text
 }
 
 /// The rows of [`detail`]'s table: a key, then its value.

@@ -275,8 +275,13 @@ pub async fn review(
     let rendered = blocking(Some(who.actor.clone()), move || {
         api::may_view(&app, &me.actor, &name)?;
         let dir = app.stores.get(&name)?;
-        let r = serde_json::to_value(review::build(dir.as_ref(), false)?).unwrap_or_default();
-        let rules = access::rules(dir.as_ref(), &app.root.settings().access);
+        let r = serde_json::to_value(review::build(&app.root, dir.as_ref(), false)?).unwrap_or_default();
+        let defaults = &app.root.settings().access;
+        // A change to the rules is approved under the rules before it.
+        let rules = match crate::rules::approvers_of_change(&dir.load()?, defaults) {
+            Some(before) => before,
+            None => access::rules(dir.as_ref(), defaults),
+        };
         let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
         Ok(review_body(&name, &r, approver.then_some(&me)))
     })
@@ -312,6 +317,8 @@ fn review_body(name: &str, r: &Value, approver: Option<&Who>) -> Markup {
         @for t in r["ticks"].as_array().into_iter().flatten() { (tick_review(name, t)) }
         h2 { "Metrics since the last approval / overall" }
         (metrics(r))
+        h2 { "Config changes since the last approval" }
+        (config_changes(r))
         @if let Some(w) = r.get("work").filter(|w| !w.is_null()) {
             h2 { "Work on " (s(&w["branch"])) }
             ul { @for c in w["commits"].as_array().into_iter().flatten() { li { code { (s(c)) } } } }
@@ -360,6 +367,39 @@ fn tick_review(name: &str, t: &Value) -> Markup {
                     p.file { (file) }
                     pre { @for l in lines.as_array().into_iter().flatten() { (l.as_str().unwrap_or("")) "\n" } }
                 }
+            }
+        }
+    }
+}
+
+/// The changes to the rules since the last approval: a change not yet
+/// recorded, then each recorded one (how, who, when, the rules it touches,
+/// loop.toml's diff).
+fn config_changes(r: &Value) -> Markup {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let changes = r["config_changes"].as_array().cloned().unwrap_or_default();
+    let unrecorded = r.get("unrecorded_config").filter(|u| !u.is_null());
+    html! {
+        @if let Some(u) = unrecorded {
+            p.pending { (review::UNRECORDED) ": loop.toml " code { (s(&u["loop_toml"])) } }
+        }
+        @if changes.is_empty() && unrecorded.is_none() { p { "None." } }
+        @for c in &changes {
+            details.config open {
+                summary {
+                    (s(&c["at"])) ": "
+                    @if s(&c["via"]) == "edit" { "edited by " } @else { "changed outside automaton, found by " }
+                    strong { (s(&c["actor"])) }
+                    @if c["awaits"].as_bool() == Some(true) { " (awaits approval)" }
+                }
+                p { "Rules: " @if c["rules"].as_array().is_none_or(Vec::is_empty) { "none" }
+                    @for (i, rule) in c["rules"].as_array().into_iter().flatten().enumerate() {
+                        @if i > 0 { ", " } code { (s(rule)) }
+                    }
+                }
+                p { "loop.toml " code { (s(&c["before"]["loop_toml"])) } " → " code { (s(&c["after"]["loop_toml"])) } }
+                p { "automaton.toml " code { (s(&c["before"]["automaton_toml"])) } " → " code { (s(&c["after"]["automaton_toml"])) } }
+                pre.diff { (s(&c["diff"])) }
             }
         }
     }

@@ -11,6 +11,7 @@ pub mod gates;
 mod line;
 mod process;
 mod report;
+mod rules;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,6 +117,7 @@ pub fn run_configured(
         recovered: None,
         events: Vec::new(),
         verdicts: Vec::new(),
+        current: crate::rules::Current::of(root.path(), config),
     };
     let report = tick.run(session);
     if opts.process_exits {
@@ -163,6 +165,9 @@ struct Tick<'a> {
     /// The events of the next commit.
     events: Vec<EventKind>,
     verdicts: Vec<Verdict>,
+    /// The config this tick runs with: what the record of the rules
+    /// compares and the tick's event names.
+    current: crate::rules::Current,
 }
 
 /// Where the before-step phase leaves the tick.
@@ -199,6 +204,7 @@ impl Tick<'_> {
         let Loaded { mut state, recovered } = session.load()?;
         self.recovered = recovered.map(|dead| dead.tick);
         self.number = state.tick + 1;
+        self.take_in_config(&mut state);
         let was_awaiting = state.status == crate::state::Status::AwaitingApproval;
         if let (Some(since), Some(last)) = (self.ran_since, &state.last_tick)
             && last.started_at >= since
@@ -239,6 +245,9 @@ impl Tick<'_> {
             return self.end_early(session, state, false, Outcome::Inactive, reason);
         }
         session.set_tick(self.number);
+        if let Some((reason, changed)) = self.await_config(state) {
+            return self.end_early(session, state, changed, Outcome::AwaitingApproval, reason);
+        }
         let worktree = match self.ensure_worktree(state) {
             Ok(w) => w,
             Err(failure) => {
@@ -395,6 +404,7 @@ impl Tick<'_> {
             host: Some(crate::who::host()),
             head,
             metrics: state.metrics.clone(),
+            config: Some(self.current.hashes.clone()),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(state, events, Durability::Full) {
@@ -653,6 +663,7 @@ impl Tick<'_> {
             ids: used.iter().map(|a| a.id.clone()).collect(),
             by: used.into_iter().map(|a| a.by).collect(),
             await_id: open.clone(),
+            approved_config: None,
         });
         if let Some((_, left)) = state.close_await() {
             self.drop_approvals(open, left, Dropped::Released, None);
@@ -759,6 +770,7 @@ impl Tick<'_> {
                 host: None,
                 head: None,
                 metrics: Default::default(),
+                config: Some(self.current.hashes.clone()),
             });
         }
         let noted = self.note_gate_error(state);

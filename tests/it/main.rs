@@ -5,6 +5,7 @@ mod access;
 mod admin;
 mod approvals;
 mod common;
+mod config_record;
 mod crash;
 mod crash_model;
 mod daemon;

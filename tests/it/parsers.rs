@@ -110,6 +110,7 @@ fn lines() -> Vec<Vec<u8>> {
             ids: vec!["ap-3".into()],
             by: vec!["ann".into()],
             await_id: Some("aw-3".into()),
+            approved_config: Some("ab12".into()),
         },
         EventKind::Crashed {
             tick: 5,
@@ -136,6 +137,27 @@ fn lines() -> Vec<Vec<u8>> {
                 after: Some("decaf".into()),
             }),
             metrics: [("cost_usd".to_owned(), 0.25)].into(),
+            config: Some(automaton::rules::Hashes {
+                loop_toml: "ab12".into(),
+                automaton_toml: automaton::rules::RootFile::Absent,
+            }),
+        },
+        EventKind::ConfigChanged {
+            change: automaton::rules::ConfigChange {
+                via: automaton::rules::Via::Outside,
+                by: None,
+                before: automaton::rules::Hashes {
+                    loop_toml: "ab12".into(),
+                    automaton_toml: automaton::rules::RootFile::Absent,
+                },
+                after: automaton::rules::Hashes {
+                    loop_toml: "cd34".into(),
+                    automaton_toml: automaton::rules::RootFile::Sha256("ef56".into()),
+                },
+                diff: "-[[gate]]\n".into(),
+                rules: vec![automaton::rules::Rule::Gates],
+                awaits: true,
+            },
         },
     ];
     kinds
