@@ -187,6 +187,11 @@ pub enum EventKind {
         /// recorded by an older build).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         metrics: BTreeMap<String, f64>,
+        /// How the step ran: confined (by what, at which ABI level,
+        /// enforcing what) or unconfined; none when it did not start (or
+        /// the tick was recorded by an older build).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confinement: Option<crate::step::confine::Confinement>,
     },
 }
 

@@ -197,7 +197,7 @@ mod tests {
     fn template_is_valid_for_awkward_steps() {
         for step in ["true", "echo \"quoted\" 'and' \\back", "line\nbreak"] {
             let c = LoopConfig::parse(&template(step), Path::new("t")).unwrap();
-            assert_eq!(c.step.argv()[2], step);
+            assert_eq!(c.step.command.argv()[2], step);
         }
     }
 }

@@ -61,6 +61,10 @@ pub struct LoopView<'a> {
     /// only to its viewers).
     #[serde(skip)]
     pub access: Option<crate::access::Access>,
+    /// Whether its step runs unconfined (`[step] confine = "off"`): only
+    /// present, as `true`, when it does.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
 }
 
 impl LoopView<'_> {
@@ -135,6 +139,9 @@ fn view_read<'a>(
         last_missed: None,
         refused_firings: None,
         access: config.as_ref().map(|c| c.access()),
+        unconfined: config
+            .as_ref()
+            .is_some_and(|c| c.step.confine == crate::config::Confine::Off),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
@@ -516,6 +523,9 @@ fn detail(v: &LoopView<'_>) -> String {
 }
 
 /// The rows of [`detail`]'s table: a key, then its value.
+/// What `status` says of a loop whose step runs unconfined.
+pub const UNCONFINED: &str = "unconfined ([step] confine = \"off\"): it runs with the runner's every right";
+
 #[derive(Default)]
 struct Rows(Vec<Vec<String>>);
 
@@ -537,6 +547,9 @@ impl Rows {
             (None, None) => s.status.to_string(),
         };
         self.row("status", status);
+        if v.unconfined {
+            self.row("step", UNCONFINED.to_owned());
+        }
         if let Some((gate, phase, tick)) = &v.stopped_by {
             self.row("stopped by", format!("gate {gate} ({phase}, tick {tick})"));
             self.row("to clear", clears(v.name, gate));

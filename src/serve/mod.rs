@@ -15,6 +15,7 @@ mod api;
 mod auth;
 mod live;
 mod pages;
+pub mod ports;
 mod server;
 mod tls;
 
@@ -74,6 +75,8 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
             addr: args.listen.to_string(),
             source,
         })?;
+        // Steps are denied connections to it while it serves.
+        let _listening = ports::Listening::record(root.path(), bound.port())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let line = format!("listening on {scheme}://{bound}\n");
         out.write_all(line.as_bytes())

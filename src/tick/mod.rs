@@ -7,6 +7,7 @@
 //! records the tick.
 
 pub mod after;
+mod confinement;
 pub mod gates;
 mod line;
 mod process;
@@ -310,6 +311,7 @@ impl Tick<'_> {
             root: self.root.path(),
             worktree,
             run_dir: &run_dir,
+            loop_dir: self.store.base_dir(),
         };
         let base = self.store.base_dir();
         let lost = session.lock_watch();
@@ -395,6 +397,7 @@ impl Tick<'_> {
             host: Some(crate::who::host()),
             head,
             metrics: state.metrics.clone(),
+            confinement: ran.confinement.clone(),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(state, events, Durability::Full) {
@@ -734,6 +737,7 @@ impl Tick<'_> {
                 host: None,
                 head: None,
                 metrics: Default::default(),
+                confinement: None,
             });
         }
         let noted = self.note_gate_error(state);

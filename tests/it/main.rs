@@ -4,6 +4,7 @@
 mod access;
 mod approvals;
 mod common;
+mod confine;
 mod crash;
 mod crash_model;
 mod daemon;

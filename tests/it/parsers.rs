@@ -132,6 +132,10 @@ fn lines() -> Vec<Vec<u8>> {
                 after: Some("decaf".into()),
             }),
             metrics: [("cost_usd".to_owned(), 0.25)].into(),
+            confinement: Some(automaton::step::confine::Confinement::Landlock {
+                abi: 7,
+                enforces: vec![automaton::step::confine::Enforced::Filesystem],
+            }),
         },
     ];
     kinds
