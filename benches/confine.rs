@@ -1,7 +1,8 @@
-//! What a step's confinement costs a tick: building the Landlock ruleset
-//! (files alone, and with the 65,535 port rules that deny one console's
-//! port), and starting `true` unconfined (posix_spawn) against confined
-//! (fork, then the ruleset applied before exec), each run to its end.
+//! What a step's confinement costs a tick: building the Landlock rulesets
+//! (files alone; with the 65,535 port rules that deny one console's port,
+//! built afresh and kept), and starting `true` unconfined (posix_spawn)
+//! against confined (the files' ruleset built, fork, the ruleset applied
+//! before exec), each run to its end.
 //! Run with `cargo bench --bench confine` (Linux with Landlock).
 
 use std::ffi::OsString;
@@ -24,8 +25,19 @@ struct Fixture {
     policy: Policy,
 }
 
+/// A root where a user's is (outside the temporary directory, which is
+/// then granted whole).
 fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
+    fixture_in(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap())
+}
+
+/// A root under /tmp, as the tests keep theirs: /tmp and the root's
+/// parent are then granted entry by entry around it.
+fn fixture_in_tmp() -> Fixture {
+    fixture_in(tempfile::tempdir().unwrap())
+}
+
+fn fixture_in(dir: tempfile::TempDir) -> Fixture {
     let root = dir.path().join("root");
     let run_dir = root.join("loops/bench/runs/1");
     std::fs::create_dir_all(&run_dir).unwrap();
@@ -75,7 +87,28 @@ fn ruleset_files(b: divan::Bencher) {
 }
 
 #[divan::bench]
-fn ruleset_files_and_console_port(b: divan::Bencher) {
+fn ruleset_files_root_in_tmp(b: divan::Bencher) {
+    let f = fixture_in_tmp();
+    b.bench(|| confine::prepare(&f.policy).unwrap());
+}
+
+/// With a console's port, a different one each time: the 65,535 port
+/// rules built afresh (what a CLI tick pays while a console serves).
+#[divan::bench]
+fn ruleset_console_port_first(b: divan::Bencher) {
+    let mut f = fixture();
+    let mut port = 1000u16;
+    b.bench_local(|| {
+        port += 1;
+        f.policy.connect = Some(Ports::AllBut(vec![port]));
+        confine::prepare(&f.policy).unwrap()
+    });
+}
+
+/// With the same console's port each time: the port rules kept from the
+/// first (what a daemon's tick pays).
+#[divan::bench]
+fn ruleset_console_port_kept(b: divan::Bencher) {
     let mut f = fixture();
     f.policy.connect = Some(Ports::AllBut(vec![8080]));
     b.bench(|| confine::prepare(&f.policy).unwrap());

@@ -135,8 +135,13 @@ pub enum ConfineError {
 /// records of it.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The files' ruleset, with the scopes.
     #[cfg(target_os = "linux")]
     pub(super) fd: std::os::fd::OwnedFd,
+    /// The TCP ports' ruleset, a second layer: built once for a set of
+    /// ports and kept (65,535 rules are worth keeping in a daemon).
+    #[cfg(target_os = "linux")]
+    pub(super) net: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     pub record: Confinement,
 }
 
@@ -203,24 +208,28 @@ fn unavailable_why() -> &'static str {
     }
 }
 
-/// The two system calls that confine the step's process, between fork and
-/// exec: no allocation, no lock (the runner may be multi-threaded).
+/// The system calls that confine the step's process, between fork and
+/// exec: no allocation, no lock (the runner may be multi-threaded). The
+/// files' ruleset, then the ports' one when there is one (-1: none).
 #[cfg(target_os = "linux")]
-pub(super) fn restrict_self(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+pub(super) fn restrict_self(fd: std::os::fd::RawFd, net: std::os::fd::RawFd) -> std::io::Result<()> {
     use nix::libc;
     // SAFETY: raw system calls on plain integers; async-signal-safe.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
-            return Err(std::io::Error::last_os_error());
+        for layer in [fd, net] {
+            if layer >= 0 && libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
     }
     Ok(())
 }
 
 /// Whether `path` is `place` or lies under it.
+#[cfg(target_os = "linux")]
 fn within(path: &Path, place: &Path) -> bool {
     path.starts_with(place)
 }
@@ -233,7 +242,9 @@ pub fn resolved(path: &Path) -> PathBuf {
 
 #[cfg(target_os = "linux")]
 mod linux {
+    use std::os::fd::OwnedFd;
     use std::path::{Path, PathBuf};
+    use std::sync::{Arc, Mutex};
 
     use landlock::{
         ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
@@ -308,23 +319,45 @@ mod linux {
         std::fs::metadata(path).is_ok_and(|m| m.is_dir())
     }
 
-    /// The ruleset for `policy` on a kernel of Landlock ABI `level`.
+    /// The rulesets for `policy` on a kernel of Landlock ABI `level`: the
+    /// files' (with the scopes) and, when TCP is handled, the ports'.
     pub(super) fn build(policy: &Policy, level: u32) -> Result<Prepared, ConfineError> {
         let abi = ABI::from(i32::try_from(level).unwrap_or(i32::MAX));
+        let net = match &policy.connect {
+            Some(ports) if abi >= ABI::V4 => Some(net_layer(ports)?),
+            _ => None,
+        };
+        let scoped = abi >= ABI::V6;
+        let fd = files_layer(policy, abi, scoped)?;
+
+        let mut enforces = vec![Enforced::Filesystem];
+        if abi >= ABI::V3 {
+            enforces.push(Enforced::Truncate);
+        }
+        if abi >= ABI::V5 {
+            enforces.push(Enforced::DeviceIoctl);
+        }
+        if net.is_some() {
+            enforces.push(Enforced::TcpConnect);
+        }
+        if scoped {
+            enforces.extend([Enforced::Signals, Enforced::AbstractUnixSockets]);
+        }
+        Ok(Prepared {
+            fd,
+            net,
+            record: Confinement::Landlock { abi: level, enforces },
+        })
+    }
+
+    /// The files' ruleset, with the scopes when `scoped`.
+    fn files_layer(policy: &Policy, abi: ABI, scoped: bool) -> Result<OwnedFd, ConfineError> {
         let write = AccessFs::from_all(abi) & !AccessFs::Execute;
         let read = AccessFs::ReadFile | AccessFs::ReadDir;
-        let net = abi >= ABI::V4 && policy.connect.is_some();
-        let scoped = abi >= ABI::V6;
-
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
             .handle_access(write)
             .map_err(ruleset_error)?;
-        if net {
-            ruleset = ruleset
-                .handle_access(AccessNet::ConnectTcp)
-                .map_err(ruleset_error)?;
-        }
         if scoped {
             ruleset = ruleset
                 .scope(Scope::Signal | Scope::AbstractUnixSocket)
@@ -350,37 +383,41 @@ mod linux {
         for place in &policy.writable {
             g.grant_around(place, is_dir(place), &unwritten, write)?;
         }
-        if net {
-            grant_ports(&mut g, policy.connect.as_ref().expect("net is handled"))?;
-        }
+        owned(g.rules)
+    }
 
-        let mut enforces = vec![Enforced::Filesystem];
-        if abi >= ABI::V3 {
-            enforces.push(Enforced::Truncate);
-        }
-        if abi >= ABI::V5 {
-            enforces.push(Enforced::DeviceIoctl);
-        }
-        if net {
-            enforces.push(Enforced::TcpConnect);
-        }
-        if scoped {
-            enforces.extend([Enforced::Signals, Enforced::AbstractUnixSockets]);
-        }
-        let fd: Option<std::os::fd::OwnedFd> = g.rules.into();
-        let fd = fd.ok_or_else(|| ConfineError::Unavailable {
+    fn owned(rules: RulesetCreated) -> Result<OwnedFd, ConfineError> {
+        let fd: Option<OwnedFd> = rules.into();
+        fd.ok_or_else(|| ConfineError::Unavailable {
             why: "Landlock made no ruleset".to_owned(),
-        })?;
-        Ok(Prepared {
-            fd,
-            record: Confinement::Landlock { abi: level, enforces },
         })
     }
 
-    /// The TCP ports the step may connect to: Landlock's rules name ports
-    /// one by one, so "all but these" is one rule for each other port.
-    fn grant_ports(g: &mut Grants, ports: &Ports) -> Result<(), ConfineError> {
-        let rules = g.rules.as_mut();
+    /// The ruleset of the TCP ports the step may connect to, kept for the
+    /// next step with the same ports (a daemon builds it once): Landlock's
+    /// rules name ports one by one, so "all but these" is one rule for each
+    /// other port.
+    fn net_layer(ports: &Ports) -> Result<Arc<OwnedFd>, ConfineError> {
+        static KEPT: Mutex<Option<(Ports, Arc<OwnedFd>)>> = Mutex::new(None);
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, fd)) = kept.as_ref()
+            && p == ports
+        {
+            return Ok(Arc::clone(fd));
+        }
+        let mut rules = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessNet::ConnectTcp)
+            .map_err(ruleset_error)?
+            .create()
+            .map_err(ruleset_error)?;
+        grant_ports(&mut rules, ports)?;
+        let fd = Arc::new(owned(rules)?);
+        *kept = Some((ports.clone(), Arc::clone(&fd)));
+        Ok(fd)
+    }
+
+    fn grant_ports(rules: &mut RulesetCreated, ports: &Ports) -> Result<(), ConfineError> {
         match ports {
             Ports::Only(allowed) => {
                 for &port in allowed {

@@ -89,7 +89,11 @@ fn a_step_writes_its_run_directory_and_its_workdir_outside_the_root() {
         ),
     );
     env.ok(&["tick", "agent"]);
-    assert_eq!(last_tick(&env, "agent")["outcome"], "ran");
+    let tick = last_tick(&env, "agent");
+    assert_eq!(
+        (&tick["outcome"], &tick["confinement"]["by"]),
+        (&"ran".into(), &"landlock".into())
+    );
     assert!(env.loop_dir("agent").join("runs/1/mine").exists());
     assert!(work.path().join("made-here").exists());
 }
