@@ -145,16 +145,14 @@ fn connect(connect: &Connect, root: &Path) -> Option<Ports> {
     }
 }
 
-/// Whether this process may run a step as another user: root, or holding
-/// CAP_SETUID and CAP_SETGID.
+/// Whether this process may run a step as another user: it holds
+/// CAP_SETUID and CAP_SETGID (root does, unless they were dropped). Where
+/// `/proc` cannot tell, root may.
 pub(super) fn may_switch_users() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
     const CAP_SETGID: u32 = 6;
     const CAP_SETUID: u32 = 7;
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
+        return nix::unistd::geteuid().is_root();
     };
     let effective = status
         .lines()
@@ -162,4 +160,53 @@ pub(super) fn may_switch_users() -> bool {
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
     effective & (1 << CAP_SETUID) != 0 && effective & (1 << CAP_SETGID) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_taken_relative_to_the_loop_or_the_home() {
+        let (dir, home) = (Path::new("/r/loops/a"), Some(Path::new("/home/u")));
+        assert_eq!(expand(Path::new("~/.ssh"), dir, home), Path::new("/home/u/.ssh"));
+        assert_eq!(expand(Path::new("data"), dir, home), Path::new("/r/loops/a/data"));
+        assert_eq!(expand(Path::new("/srv/x"), dir, home), Path::new("/srv/x"));
+        assert_eq!(expand(Path::new("~/x"), dir, None), Path::new("/r/loops/a/~/x"));
+    }
+
+    #[test]
+    fn a_worktrees_git_directory_is_its_repositorys_common_one() {
+        let d = tempfile::tempdir().unwrap();
+        let common = d.path().join("repo/.git");
+        let own = common.join("worktrees/wt");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("commondir"), "../..\n").unwrap();
+        let wt = d.path().join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", own.display())).unwrap();
+        assert_eq!(git_dir(&wt), Some(resolved(&common)));
+        std::fs::remove_file(wt.join(".git")).unwrap();
+        assert_eq!(git_dir(&wt), None);
+    }
+
+    #[test]
+    fn the_secrets_name_the_users_the_config_and_the_cache_also_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let shared = d.path().join("shared-cache");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir(&shared).unwrap();
+        std::os::unix::fs::symlink(&shared, root.join("cache")).unwrap();
+        let s = secrets(&root, Some(Path::new("/home/u")));
+        for p in [
+            root.join("users.json"),
+            root.join("automaton.toml"),
+            root.join("cache"),
+            resolved(&shared),
+            PathBuf::from("/home/u/.pgpass"),
+        ] {
+            assert!(s.contains(&p), "{} not in {s:?}", p.display());
+        }
+    }
 }

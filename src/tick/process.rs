@@ -296,7 +296,8 @@ fn switch_to(user: &str, run_dir: &Path) -> Result<User, Failure> {
     };
     if !super::confinement::may_switch_users() {
         return Err(refuse(
-            "the runner can switch users only as root or with CAP_SETUID and CAP_SETGID".to_owned(),
+            "the runner cannot switch users: that needs CAP_SETUID and CAP_SETGID (root has them unless they were dropped)"
+                .to_owned(),
         ));
     }
     let found =

@@ -252,6 +252,15 @@ fn an_unconfined_loop_is_recorded_and_shown_as_unconfined() {
     assert_eq!(env.status("agent")["unconfined"], true);
     let review = env.ok(&["review", "agent"]);
     assert!(review.contains("unconfined"), "{review}");
+
+    let v: Value = serde_json::from_str(&env.ok(&["user", "add", "ann", "--json"])).unwrap();
+    let token = v["token"].as_str().unwrap();
+    let server = crate::serve::Server::start(&env, &[]);
+    for page in ["/loops/agent", "/loops/agent/review"] {
+        let (code, body) = crate::serve::get(&server, page, token);
+        assert_eq!(code, 200, "{page}: {body}");
+        assert!(body.contains("unconfined"), "{page}: {body}");
+    }
 }
 
 #[test]
@@ -349,4 +358,40 @@ fn run_as_a_user_that_does_not_exist_is_refused_and_the_step_does_not_run() {
     let reason = last_tick(&env, "agent")["reason"].as_str().unwrap().to_owned();
     assert!(reason.contains("run_as = \"automaton-no-such-user\""), "{reason}");
     assert!(!marker.exists());
+}
+
+#[test]
+fn run_as_from_a_runner_that_cannot_switch_users_is_refused() {
+    if !crate::access::users() {
+        return;
+    }
+    let env = Env::new();
+    let marker = env.scratch().join("ran");
+    env.new_loop(
+        "agent",
+        &format!(
+            "[step]\ncommand = \"touch '{}'\"\nrun_as = \"{}\"\n",
+            marker.display(),
+            crate::access::QA
+        ),
+    );
+    // Root without the two capabilities: dropped from the bounding set,
+    // the runner execs without them.
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--bounding-set", "-setuid,-setgid", "--"]).arg(BIN);
+    crate::common::isolate(&mut cmd);
+    if let Some(pg) = &env.pg {
+        cmd.env("AUTOMATON_STORE", &pg.url);
+    }
+    let out = cmd
+        .args(["--root"])
+        .arg(&env.root)
+        .args(["tick", "agent"])
+        .env("AUTOMATON_USER", "operator")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let reason = last_tick(&env, "agent")["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("CAP_SETUID"), "{reason}");
+    assert!(!marker.exists(), "the step ran");
 }

@@ -96,7 +96,7 @@ fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Str
     )
 }
 
-fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
+pub(crate) fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
     answer(
         agent()
             .get(s.url(path))
