@@ -22,7 +22,10 @@
 //!
 //! "Everything but X" is granted by walking from the top down the ancestors
 //! of each X, granting each sibling entry whole. An entry made after the
-//! ruleset is built next to such an ancestor is not granted.
+//! ruleset is built next to such an ancestor is not granted. A process
+//! keeps its walks while the directories they read keep their modification
+//! times, and the ports' ruleset while the ports are the same: a daemon
+//! builds them once.
 //!
 //! The ruleset is built in the runner (that restricts nothing); the step's
 //! process applies it between fork and exec with two raw system calls
@@ -242,9 +245,11 @@ pub fn resolved(path: &Path) -> PathBuf {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::os::fd::OwnedFd;
+    use std::collections::HashMap;
+    use std::os::fd::{AsFd, OwnedFd};
     use std::path::{Path, PathBuf};
-    use std::sync::{Arc, Mutex};
+    use std::sync::{Arc, LazyLock, Mutex};
+    use std::time::SystemTime;
 
     use landlock::{
         ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
@@ -290,7 +295,8 @@ mod linux {
 
         /// Allows `access` on `path` whole when nothing of `around` lies
         /// in it; else on each of its entries but those in `around`,
-        /// walking down towards them. Nothing when `path` is in `around`.
+        /// walking down towards them (a walk kept while the directories it
+        /// read are unchanged). Nothing when `path` is in `around`.
         fn grant_around(
             &mut self,
             path: &Path,
@@ -304,15 +310,90 @@ mod linux {
             if !is_dir || !around.iter().any(|a| within(a, path)) {
                 return self.grant(path, is_dir, access);
             }
-            let Ok(entries) = std::fs::read_dir(path) else {
-                return Ok(());
-            };
-            for entry in entries.flatten() {
-                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-                self.grant_around(&entry.path(), is_dir, around, access)?;
+            let walk = Walk::kept_or_made(path, around);
+            for (fd, is_dir) in &walk.grants {
+                let access = if *is_dir {
+                    access
+                } else {
+                    access & AccessFs::from_file(self.abi)
+                };
+                self.rules
+                    .as_mut()
+                    .add_rule(PathBeneath::new(fd.as_fd(), access))
+                    .map_err(ruleset_error)?;
             }
             Ok(())
         }
+    }
+
+    /// A walk down from a place towards the places to leave out: the
+    /// entries to grant, held open, and the directories read with their
+    /// modification times (which change when an entry is made, removed or
+    /// renamed in them). A daemon keeps its walks: most of what building a
+    /// ruleset costs is reading the same directories again.
+    struct Walk {
+        dirs: Vec<(PathBuf, Option<SystemTime>)>,
+        grants: Vec<(PathFd, bool)>,
+    }
+
+    type Walks = HashMap<(PathBuf, Vec<PathBuf>), Arc<Walk>>;
+
+    /// The walks kept; cleared when it holds this many.
+    const WALKS_KEPT: usize = 64;
+
+    impl Walk {
+        fn kept_or_made(path: &Path, around: &[PathBuf]) -> Arc<Walk> {
+            static KEPT: LazyLock<Mutex<Walks>> = LazyLock::new(Mutex::default);
+            let key = (path.to_owned(), around.to_vec());
+            let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(walk) = kept.get(&key)
+                && walk.is_current()
+            {
+                return Arc::clone(walk);
+            }
+            let mut walk = Walk {
+                dirs: Vec::new(),
+                grants: Vec::new(),
+            };
+            walk.read(path, around);
+            let walk = Arc::new(walk);
+            if kept.len() >= WALKS_KEPT {
+                kept.clear();
+            }
+            kept.insert(key, Arc::clone(&walk));
+            walk
+        }
+
+        /// Reads `dir`, keeping its entries to grant and walking on into
+        /// those that lead to a place of `around`.
+        fn read(&mut self, dir: &Path, around: &[PathBuf]) {
+            // The time first: an entry made while the walk reads is seen
+            // by the next check.
+            self.dirs.push((dir.to_owned(), modified(dir)));
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if around.iter().any(|a| within(&path, a)) {
+                    continue;
+                }
+                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                if is_dir && around.iter().any(|a| within(a, &path)) {
+                    self.read(&path, around);
+                } else if let Ok(fd) = PathFd::new(&path) {
+                    self.grants.push((fd, is_dir));
+                }
+            }
+        }
+
+        fn is_current(&self) -> bool {
+            self.dirs.iter().all(|(dir, at)| modified(dir) == *at)
+        }
+    }
+
+    fn modified(dir: &Path) -> Option<SystemTime> {
+        std::fs::symlink_metadata(dir).and_then(|m| m.modified()).ok()
     }
 
     fn is_dir(path: &Path) -> bool {
