@@ -331,9 +331,12 @@ mod linux {
     /// modification times (which change when an entry is made, removed or
     /// renamed in them). A daemon keeps its walks: most of what building a
     /// ruleset costs is reading the same directories again.
-    struct Walk {
+    pub(super) struct Walk {
         dirs: Vec<(PathBuf, Option<SystemTime>)>,
         grants: Vec<(PathFd, bool)>,
+        /// The granted entries' paths, for the tests.
+        #[cfg(test)]
+        paths: Vec<PathBuf>,
     }
 
     type Walks = HashMap<(PathBuf, Vec<PathBuf>), Arc<Walk>>;
@@ -342,7 +345,7 @@ mod linux {
     const WALKS_KEPT: usize = 64;
 
     impl Walk {
-        fn kept_or_made(path: &Path, around: &[PathBuf]) -> Arc<Walk> {
+        pub(super) fn kept_or_made(path: &Path, around: &[PathBuf]) -> Arc<Walk> {
             static KEPT: LazyLock<Mutex<Walks>> = LazyLock::new(Mutex::default);
             let key = (path.to_owned(), around.to_vec());
             let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
@@ -354,6 +357,8 @@ mod linux {
             let mut walk = Walk {
                 dirs: Vec::new(),
                 grants: Vec::new(),
+                #[cfg(test)]
+                paths: Vec::new(),
             };
             walk.read(path, around);
             let walk = Arc::new(walk);
@@ -383,8 +388,15 @@ mod linux {
                     self.read(&path, around);
                 } else if let Ok(fd) = PathFd::new(&path) {
                     self.grants.push((fd, is_dir));
+                    #[cfg(test)]
+                    self.paths.push(path);
                 }
             }
+        }
+
+        #[cfg(test)]
+        pub(super) fn granted_paths(&self) -> impl Iterator<Item = &Path> {
+            self.paths.iter().map(PathBuf::as_path)
         }
 
         fn is_current(&self) -> bool {
@@ -457,7 +469,12 @@ mod linux {
             g.grant_around(place, is_dir(place), &policy.secrets, read)?;
         }
         for place in &policy.own {
-            g.grant_around(place, is_dir(place), &policy.secrets, write)?;
+            // A worktree that holds the root is granted around it.
+            let mut around = policy.secrets.clone();
+            if !within(place, &policy.root) {
+                around.push(policy.root.clone());
+            }
+            g.grant_around(place, is_dir(place), &around, write)?;
         }
         let mut unwritten = vec![policy.root.clone()];
         unwritten.extend(policy.secrets.iter().cloned());
@@ -518,5 +535,38 @@ mod linux {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::linux::Walk;
+    use std::path::PathBuf;
+
+    /// The names a walk from `top` around `around` grants, relative to `top`.
+    fn granted(top: &std::path::Path, around: &[PathBuf]) -> Vec<String> {
+        let walk = Walk::kept_or_made(top, around);
+        let mut names: Vec<String> = walk
+            .granted_paths()
+            .map(|p| p.strip_prefix(top).unwrap().display().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_walk_grants_every_entry_but_those_leading_to_the_places_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        let top = super::resolved(d.path());
+        for dir in ["a", "b/root/loops", "b/c", "e"] {
+            std::fs::create_dir_all(top.join(dir)).unwrap();
+        }
+        std::fs::write(top.join("f"), "").unwrap();
+        let around = [top.join("b/root")];
+        assert_eq!(granted(&top, &around), ["a", "b/c", "e", "f"]);
+
+        // A new entry beside the root is seen: the walk is read again.
+        std::fs::create_dir(top.join("b/d")).unwrap();
+        assert_eq!(granted(&top, &around), ["a", "b/c", "b/d", "e", "f"]);
     }
 }
