@@ -16,8 +16,9 @@ pub struct LoopConfig {
     /// Shown by `list` and `status`.
     #[serde(default)]
     pub description: Option<String>,
-    /// The step: an argv array, or a string run by `sh -c`.
-    pub step: CommandLine,
+    /// The step: an argv array or a string run by `sh -c` (`step = ...`),
+    /// or a `[step]` table with its `command` and what it may touch.
+    pub step: Step,
     /// Where the step runs, relative to the loop dir; ignored with a worktree.
     #[serde(default = "default_workdir")]
     pub workdir: PathBuf,
@@ -95,6 +96,127 @@ pub use crate::notify::Notify;
 
 fn default_workdir() -> PathBuf {
     PathBuf::from(".")
+}
+
+/// `step`: the command alone (`step = "..."`), or the `[step]` table:
+/// the command and what the step (and the verifier) may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub command: CommandLine,
+    /// Whether the step runs confined (the default) or not (`"off"`).
+    pub confine: Confine,
+    /// Places the step may write besides its run directory, its worktree
+    /// (or workdir outside the root) and the temporary directories.
+    pub writable: Vec<PathBuf>,
+    /// Places the step may read that it otherwise may not (in the root,
+    /// beyond its own loop's directory; `~/.ssh`, `~/.gnupg`).
+    pub readable: Vec<PathBuf>,
+    /// Which TCP ports the step may connect to; see [`Connect`].
+    pub connect: Connect,
+    /// The OS user the step runs as (the runner must be root or hold
+    /// CAP_SETUID and CAP_SETGID).
+    pub run_as: Option<String>,
+}
+
+/// `[step] confine`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confine {
+    /// Landlock; a tick where the kernel cannot confine refuses to run.
+    #[default]
+    On,
+    /// The step runs with the runner's every right: recorded as
+    /// "unconfined" in each tick event, and shown so.
+    Off,
+}
+
+/// `[step] connect`: the TCP ports a step may connect to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Connect {
+    /// Any port but those a console serving the root listens on (the
+    /// default).
+    #[default]
+    NotConsole,
+    /// Any port (`connect = "any"`), the console's too.
+    Any,
+    /// Only these (`connect = [443, 5432]`).
+    Only(Vec<u16>),
+}
+
+impl<'de> Deserialize<'de> for Connect {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged, expecting = "\"any\", or an array of TCP port numbers")]
+        enum Raw {
+            Word(String),
+            Ports(Vec<u16>),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Word(w) if w == "any" => Ok(Connect::Any),
+            Raw::Word(w) => Err(serde::de::Error::custom(format!(
+                "connect = {w:?}: write \"any\", or an array of TCP port numbers"
+            ))),
+            Raw::Ports(p) => Ok(Connect::Only(p)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Step {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            command: CommandLine,
+            #[serde(default)]
+            confine: Confine,
+            #[serde(default)]
+            writable: Vec<PathBuf>,
+            #[serde(default)]
+            readable: Vec<PathBuf>,
+            #[serde(default)]
+            connect: Connect,
+            #[serde(default)]
+            run_as: Option<String>,
+        }
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Step;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a command (an array of strings, or a string run by sh -c), or a [step] table")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Step, E> {
+                CommandLine::deserialize(serde::de::value::StrDeserializer::new(v)).map(Step::from)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Step, A::Error> {
+                CommandLine::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(Step::from)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Step, A::Error> {
+                let t = Table::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Step {
+                    command: t.command,
+                    confine: t.confine,
+                    writable: t.writable,
+                    readable: t.readable,
+                    connect: t.connect,
+                    run_as: t.run_as.filter(|u| !u.is_empty()),
+                })
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl From<CommandLine> for Step {
+    fn from(command: CommandLine) -> Step {
+        Step {
+            command,
+            confine: Confine::On,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            connect: Connect::NotConsole,
+            run_as: None,
+        }
+    }
 }
 
 /// A command: `["prog", "arg"]`, or `"a shell line"` run by `sh -c`.
@@ -720,7 +842,7 @@ limits = { timeout = "200ms", memory = "64MiB" }
 "#,
         )
         .unwrap();
-        assert_eq!(c.step.argv()[0], "./agent.sh");
+        assert_eq!(c.step.command.argv()[0], "./agent.sh");
         assert_eq!(c.timeout, Some(Dur(Duration::from_secs(1800))));
         assert_eq!(c.overlap, Overlap::Wait);
         assert_eq!(

@@ -215,6 +215,11 @@ pub enum EventKind {
         /// ran with (none in lines written before they were recorded).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         config: Option<crate::rules::Hashes>,
+        /// How the step ran: confined (by what, at which ABI level,
+        /// enforcing what) or unconfined; none when it did not start (or
+        /// the tick was recorded by an older build).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confinement: Option<crate::step::confine::Confinement>,
     },
 }
 

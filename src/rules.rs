@@ -361,8 +361,18 @@ fn touched(text: &str, hashes: &Hashes, now: &Current) -> Vec<Rule> {
     .into_iter()
     .filter(|r| before.get(r.key()) != after.get(r.key()))
     .collect();
-    let step_table = |t: &toml::Table| t.get("step").filter(|v| v.is_table()).cloned();
-    if step_table(&before) != step_table(&after) {
+    // The `[step]` table's confinement, not its command: `step = "..."`
+    // and a table with only `command` confine alike.
+    let confinement = |t: &toml::Table| {
+        let mut table = t
+            .get("step")
+            .and_then(|v| v.as_table())
+            .cloned()
+            .unwrap_or_default();
+        table.remove("command");
+        table
+    };
+    if confinement(&before) != confinement(&after) {
         rules.push(Rule::Step);
     }
     if hashes.automaton_toml != now.hashes.automaton_toml {
@@ -556,6 +566,20 @@ mod tests {
         let change = take_in(&mut state, &now, ConfigChanges::Record, Via::Outside, None).unwrap();
         assert_eq!(change.rules, [Rule::Step, Rule::RootConfig]);
         assert!(!change.awaits);
+    }
+
+    #[test]
+    fn the_steps_command_is_not_a_rule_in_either_form() {
+        let mut state = recorded("step = \"true\"\n");
+        let now = current("[step]\ncommand = \"false\"\n", RootFile::Absent);
+        let change = take_in(&mut state, &now, ConfigChanges::Record, Via::Outside, None).unwrap();
+        assert_eq!(change.rules, []);
+        let now = current(
+            "[step]\ncommand = \"false\"\nconfine = \"off\"\n",
+            RootFile::Absent,
+        );
+        let change = take_in(&mut state, &now, ConfigChanges::Record, Via::Outside, None).unwrap();
+        assert_eq!(change.rules, [Rule::Step]);
     }
 
     #[test]

@@ -175,7 +175,10 @@ pub(crate) fn check_gates(
 fn template(step: &str) -> String {
     let step = toml::Value::String(step.to_owned());
     format!(
-        r#"# The loop's step: an argv array, or a string run by `sh -c`.
+        r#"# The loop's step: an argv array, or a string run by `sh -c`. It runs
+# confined: it writes its run directory and worktree, never the root; a
+# [step] table (command = ..., writable = [...], readable = [...]) grants
+# more (docs/steps.md, "What a step can and cannot do").
 step = {step}
 # timeout = "30m"          # the step's whole process group is killed after it
 # overlap = "skip"         # a tick that finds the loop busy: "skip" or "wait"
@@ -202,7 +205,7 @@ mod tests {
     fn template_is_valid_for_awkward_steps() {
         for step in ["true", "echo \"quoted\" 'and' \\back", "line\nbreak"] {
             let c = LoopConfig::parse(&template(step), Path::new("t")).unwrap();
-            assert_eq!(c.step.argv()[2], step);
+            assert_eq!(c.step.command.argv()[2], step);
         }
     }
 }

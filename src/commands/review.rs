@@ -69,6 +69,9 @@ struct TickReview {
     verifier: Option<ProcessOutcome>,
     #[serde(skip_serializing_if = "Option::is_none")]
     head: Option<Head>,
+    /// How its step ran: confined (and how) or unconfined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    confinement: Option<crate::step::confine::Confinement>,
     /// Gates that did not simply proceed.
     gates: Vec<GateReview>,
     /// The last lines of each output kept (`step.out`, `step.err`, ...).
@@ -161,6 +164,7 @@ pub(crate) fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Resul
             step,
             verifier,
             head,
+            confinement,
             ..
         } = &e.kind
         {
@@ -171,6 +175,7 @@ pub(crate) fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Resul
                 step: step.clone(),
                 verifier: verifier.clone(),
                 head: head.clone(),
+                confinement: confinement.clone(),
                 gates: gates_of(&recent[..=i], *tick),
                 output: if step.is_some() {
                     outputs(dir, *tick)
@@ -416,6 +421,9 @@ fn ticks(text: &mut Lines, r: &Review) {
         let mut head = format!("tick {}: {}", t.tick, t.outcome);
         if let Some(s) = &t.step {
             head += &format!(", step {s}");
+        }
+        if t.confinement == Some(crate::step::confine::Confinement::Unconfined) {
+            head += ", unconfined";
         }
         if let Some(v) = &t.verifier {
             head += if v.success() {

@@ -68,6 +68,10 @@ pub struct LoopView<'a> {
     /// The config changes recorded since the last approval (`status NAME`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub config_changes: Vec<super::review::ConfigChangeReview>,
+    /// Whether its step runs unconfined (`[step] confine = "off"`): only
+    /// present, as `true`, when it does.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
 }
 
 impl LoopView<'_> {
@@ -144,6 +148,9 @@ fn view_read<'a>(
         access: config.as_ref().map(|c| c.access()),
         unrecorded_config: None,
         config_changes: Vec::new(),
+        unconfined: config
+            .as_ref()
+            .is_some_and(|c| c.step.confine == crate::config::Confine::Off),
     };
     if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
@@ -563,6 +570,9 @@ fn config_record(v: &LoopView<'_>) -> String {
 }
 
 /// The rows of [`detail`]'s table: a key, then its value.
+/// What `status` says of a loop whose step runs unconfined.
+pub const UNCONFINED: &str = "unconfined ([step] confine = \"off\"): it runs with the runner's every right";
+
 #[derive(Default)]
 struct Rows(Vec<Vec<String>>);
 
@@ -584,6 +594,9 @@ impl Rows {
             (None, None) => s.status.to_string(),
         };
         self.row("status", status);
+        if v.unconfined {
+            self.row("step", UNCONFINED.to_owned());
+        }
         if let Some((gate, phase, tick)) = &v.stopped_by {
             self.row("stopped by", format!("gate {gate} ({phase}, tick {tick})"));
             self.row("to clear", clears(v.name, gate));

@@ -15,6 +15,7 @@ mod api;
 mod auth;
 mod live;
 mod pages;
+pub mod ports;
 mod server;
 mod tls;
 
@@ -86,7 +87,11 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         lock_wait: args.request_timeout / 2,
     });
     runtime.block_on(async {
-        let (listener, line) = listen(args, unix, tls.is_some()).await?;
+        let (listener, line, port) = listen(args, unix, tls.is_some()).await?;
+        // Steps are denied connections to a TCP port while it serves.
+        let _listening = port
+            .map(|p| ports::Listening::record(root.path(), p))
+            .transpose()?;
         let signal = server::shutdown_signal();
         out.write_all(line.as_bytes())
             .and_then(|()| out.flush())
@@ -106,12 +111,12 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// The listener, and the line that says where it listens.
+/// The listener, the line that says where it listens, and its TCP port.
 async fn listen(
     args: &ServeArgs,
     unix: Option<std::os::unix::net::UnixListener>,
     tls: bool,
-) -> Result<(server::Listener, String)> {
+) -> Result<(server::Listener, String, Option<u16>)> {
     let failed = |source| Error::Listen {
         addr: args.listen.to_string(),
         source,
@@ -124,6 +129,7 @@ async fn listen(
             Ok((
                 server::Listener::Tcp(listener),
                 format!("listening on {scheme}://{bound}\n"),
+                Some(bound.port()),
             ))
         }
         (Listen::Unix(_), Some(unix)) => {
@@ -131,6 +137,7 @@ async fn listen(
             Ok((
                 server::Listener::Unix(listener),
                 format!("listening on {}\n", args.listen),
+                None,
             ))
         }
         (Listen::Unix(_), None) => Err(failed(std::io::Error::other("the socket was not made"))),

@@ -215,6 +215,7 @@ fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Mar
         h1 { (v.name) " " (badge(&v.shown_status())) }
         @if let Some(d) = &v.description { p.description { (d) } }
         @if let Some(e) = &v.config_error { p.error { (e) } }
+        @if v.unconfined { p.error { "Its step runs unconfined: " code { "[step] confine = \"off\"" } "." } }
         @if let Some(r) = &s.status_reason { p { "Why: " (r) } }
         (actions)
         dl.facts {
@@ -357,7 +358,10 @@ fn tick_review(name: &str, t: &Value) -> Markup {
     let n = t["tick"].as_u64().unwrap_or_default();
     html! {
         details.tick open {
-            summary { a href=(format!("/loops/{name}/runs/{n}")) { "tick " (n) } ": " (t["outcome"].as_str().unwrap_or("")) }
+            summary {
+                a href=(format!("/loops/{name}/runs/{n}")) { "tick " (n) } ": " (t["outcome"].as_str().unwrap_or(""))
+                @if t["confinement"]["by"].as_str() == Some("unconfined") { " (unconfined)" }
+            }
             @if let Some(r) = t.get("reason").and_then(Value::as_str) { p { "Reason: " (r) } }
             @for g in t["gates"].as_array().into_iter().flatten() {
                 p { "Gate " strong { (g["gate"].as_str().unwrap_or("")) } ": " (g["decision"].as_str().unwrap_or("")) " " (g["reason"].as_str().unwrap_or("")) }

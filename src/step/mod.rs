@@ -8,6 +8,7 @@
 //! Not covered: a process that leaves the group on purpose (`setsid`, or a
 //! daemon that detaches) is beyond a process group's reach.
 
+pub mod confine;
 mod guard;
 mod output;
 mod supervise;
@@ -55,6 +56,11 @@ pub struct StepSpec<'a> {
     /// Bytes kept per stream; the rest is read and dropped, and a one-line
     /// truncation marker is appended.
     pub output_limit: u64,
+    /// The ruleset the step's process confines itself with before exec;
+    /// none: it runs with the runner's rights.
+    pub confine: Option<&'a confine::Prepared>,
+    /// The OS user (uid, gid) the step runs as; none: the runner's.
+    pub run_as: Option<(u32, u32)>,
 }
 
 /// A step that has started, handed to the `run_with` callback. The step may
@@ -470,10 +476,12 @@ pub fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) {
     }
 }
 
-/// The step's command: its own group (led by the guard), no stdin, and
-/// no store secret from the runner's environment. It sets no `pre_exec`
-/// hook, so the standard library starts it with `posix_spawn` (a vfork)
-/// rather than by copying the runner with `fork`.
+/// The step's command: its own group (led by the guard), no stdin, no
+/// store secret from the runner's environment, its user when it has one
+/// and its confinement. Unconfined and as the runner's user, it sets no
+/// `pre_exec` hook, so the standard library starts it with `posix_spawn`
+/// (a vfork); confined, the hook makes it `fork` (docs/benchmarks.md has
+/// the cost).
 fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     let mut cmd = Command::new(program);
     withhold_secrets(&mut cmd, spec.env);
@@ -482,6 +490,22 @@ fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .process_group(pgid);
+    if let Some((uid, gid)) = spec.run_as {
+        // As root, std also drops the runner's supplementary groups.
+        cmd.uid(uid).gid(gid);
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(prepared) = spec.confine {
+        use std::os::fd::AsRawFd;
+        let fd = prepared.fd.as_raw_fd();
+        let net = prepared.net.as_ref().map_or(-1, |n| n.as_raw_fd());
+        // SAFETY: the hook makes two raw system calls on integers it owns
+        // (see `confine::restrict_self`): async-signal-safe, as what runs
+        // between fork and exec in a multi-threaded process must be.
+        unsafe {
+            cmd.pre_exec(move || confine::restrict_self(fd, net));
+        }
+    }
     cmd
 }
 

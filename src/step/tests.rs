@@ -58,6 +58,8 @@ impl Fixture {
             stdout: "stdout",
             stderr: "stderr",
             output_limit,
+            confine: None,
+            run_as: None,
         };
         run_with(&spec, on_start)
     }
@@ -365,6 +367,8 @@ fn a_missing_program_is_a_typed_error_naming_it() {
         stdout: "stdout",
         stderr: "stderr",
         output_limit: 1024,
+        confine: None,
+        run_as: None,
     };
     let err = run(&spec).unwrap_err();
     assert!(

@@ -7,6 +7,7 @@
 //! records the tick.
 
 pub mod after;
+mod confinement;
 pub mod gates;
 mod line;
 mod process;
@@ -319,6 +320,7 @@ impl Tick<'_> {
             root: self.root.path(),
             worktree,
             run_dir: &run_dir,
+            loop_dir: self.store.base_dir(),
         };
         let base = self.store.base_dir();
         let lost = session.lock_watch();
@@ -405,6 +407,7 @@ impl Tick<'_> {
             head,
             metrics: state.metrics.clone(),
             config: Some(self.current.hashes.clone()),
+            confinement: ran.confinement.clone(),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(state, events, Durability::Full) {
@@ -771,6 +774,7 @@ impl Tick<'_> {
                 head: None,
                 metrics: Default::default(),
                 config: Some(self.current.hashes.clone()),
+                confinement: None,
             });
         }
         let noted = self.note_gate_error(state);

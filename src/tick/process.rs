@@ -13,6 +13,7 @@ use crate::fsx::Dir;
 use crate::lock::LockWatch;
 use crate::runs::{self, Runs};
 use crate::state::ProcessOutcome;
+use crate::step::confine::{self, ConfineError, Confinement, Prepared};
 use crate::step::{self, Canceller, StepError, StepSpec};
 use crate::worktree::WorktreeError;
 
@@ -30,6 +31,8 @@ pub struct Env<'a> {
     pub root: &'a Path,
     pub worktree: Option<&'a Path>,
     pub run_dir: &'a Path,
+    /// The loop's directory (its loop.toml, its state and runs).
+    pub loop_dir: &'a Path,
 }
 
 impl Env<'_> {
@@ -88,6 +91,12 @@ pub enum Failure {
     /// The loop's worktree could not be made or checked.
     #[error("worktree")]
     Worktree(#[source] WorktreeError),
+    /// The step could not be confined, so it did not run.
+    #[error("the step did not run")]
+    Confine(#[source] ConfineError),
+    /// `[step] run_as` names a user the runner cannot switch to.
+    #[error("the step did not run: run_as = {user:?}: {why}")]
+    RunAs { user: String, why: String },
 }
 
 impl Failure {
@@ -118,6 +127,9 @@ pub struct Ran {
     pub failure: Option<Failure>,
     /// The run directory, held open, once it was made.
     pub run_dir: Option<Dir>,
+    /// How the step ran: confined (and how) or not; none when it did not
+    /// start.
+    pub confinement: Option<Confinement>,
 }
 
 impl Ran {
@@ -215,6 +227,26 @@ fn run_in(
 ) -> Ran {
     let mut vars = env.vars();
     vars.extend(config.passed_env());
+    let (prepared, run_as) = match confined(config, cwd, env) {
+        Ok(c) => c,
+        Err(failure) => {
+            return Ran {
+                failure: Some(failure),
+                ..Ran::default()
+            };
+        }
+    };
+    let confinement = Some(
+        prepared
+            .as_ref()
+            .map_or(Confinement::Unconfined, |p| p.record.clone()),
+    );
+    if prepared.is_some()
+        && let Some(tmp) = super::confinement::private_tmpdir(env.root, env.run_dir)
+        && crate::fsx::create_dirs(&tmp).is_ok()
+    {
+        vars.push(("TMPDIR".into(), tmp.into()));
+    }
     let runner = Runner {
         cwd,
         vars,
@@ -222,9 +254,68 @@ fn run_in(
         limit: config.runs.output_limit.as_u64(),
         cancel,
         lost,
+        confine: prepared.as_ref(),
+        run_as,
     };
+    let mut ran = run_confined(config, &runner, group);
+    ran.confinement = confinement;
+    ran
+}
+
+/// The uid and gid a step runs as.
+type User = (u32, u32);
+
+/// The step's confinement (none with `confine = "off"`) and the user it
+/// runs as: refused when the kernel cannot confine or the runner cannot
+/// switch users.
+fn confined(
+    config: &LoopConfig,
+    cwd: &Path,
+    env: &Env<'_>,
+) -> Result<(Option<Prepared>, Option<User>), Failure> {
+    let run_as = match &config.step.run_as {
+        Some(user) => Some(switch_to(user, env.run_dir)?),
+        None => None,
+    };
+    let prepared = match config.step.confine {
+        crate::config::Confine::Off => None,
+        crate::config::Confine::On => {
+            let policy = super::confinement::policy(config, cwd, env);
+            Some(confine::prepare(&policy).map_err(Failure::Confine)?)
+        }
+    };
+    Ok((prepared, run_as))
+}
+
+/// The uid and gid of `user`, once the run directory is theirs; refused
+/// when the runner may not switch users.
+fn switch_to(user: &str, run_dir: &Path) -> Result<User, Failure> {
+    let refuse = |why: String| Failure::RunAs {
+        user: user.to_owned(),
+        why,
+    };
+    if !super::confinement::may_switch_users() {
+        return Err(refuse(
+            "the runner cannot switch users: that needs CAP_SETUID and CAP_SETGID (root has them unless they were dropped)"
+                .to_owned(),
+        ));
+    }
+    let found =
+        nix::unistd::User::from_name(user).map_err(|e| refuse(format!("cannot look the user up: {e}")))?;
+    let found = found.ok_or_else(|| refuse("no such user".to_owned()))?;
+    let (uid, gid) = (found.uid.as_raw(), found.gid.as_raw());
+    nix::unistd::chown(run_dir, Some(found.uid), Some(found.gid))
+        .map_err(|e| refuse(format!("cannot give it {}: {e}", run_dir.display())))?;
+    Ok((uid, gid))
+}
+
+/// The step, then the verifier, each confined as `runner` says.
+fn run_confined(config: &LoopConfig, runner: &Runner<'_>, group: Option<step::Group>) -> Ran {
+    let lost = runner.lost;
+    let cancel = runner.cancel;
+    let run_dir = runner.run_dir;
     let timeout = config.timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0);
-    let step = match runner.run("step", &config.step, timeout, group) {
+    let step = match runner.run("step", &config.step.command, timeout, group) {
         Ok(o) => o,
         Err(failure) => {
             return Ran {
@@ -261,7 +352,7 @@ fn run_in(
     if cancel.is_some_and(Cancel::is_cancelled) {
         return ended(Failure::CancelledBeforeVerifier);
     }
-    verified(&runner, v, step)
+    verified(runner, v, step)
 }
 
 /// Runs the verifier after a step that succeeded: its failure, its
@@ -276,7 +367,7 @@ fn verified(runner: &Runner<'_>, v: &crate::config::Verifier, step: ProcessOutco
             }),
             step: Some(step),
             verifier: Some(o),
-            run_dir: None,
+            ..Ran::default()
         },
         Ok(o) => Ran {
             failure: match runs::cancelled_by(runner.run_dir) {
@@ -288,7 +379,7 @@ fn verified(runner: &Runner<'_>, v: &crate::config::Verifier, step: ProcessOutco
             },
             step: Some(step),
             verifier: Some(o),
-            run_dir: None,
+            ..Ran::default()
         },
         Err(failure) => Ran {
             failure: Some(failure),
@@ -306,6 +397,8 @@ struct Runner<'a> {
     limit: u64,
     cancel: Option<&'a Cancel>,
     lost: Option<&'a LockWatch>,
+    confine: Option<&'a Prepared>,
+    run_as: Option<User>,
 }
 
 impl Runner<'_> {
@@ -334,6 +427,8 @@ impl Runner<'_> {
             stdout: &stdout,
             stderr: &stderr,
             output_limit: self.limit,
+            confine: self.confine,
+            run_as: self.run_as,
         };
         let announced = group.is_some();
         // The file stays (removing it could free the very room a full disk

@@ -70,7 +70,12 @@ impl Tick<'_> {
             version: None,
             reason: reason.to_owned(),
         }];
-        let opened = state.open_await(self.number, asked, crate::state::At::head(None), crate::clock::now());
+        let opened = state.open_await(
+            self.number,
+            asked,
+            crate::state::At::head(None),
+            crate::clock::now(),
+        );
         if let Some(opened) = opened {
             if let Some(u) = state.recorded_config.as_mut().and_then(|r| r.unapproved.as_mut()) {
                 u.await_id = Some(opened.id.clone());

@@ -244,7 +244,7 @@ fn notify_runs_outside_the_lock_when_a_loop_starts_waiting() {
 /// A loop whose step appends a line to `ran` and fails from its `fail_at`th
 /// run on, gated to await approval before each tick after the first.
 fn counting_loop(env: &Env, toml: &str, fail_at: u32) -> std::path::PathBuf {
-    let ran = env.root.join("ran");
+    let ran = env.scratch().join("ran");
     env.new_loop(
         "demo",
         &format!(

@@ -194,6 +194,15 @@ impl Env {
         self
     }
 
+    /// A directory beside the root, made now, that its loops' steps may
+    /// write their marks in: a confined step may write nothing of the root
+    /// but its run directory, nor make a new entry beside it.
+    pub fn scratch(&self) -> PathBuf {
+        let dir = self.root.parent().unwrap().join("scratch");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     pub fn loop_dir(&self, name: &str) -> PathBuf {
         self.root.join("loops").join(name)
     }

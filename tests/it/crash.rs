@@ -84,9 +84,12 @@ fn tried(scenario: &str, syscall: &str, k: u32) -> bool {
 }
 
 /// A step that, when `$AUTOMATON_ROOT/die` exists, removes it and kills its
-/// runner (its parent) mid-step, leaving `in_flight` behind.
+/// runner (its parent) mid-step, leaving `in_flight` behind: unconfined,
+/// since a confined step may neither signal its runner nor touch the root.
 const LOOP: &str = r#"
-step = 'if [ -e "$AUTOMATON_ROOT/die" ]; then rm "$AUTOMATON_ROOT/die"; kill -9 $PPID; sleep 5; fi'
+[step]
+command = 'if [ -e "$AUTOMATON_ROOT/die" ]; then rm "$AUTOMATON_ROOT/die"; kill -9 $PPID; sleep 5; fi'
+confine = "off"
 [[gate]]
 stock = "approve-every"
 params = { every = 1 }
@@ -652,9 +655,15 @@ fn a_full_disk_during_a_tick_commit() {
     };
     let s = Scratch::at(mnt.join("root"));
     s.ok(&["init"]);
-    let ran = dir.path().join("step-ran");
+    // Made before the tick: a confined step may make nothing new beside
+    // the root (nor in the directories above it).
+    let marks = dir.path().join("marks");
+    let disk = mnt.join("disk");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::create_dir(&disk).unwrap();
+    let ran = marks.join("step-ran");
     let fill = mnt.join("fill");
-    let filler = mnt.join("filler");
+    let filler = disk.join("filler");
     s.new_loop(
         "d",
         &format!(

@@ -93,7 +93,7 @@ fn clock(env: &Env) {
 }
 
 fn dir(env: &Env) -> PathBuf {
-    env.root.parent().unwrap().to_path_buf()
+    env.scratch()
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn an_unknown_decision_tag_is_an_error_not_proceed() {
 #[test]
 fn a_tick_whose_gate_returns_an_unknown_decision_does_not_run_the_step() {
     let env = crate::common::Env::new();
-    let marker = env.loop_dir("nine").with_file_name("step-ran");
+    let marker = env.scratch().join("step-ran");
     env.new_loop(
         "nine",
         &format!(

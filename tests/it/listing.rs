@@ -93,7 +93,7 @@ fn list_fits_the_width_it_is_given_and_cuts_the_description() {
 #[test]
 fn a_running_tick_is_shown_as_running_in_the_table() {
     let env = Env::new();
-    let dir = env.root.join("signals");
+    let dir = env.scratch().join("signals");
     fs::create_dir_all(&dir).unwrap();
     env.new_loop("slow", &crate::common::gated_step(&dir));
     let mut tick = env

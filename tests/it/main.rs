@@ -6,6 +6,7 @@ mod admin;
 mod approvals;
 mod common;
 mod config_record;
+mod confine;
 mod crash;
 mod crash_model;
 mod daemon;

@@ -31,7 +31,7 @@ fn logs_prints_a_ticks_step_and_verifier_output() {
 #[test]
 fn logs_follow_prints_the_running_tick_until_it_ends() {
     let env = Env::new();
-    let dir = env.root.join("signals");
+    let dir = env.scratch().join("signals");
     fs::create_dir_all(&dir).unwrap();
     let step = format!(
         "step = \"echo first; touch '{0}/started'; while [ ! -e '{0}/go' ]; do sleep 0.02; done; echo second\"\n",
@@ -355,7 +355,7 @@ fn the_readme_command_table_lists_every_subcommand_and_flag() {
 #[test]
 fn cancel_ends_a_tick_whose_step_ignores_term() {
     let env = Env::new();
-    let dir = env.root.join("signals");
+    let dir = env.scratch().join("signals");
     fs::create_dir_all(&dir).unwrap();
     let step = format!(
         "step = \"trap '' TERM; echo $$ > '{0}/pid'; touch '{0}/started'; while :; do sleep 0.05; done\"\n",

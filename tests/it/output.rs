@@ -31,7 +31,7 @@ fn logs_shows_standard_error_when_that_is_all_the_step_wrote() {
 #[test]
 fn logs_follow_follows_both_streams() {
     let env = Env::new();
-    let dir = env.root.join("signals");
+    let dir = env.scratch().join("signals");
     fs::create_dir_all(&dir).unwrap();
     let step = format!(
         "step = \"echo out1; echo err1 >&2; touch '{0}/started'; while [ ! -e '{0}/go' ]; do sleep 0.02; done; echo out2; echo err2 >&2\"\n",

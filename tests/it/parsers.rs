@@ -141,6 +141,10 @@ fn lines() -> Vec<Vec<u8>> {
                 loop_toml: "ab12".into(),
                 automaton_toml: automaton::rules::RootFile::Absent,
             }),
+            confinement: Some(automaton::step::confine::Confinement::Landlock {
+                abi: 7,
+                enforces: vec![automaton::step::confine::Enforced::Filesystem],
+            }),
         },
         EventKind::ConfigChanged {
             change: automaton::rules::ConfigChange {

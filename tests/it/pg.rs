@@ -21,7 +21,7 @@ fn json(text: &str) -> serde_json::Value {
 #[test]
 fn ticks_from_three_hosts_serialize_and_lose_nothing() {
     let Some(env) = Env::postgres() else { return };
-    let log = env.root.join("ran.log");
+    let log = env.scratch().join("ran.log");
     // Each step notes it began and ended: two steps at once would interleave.
     env.new_loop(
         "shared",

@@ -126,7 +126,7 @@ fn steps_ran(log: &Path) -> Vec<(String, u64, u128)> {
 fn daemons_on_three_hosts_claim_each_firing_once_and_take_over_a_killed_ones_claims() {
     let Some(env) = Env::postgres() else { return };
     const LOOPS: usize = 12;
-    let log = env.root.with_file_name("steps.log");
+    let log = env.scratch().join("steps.log");
     let names: Vec<String> = (0..LOOPS).map(|i| format!("l{i}")).collect();
     for name in &names {
         let toml = format!(

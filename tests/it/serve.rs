@@ -104,7 +104,7 @@ pub(crate) fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -
     )
 }
 
-fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
+pub(crate) fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
     answer(
         agent()
             .get(s.url(path))

@@ -440,10 +440,11 @@ fn a_huge_gate_reason_and_a_huge_operator_reason_are_cut_with_a_marker() {
 fn a_step_whose_result_cannot_be_recorded_exits_8_and_the_next_command_records_a_crash() {
     let env = crate::files_only!("breaks history.jsonl from the step");
     // The step makes the history file unwritable (a directory in its place),
-    // so the tick's commit fails after the step ran.
+    // so the tick's commit fails after the step ran: unconfined, since a
+    // confined step cannot touch its loop's history.
     env.new_loop(
         "demo",
-        "step = \"rm -f ../history.jsonl 2>/dev/null; rm -f \\\"$AUTOMATON_ROOT/loops/demo/history.jsonl\\\"; mkdir \\\"$AUTOMATON_ROOT/loops/demo/history.jsonl\\\"\"\n",
+        "[step]\nconfine = \"off\"\ncommand = \"rm -f ../history.jsonl 2>/dev/null; rm -f \\\"$AUTOMATON_ROOT/loops/demo/history.jsonl\\\"; mkdir \\\"$AUTOMATON_ROOT/loops/demo/history.jsonl\\\"\"\n",
     );
     let err = env.fails(8, &["tick", "demo"]);
     assert!(err.contains("tick 1 ran its step"), "{err}");

@@ -18,8 +18,12 @@ use crate::invariants::{Audit, Scratch, approval_id};
 
 /// A gated loop whose step, when `$AUTOMATON_ROOT/die` exists, kills its
 /// runner mid-step, and while `$AUTOMATON_ROOT/hold` exists, waits.
+/// Unconfined: a confined step may neither signal its runner nor touch
+/// the root.
 const LOOP: &str = r#"
-step = 'if [ -e "$AUTOMATON_ROOT/die" ]; then rm "$AUTOMATON_ROOT/die"; kill -9 $PPID; sleep 5; fi; while [ -e "$AUTOMATON_ROOT/hold" ]; do sleep 0.05; done'
+[step]
+confine = "off"
+command = 'if [ -e "$AUTOMATON_ROOT/die" ]; then rm "$AUTOMATON_ROOT/die"; kill -9 $PPID; sleep 5; fi; while [ -e "$AUTOMATON_ROOT/hold" ]; do sleep 0.05; done'
 [[gate]]
 stock = "approve-every"
 params = { every = 1 }

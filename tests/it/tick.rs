@@ -28,7 +28,7 @@ fn a_plain_tick_runs_the_step_and_records_it() {
     let env = Env::new();
     env.new_loop(
         "demo",
-        "step = \"echo out; echo err >&2; echo \\\"$AUTOMATON_LOOP $AUTOMATON_TICK\\\" > env.txt; echo cost_usd=0.25 >> \\\"$AUTOMATON_METRICS\\\"\"\n",
+        "step = \"echo out; echo err >&2; echo \\\"$AUTOMATON_LOOP $AUTOMATON_TICK\\\" > \\\"$AUTOMATON_RUN_DIR/env.txt\\\"; echo cost_usd=0.25 >> \\\"$AUTOMATON_METRICS\\\"\"\n",
     );
     let (code, v) = tick_json(&env, "demo");
     assert_eq!(code, 0, "{v}");
@@ -38,7 +38,10 @@ fn a_plain_tick_runs_the_step_and_records_it() {
     );
     assert_eq!(v["step"]["exit_code"], 0);
     let dir = env.loop_dir("demo");
-    assert_eq!(fs::read_to_string(dir.join("env.txt")).unwrap(), "demo 1\n");
+    assert_eq!(
+        fs::read_to_string(dir.join("runs/1/env.txt")).unwrap(),
+        "demo 1\n"
+    );
     assert_eq!(fs::read_to_string(dir.join("runs/1/step.out")).unwrap(), "out\n");
     assert_eq!(fs::read_to_string(dir.join("runs/1/step.err")).unwrap(), "err\n");
     env.ok(&["tick", "demo"]);
@@ -101,16 +104,18 @@ fn a_missing_program_is_a_failed_tick_naming_it() {
 #[test]
 fn paused_and_halted_loops_tick_as_inactive_without_running() {
     let env = Env::new();
-    env.new_loop("paused", "step = \"touch ran\"\n");
+    let ran = |name: &str| env.scratch().join(name);
+    let step = |name: &str| format!("step = \"touch '{}'\"\n", ran(name).display());
+    env.new_loop("paused", &step("paused"));
     env.ok(&["pause", "paused"]);
-    env.new_loop("halted", "step = \"touch ran\"\n");
+    env.new_loop("halted", &step("halted"));
     env.ok(&["reject", "halted", "--halt", "--reason", "stop"]);
     assert_eq!(env.state("halted")["status"], "halted");
     for name in ["paused", "halted"] {
         let version = env.state(name)["version"].clone();
         let (code, v) = tick_json(&env, name);
         assert_eq!((code, v["outcome"].as_str()), (0, Some("inactive")), "{name}");
-        assert!(!env.loop_dir(name).join("ran").exists(), "{name}");
+        assert!(!ran(name).exists(), "{name}");
         assert_eq!(
             env.state(name)["version"],
             version,
@@ -425,7 +430,7 @@ fn a_runner_killed_mid_step_takes_its_step_along_and_is_recorded_as_crashed() {
 #[test]
 fn a_step_timeout_kills_its_background_children() {
     let env = Env::new();
-    let pids = env.root.join("pids");
+    let pids = env.scratch().join("pids");
     env.new_loop(
         "demo",
         &format!(

@@ -158,7 +158,8 @@ fn broken_gate_loop(env: &Env, on_error: Option<&str>) {
     env.new_loop(
         "demo",
         &format!(
-            "step = \"touch ran\"\n[[gate]]\npath = \"{}\"\n{}",
+            "step = \"touch '{}'\"\n[[gate]]\npath = \"{}\"\n{}",
+            env.scratch().join("ran").display(),
             gate.display(),
             on_error.map_or(String::new(), |p| format!("on_error = \"{p}\"\n"))
         ),
@@ -180,7 +181,7 @@ fn a_broken_gate_halts_the_loop_by_default() {
         "{v}"
     );
     assert!(
-        !env.loop_dir("demo").join("ran").exists(),
+        !env.scratch().join("ran").exists(),
         "fail closed: the step did not run"
     );
     let s = env.state("demo");
@@ -200,7 +201,7 @@ fn a_broken_gate_with_on_error_skip_skips() {
     broken_gate_loop(&env, Some("skip"));
     let (code, v) = tick(&env, "demo");
     assert_eq!((code, v["outcome"].as_str()), (0, Some("skipped")), "{v}");
-    assert!(!env.loop_dir("demo").join("ran").exists());
+    assert!(!env.scratch().join("ran").exists());
     assert_eq!(env.state("demo")["status"], "active");
 }
 
@@ -210,7 +211,7 @@ fn a_broken_gate_with_on_error_proceed_proceeds() {
     broken_gate_loop(&env, Some("proceed"));
     let (code, v) = tick(&env, "demo");
     assert_eq!((code, v["outcome"].as_str()), (0, Some("ran")), "{v}");
-    assert!(env.loop_dir("demo").join("ran").exists());
+    assert!(env.scratch().join("ran").exists());
     assert!(
         v["decisions"][0]["error"].is_string(),
         "the error is still recorded"
@@ -222,10 +223,13 @@ fn check_gate_shows_and_applies_without_running_the_step() {
     let env = Env::new();
     env.new_loop(
         "demo",
-        "step = \"touch ran\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 1 }\n",
+        &format!(
+            "step = \"touch '{}'\"\n[[gate]]\nstock = \"max-ticks\"\nparams = {{ max = 1 }}\n",
+            env.scratch().join("ran").display()
+        ),
     );
     assert_eq!(outcome(&env, "demo"), "ran");
-    fs::remove_file(env.loop_dir("demo").join("ran")).unwrap();
+    fs::remove_file(env.scratch().join("ran")).unwrap();
     let out: serde_json::Value = serde_json::from_str(&env.ok(&["check-gate", "demo", "--json"])).unwrap();
     assert_eq!(out["decision"], "complete");
     assert_eq!(out["applied"], false);
@@ -236,7 +240,7 @@ fn check_gate_shows_and_applies_without_running_the_step() {
     );
     env.ok(&["check-gate", "demo", "--apply"]);
     assert_eq!(env.state("demo")["status"], "completed");
-    assert!(!env.loop_dir("demo").join("ran").exists());
+    assert!(!env.scratch().join("ran").exists());
     let kinds = env.history_kinds("demo");
     assert_eq!(kinds, ["created", "gate", "tick", "gate", "check-gate"]);
 }
