@@ -16,8 +16,8 @@ use serde_json::Value;
 use crate::common::Env;
 
 /// A loop whose before-step gate proceeds (an approval every 1000 ticks),
-/// and whose step leaves `ran-<tick>` in its directory.
-const GATED: &str = "step = \"touch ran-$AUTOMATON_TICK\"\n\
+/// and whose step leaves `ran` in its run directory.
+const GATED: &str = "step = \"touch \\\"$AUTOMATON_RUN_DIR/ran\\\"\"\n\
                      [[gate]]\nstock = \"approve-every\"\nparams = { every = 1000 }\n";
 
 fn sha256_of(path: &Path) -> String {
@@ -202,16 +202,16 @@ fn a_change_to_the_rules_awaits_approval_before_any_step_runs() {
     // A harmless change is recorded and awaits nothing.
     set_config(&env, "demo", &format!("description = \"harmless\"\n{toml}"));
     assert_eq!(tick(&env, "demo")["outcome"], "ran");
-    assert!(dir.join("ran-2").exists());
+    assert!(dir.join("runs/2/ran").exists());
     // Removing the gate (and the setting with it) is awaited.
-    let after = set_config(&env, "demo", "step = \"touch ran-$AUTOMATON_TICK\"\n");
+    let after = set_config(&env, "demo", "step = \"touch \\\"$AUTOMATON_RUN_DIR/ran\\\"\"\n");
     for _ in 0..2 {
         let t = tick(&env, "demo");
         assert_eq!(t["outcome"], "awaiting-approval", "{t}");
         let reason = t["reason"].as_str().unwrap();
         assert!(reason.contains("gate") && reason.contains("approval"), "{reason}");
     }
-    assert!(!dir.join("ran-3").exists(), "no step ran while awaiting");
+    assert!(!dir.join("runs/3/ran").exists(), "no step ran while awaiting");
     let status = env.status("demo");
     assert_eq!(status["status"], "awaiting_approval");
     assert_eq!(status["awaiting"]["gates"][0]["gate"], "loop.toml");
@@ -228,7 +228,7 @@ fn a_change_to_the_rules_awaits_approval_before_any_step_runs() {
 
     env.ok(&["approve", "demo"]);
     assert_eq!(tick(&env, "demo")["outcome"], "ran");
-    assert!(dir.join("ran-3").exists());
+    assert!(dir.join("runs/3/ran").exists());
     let used = env
         .history("demo")
         .into_iter()
@@ -348,7 +348,7 @@ fn a_change_to_the_rules_is_approved_by_the_approvers_before_it() {
     set_config(
         &env,
         "demo",
-        "step = \"touch ran-$AUTOMATON_TICK\"\n[access]\napprovers = [\"agent\"]\n",
+        "step = \"touch \\\"$AUTOMATON_RUN_DIR/ran\\\"\"\n[access]\napprovers = [\"agent\"]\n",
     );
     let agent = |args: &[&str]| {
         env.cmd()
@@ -369,7 +369,7 @@ fn a_change_to_the_rules_is_approved_by_the_approvers_before_it() {
     let out = agent(&["approve", "demo"]);
     assert_eq!(out.status.code(), Some(10), "{out:?}");
     assert_eq!(tick(&env, "demo")["outcome"], "awaiting-approval");
-    assert!(!env.loop_dir("demo").join("ran-2").exists());
+    assert!(!env.loop_dir("demo").join("runs/2/ran").exists());
     // The approver before the change releases it.
     let out = env
         .cmd()

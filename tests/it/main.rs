@@ -38,6 +38,7 @@ mod refusals;
 mod resume;
 mod rotation;
 mod schedule;
+mod self_approval;
 mod serve;
 mod serve_browser;
 mod shared_root;
