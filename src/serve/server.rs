@@ -61,7 +61,7 @@ pub fn bind_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::
         }
         std::fs::remove_file(path)?;
     }
-    let narrow = nix::sys::stat::Mode::from_bits_truncate(0o777 & !mode);
+    let narrow = nix::sys::stat::Mode::from_bits_truncate((0o777 & !mode) as nix::libc::mode_t);
     let old = nix::sys::stat::umask(narrow);
     let bound = std::os::unix::net::UnixListener::bind(path);
     nix::sys::stat::umask(old);
