@@ -24,6 +24,7 @@ pub mod history;
 pub mod lock;
 pub mod metrics;
 pub mod notify;
+pub mod ops;
 pub mod procfs;
 pub mod root;
 pub mod rules;
