@@ -247,7 +247,7 @@ fn record(store: &dyn LoopStore, actor: &Actor, denied: &Denied, wait: Wait) -> 
         role: denied.role,
         holders: denied.holders.clone(),
     };
-    session.commit(&mut state, vec![event], Durability::Full)
+    session.commit(actor, &mut state, vec![event], Durability::Full)
 }
 
 #[cfg(test)]

@@ -285,6 +285,19 @@ fn each_verb_answers_the_api_in_the_shape_of_its_clis_json() {
         let shape = crate::snapshots::shape;
         assert_eq!(shape(&api), shape(&cli), "{verb}");
     }
+    // Each change is recorded as the user the server acted for.
+    for kind in ["paused", "resumed", "approved", "rejected"] {
+        let event = env
+            .history("by-api")
+            .into_iter()
+            .find(|e| e["kind"] == kind)
+            .unwrap();
+        assert_eq!(
+            (event["actor"]["user"].as_str(), event["actor"]["via"].as_str()),
+            (Some("ann"), Some("token")),
+            "{kind}"
+        );
+    }
     assert_eq!(s.stop(), Some(0));
 }
 
