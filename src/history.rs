@@ -29,6 +29,10 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl Event {
     pub fn now(kind: EventKind, by: &Actor) -> Event {
         Event::stamped(kind, 0, crate::clock::now(), by)
@@ -105,6 +109,11 @@ pub enum EventKind {
         action: Action,
         role: Role,
         holders: Vec<String>,
+        /// The same person's refusals on the loop since the last one
+        /// recorded that were counted, not recorded (at most one a minute
+        /// is, where a server keeps count).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        unrecorded: u32,
     },
     /// The loop started awaiting approval: the await, the gates that asked
     /// and the worktree's HEAD.

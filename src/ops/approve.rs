@@ -56,13 +56,14 @@ impl Approved {
 pub fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Result<Approved> {
     let dir = ctx.stores.get(&req.name)?;
     if req.then_tick {
-        super::allowed(ctx.root, &*dir, &ctx.actor, Action::Tick, req.wait)?;
+        let rules = crate::access::rules(&*dir, &ctx.root.settings().access);
+        ctx.require(&*dir, Action::Tick, &rules, req.wait)?;
     }
     let defaults = ctx.root.settings().access.clone();
     record_config_first(ctx, &*dir, req.wait)?;
     let rules = crate::rules::approvers_of_change(&dir.load()?, &defaults)
         .unwrap_or_else(|| crate::access::rules(&*dir, &defaults));
-    crate::access::require(&*dir, &ctx.actor, Action::Approve, &rules, req.wait)?;
+    ctx.require(&*dir, Action::Approve, &rules, req.wait)?;
     let by = ctx.actor.user.clone();
     let mut given = None;
     let mut approval = ApprovalRules::default();

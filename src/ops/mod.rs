@@ -15,6 +15,7 @@
 pub mod approve;
 pub mod cancel;
 pub mod pause;
+pub mod refusal;
 pub mod reject;
 pub mod resume;
 pub mod rm;
@@ -22,7 +23,7 @@ pub mod tick;
 
 use serde::{Serialize, Serializer};
 
-use crate::access::Action;
+use crate::access::{Access, Action};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
@@ -32,6 +33,7 @@ use crate::state::{Refusal, State};
 use crate::store::{Durability, LoopStore, Stores};
 use crate::tick::after::{self, Change};
 use crate::who::Actor;
+use refusal::Refusals;
 
 /// What every operation is given: where, on which store, and for whom.
 pub struct Ctx<'a> {
@@ -42,6 +44,9 @@ pub struct Ctx<'a> {
     /// The person the operation acts for: its role checks and the records
     /// of its changes name them.
     pub actor: Actor,
+    /// The refusals a long-lived front-end recorded lately (a server's):
+    /// one a minute per person and loop is recorded. None: each is.
+    pub refusals: Option<&'a Refusals>,
 }
 
 /// How a front-end answers a verb's outcome, before its follow-ups run.
@@ -54,15 +59,36 @@ impl<'a> Ctx<'a> {
         if actor.db_role.is_none() {
             actor.db_role = crate::who::db_role();
         }
-        Ctx { root, stores, actor }
+        Ctx {
+            root,
+            stores,
+            actor,
+            refusals: None,
+        }
+    }
+
+    /// This context, its refusals kept to one recorded a minute per person
+    /// and loop by `refusals`.
+    pub fn limiting(self, refusals: &'a Refusals) -> Ctx<'a> {
+        Ctx {
+            refusals: Some(refusals),
+            ..self
+        }
     }
 
     /// Loop `name`, once the actor may do `action` to it (a refusal is
     /// recorded, waiting for the lock no longer than `bound`).
     fn allowed(&self, name: &str, action: Action, bound: Wait) -> Result<Box<dyn LoopStore>> {
         let dir = self.stores.get(name)?;
-        allowed(self.root, &*dir, &self.actor, action, bound)?;
+        let rules = crate::access::rules(&*dir, &self.root.settings().access);
+        self.require(&*dir, action, &rules, bound)?;
         Ok(dir)
+    }
+
+    /// The actor must hold the role `action` needs under `rules`
+    /// ([`refusal::require`]).
+    fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access, bound: Wait) -> Result<()> {
+        refusal::require(dir, &self.actor, action, rules, bound, self.refusals)
     }
 
     /// [`update_loop`] as the actor.
@@ -92,11 +118,11 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The one check before a change to a loop: `actor` must hold the role
-/// `action` needs (a refusal is recorded and returned). `bound` is the
-/// front-end's own bound on waiting for the lock (`--timeout`,
-/// `--no-wait`; `Wait::Forever` when it sets none), which a refusal's
-/// record waits for at most ([`crate::access::record_wait`]).
+/// The one check before a change to a loop, for a front-end that keeps no
+/// count of refusals: `actor` must hold the role `action` needs (a
+/// refusal is kept and returned as [`refusal::require`] says). `bound` is
+/// the front-end's own bound on waiting for the lock (`--timeout`,
+/// `--no-wait`; `Wait::Forever` when it sets none).
 pub(crate) fn allowed(
     root: &Root,
     store: &dyn LoopStore,
@@ -105,7 +131,7 @@ pub(crate) fn allowed(
     bound: Wait,
 ) -> Result<()> {
     let rules = crate::access::rules(store, &root.settings().access);
-    crate::access::require(store, actor, action, &rules, bound)
+    refusal::require(store, actor, action, &rules, bound, None)
 }
 
 /// Loads the loop's state under its lock, lets `change` modify it and say

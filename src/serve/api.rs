@@ -118,7 +118,8 @@ pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
         command: "view",
         user: actor.user.clone(),
         role: d.role.as_str(),
-        holders: d.holders,
+        // Who may view is not told to one who may not.
+        holders: None,
         record: Box::new(crate::access::Record::Unasked),
     })
 }
@@ -349,7 +350,7 @@ fn answer(outcome: &impl Serialize) -> Vec<u8> {
 /// Runs `verb` on loop `name` with `change`, acting for `actor`, through
 /// the core; returns its outcome as the CLI's `--json` says it.
 pub fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) -> Result<Vec<u8>> {
-    let ctx = Ctx::new(&app.root, &app.stores, actor);
+    let ctx = Ctx::new(&app.root, &app.stores, actor).limiting(&app.refusals);
     let wait = Wait::For(app.lock_wait);
     let name = name.to_owned();
     Ok(match verb {

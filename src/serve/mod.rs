@@ -40,6 +40,8 @@ pub struct App {
     /// How long a change waits for the loop's lock: within the request's
     /// own bound, so a busy loop is answered, not timed out.
     pub lock_wait: Duration,
+    /// The refusals recorded lately: one a minute per user and loop is.
+    pub refusals: crate::ops::refusal::Refusals,
 }
 
 pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
@@ -84,6 +86,7 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         stores,
         auth,
         lock_wait: args.request_timeout / 2,
+        refusals: Default::default(),
     });
     runtime.block_on(async {
         let (listener, line, port) = listen(args, unix, tls.is_some()).await?;
