@@ -1,8 +1,10 @@
-//! One file per verb. Each is short: resolve the loop, take the lock if it
-//! changes the loop, load, change the typed state, save, render.
+//! The command line's front-end, one file per command. A command that
+//! changes a loop parses its arguments, calls the core ([`crate::ops`]) as
+//! this process's actor and renders the outcome; the others read (or
+//! administer) and render.
 
-pub(crate) mod approve;
-pub(crate) mod cancel;
+mod approve;
+mod cancel;
 mod check_gate;
 mod daemon;
 mod delegate;
@@ -15,7 +17,7 @@ mod init;
 pub(crate) mod logs;
 mod migrate;
 mod new;
-pub(crate) mod ops;
+mod ops;
 mod render;
 mod replay;
 pub(crate) mod review;
