@@ -67,6 +67,6 @@ pub(crate) fn here(
     )?;
     // The answer first: a notify command or webhook never holds it back.
     let said = answer(&report);
-    ctx.follow(Change::Ticked(&report));
+    ctx.follow(Change::Ticked(&report, store));
     said.map(|()| report)
 }
