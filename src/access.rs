@@ -1,19 +1,14 @@
 //! Who may do what to a loop (README, "Roles"): the roles, the commands
-//! each guards, and the one check every command that changes a loop makes
-//! before it changes anything. A refusal writes nothing but its own
-//! record: a `refused` event committed under the loop's lock, waited for
-//! a short while at most, so a refusal is said at once even while a long
-//! tick holds the lock.
-
-use std::time::Duration;
+//! each guards, and the one check every change to a loop makes before it
+//! changes anything. What is kept of a refusal, and what the one refused
+//! is told, is the core's (`crate::ops::refusal`): nothing here takes a
+//! lock or writes.
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::LoopConfig;
-use crate::error::{Error, Result};
-use crate::history::EventKind;
-use crate::lock::{Holder, Wait};
-use crate::store::{Durability, LoopStore};
+use crate::lock::Holder;
+use crate::store::LoopStore;
 use crate::who::Actor;
 
 /// `[access]`, in loop.toml or in the root's automaton.toml (the loop's
@@ -160,11 +155,6 @@ pub fn rules_of(config: &LoopConfig, defaults: &Access) -> Access {
     config.access().over(defaults)
 }
 
-/// How long a refusal waits for the loop's lock to be recorded when its
-/// command sets no bound of its own (`--timeout`): a tick that holds the
-/// lock for half an hour does not hold the refusal back with it.
-pub const REFUSAL_WAIT: Duration = Duration::from_secs(2);
-
 /// What became of a refusal's record in the loop's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -174,9 +164,12 @@ pub enum Record {
     Busy(Option<Holder>),
     /// Writing it failed: why.
     Failed(String),
-    /// Not recorded, as nothing was asked to change (a reader refused by
-    /// a server).
+    /// Not recorded: nothing was asked to change (a reader refused by a
+    /// server), or the one refused may not view the loop (logged only).
     Unasked,
+    /// Not recorded, counted: one of the same person's on the loop was
+    /// recorded within the minute.
+    Counted,
 }
 
 impl std::fmt::Display for Record {
@@ -194,60 +187,11 @@ impl std::fmt::Display for Record {
             }
             Record::Failed(why) => write!(f, "; the attempt could not be recorded: {why}"),
             Record::Unasked => Ok(()),
+            Record::Counted => {
+                f.write_str("; the attempt is counted, not recorded: one was recorded within the minute")
+            }
         }
     }
-}
-
-/// The wait for a refusal's record: the command's own bound (its
-/// `--timeout` or `--no-wait`), else [`REFUSAL_WAIT`].
-pub fn record_wait(bound: Wait) -> Wait {
-    match bound {
-        Wait::Forever => Wait::For(REFUSAL_WAIT),
-        bounded => bounded,
-    }
-}
-
-/// Checks `actor` against the loop's rules. A refusal is returned as
-/// [`Error::NotAllowed`] once it is recorded in the loop's history (a
-/// `refused` event in a commit of its own, under the lock), or once the
-/// lock did not come within [`record_wait`] of `bound` (the command's own
-/// bound on waiting for the lock; `Wait::Forever` when it sets none): the
-/// error then says it is not recorded, and who holds the lock.
-pub fn require(
-    store: &dyn LoopStore,
-    actor: &Actor,
-    action: Action,
-    access: &Access,
-    bound: Wait,
-) -> Result<()> {
-    let Err(denied) = check(actor, action, access) else {
-        return Ok(());
-    };
-    let record = match record(store, actor, &denied, record_wait(bound)) {
-        Ok(()) => Record::Kept,
-        Err(Error::LockNotObtained { holder, .. }) => Record::Busy(holder),
-        Err(e) => Record::Failed(e.to_string()),
-    };
-    Err(Error::NotAllowed {
-        name: store.name().to_string(),
-        command: action.command(),
-        user: actor.user.clone(),
-        role: denied.role.as_str(),
-        holders: denied.holders,
-        record: Box::new(record),
-    })
-}
-
-fn record(store: &dyn LoopStore, actor: &Actor, denied: &Denied, wait: Wait) -> Result<()> {
-    let mut session = store.lock(Holder::me("refused"), wait)?;
-    let mut state = session.load()?.state;
-    let event = EventKind::Refused {
-        by: actor.user.clone(),
-        action: denied.action,
-        role: denied.role,
-        holders: denied.holders.clone(),
-    };
-    session.commit(&mut state, vec![event], Durability::Full)
 }
 
 #[cfg(test)]

@@ -210,8 +210,8 @@ pub enum Error {
     Refused { name: String, message: String },
 
     #[error(
-        "loop {name:?}: {user} may not `{command}`: it needs one of its {role} ({}){record}",
-        holders_text(holders)
+        "loop {name:?}: {user} may not `{command}`: it needs one of its {role}{}{record}",
+        holders.as_deref().map(|h| format!(" ({})", holders_text(h))).unwrap_or_default()
     )]
     NotAllowed {
         name: String,
@@ -219,8 +219,8 @@ pub enum Error {
         /// The name that counts for the one who asked.
         user: String,
         role: &'static str,
-        /// Who holds the role.
-        holders: Vec<String>,
+        /// Who holds the role: told only to one who may view the loop.
+        holders: Option<Vec<String>>,
         /// Whether the refusal is in the loop's history.
         record: Box<crate::access::Record>,
     },

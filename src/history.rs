@@ -29,18 +29,22 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl Event {
-    pub fn now(kind: EventKind) -> Event {
-        Event::stamped(kind, 0, crate::clock::now())
+    pub fn now(kind: EventKind, by: &Actor) -> Event {
+        Event::stamped(kind, 0, crate::clock::now(), by)
     }
 
-    /// An event of the commit of `version`, made at `at` by this process's
-    /// actor.
-    pub fn stamped(kind: EventKind, version: u64, at: Timestamp) -> Event {
+    /// An event of the commit of `version`, made at `at` by `by`: the
+    /// actor the commit was given, never one found on the way.
+    pub fn stamped(kind: EventKind, version: u64, at: Timestamp, by: &Actor) -> Event {
         Event {
             v: version,
             at,
-            actor: Some(crate::who::actor()),
+            actor: Some(by.clone()),
             kind,
         }
     }
@@ -105,6 +109,11 @@ pub enum EventKind {
         action: Action,
         role: Role,
         holders: Vec<String>,
+        /// The same person's refusals on the loop since the last one
+        /// recorded that were counted, not recorded (at most one a minute
+        /// is, where a server keeps count).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        unrecorded: u32,
     },
     /// The loop started awaiting approval: the await, the gates that asked
     /// and the worktree's HEAD.
@@ -299,16 +308,23 @@ mod tests {
         assert!(matches!(e.kind, EventKind::Tick { head: None, .. }));
     }
 
+    fn ann() -> Actor {
+        crate::who::identify("ann", None, &[])
+    }
+
     #[test]
     fn events_carry_kind_and_at() {
-        let e = Event::now(EventKind::Approved {
-            by: "ann".into(),
-            id: "ap-3".into(),
-            note: None,
-            await_id: None,
-            head: None,
-            snapshot: None,
-        });
+        let e = Event::now(
+            EventKind::Approved {
+                by: "ann".into(),
+                id: "ap-3".into(),
+                note: None,
+                await_id: None,
+                head: None,
+                snapshot: None,
+            },
+            &ann(),
+        );
         let v: serde_json::Value = serde_json::from_slice(&e.to_line()).unwrap();
         assert_eq!(v["kind"], "approved");
         assert!(v["at"].is_string());
@@ -322,19 +338,22 @@ mod tests {
     fn gate_events_round_trip_with_their_context() {
         use crate::gate::{Decision, Phase};
         for decision in [Decision::Proceed, Decision::Halt("too much".into())] {
-            let e = Event::now(EventKind::Gate {
-                tick: 3,
-                verdict: Verdict {
-                    gate: "stock:budget".into(),
-                    version: None,
-                    phase: Phase::AfterStep,
-                    decision,
-                    micros: 42,
-                    error: None,
-                    logs: Vec::new(),
+            let e = Event::now(
+                EventKind::Gate {
+                    tick: 3,
+                    verdict: Verdict {
+                        gate: "stock:budget".into(),
+                        version: None,
+                        phase: Phase::AfterStep,
+                        decision,
+                        micros: 42,
+                        error: None,
+                        logs: Vec::new(),
+                    },
+                    context: Box::default(),
                 },
-                context: Box::default(),
-            });
+                &ann(),
+            );
             let line = e.to_line();
             let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
             assert_eq!(v["kind"], "gate");

@@ -11,7 +11,6 @@
 //! store sets when it is opened. A server names its users by a token or a
 //! trusted proxy; [`Via`] has room for both.
 
-use std::cell::RefCell;
 use std::sync::{OnceLock, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -98,36 +97,20 @@ pub fn set_db_role(role: String) {
     }
 }
 
-thread_local! {
-    /// The actor a server acts for on this thread ([`acting_as`]).
-    static ACTING: RefCell<Option<Actor>> = const { RefCell::new(None) };
+/// The database role this process's PostgreSQL connections use, if any.
+pub fn db_role() -> Option<String> {
+    DB_ROLE.read().ok().and_then(|r| r.clone())
 }
 
-/// The actor of this process's commands: on a thread a server lent to a
-/// signed-in user ([`acting_as`]), that user; else the OS user (or the
-/// person a delegate acts for).
+/// The actor of this process's own commands: the OS user (or the person
+/// a delegate acts for), with the store's database role. A front-end that
+/// acts for others (a server's signed-in user) passes them in instead
+/// ([`crate::ops::Ctx`]); nothing here knows of them.
 pub fn actor() -> Actor {
-    let mut actor = ACTING.with(|a| a.borrow().clone()).unwrap_or_else(|| {
-        let delegates = DELEGATES.read().map(|d| d.clone()).unwrap_or_default();
-        identify(&os_user(), requested().as_deref(), &delegates)
-    });
-    actor.db_role = DB_ROLE.read().ok().and_then(|r| r.clone());
+    let delegates = DELEGATES.read().map(|d| d.clone()).unwrap_or_default();
+    let mut actor = identify(&os_user(), requested().as_deref(), &delegates);
+    actor.db_role = db_role();
     actor
-}
-
-/// Runs `f` with `actor` as the actor of every command it runs on this
-/// thread (a server's user, named by a token or a trusted proxy): the
-/// role checks and the records of its changes name them. The thread's
-/// own actor is back when `f` returns or panics.
-pub fn acting_as<T>(actor: &Actor, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<Actor>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ACTING.with(|a| *a.borrow_mut() = self.0.take());
-        }
-    }
-    let _restore = Restore(ACTING.with(|a| a.borrow_mut().replace(actor.clone())));
-    f()
 }
 
 /// A server's user, identified `via` a token or a trusted proxy.
@@ -170,10 +153,9 @@ pub fn identify(os: &str, named: Option<&str>, delegates: &[String]) -> Actor {
 }
 
 /// Whether this process's actor would be another person if its OS user
-/// were a delegate: `$AUTOMATON_USER` names someone else, and no server
-/// lent the thread to a user.
+/// were a delegate: `$AUTOMATON_USER` names someone else.
 pub fn wants_delegation() -> bool {
-    ACTING.with(|a| a.borrow().is_none()) && requested().is_some_and(|p| p != os_user())
+    requested().is_some_and(|p| p != os_user())
 }
 
 /// The OS user of the process as the actor, whoever `$AUTOMATON_USER`
@@ -181,7 +163,7 @@ pub fn wants_delegation() -> bool {
 /// in person, an admin's acts.
 pub fn os_actor() -> Actor {
     let mut actor = identify(&os_user(), requested().as_deref(), &[]);
-    actor.db_role = DB_ROLE.read().ok().and_then(|r| r.clone());
+    actor.db_role = db_role();
     actor
 }
 
@@ -251,17 +233,6 @@ mod tests {
         let plain = identify("ann", None, &["ann".to_owned()]);
         assert_eq!((plain.user.as_str(), plain.via), ("ann", Via::Os));
         assert_eq!(identify("ann", Some("ann"), &none).on_behalf_of, None);
-    }
-
-    #[test]
-    fn a_served_user_acts_on_its_thread_only_and_the_os_user_is_back_after() {
-        let ann = served("ann", Via::Token);
-        let inside = acting_as(&ann, actor);
-        assert_eq!((inside.user.as_str(), inside.via), ("ann", Via::Token));
-        assert_eq!(actor().via, Via::Os);
-        let other = std::thread::spawn(|| acting_as(&served("bob", Via::Proxy), actor));
-        assert_eq!(other.join().unwrap().user, "bob");
-        assert_eq!(actor().user, os_user());
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
         };
         if args.apply {
             let events = applied(&result, &mut state, &by);
-            session.commit(&mut state, events, Durability::Full)?;
+            session.commit(&who::actor(), &mut state, events, Durability::Full)?;
         }
         Report {
             loop_name: dir.name().to_string(),

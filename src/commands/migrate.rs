@@ -138,5 +138,5 @@ fn human(report: &[Moved], source: &Stores, target: &Stores) -> String {
 fn may_move(source: &Stores, root: &Root, actor: &Actor, name: &str) -> Result<()> {
     let dir = source.get(name)?;
     let rules = access::rules(dir.as_ref(), &root.settings().access);
-    access::require(dir.as_ref(), actor, Action::Migrate, &rules, Wait::Forever)
+    crate::ops::refusal::require(dir.as_ref(), actor, Action::Migrate, &rules, Wait::Forever, None)
 }

@@ -1,8 +1,10 @@
-//! One file per verb. Each is short: resolve the loop, take the lock if it
-//! changes the loop, load, change the typed state, save, render.
+//! The command line's front-end, one file per command. A command that
+//! changes a loop parses its arguments, calls the core ([`crate::ops`]) as
+//! this process's actor and renders the outcome; the others read (or
+//! administer) and render.
 
-pub(crate) mod approve;
-pub(crate) mod cancel;
+mod approve;
+mod cancel;
 mod check_gate;
 mod daemon;
 mod delegate;
@@ -15,7 +17,7 @@ mod init;
 pub(crate) mod logs;
 mod migrate;
 mod new;
-pub(crate) mod ops;
+mod ops;
 mod render;
 mod replay;
 pub(crate) mod review;
@@ -31,10 +33,10 @@ use std::io::Write;
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
-use crate::lock::{Holder, Wait};
+use crate::lock::Wait;
 use crate::root::{Flags, Root};
 use crate::state::State;
-use crate::store::{Durability, LoopStore, Stores};
+use crate::store::{LoopStore, Stores};
 
 /// What a command's `--timeout` bounds besides the wait for the loop's
 /// lock: every wait on a shared store's server.
@@ -86,7 +88,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::Reject(args) => opened(root).and_then(|(r, s)| ops::reject(&r, &s, &args, out)),
         Command::Cancel(args) => opened(root).and_then(|(r, s)| cancel::run(&r, &s, &args, out)),
         Command::Rm(args) => opened(root).and_then(|(r, s)| ops::rm(&r, &s, &args, out)),
-        Command::Tick(args) => tick::run(&Root::open(root)?, &args, out),
+        Command::Tick(args) => opened(root).and_then(|(r, s)| tick::run(&r, &s, &args, out)),
         Command::CheckGate(args) => check_gate::run(&Root::open(root)?, &args, out),
         Command::Gate(cmd) => gate::run(cmd, root, out),
         Command::Schedule(cmd) => schedule::run(&Root::open(root)?, &cmd, out),
@@ -145,10 +147,8 @@ fn hint_name(e: Error, root: Flags<'_>) -> Error {
     }
 }
 
-/// The one shape of every operator change: take the loop's lock, load the
-/// state under it (recovering what a dead holder left), let `change` edit
-/// it and say what happened, and commit both as the next version. A change
-/// that returns no events changed nothing, and nothing is committed.
+/// [`crate::ops::update_loop`] as this process's actor, for the commands
+/// not yet in the core (`edit`).
 pub(crate) fn update_loop(
     root: &Root,
     store: &dyn LoopStore,
@@ -156,37 +156,11 @@ pub(crate) fn update_loop(
     wait: Wait,
     change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
 ) -> Result<State> {
-    let mut session = store.lock(Holder::me(command), wait)?;
-    let mut state = session.load()?.state;
-    let mut events = config_found(root, store, &mut state);
-    events.extend(change(&mut state)?);
-    if !events.is_empty() {
-        session.commit(&mut state, events, Durability::Full)?;
-    }
-    Ok(state)
+    crate::ops::update_loop(root, store, &crate::who::actor(), command, wait, change)
 }
 
-/// A config changed since the loop last recorded one, as a command that
-/// commits finds it (one that does not load is left to the tick, which
-/// says why).
-fn config_found(root: &Root, store: &dyn LoopStore, state: &mut State) -> Vec<EventKind> {
-    let Ok(config) = store.config() else {
-        return Vec::new();
-    };
-    let now = crate::rules::Current::of(root.path(), &config);
-    let policy = config.approval.config_changes;
-    crate::rules::take_in(state, &now, policy, crate::rules::Via::Outside, None)
-        .map(|change| EventKind::ConfigChanged { change })
-        .into_iter()
-        .collect()
-}
-
-/// The one check before a command changes a loop: the actor of this
-/// process must hold the role `action` needs (a refusal is recorded and
-/// returned). `bound` is the command's own bound on waiting for the lock
-/// (`--timeout`, `--no-wait`; `Wait::Forever` when it sets none), which a
-/// refusal's record waits for at most ([`crate::access::record_wait`]).
-/// Returns the actor.
+/// [`crate::ops::allowed`] for this process's actor, for the commands not
+/// yet in the core (`edit`, `doctor`, `check-gate`); returns the actor.
 pub(crate) fn allowed(
     root: &Root,
     store: &dyn LoopStore,
@@ -194,8 +168,7 @@ pub(crate) fn allowed(
     bound: Wait,
 ) -> Result<crate::who::Actor> {
     let actor = crate::who::actor();
-    let rules = crate::access::rules(store, &root.settings().access);
-    crate::access::require(store, &actor, action, &rules, bound)?;
+    crate::ops::allowed(root, store, &actor, action, bound)?;
     Ok(actor)
 }
 

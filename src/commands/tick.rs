@@ -1,70 +1,36 @@
 //! `tick`: run one tick of a loop, as a scheduler does.
 
 use std::io::Write;
-use std::time::Duration;
 
 use super::render::safe;
 use crate::cli::TickArgs;
-use crate::config::LoopConfig;
 use crate::error::{Exit, Result};
+use crate::ops::tick::Tick;
 use crate::root::Root;
 use crate::state::Outcome;
-use crate::store::LoopStore;
-use crate::tick::{self, Options, TickReport, View};
+use crate::store::Stores;
+use crate::tick::{TickReport, View};
 
-pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
-    let store = crate::store::open(root, &args.name)?;
-    let config = store.config()?;
+pub fn run(root: &Root, stores: &Stores, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     // A tick run by hand, or by an OS schedule installed as its user.
-    let bound = args
-        .timeout
-        .map_or(crate::lock::Wait::Forever, crate::lock::Wait::For);
-    super::allowed(root, store.as_ref(), crate::access::Action::Tick, bound)?;
-    here(root, store.as_ref(), &config, args.timeout, args.json.json, out)
+    let req = Tick {
+        name: args.name.clone(),
+        timeout: args.timeout,
+        process_exits: true,
+    };
+    let report = crate::ops::tick::tick(&super::ops::ctx(root, stores), req, &mut |r| {
+        answer(r, args.json.json, out)
+    })?;
+    Ok(report.exit())
 }
 
-/// One tick of the loop `store` in this process, once its actor may run
-/// one (`tick`, `approve --run`): refused on a host its `[runner]` does not
-/// list; its report is written, then its schedule and people follow.
-pub(super) fn here(
-    root: &Root,
-    store: &dyn LoopStore,
-    config: &LoopConfig,
-    timeout: Option<Duration>,
-    json: bool,
-    out: &mut dyn Write,
-) -> Result<Exit> {
-    // A loop pinned to other hosts does not run here.
-    let runner = &config.runner;
-    let here = crate::who::host();
-    if !runner.allows(&here) {
-        return Err(crate::Error::Refused {
-            name: store.name().to_string(),
-            message: format!(
-                "its [runner] hosts are {}; this is host {here}",
-                runner.hosts.join(", ")
-            ),
-        });
+/// The tick's report, written and flushed before its follow-ups.
+pub(super) fn answer(report: &TickReport, json: bool, out: &mut dyn Write) -> Result<()> {
+    match json {
+        true => super::emit_json(out, report),
+        false => super::emit(out, &human(report)),
     }
-    let report = tick::run_configured(
-        root,
-        store,
-        config,
-        &Options {
-            timeout,
-            process_exits: true,
-            ..Options::default()
-        },
-    )?;
-    // The report first: a notify command or webhook never holds it back.
-    let written = match json {
-        true => super::emit_json(out, &report),
-        false => super::emit(out, &human(&report)),
-    }
-    .and_then(|()| out.flush().map_err(crate::Error::Output));
-    tick::after::follow(root, tick::after::Change::Ticked(&report));
-    written?;
-    Ok(report.exit())
+    .and_then(|()| out.flush().map_err(crate::Error::Output))
 }
 
 /// The tick's line, then one line a gate that did not simply proceed; what

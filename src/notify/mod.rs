@@ -36,14 +36,14 @@ use crate::tick::TickReport;
 
 /// Notifies of the tick `report` tells of, if the loop's `on` lists what
 /// it did.
-pub fn after_tick(root: &Root, report: &TickReport) {
+pub fn after_tick(root: &Root, store: &dyn LoopStore, report: &TickReport) {
     let Some(facts) = &report.facts else { return };
     let kinds = tick_kinds(report, facts);
     if kinds.is_empty() {
         return;
     }
     let name = report.loop_name.as_str();
-    let (config, store) = match crate::store::open(root, name).and_then(|d| Ok((d.config()?, d))) {
+    let config = match store.config() {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("loop {name:?}: cannot read its [notify] settings: {e}");
@@ -58,7 +58,7 @@ pub fn after_tick(root: &Root, report: &TickReport) {
     };
     let mut notice = Notice::new(kind, name, (**facts).clone(), report.reason.clone(), root.path());
     notice.tick = report.tick;
-    send(root, store.as_ref(), &config, notice);
+    send(root, store, &config, notice);
 }
 
 /// What the tick was, as `on` names it, the one notified first.

@@ -5,10 +5,35 @@
 //! already open, and the person acting, passed in explicitly. The role
 //! check, the record of a refusal, the commit and the follow-ups happen
 //! here, once; a front-end renders the typed outcome or view it gets back.
+//!
+//! A verb is given an [`Answer`]: how its front-end answers the outcome
+//! (print it, or nothing, for a server that answers with the returned
+//! outcome). It is called once the change is committed and before the
+//! follow-ups, so a slow notify command or webhook never holds the answer
+//! back.
 
+pub mod approve;
+pub mod cancel;
+pub mod pause;
+pub mod refusal;
+pub mod reject;
+pub mod resume;
+pub mod rm;
+pub mod tick;
+
+use serde::{Serialize, Serializer};
+
+use crate::access::{Access, Action};
+use crate::error::{Error, Result};
+use crate::history::EventKind;
+use crate::lock::{Holder, Wait};
+use crate::notify::{Notice, Operation};
 use crate::root::Root;
-use crate::store::Stores;
+use crate::state::{Refusal, State};
+use crate::store::{Durability, LoopStore, Stores};
+use crate::tick::after::{self, Change};
 use crate::who::Actor;
+use refusal::Refusals;
 
 /// What every operation is given: where, on which store, and for whom.
 pub struct Ctx<'a> {
@@ -19,11 +44,157 @@ pub struct Ctx<'a> {
     /// The person the operation acts for: its role checks and the records
     /// of its changes name them.
     pub actor: Actor,
+    /// The refusals a long-lived front-end recorded lately (a server's):
+    /// one a minute per person and loop is recorded. None: each is.
+    pub refusals: Option<&'a Refusals>,
 }
 
+/// How a front-end answers a verb's outcome, before its follow-ups run.
+pub type Answer<'r, T> = &'r mut dyn FnMut(&T) -> Result<()>;
+
 impl<'a> Ctx<'a> {
-    /// A context acting for `actor` on `stores`.
-    pub fn new(root: &'a Root, stores: &'a Stores, actor: Actor) -> Ctx<'a> {
-        Ctx { root, stores, actor }
+    /// A context acting for `actor` on `stores`. The records name the
+    /// store's database role beside a server's user, as beside the CLI's.
+    pub fn new(root: &'a Root, stores: &'a Stores, mut actor: Actor) -> Ctx<'a> {
+        if actor.db_role.is_none() {
+            actor.db_role = crate::who::db_role();
+        }
+        Ctx {
+            root,
+            stores,
+            actor,
+            refusals: None,
+        }
+    }
+
+    /// This context, its refusals kept to one recorded a minute per person
+    /// and loop by `refusals`.
+    pub fn limiting(self, refusals: &'a Refusals) -> Ctx<'a> {
+        Ctx {
+            refusals: Some(refusals),
+            ..self
+        }
+    }
+
+    /// Loop `name`, once the actor may do `action` to it (a refusal is
+    /// recorded, waiting for the lock no longer than `bound`).
+    fn allowed(&self, name: &str, action: Action, bound: Wait) -> Result<Box<dyn LoopStore>> {
+        let dir = self.stores.get(name)?;
+        let rules = crate::access::rules(&*dir, &self.root.settings().access);
+        self.require(&*dir, action, &rules, bound)?;
+        Ok(dir)
+    }
+
+    /// The actor must hold the role `action` needs under `rules`
+    /// ([`refusal::require`]).
+    fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access, bound: Wait) -> Result<()> {
+        refusal::require(dir, &self.actor, action, rules, bound, self.refusals)
+    }
+
+    /// [`update_loop`] as the actor.
+    fn update(
+        &self,
+        dir: &dyn LoopStore,
+        command: &str,
+        wait: Wait,
+        change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
+    ) -> Result<State> {
+        update_loop(self.root, dir, &self.actor, command, wait, change)
+    }
+
+    /// What the actor did, for the loop's people (`[notify] on =
+    /// ["operator"]`).
+    fn operated(&self, dir: &dyn LoopStore, state: &State, action: &'static str) -> Notice {
+        let op = Operation {
+            action,
+            actor: self.actor.clone(),
+        };
+        Notice::operator(dir.name().as_str(), state, op, None, self.root.path())
+    }
+
+    /// The follow-up of `change`, outside the lock, on the store open.
+    fn follow(&self, change: Change<'_>) {
+        after::follow(self.root, change);
+    }
+}
+
+/// The one check before a change to a loop, for a front-end that keeps no
+/// count of refusals: `actor` must hold the role `action` needs (a
+/// refusal is kept and returned as [`refusal::require`] says). `bound` is
+/// the front-end's own bound on waiting for the lock (`--timeout`,
+/// `--no-wait`; `Wait::Forever` when it sets none).
+pub(crate) fn allowed(
+    root: &Root,
+    store: &dyn LoopStore,
+    actor: &Actor,
+    action: Action,
+    bound: Wait,
+) -> Result<()> {
+    let rules = crate::access::rules(store, &root.settings().access);
+    refusal::require(store, actor, action, &rules, bound, None)
+}
+
+/// Loads the loop's state under its lock, lets `change` modify it and say
+/// what happened, and commits both as the next version, as `by`. A change
+/// that returns no events changed nothing, and nothing is committed.
+pub(crate) fn update_loop(
+    root: &Root,
+    store: &dyn LoopStore,
+    by: &Actor,
+    command: &str,
+    wait: Wait,
+    change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
+) -> Result<State> {
+    let mut session = store.lock(Holder::me(command), wait)?;
+    let mut state = session.load()?.state;
+    let mut events = config_found(root, store, &mut state);
+    events.extend(change(&mut state)?);
+    if !events.is_empty() {
+        session.commit(by, &mut state, events, Durability::Full)?;
+    }
+    Ok(state)
+}
+
+/// A config changed since the loop last recorded one, as a change that
+/// commits finds it (one that does not load is left to the tick, which
+/// says why).
+fn config_found(root: &Root, store: &dyn LoopStore, state: &mut State) -> Vec<EventKind> {
+    let Ok(config) = store.config() else {
+        return Vec::new();
+    };
+    let now = crate::rules::Current::of(root.path(), &config);
+    let policy = config.approval.config_changes;
+    crate::rules::take_in(state, &now, policy, crate::rules::Via::Outside, None)
+        .map(|change| EventKind::ConfigChanged { change })
+        .into_iter()
+        .collect()
+}
+
+/// A change the loop's state refuses, as the error that says so.
+fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
+    move |r| Error::Refused {
+        name: dir.name().to_string(),
+        message: r.0,
+    }
+}
+
+/// A loop as a change left it: what `status NAME --json` shows, which is
+/// what the verbs that change a loop answer.
+pub struct Looked {
+    dir: Box<dyn LoopStore>,
+    /// The state the change committed (or found, when it changed nothing).
+    pub state: State,
+}
+
+impl Looked {
+    /// The loop's name.
+    pub fn name(&self) -> &str {
+        self.dir.name().as_str()
+    }
+}
+
+impl Serialize for Looked {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        crate::commands::status::view(&*self.dir, &self.state).serialize(s)
     }
 }

@@ -1,6 +1,7 @@
-//! The JSON API (docs/api.md, `/api/openapi.json`): each endpoint runs the
-//! library function of its CLI command with `--json`, as the signed-in
-//! user, and answers with what the command prints. Errors are
+//! The JSON API (docs/api.md, `/api/openapi.json`): a change calls the
+//! core ([`crate::ops`]) for the signed-in user and answers its outcome as
+//! the CLI's `--json` prints it; a read runs the library function of its
+//! CLI command with `--json` and answers with what it prints. Errors are
 //! `{code, message}` with the status that says what went wrong; a request
 //! refused before the command runs (no user, a bad body, a missing CSRF
 //! token) writes nothing, and one the roles refuse is recorded as the
@@ -18,12 +19,11 @@ use serde::{Deserialize, Serialize};
 use super::auth::{ApiUser, Who};
 use super::{App, blocking};
 use crate::access::{self, Access, Action, Denied};
-use crate::cli::{
-    ApproveArgs, CancelArgs, HistoryArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs,
-    ReviewArgs, WaitArgs,
-};
-use crate::commands::{approve, cancel, history, logs, ops, review, status};
+use crate::cli::{HistoryArgs, JsonArg, LogsArgs, ReviewArgs};
+use crate::commands::{history, logs, review, status};
 use crate::error::{Class, Error, Exit, Result};
+use crate::lock::Wait;
+use crate::ops::{self, Ctx};
 use crate::root::Root;
 use crate::store::LoopStore;
 use crate::who::Actor;
@@ -118,7 +118,8 @@ pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
         command: "view",
         user: actor.user.clone(),
         role: d.role.as_str(),
-        holders: d.holders,
+        // Who may view is not told to one who may not.
+        holders: None,
         record: Box::new(crate::access::Record::Unasked),
     })
 }
@@ -155,7 +156,7 @@ pub async fn openapi() -> Response {
 /// `GET /api/loops`: `list --json`, the loops the user may see.
 pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<Response, ApiError> {
     let actor = who.actor.clone();
-    let body = blocking(Some(who.actor), move || {
+    let body = blocking(move || {
         let mut reading = status::read(&*app.stores)?;
         let listed: Vec<_> = reading
             .listing()
@@ -178,7 +179,7 @@ async fn read(
     read: impl FnOnce(&App, &str, &mut dyn Write) -> Result<Exit> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let actor = who.actor.clone();
-    let body = blocking(Some(who.actor), move || {
+    let body = blocking(move || {
         may_view(&app, &actor, &name)?;
         capture(|out| read(&app, &name, out))
     })
@@ -265,7 +266,7 @@ pub async fn logs(
         .parse()
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no_such_tick", "a tick is a number"))?;
     let actor = who.actor.clone();
-    let body = blocking(Some(who.actor), move || {
+    let body = blocking(move || {
         may_view(&app, &actor, &name)?;
         capture(|out| logs::run(&app.stores, &log_args(&name, tick, q.stderr, q.verifier), out))
     })
@@ -339,62 +340,64 @@ impl Verb {
     }
 }
 
-/// Runs `verb` on loop `name` with `change`, as the command line would
-/// (the caller has made this thread the user's); returns its `--json`.
-pub fn apply(app: &App, verb: Verb, name: &str, change: Change) -> Result<Vec<u8>> {
-    let target = LoopArgs {
-        name: name.to_owned(),
-        wait: WaitArgs {
-            timeout: Some(app.lock_wait),
-            no_wait: false,
-        },
-        json: on(),
-    };
-    let (root, stores) = (&app.root, &app.stores);
-    capture(|out| match verb {
-        Verb::Approve => {
-            let args = ApproveArgs {
-                target,
-                note: change.note,
-                ahead: false,
-                await_id: change.await_id,
-                run: false,
+/// An outcome as the API answers it: the `--json` the CLI prints.
+fn answer(outcome: &impl Serialize) -> Vec<u8> {
+    let mut text = serde_json::to_vec_pretty(outcome).expect("outcomes serialise");
+    text.push(b'\n');
+    text
+}
+
+/// Runs `verb` on loop `name` with `change`, acting for `actor`, through
+/// the core; returns its outcome as the CLI's `--json` says it.
+pub fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) -> Result<Vec<u8>> {
+    let ctx = Ctx::new(&app.root, &app.stores, actor).limiting(&app.refusals);
+    let wait = Wait::For(app.lock_wait);
+    let name = name.to_owned();
+    Ok(match verb {
+        Verb::Pause => {
+            let req = ops::pause::Pause {
+                name,
+                reason: change.reason,
+                wait,
             };
-            approve::run(root, stores, &args, out)
+            answer(&ops::pause::pause(&ctx, req, &mut |_| Ok(()))?)
+        }
+        Verb::Resume => {
+            let req = ops::resume::Resume {
+                name,
+                reset_budget: change.reset_budget.unwrap_or(false),
+                wait,
+            };
+            answer(&ops::resume::resume(&ctx, req, &mut |_| Ok(()))?)
         }
         Verb::Reject => {
-            let args = RejectArgs {
-                target,
+            let req = ops::reject::Reject {
+                name,
                 reason: change.reason,
                 await_id: change.await_id,
                 halt: false,
+                wait,
             };
-            ops::reject(root, stores, &args, out)
+            answer(&ops::reject::reject(&ctx, req, &mut |_| Ok(()))?)
         }
-        Verb::Pause => ops::pause(
-            root,
-            stores,
-            &PauseArgs {
-                target,
-                reason: change.reason,
-            },
-            out,
-        ),
-        Verb::Resume => {
-            let args = ResumeArgs {
-                target,
-                reset_budget: change.reset_budget.unwrap_or(false),
+        Verb::Approve => {
+            let req = ops::approve::Approve {
+                name,
+                note: change.note,
+                ahead: false,
+                await_id: change.await_id,
+                then_tick: false,
+                wait,
             };
-            ops::resume(root, stores, &args, out)
+            answer(&ops::approve::approve(&ctx, req, &mut |_| Ok(()))?)
         }
         Verb::Cancel => {
-            let args = CancelArgs {
-                name: name.to_owned(),
+            let req = ops::cancel::Cancel {
+                name,
                 grace: app.lock_wait / 3,
                 timeout: Some(app.lock_wait),
-                json: on(),
             };
-            cancel::run(root, stores, &args, out)
+            answer(&ops::cancel::cancel(&ctx, req, &mut |_| Ok(()))?)
         }
     })
 }
@@ -418,7 +421,7 @@ pub async fn change(
         ));
     }
     let change = parse_body(&headers, read_body(&headers, body).await?, verb)?;
-    let body = blocking(Some(who.actor), move || apply(&app, verb, &name, change)).await?;
+    let body = blocking(move || apply(&app, who.actor, verb, &name, change)).await?;
     Ok(json(body))
 }
 

@@ -366,9 +366,7 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
 
 async fn read_users(app: &Arc<App>) -> std::result::Result<Vec<User>, NoUser> {
     let stores = app.stores.clone();
-    blocking(None, move || stores.users())
-        .await
-        .map_err(NoUser::Failed)
+    blocking(move || stores.users()).await.map_err(NoUser::Failed)
 }
 
 /// The user of an API request; refused with a JSON error.
@@ -466,7 +464,7 @@ pub async fn signin(
         return limited().into_response();
     }
     let stores = app.stores.clone();
-    let found = match blocking(None, move || stores.users()).await {
+    let found = match blocking(move || stores.users()).await {
         Ok(all) => users::find(&all, form.token.trim()).cloned(),
         Err(e) => return ApiError::from(e).into_response(),
     };

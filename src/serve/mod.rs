@@ -5,11 +5,11 @@
 //! proxy, CSRF, the sign-in limit), `api` (the JSON API), `pages` (the
 //! HTML), `live` (server-sent events from the store's changes).
 //!
-//! Handlers are thin: each runs the library function its CLI command runs
-//! (`status`, `history`, `review`, `logs`, `approve`, ...), given the store
-//! the server opened at its start, on a blocking thread lent to the
-//! signed-in user ([`crate::who::acting_as`]), so the role check, the
-//! records and the JSON are the CLI's own.
+//! Handlers are thin: a change calls the core ([`crate::ops`]) with a
+//! context naming the signed-in user, a read runs the library function its
+//! CLI command runs (`status`, `history`, `review`, `logs`), given the
+//! store the server opened at its start, on a blocking thread; so the role
+//! check, the records and the JSON are the CLI's own.
 
 mod api;
 mod auth;
@@ -27,7 +27,6 @@ use crate::cli::{Listen, ServeArgs};
 use crate::error::{Error, Exit, Result};
 use crate::root::Root;
 use crate::store::Stores;
-use crate::who::Actor;
 
 /// The largest request body read (a note, a reason).
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -41,6 +40,8 @@ pub struct App {
     /// How long a change waits for the loop's lock: within the request's
     /// own bound, so a busy loop is answered, not timed out.
     pub lock_wait: Duration,
+    /// The refusals recorded lately: one a minute per user and loop is.
+    pub refusals: crate::ops::refusal::Refusals,
 }
 
 pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
@@ -85,6 +86,7 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         stores,
         auth,
         lock_wait: args.request_timeout / 2,
+        refusals: Default::default(),
     });
     runtime.block_on(async {
         let (listener, line, port) = listen(args, unix, tls.is_some()).await?;
@@ -153,16 +155,11 @@ fn socket_mode(root: &Root) -> u32 {
     }
 }
 
-/// Runs `work` on a blocking thread as `actor`: the store's calls block.
-pub async fn blocking<T: Send + 'static>(
-    actor: Option<Actor>,
-    work: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let joined = tokio::task::spawn_blocking(move || match &actor {
-        Some(actor) => crate::who::acting_as(actor, work),
-        None => work(),
-    })
-    .await;
+/// Runs `work` on a blocking thread: the store's calls block. Whom it
+/// acts for is in what it was given (a [`crate::ops::Ctx`]), not in the
+/// thread.
+pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    let joined = tokio::task::spawn_blocking(work).await;
     match joined {
         Ok(result) => result,
         // A panic in the library: the request fails, the server goes on.

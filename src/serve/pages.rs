@@ -105,7 +105,7 @@ fn badge(status: &str) -> Markup {
 /// `GET /`: the loops the user may see, awaiting approval first.
 pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Response {
     let me = who.clone();
-    let rendered = blocking(Some(who.actor.clone()), move || {
+    let rendered = blocking(move || {
         let mut reading = status::read(&*app.stores)?;
         let mut listed: Vec<_> = reading
             .listing()
@@ -186,7 +186,7 @@ fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, status: Stat
 pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name): Path<String>) -> Response {
     let me = who.clone();
     let shown = name.clone();
-    let rendered = blocking(Some(who.actor.clone()), move || {
+    let rendered = blocking(move || {
         api::may_view(&app, &me.actor, &name)?;
         let dir = app.stores.get(&name)?;
         let state = dir.load()?;
@@ -273,7 +273,7 @@ pub async fn review(
 ) -> Response {
     let me = who.clone();
     let shown = name.clone();
-    let rendered = blocking(Some(who.actor.clone()), move || {
+    let rendered = blocking(move || {
         api::may_view(&app, &me.actor, &name)?;
         let dir = app.stores.get(&name)?;
         let r = serde_json::to_value(review::build(&app.root, dir.as_ref(), false)?).unwrap_or_default();
@@ -438,7 +438,7 @@ pub async fn run(
     };
     let me = who.clone();
     let shown = name.clone();
-    let rendered = blocking(Some(who.actor.clone()), move || {
+    let rendered = blocking(move || {
         api::may_view(&app, &me.actor, &name)?;
         let running = app
             .stores
@@ -523,11 +523,8 @@ pub async fn change(
         reset_budget: None,
     };
     let target = name.clone();
-    match blocking(Some(who.actor.clone()), move || {
-        api::apply(&app, verb, &target, change)
-    })
-    .await
-    {
+    let actor = who.actor.clone();
+    match blocking(move || api::apply(&app, actor, verb, &target, change)).await {
         Ok(_) => Redirect::to(&format!("/loops/{name}")).into_response(),
         Err(e) => error_page(Some(&who), e.into()),
     }

@@ -33,6 +33,7 @@ use crate::history::{Event, EventKind, History};
 use crate::lock::{Holder, Wait};
 use crate::root::{LoopName, Root, StoreChoice};
 use crate::state::{InFlight, State};
+use crate::who::Actor;
 
 pub use file::{FileStore, LoopDir, check_loops_dir, edits, init_root, parse_state};
 
@@ -539,7 +540,13 @@ pub trait Session {
     /// atomic record. The state must be the one this session loaded or last
     /// committed (its `version` is checked); on success its `version` and
     /// `updated_at` are the committed ones.
-    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()>;
+    fn commit(
+        &mut self,
+        by: &Actor,
+        state: &mut State,
+        events: Vec<EventKind>,
+        durability: Durability,
+    ) -> Result<()>;
 
     /// Deletes the loop. Needs no `load` first, so a loop whose state is
     /// unreadable can still be removed.
@@ -582,7 +589,13 @@ struct Next {
 impl Next {
     /// The commit of `state` with `events` in a session that loaded or last
     /// committed version `held` (`None`: it may commit no more).
-    fn of(name: &LoopName, held: Option<u64>, state: &State, events: Vec<EventKind>) -> Result<Next> {
+    fn of(
+        name: &LoopName,
+        held: Option<u64>,
+        state: &State,
+        events: Vec<EventKind>,
+        by: &Actor,
+    ) -> Result<Next> {
         if held != Some(state.version) {
             return Err(crate::Error::Conflict {
                 name: name.to_string(),
@@ -595,7 +608,7 @@ impl Next {
         next.version = state.version + 1;
         next.updated_at = now;
         Ok(Next {
-            events: stamp(events, next.version, now),
+            events: stamp(events, next.version, now, by),
             state: next,
         })
     }
@@ -616,15 +629,17 @@ fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Res
         dead.host
     );
     let event = record_crash(state, &dead);
-    session.commit(state, vec![event], Durability::Full)?;
+    // Found by whoever loaded the loop: this process's own actor, not the
+    // person a server acts for.
+    session.commit(&crate::who::actor(), state, vec![event], Durability::Full)?;
     Ok(Some(dead))
 }
 
 /// Events of one commit, stamped with the version they belong to.
-fn stamp(events: Vec<EventKind>, version: u64, at: jiff::Timestamp) -> Vec<Event> {
+fn stamp(events: Vec<EventKind>, version: u64, at: jiff::Timestamp, by: &Actor) -> Vec<Event> {
     events
         .into_iter()
-        .map(|kind| Event::stamped(kind, version, at))
+        .map(|kind| Event::stamped(kind, version, at, by))
         .collect()
 }
 

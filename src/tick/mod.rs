@@ -28,6 +28,7 @@ use crate::lock::{Holder, Wait};
 use crate::root::Root;
 use crate::state::{Asked, At, GateFailure, Head, InFlight, LastTick, Moment, Outcome, State, Worktree};
 use crate::store::{Durability, Loaded, LoopStore, Session};
+use crate::who::Actor;
 use crate::{metrics, who, worktree};
 
 pub use gates::Verdict;
@@ -60,6 +61,9 @@ pub struct Options<'a> {
     /// (unmapping the engine's code and freeing its tables is about 2 % of
     /// a CLI tick's CPU, spent after the work is done).
     pub process_exits: bool,
+    /// Who runs the tick (the person who asked for it by hand, or through
+    /// a console); else this process's own actor (a scheduler, the daemon).
+    pub actor: Option<&'a Actor>,
 }
 
 /// Runs one tick of loop `name`.
@@ -116,6 +120,7 @@ pub fn run_configured(
         ran_since: opts.ran_since,
         number: 0,
         recovered: None,
+        actor: opts.actor.cloned().unwrap_or_else(who::actor),
         events: Vec::new(),
         verdicts: Vec::new(),
         current: crate::rules::Current::of(root.path(), config),
@@ -163,6 +168,8 @@ struct Tick<'a> {
     number: u64,
     /// A tick found dead mid-way and recorded by this one's session.
     recovered: Option<u64>,
+    /// Who runs it: the records of its commits name them.
+    actor: Actor,
     /// The events of the next commit.
     events: Vec<EventKind>,
     verdicts: Vec<Verdict>,
@@ -305,7 +312,7 @@ impl Tick<'_> {
             group_start: group_id.and_then(crate::procfs::start_of),
         });
         let events = std::mem::take(&mut self.events);
-        session.commit(state, events, Durability::Relaxed)?;
+        session.commit(&self.actor, state, events, Durability::Relaxed)?;
 
         let run_dir = crate::runs::run_path(self.store.base_dir(), number);
         let cwd = match worktree {
@@ -410,7 +417,7 @@ impl Tick<'_> {
             confinement: ran.confinement.clone(),
         });
         let events = std::mem::take(&mut self.events);
-        match session.commit(state, events, Durability::Full) {
+        match session.commit(&self.actor, state, events, Durability::Full) {
             // Recorded; only its durability is in doubt, and it is said so.
             // Or recorded or not, the server's answer lost: the next command
             // on the loop finds the record, or the tick in flight.
@@ -780,7 +787,7 @@ impl Tick<'_> {
         let noted = self.note_gate_error(state);
         if changed || noted || !self.events.is_empty() {
             let events = std::mem::take(&mut self.events);
-            session.commit(state, events, Durability::Full)?;
+            session.commit(&self.actor, state, events, Durability::Full)?;
         }
         Ok(Before::Ended(TickReport {
             loop_name: self.store.name().to_string(),

@@ -166,7 +166,7 @@ fn lines() -> Vec<Vec<u8>> {
     ];
     kinds
         .into_iter()
-        .map(|kind| Event::stamped(kind, 7, at).to_line())
+        .map(|kind| Event::stamped(kind, 7, at, &automaton::who::identify("ann", None, &[])).to_line())
         .collect()
 }
 

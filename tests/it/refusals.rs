@@ -176,3 +176,66 @@ fn doctor_fix_is_an_operators_and_a_refused_one_repairs_nothing() {
     );
     assert!(!copy.exists());
 }
+
+/// A loop only `lead` and `watcher` may view, only `lead` operate, with a
+/// console in front of it.
+fn secret_loop(env: &Env) {
+    env.new_loop(
+        "secret",
+        "step = \"true\"\n[access]\nviewers = [\"lead\", \"watcher\"]\noperators = [\"lead\"]\n",
+    );
+}
+
+#[test]
+fn a_refusal_of_one_who_may_not_view_the_loop_is_logged_not_committed_nor_told_who_may() {
+    let env = Env::new();
+    secret_loop(&env);
+    let stranger = crate::serve::user(&env, "stranger");
+    let s = crate::serve::Server::start(&env, &[]);
+    let events = env.history("secret");
+    for _ in 0..3 {
+        let (status, body) = crate::serve::post(&s, "/api/loops/secret/pause", &stranger, "");
+        assert_eq!(status, 403, "{body}");
+        assert!(!body.contains("lead"), "a non-viewer is told who may: {body}");
+        assert!(
+            !body.contains("record"),
+            "a non-viewer's refusal went near the record: {body}"
+        );
+    }
+    assert_eq!(
+        env.history("secret"),
+        events,
+        "a non-viewer's refusal was committed"
+    );
+    let log = s.log();
+    assert!(
+        log.contains("stranger") && log.contains("secret"),
+        "the refusal is not in the server's log: {log}"
+    );
+}
+
+#[test]
+fn a_viewers_refusals_are_recorded_once_a_minute_and_the_rest_counted() {
+    let env = Env::new();
+    secret_loop(&env);
+    let watcher = crate::serve::user(&env, "watcher");
+    let s = crate::serve::Server::start(&env, &[]);
+    for _ in 0..5 {
+        let (status, body) = crate::serve::post(&s, "/api/loops/secret/pause", &watcher, "");
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("lead"), "a viewer is told who may: {body}");
+    }
+    let refused: Vec<_> = env
+        .history("secret")
+        .into_iter()
+        .filter(|e| e["kind"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["by"], "watcher");
+    assert!(
+        s.log().contains("4 refusals of watcher"),
+        "the refusals not recorded are not counted: {}",
+        s.log()
+    );
+    assert_eq!(s.stop(), Some(0));
+}

@@ -113,7 +113,7 @@ pub(crate) fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
     )
 }
 
-fn post(s: &Server, path: &str, token: &str, body: &str) -> (u16, String) {
+pub(crate) fn post(s: &Server, path: &str, token: &str, body: &str) -> (u16, String) {
     answer(
         agent()
             .post(s.url(path))
@@ -249,6 +249,55 @@ fn the_api_answers_in_the_shapes_of_the_clis_json() {
     assert_eq!(env.status("other")["status"], "paused");
     let (status, _) = post(&s, "/api/loops/other/resume", &token, "{}");
     assert_eq!(status, 200);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// Each verb, on twin loops, once by the command line and once by the
+/// API: the two answers have the same shape.
+#[test]
+fn each_verb_answers_the_api_in_the_shape_of_its_clis_json() {
+    let env = Env::new();
+    for name in ["by-cli", "by-api"] {
+        awaiting(&env, name, "");
+    }
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let steps: [(&str, &[&str], Value); 6] = [
+        ("pause", &["--reason", "freeze"], json!({"reason": "freeze"})),
+        ("resume", &[], json!({})),
+        ("approve", &["--note", "ship it"], json!({"note": "ship it"})),
+        ("pause", &[], json!({})),
+        ("cancel", &[], json!({})),
+        ("reject", &["--reason", "no"], json!({"reason": "no"})),
+    ];
+    for (verb, flags, body) in steps {
+        let mut args = vec![verb, "by-cli", "--json"];
+        args.extend(flags);
+        let cli: Value = serde_json::from_str(&env.ok(&args)).unwrap();
+        let (status, answer) = post(
+            &s,
+            &format!("/api/loops/by-api/{verb}"),
+            &token,
+            &body.to_string(),
+        );
+        assert_eq!(status, 200, "{verb}: {answer}");
+        let api: Value = serde_json::from_str(&answer).unwrap();
+        let shape = crate::snapshots::shape;
+        assert_eq!(shape(&api), shape(&cli), "{verb}");
+    }
+    // Each change is recorded as the user the server acted for.
+    for kind in ["paused", "resumed", "approved", "rejected"] {
+        let event = env
+            .history("by-api")
+            .into_iter()
+            .find(|e| e["kind"] == kind)
+            .unwrap();
+        assert_eq!(
+            (event["actor"]["user"].as_str(), event["actor"]["via"].as_str()),
+            (Some("ann"), Some("token")),
+            "{kind}"
+        );
+    }
     assert_eq!(s.stop(), Some(0));
 }
 

@@ -130,3 +130,66 @@ fn a_failed_tick_and_its_output() {
         insta::assert_snapshot!("logs_stderr", env.ok(&["logs", "flaky", "1", "--stderr"]));
     });
 }
+
+/// The shape of a JSON answer: each field's path and kind, one a line,
+/// the first element standing for an array's others. Values change from
+/// run to run; the shape is what a script reading them relies on.
+pub fn shape(v: &serde_json::Value) -> String {
+    fn walk(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        use serde_json::Value;
+        let kind = match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        out.push(format!("{path}: {kind}"));
+        match v {
+            Value::Array(items) => {
+                if let Some(first) = items.first() {
+                    walk(first, &format!("{path}[]"), out);
+                }
+            }
+            Value::Object(fields) => {
+                for (k, f) in fields {
+                    walk(f, &format!("{path}.{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, "", &mut out);
+    out.join("\n") + "\n"
+}
+
+/// The `--json` of each verb that changes a loop, by shape: what the
+/// console's API answers too.
+#[test]
+fn the_verbs_json_shapes() {
+    let env = Env::new();
+    env.new_loop("plain", "step = \"true\"\n");
+    crate::serve::awaiting(&env, "gated", "");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        serde_json::from_str(&env.ok(&all)).unwrap()
+    };
+    let mut shapes = String::new();
+    let mut pin = |what: &str, v: serde_json::Value| shapes += &format!("## {what}\n{}\n", shape(&v));
+    pin("pause", json(&["pause", "plain", "--reason", "freeze"]));
+    pin("pause, already paused", json(&["pause", "plain"]));
+    pin("resume", json(&["resume", "plain"]));
+    pin("tick", json(&["tick", "plain"]));
+    pin("cancel, nothing in flight", json(&["cancel", "plain"]));
+    pin("approve", json(&["approve", "gated", "--note", "ship it"]));
+    pin("approve --ahead", json(&["approve", "gated", "--ahead"]));
+    pin(
+        "reject --halt",
+        json(&["reject", "gated", "--halt", "--reason", "no"]),
+    );
+    pin("rm --force", json(&["rm", "plain", "--force"]));
+    settings(&env).bind(|| insta::assert_snapshot!("verbs_json", shapes));
+}

@@ -64,7 +64,7 @@ pub fn create_loop(
             .and_then(|()| f.sync_data())
             .map_err(Error::io("writing", &path))
     };
-    let history: Vec<u8> = crate::store::stamp(events, state.version, state.updated_at)
+    let history: Vec<u8> = crate::store::stamp(events, state.version, state.updated_at, &crate::who::actor())
         .iter()
         .flat_map(Event::to_line)
         .collect();

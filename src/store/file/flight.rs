@@ -196,6 +196,7 @@ mod tests {
                 },
                 version,
                 crate::clock::now(),
+                &crate::who::identify("ann", None, &[]),
             )],
         }
     }

@@ -14,6 +14,7 @@ use crate::history::{Event, EventKind};
 use crate::lock::{Held, Holder};
 use crate::state::State;
 use crate::store::{Durability, Loaded, Next, Session};
+use crate::who::Actor;
 
 /// A held lock on a loop directory.
 pub(super) struct FileSession<'a> {
@@ -157,8 +158,14 @@ impl Session for FileSession<'_> {
         Ok(Loaded { state, recovered })
     }
 
-    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, durability: Durability) -> Result<()> {
-        let committed = self.commit_files(state, events, durability);
+    fn commit(
+        &mut self,
+        by: &Actor,
+        state: &mut State,
+        events: Vec<EventKind>,
+        durability: Durability,
+    ) -> Result<()> {
+        let committed = self.commit_files(by, state, events, durability);
         if committed.is_err() {
             // Whatever it left is for the next holder to look at.
             self.whole = false;
@@ -191,6 +198,7 @@ impl Session for FileSession<'_> {
 impl FileSession<'_> {
     fn commit_files(
         &mut self,
+        by: &Actor,
         state: &mut State,
         events: Vec<EventKind>,
         durability: Durability,
@@ -198,7 +206,7 @@ impl FileSession<'_> {
         let Next {
             state: next_state,
             events,
-        } = Next::of(&self.dir.name, self.version, state, events)?;
+        } = Next::of(&self.dir.name, self.version, state, events, by)?;
         let next = next_state.version;
         if next_state.in_flight.is_some() && self.pending.is_none() {
             return self.commit_flight(state, next_state, events, durability);

@@ -235,7 +235,7 @@ impl Database {
         events: Vec<EventKind>,
     ) -> Result<PgLoop> {
         let lp = self.handle(name.clone());
-        let events = super::stamp(events, state.version, state.updated_at);
+        let events = super::stamp(events, state.version, state.updated_at, &crate::who::actor());
         let check = format!("automaton status {name}");
         let what = ("cannot create the loop", "the loop's creation", check.as_str());
         let made = self.write(Some(name.as_str()), what, |c| {

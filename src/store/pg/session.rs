@@ -11,6 +11,7 @@ use crate::history::EventKind;
 use crate::lock::{self, Holder};
 use crate::state::State;
 use crate::store::{Durability, Loaded, Next, Session, recover};
+use crate::who::Actor;
 
 /// A held lock on one loop: its advisory lock on a connection of its own,
 /// and its lease, renewed until the session ends.
@@ -215,12 +216,18 @@ impl Session for PgSession<'_> {
     /// asynchronous commit is lost when the server restarts, not only on a
     /// power loss, and a lost `in_flight` marker would let a tick whose
     /// step ran go unrecorded and its run number be used again.
-    fn commit(&mut self, state: &mut State, events: Vec<EventKind>, _durability: Durability) -> Result<()> {
+    fn commit(
+        &mut self,
+        by: &Actor,
+        state: &mut State,
+        events: Vec<EventKind>,
+        _durability: Durability,
+    ) -> Result<()> {
         let lp = self.lp;
         let Next {
             state: next_state,
             events,
-        } = Next::of(&lp.name, self.version, state, events)?;
+        } = Next::of(&lp.name, self.version, state, events, by)?;
         let next = next_state.version;
         self.refuse_if_lost()?;
         let name = lp.name.as_str();
