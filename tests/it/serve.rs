@@ -253,6 +253,50 @@ fn the_api_answers_in_the_shapes_of_the_clis_json() {
 }
 
 #[test]
+fn the_api_answers_every_view_as_the_cli_prints_it() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    env.new_loop("failing", "step = \"echo out; echo err >&2; exit 2\"\n");
+    assert_eq!(env.run(&["tick", "failing"]).status.code(), Some(6));
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let cli = |args: &[&str]| -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&env.ok(&args)).unwrap()
+    };
+    let api = |path: &str| -> Value {
+        let (status, body) = get(&s, path, &token);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    assert_eq!(api("/api/loops"), cli(&["list"]));
+    for name in ["demo", "failing"] {
+        assert_eq!(api(&format!("/api/loops/{name}")), cli(&["status", name]));
+        assert_eq!(
+            api(&format!("/api/loops/{name}/history")),
+            cli(&["history", name])
+        );
+        assert_eq!(
+            api(&format!("/api/loops/{name}/history?limit=1")),
+            cli(&["history", name, "--limit", "1"])
+        );
+        assert_eq!(api(&format!("/api/loops/{name}/review")), cli(&["review", name]));
+        assert_eq!(
+            api(&format!("/api/loops/{name}/review?diff=true")),
+            cli(&["review", name, "--diff"])
+        );
+    }
+    let text = |path: &str| get(&s, path, &token);
+    assert_eq!(text("/api/loops/failing/runs/1/logs"), (200, "out\n".to_owned()));
+    assert_eq!(
+        text("/api/loops/failing/runs/1/logs?stderr=true"),
+        (200, "err\n".to_owned())
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_loop_whose_state_cannot_be_read_is_answered_as_invalid_state() {
     let env = crate::files_only!("corrupts .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n");
