@@ -24,7 +24,7 @@ mod shell;
 pub(crate) mod status;
 mod tick;
 mod user;
-mod validate;
+pub(crate) mod validate;
 
 use std::io::Write;
 

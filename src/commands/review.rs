@@ -81,7 +81,7 @@ struct TickReview {
 /// A recorded change to the config: when, who committed it, and what
 /// changed.
 #[derive(Debug, Serialize)]
-pub(crate) struct ConfigChangeReview {
+pub struct ConfigChangeReview {
     pub v: u64,
     pub at: jiff::Timestamp,
     /// Who made the change (`edit`), or whose command found it.

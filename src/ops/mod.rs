@@ -6,6 +6,8 @@
 //! check, the record of a refusal, the commit and the follow-ups happen
 //! here, once; a front-end renders the typed outcome or view it gets back.
 
+pub mod views;
+
 use crate::root::Root;
 use crate::store::Stores;
 use crate::who::Actor;

@@ -17,15 +17,17 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::{ApiUser, Who};
 use super::{App, blocking};
-use crate::access::{self, Access, Action, Denied};
 use crate::cli::{
     ApproveArgs, CancelArgs, HistoryArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs,
     ReviewArgs, WaitArgs,
 };
-use crate::commands::{approve, cancel, history, logs, ops, review, status};
+use crate::commands::{approve, cancel, history, logs, ops, review};
 use crate::error::{Class, Error, Exit, Result};
-use crate::root::Root;
-use crate::store::LoopStore;
+use crate::ops::Ctx;
+use crate::ops::views::{
+    self,
+    status::{Listed, LoopView},
+};
 use crate::who::Actor;
 
 /// An error as the API answers it.
@@ -92,6 +94,23 @@ fn classify(e: &Error) -> (StatusCode, &'static str) {
     }
 }
 
+/// A view as a JSON response, printed as the command line's `--json`
+/// prints it.
+pub struct Json<T>(pub T);
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        let mut text = serde_json::to_vec_pretty(&self.0).expect("views serialise");
+        text.push(b'\n');
+        json(text)
+    }
+}
+
+/// The context a view is read in for `actor`: the server's root and store.
+pub fn reader<'a>(app: &'a App, actor: &Actor) -> Ctx<'a> {
+    Ctx::new(&app.root, &app.stores, actor.clone())
+}
+
 /// What a command printed, as a JSON response.
 fn json(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
@@ -113,61 +132,23 @@ fn on() -> JsonArg {
 /// refused is not recorded, as reading writes nothing.
 pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
     let dir = app.stores.get(name)?;
-    may_see(actor, &view_rules(&app.root, dir.as_ref())).map_err(|d| Error::NotAllowed {
-        name: name.to_owned(),
-        command: "view",
-        user: actor.user.clone(),
-        role: d.role.as_str(),
-        holders: d.holders,
-        record: Box::new(crate::access::Record::Unasked),
-    })
+    views::may_view(&reader(app, actor), dir.as_ref())
 }
 
-/// The lists that say who may see loop `dir`: its own over the root's,
-/// the root's alone when its loop.toml does not load.
-pub fn view_rules(root: &Root, dir: &dyn LoopStore) -> Access {
-    access::rules(dir, &root.settings().access)
-}
-
-/// Whether `actor` may see a loop under `rules`: the one rule the API,
-/// the pages and the live feed apply.
-pub fn may_see(actor: &Actor, rules: &Access) -> std::result::Result<(), Denied> {
-    access::check(actor, Action::View, rules)
-}
-
-/// Whether `actor` may see a listed loop.
-pub fn sees(app: &App, actor: &Actor, listed: &status::Listed<'_>) -> bool {
-    let defaults = &app.root.settings().access;
-    let rules = match listed {
-        status::Listed::Loop(v) => v
-            .access
-            .as_ref()
-            .map_or_else(|| defaults.clone(), |a| a.over(defaults)),
-        status::Listed::Unreadable { .. } => defaults.clone(),
-    };
-    may_see(actor, &rules).is_ok()
-}
+pub use crate::ops::views::{may_see, rules as view_rules};
 
 pub async fn openapi() -> Response {
     json(include_str!("openapi.json").as_bytes().to_vec())
 }
 
 /// `GET /api/loops`: `list --json`, the loops the user may see.
-pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<Response, ApiError> {
+pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<Json<Vec<Listed>>, ApiError> {
     let actor = who.actor.clone();
-    let body = blocking(Some(who.actor), move || {
-        let mut reading = status::read(&*app.stores)?;
-        let listed: Vec<_> = reading
-            .listing()
-            .into_iter()
-            .filter(|l| sees(&app, &actor, l))
-            .collect();
-        let mut text = serde_json::to_vec_pretty(&listed).expect("output serialises");
-        text.push(b'\n');
-        Ok(text)
+    let listing = blocking(Some(who.actor), move || {
+        views::status::list(&reader(&app, &actor))
     })
     .await?;
-    Ok(json(body))
+    Ok(Json(listing.loops))
 }
 
 /// Runs `read` for loop `name` as `who`, once they may see it.
@@ -191,11 +172,13 @@ pub async fn one(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    read(app, who, name, |app, name, out| {
-        status::one(&app.root, &app.stores, name, true, out)
+) -> Result<Json<LoopView>, ApiError> {
+    let actor = who.actor.clone();
+    let view = blocking(Some(who.actor), move || {
+        views::status::status(&reader(&app, &actor), &name)
     })
-    .await
+    .await?;
+    Ok(Json(view))
 }
 
 #[derive(Deserialize)]

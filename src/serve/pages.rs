@@ -15,11 +15,12 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::{self, ApiError, Change, Verb};
+use super::api::{self, ApiError, Change, Verb, reader};
 use super::auth::{PageUser, Who};
 use super::{App, blocking};
 use crate::access::{self, Action};
-use crate::commands::{logs, review, status};
+use crate::commands::{logs, review};
+use crate::ops::views::{self, status};
 use crate::state::Status;
 
 /// The most of one output a page shows (its end).
@@ -106,12 +107,7 @@ fn badge(status: &str) -> Markup {
 pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Response {
     let me = who.clone();
     let rendered = blocking(Some(who.actor.clone()), move || {
-        let mut reading = status::read(&*app.stores)?;
-        let mut listed: Vec<_> = reading
-            .listing()
-            .into_iter()
-            .filter(|l| api::sees(&app, &me.actor, l))
-            .collect();
+        let mut listed = views::status::list(&reader(&app, &me.actor))?.loops;
         listed.sort_by_key(|l| match l {
             status::Listed::Loop(v) => v.state.status != Status::AwaitingApproval,
             status::Listed::Unreadable { .. } => true,
@@ -125,7 +121,7 @@ pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Respo
     }
 }
 
-fn loops_table(listed: &[status::Listed<'_>]) -> Markup {
+fn loops_table(listed: &[status::Listed]) -> Markup {
     html! {
         h1 { "Loops" }
         @if listed.is_empty() { p { "No loops to show." } }
@@ -187,10 +183,9 @@ pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(Some(who.actor.clone()), move || {
-        api::may_view(&app, &me.actor, &name)?;
+        let view = views::status::status(&reader(&app, &me.actor), &name)?;
         let dir = app.stores.get(&name)?;
-        let state = dir.load()?;
-        let view = status::view(dir.as_ref(), &state);
+        let state = &view.state;
         let history = dir.history()?;
         let skip = history.events.len().saturating_sub(EVENTS_SHOWN);
         let events: Vec<Value> = history.events[skip..]
@@ -209,8 +204,8 @@ pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name
     }
 }
 
-fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Markup {
-    let s = v.state;
+fn loop_body(v: &status::LoopView, actions: Markup, events: &[Value]) -> Markup {
+    let s = &v.state;
     html! {
         h1 { (v.name) " " (badge(&v.shown_status())) }
         @if let Some(d) = &v.description { p.description { (d) } }
@@ -238,7 +233,7 @@ fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Mar
         h2 { "History" }
         table.events {
             thead { tr { th { "When" } th { "What" } th { "Details" } } }
-            tbody { @for e in events { (event_row(v.name, e)) } }
+            tbody { @for e in events { (event_row(&v.name, e)) } }
         }
     }
 }
