@@ -19,15 +19,14 @@ use super::auth::{ApiUser, Who};
 use super::{App, blocking};
 use crate::cli::{
     ApproveArgs, CancelArgs, HistoryArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs,
-    ReviewArgs, WaitArgs,
+    WaitArgs,
 };
-use crate::commands::{approve, cancel, history, logs, ops, review};
+use crate::commands::{approve, cancel, history, logs, ops};
 use crate::error::{Class, Error, Exit, Result};
 use crate::ops::Ctx;
-use crate::ops::views::{
-    self,
-    status::{Listed, LoopView},
-};
+use crate::ops::views;
+use crate::ops::views::review::Review;
+use crate::ops::views::status::{Listed, LoopView};
 use crate::who::Actor;
 
 /// An error as the API answers it.
@@ -216,16 +215,13 @@ pub async fn review(
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
     Query(q): Query<ReviewQuery>,
-) -> Result<Response, ApiError> {
-    read(app, who, name, move |app, name, out| {
-        let args = ReviewArgs {
-            name: name.to_owned(),
-            diff: q.diff,
-            json: on(),
-        };
-        review::run(&app.root, &app.stores, &args, out)
+) -> Result<Json<Review>, ApiError> {
+    let actor = who.actor.clone();
+    let view = blocking(Some(who.actor), move || {
+        views::review::review(&reader(&app, &actor), &name, q.diff)
     })
-    .await
+    .await?;
+    Ok(Json(view))
 }
 
 #[derive(Deserialize)]

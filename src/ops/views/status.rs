@@ -66,7 +66,7 @@ pub struct LoopView {
     pub unrecorded_config: Option<crate::rules::Hashes>,
     /// The config changes recorded since the last approval (`status NAME`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub config_changes: Vec<crate::commands::review::ConfigChangeReview>,
+    pub config_changes: Vec<super::review::ConfigChangeReview>,
     /// Whether its step runs unconfined (`[step] confine = "off"`): only
     /// present, as `true`, when it does.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -303,9 +303,9 @@ pub fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
     });
     v.last_missed = crate::fires::last_missed(&fires).cloned();
     v.refused_firings = crate::fires::refused_now(&fires).cloned();
-    v.unrecorded_config = crate::commands::review::unrecorded(root, dir, &state);
+    v.unrecorded_config = super::review::unrecorded(root, dir, &state);
     v.config_changes = match dir.history() {
-        Ok(h) => crate::commands::review::config_changes(&h.events),
+        Ok(h) => super::review::config_changes(&h.events),
         Err(e) => {
             tracing::warn!("{e}");
             Vec::new()
