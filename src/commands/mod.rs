@@ -74,7 +74,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
             Some(name) => status::one(&r, &s, name, args.json.json, out),
             None => status::all(&r, &s, &[], args.json.json, out),
         }),
-        Command::History(args) => opened(root).and_then(|(_, s)| history::run(&s, &args, out)),
+        Command::History(args) => opened(root).and_then(|(r, s)| history::run(&r, &s, &args, out)),
         Command::Fires(args) => fires::run(&Root::open(root)?, &args, out),
         Command::Review(args) => opened(root).and_then(|(r, s)| review::run(&r, &s, &args, out)),
         Command::Logs(args) => opened(root).and_then(|(_, s)| logs::run(&s, &args, out)),

@@ -15,16 +15,16 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::auth::{ApiUser, Who};
+use super::auth::ApiUser;
 use super::{App, blocking};
 use crate::cli::{
-    ApproveArgs, CancelArgs, HistoryArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs,
-    WaitArgs,
+    ApproveArgs, CancelArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs, WaitArgs,
 };
-use crate::commands::{approve, cancel, history, logs, ops};
+use crate::commands::{approve, cancel, logs, ops};
 use crate::error::{Class, Error, Exit, Result};
 use crate::ops::Ctx;
 use crate::ops::views;
+use crate::ops::views::history::History;
 use crate::ops::views::review::Review;
 use crate::ops::views::status::{Listed, LoopView};
 use crate::who::Actor;
@@ -150,22 +150,6 @@ pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<
     Ok(Json(listing.loops))
 }
 
-/// Runs `read` for loop `name` as `who`, once they may see it.
-async fn read(
-    app: Arc<App>,
-    who: Who,
-    name: String,
-    read: impl FnOnce(&App, &str, &mut dyn Write) -> Result<Exit> + Send + 'static,
-) -> Result<Response, ApiError> {
-    let actor = who.actor.clone();
-    let body = blocking(Some(who.actor), move || {
-        may_view(&app, &actor, &name)?;
-        capture(|out| read(&app, &name, out))
-    })
-    .await?;
-    Ok(json(body))
-}
-
 /// `GET /api/loops/NAME`: `status NAME --json`.
 pub async fn one(
     State(app): State<Arc<App>>,
@@ -191,16 +175,13 @@ pub async fn history(
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
     Query(q): Query<HistoryQuery>,
-) -> Result<Response, ApiError> {
-    read(app, who, name, move |app, name, out| {
-        let args = HistoryArgs {
-            name: name.to_owned(),
-            limit: q.limit,
-            json: on(),
-        };
-        history::run(&app.stores, &args, out)
+) -> Result<Json<History>, ApiError> {
+    let actor = who.actor.clone();
+    let view = blocking(Some(who.actor), move || {
+        views::history::history(&reader(&app, &actor), &name, q.limit)
     })
-    .await
+    .await?;
+    Ok(Json(view))
 }
 
 #[derive(Deserialize)]

@@ -13,13 +13,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::api::{self, ApiError, Change, Verb, reader};
 use super::auth::{PageUser, Who};
 use super::{App, blocking};
 use crate::access::{self, Action};
 use crate::commands::{logs, review};
+use crate::ops::views::history::{Field, Line};
 use crate::ops::views::review::{Review, TickReview};
 use crate::ops::views::{self, status};
 use crate::state::Status;
@@ -184,16 +184,12 @@ pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(Some(who.actor.clone()), move || {
-        let view = views::status::status(&reader(&app, &me.actor), &name)?;
+        let ctx = reader(&app, &me.actor);
+        let view = views::status::status(&ctx, &name)?;
         let dir = app.stores.get(&name)?;
         let state = &view.state;
-        let history = dir.history()?;
-        let skip = history.events.len().saturating_sub(EVENTS_SHOWN);
-        let events: Vec<Value> = history.events[skip..]
-            .iter()
-            .rev()
-            .filter_map(|e| serde_json::to_value(e).ok())
-            .collect();
+        let history = views::history::history(&ctx, &name, Some(EVENTS_SHOWN))?;
+        let events: Vec<Line> = history.events.iter().rev().map(Line::of).collect();
         let running = state.in_flight.is_some();
         let actions = actions(&app, &me, dir.as_ref(), state.status, running);
         Ok(loop_body(&view, actions, &events))
@@ -205,7 +201,7 @@ pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name
     }
 }
 
-fn loop_body(v: &status::LoopView, actions: Markup, events: &[Value]) -> Markup {
+fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
     let s = &v.state;
     html! {
         h1 { (v.name) " " (badge(&v.shown_status())) }
@@ -239,24 +235,37 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Value]) -> Markup 
     }
 }
 
-/// One event: when, its kind, who, and what it says in short.
-fn event_row(name: &str, e: &Value) -> Markup {
-    let field = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
-    let tick = e.get("tick").and_then(Value::as_u64);
-    let kind = field("kind").unwrap_or_default();
-    let details: Vec<String> = ["by", "outcome", "reason", "note", "await", "id", "gate"]
+/// One event: when, its kind (its tick linked), and what it says in short.
+fn event_row(name: &str, e: &Line) -> Markup {
+    let details: Vec<String> = e
+        .fields
         .iter()
-        .filter_map(|k| field(k).map(|v| format!("{k}: {v}")))
+        .filter(|(k, _)| k != "tick")
+        .map(|(k, f)| format!("{k}: {}", field(f)))
         .collect();
     html! {
         tr {
-            td.when { (field("at").unwrap_or_default()) }
-            td { (kind)
-                @if let (Some(t), "tick") = (tick, kind.as_str()) {
+            td.when { (time(e.at)) }
+            td { (e.kind)
+                @if let (Some(t), "tick") = (e.tick, e.kind.as_str()) {
                     " " a href=(format!("/loops/{name}/runs/{t}")) { (t) }
                 } }
             td { (details.join(" · ")) }
         }
+    }
+}
+
+/// A field of an event as a page shows it.
+fn field(f: &Field) -> String {
+    match f {
+        Field::Text(s) => s.clone(),
+        Field::Number(n) => n.to_string(),
+        Field::Bool(b) => b.to_string(),
+        Field::Numbers(m) => m
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 
