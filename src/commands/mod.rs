@@ -77,7 +77,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::History(args) => opened(root).and_then(|(r, s)| history::run(&r, &s, &args, out)),
         Command::Fires(args) => fires::run(&Root::open(root)?, &args, out),
         Command::Review(args) => opened(root).and_then(|(r, s)| review::run(&r, &s, &args, out)),
-        Command::Logs(args) => opened(root).and_then(|(_, s)| logs::run(&s, &args, out)),
+        Command::Logs(args) => opened(root).and_then(|(r, s)| logs::run(&r, &s, &args, out)),
         Command::Validate(args) => validate::run(root, &args, out),
         Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),
         Command::Pause(args) => opened(root).and_then(|(r, s)| ops::pause(&r, &s, &args, out)),

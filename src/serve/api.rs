@@ -17,10 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::ApiUser;
 use super::{App, blocking};
-use crate::cli::{
-    ApproveArgs, CancelArgs, JsonArg, LogsArgs, LoopArgs, PauseArgs, RejectArgs, ResumeArgs, WaitArgs,
-};
-use crate::commands::{approve, cancel, logs, ops};
+use crate::cli::{ApproveArgs, CancelArgs, JsonArg, LoopArgs, PauseArgs, RejectArgs, ResumeArgs, WaitArgs};
+use crate::commands::{approve, cancel, ops};
 use crate::error::{Class, Error, Exit, Result};
 use crate::ops::Ctx;
 use crate::ops::views;
@@ -225,23 +223,16 @@ pub async fn logs(
         .parse()
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no_such_tick", "a tick is a number"))?;
     let actor = who.actor.clone();
-    let body = blocking(Some(who.actor), move || {
-        may_view(&app, &actor, &name)?;
-        capture(|out| logs::run(&app.stores, &log_args(&name, tick, q.stderr, q.verifier), out))
+    let output = blocking(Some(who.actor), move || {
+        let req = views::logs::Request {
+            tick: Some(tick),
+            verifier: q.verifier,
+            stderr: q.stderr,
+        };
+        views::logs::logs(&reader(&app, &actor), &name, req)
     })
     .await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
-}
-
-pub fn log_args(name: &str, tick: u64, stderr: bool, verifier: bool) -> LogsArgs {
-    LogsArgs {
-        name: name.to_owned(),
-        tick: Some(tick),
-        stderr,
-        verifier,
-        follow: false,
-        gates: false,
-    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], output.text).into_response())
 }
 
 /// What a change may say: each verb takes some of these.

@@ -18,7 +18,7 @@ use super::api::{self, ApiError, Change, Verb, reader};
 use super::auth::{PageUser, Who};
 use super::{App, blocking};
 use crate::access::{self, Action};
-use crate::commands::{logs, review};
+use crate::commands::review;
 use crate::ops::views::history::{Field, Line};
 use crate::ops::views::review::{Review, TickReview};
 use crate::ops::views::{self, status};
@@ -446,9 +446,16 @@ pub async fn run(
             .in_flight
             .is_some_and(|f| f.tick == tick);
         let out = |stderr| {
-            api::capture(|o| logs::run(&app.stores, &api::log_args(&name, tick, stderr, false), o))
-                .map(|b| tail(&b))
-                .unwrap_or_else(|e| format!("({})", crate::error::with_causes(&e)))
+            let req = views::logs::Request {
+                tick: Some(tick),
+                verifier: false,
+                stderr,
+            };
+            match views::logs::logs(&reader(&app, &me.actor), &name, req) {
+                Ok(o) if o.stderr_instead => String::new(),
+                Ok(o) => tail(&o.text),
+                Err(e) => format!("({})", crate::error::with_causes(&e)),
+            }
         };
         Ok((out(false), out(true), running))
     })

@@ -29,6 +29,36 @@ fn logs_shows_standard_error_when_that_is_all_the_step_wrote() {
 }
 
 #[test]
+fn logs_says_when_the_other_stream_has_output_and_how_to_see_it() {
+    let env = Env::new();
+    env.new_loop(
+        "flaky",
+        "step = \"echo building; echo 'no space left' >&2; exit 3\"\n",
+    );
+    assert_eq!(env.run(&["tick", "flaky"]).status.code(), Some(6));
+    let out = env.run(&["logs", "flaky"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "building\n");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("standard error") && said.contains("automaton logs flaky 1 --stderr"),
+        "{said}"
+    );
+    let err = env.run(&["logs", "flaky", "1", "--stderr"]);
+    assert_eq!(String::from_utf8_lossy(&err.stdout), "no space left\n");
+    let said = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        said.contains("standard output") && said.contains("automaton logs flaky 1\n"),
+        "{said}"
+    );
+    // A stream alone says nothing of the other.
+    env.new_loop("quiet", "step = \"echo fine\"\n");
+    env.ok(&["tick", "quiet"]);
+    let out = env.run(&["logs", "quiet"]);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
 fn logs_follow_follows_both_streams() {
     let env = Env::new();
     let dir = env.scratch().join("signals");

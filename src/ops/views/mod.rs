@@ -5,6 +5,7 @@
 //! takes no lock and writes nothing, a refusal included.
 
 pub mod history;
+pub mod logs;
 pub mod review;
 pub mod status;
 
