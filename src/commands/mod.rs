@@ -75,7 +75,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
             None => status::all(&r, &s, &[], args.json.json, out),
         }),
         Command::History(args) => opened(root).and_then(|(r, s)| history::run(&r, &s, &args, out)),
-        Command::Fires(args) => fires::run(&Root::open(root)?, &args, out),
+        Command::Fires(args) => opened(root).and_then(|(r, s)| fires::run(&r, &s, &args, out)),
         Command::Review(args) => opened(root).and_then(|(r, s)| review::run(&r, &s, &args, out)),
         Command::Logs(args) => opened(root).and_then(|(r, s)| logs::run(&r, &s, &args, out)),
         Command::Validate(args) => validate::run(root, &args, out),

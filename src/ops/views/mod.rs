@@ -4,6 +4,7 @@
 //! the console answers `Json(view)` or renders a page from it. Reading
 //! takes no lock and writes nothing, a refusal included.
 
+pub mod fires;
 pub mod history;
 pub mod logs;
 pub mod review;
