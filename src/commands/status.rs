@@ -83,7 +83,8 @@ pub fn all(
 }
 
 /// The table, fitted to `width` (the description is cut first, then the
-/// schedule), then one line a loop that cannot be used, saying why. The
+/// schedule), then one line a loop that cannot be used, saying why, or
+/// awaits approval, since when and the command that reviews it. The
 /// APPROVALS and LOCK columns are there when a loop has approvals pending
 /// or its lock held by an operator's command (a running tick shows in
 /// STATUS instead).
@@ -112,6 +113,8 @@ fn summary(listed: &[Listed], width: Option<usize>) -> String {
                 rows.push(summary_row(v, approvals, locks));
                 if let Some(e) = &v.config_error {
                     problems += &format!("{}: {}\n", v.name, safe(e));
+                } else if let Some(a) = awaiting(&v.state) {
+                    problems += &format!("{}: awaiting {}\n", v.name, awaiting_words(&v.name, a));
                 }
             }
             Listed::Unreadable { name, error } => {
@@ -286,6 +289,9 @@ impl Rows {
             (None, None) => s.status.to_string(),
         };
         self.row("status", status);
+        if let Some(a) = awaiting(s) {
+            self.row("awaiting", awaiting_words(&v.name, a));
+        }
         if v.unconfined {
             self.row("step", UNCONFINED.to_owned());
         }
@@ -364,10 +370,26 @@ impl Rows {
                     None if v.last_run_dir.is_some() => self.row("output", output_hint(v, t)),
                     None => {}
                 }
+                self.last_output(v);
             }
             None => self.row("last tick", "never".into()),
         }
         self.row("failures", format!("{} in a row", s.consecutive_failures));
+    }
+
+    /// The last lines of each output of a failed last tick, standard
+    /// error first: `step stderr  no space left`.
+    fn last_output(&mut self, v: &LoopView) {
+        for (file, lines) in &v.last_output {
+            let key = match file.split_once('.') {
+                Some((what, "err")) => format!("{what} stderr"),
+                Some((what, "out")) => format!("{what} stdout"),
+                _ => file.clone(),
+            };
+            for (i, line) in lines.iter().enumerate() {
+                self.row(if i == 0 { &key } else { "" }, safe(line).into_owned());
+            }
+        }
     }
 
     /// The approvals pending, one row each.
@@ -464,12 +486,44 @@ fn output_hint(v: &LoopView, t: &crate::state::LastTick) -> String {
         })
     };
     let verifier_failed = t.verifier.as_ref().is_some_and(|r| !r.success());
+    let both = |what: &str| {
+        [false, true].into_iter().all(|err| {
+            run.open_read(crate::runs::output_name(what, err))
+                .ok()
+                .flatten()
+                .is_some_and(|(_, len)| len > 0)
+        })
+    };
+    // Standard error too, when the process wrote to both: `logs` shows
+    // standard output, and the reason is most often on the other.
+    let with_stderr = |command: String, what: &str| match both(what) {
+        true => format!("{command} (standard error: {command} --stderr)"),
+        false => command,
+    };
     match (wrote("step"), wrote("verifier")) {
-        (_, true) if verifier_failed => format!("{command} --verifier"),
-        (true, _) => command,
-        (false, true) => format!("{command} --verifier"),
+        (_, true) if verifier_failed => with_stderr(format!("{command} --verifier"), "verifier"),
+        (true, _) => with_stderr(command, "step"),
+        (false, true) => with_stderr(format!("{command} --verifier"), "verifier"),
         (false, false) => "none: the step wrote nothing".into(),
     }
+}
+
+/// The await of a loop awaiting approval.
+fn awaiting(s: &State) -> Option<&crate::state::Await> {
+    s.awaiting
+        .as_ref()
+        .filter(|_| s.status == crate::state::Status::AwaitingApproval)
+}
+
+/// `approval since 2026-12-03 14:02:11 +01:00 (3m ago), await aw-5:
+/// automaton review NAME`.
+fn awaiting_words(name: &str, a: &crate::state::Await) -> String {
+    format!(
+        "approval since {} ({}), await {}: automaton review {name}",
+        local(a.since),
+        ago(a.since),
+        a.id
+    )
 }
 
 /// `#3 failed 2m ago, step exited 3 in 18ms`.

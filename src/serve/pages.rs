@@ -100,6 +100,31 @@ fn time(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+/// `3m ago`, `just now`.
+fn ago(t: jiff::Timestamp) -> String {
+    let secs = crate::clock::now().duration_since(t).as_secs().max(0);
+    match secs {
+        0..5 => "just now".to_owned(),
+        5..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+/// The await of a loop awaiting approval.
+fn awaiting(v: &status::LoopView) -> Option<&crate::state::Await> {
+    v.state
+        .awaiting
+        .as_ref()
+        .filter(|_| v.state.status == Status::AwaitingApproval)
+}
+
+/// `awaiting approval since 2026-12-03 14:02:11 UTC (3m ago)`.
+fn awaiting_since(a: &crate::state::Await) -> String {
+    format!("awaiting approval since {} ({})", time(a.since), ago(a.since))
+}
+
 fn badge(status: &str) -> Markup {
     html! { span class=(format!("badge {}", status.replace('_', "-"))) { (status.replace('_', " ")) } }
 }
@@ -137,7 +162,11 @@ fn loops_table(listed: &[status::Listed]) -> Markup {
                                 @if v.state.status == Status::AwaitingApproval {
                                     " " a href=(format!("/loops/{}/review", v.name)) { "review" }
                                 } }
-                            td { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+                            td { @match (awaiting(v), v.next_due) {
+                                (Some(a), _) => (awaiting_since(a)),
+                                (None, Some(t)) => (time(t)),
+                                (None, None) => "–",
+                            } }
                             td { @match &v.state.last_tick {
                                 Some(t) => { (t.outcome.to_string()) " · " (time(t.ended_at)) },
                                 None => "never",
@@ -213,7 +242,9 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
         dl.facts {
             dt { "Tick" } dd { (s.tick) }
             dt { "Schedule" } dd { (v.schedule.as_deref().unwrap_or("none")) }
-            dt { "Next due" } dd { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+            @if awaiting(v).is_none() {
+                dt { "Next due" } dd { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+            }
             @if let Some(t) = &s.last_tick {
                 dt { "Last tick" }
                 dd { a href=(format!("/loops/{}/runs/{}", v.name, t.number)) { (t.number) } " " (t.outcome.to_string()) " · " (time(t.ended_at)) }
@@ -222,10 +253,17 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
                 dt { "Running" } dd { a href=(format!("/loops/{}/runs/{}", v.name, f.tick)) { "tick " (f.tick) } " since " (time(f.started_at)) }
             }
             dt { "Failures in a row" } dd { (s.consecutive_failures) }
-            @if let Some(a) = &s.awaiting {
-                dt { "Awaiting" } dd { a href=(format!("/loops/{}/review", v.name)) { (a.id) } " since " (time(a.since)) }
+            @if let Some(a) = awaiting(v) {
+                dt { "Awaiting" } dd { (awaiting_since(a)) ": " a href=(format!("/loops/{}/review", v.name)) { "review " (a.id) } }
             }
             @if let Some(h) = &v.lock { dt { "Lock" } dd { (h.describe()) } }
+        }
+        @if !v.last_output.is_empty() {
+            h2 { "Last tick's output" }
+            @for (file, lines) in &v.last_output {
+                p.file { (file) }
+                pre.output { @for l in lines { (l) "\n" } }
+            }
         }
         h2 { "History" }
         table.events {

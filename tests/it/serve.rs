@@ -595,6 +595,36 @@ pub(crate) fn hidden(page: &str, name: &str) -> String {
 }
 
 #[test]
+fn the_console_says_since_when_a_loop_awaits_and_why_its_last_tick_failed() {
+    let env = Env::new();
+    awaiting(&env, "demo", "[schedule]\nevery = \"1h\"\n");
+    env.new_loop(
+        "failing",
+        "step = \"echo building; echo 'no space left' >&2; exit 2\"\n",
+    );
+    assert_eq!(env.run(&["tick", "failing"]).status.code(), Some(6));
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call());
+    let (status, list) = page("/");
+    assert_eq!(status, 200);
+    assert!(list.contains("awaiting approval since "), "{list}");
+    let (_, one) = page("/loops/demo");
+    assert!(
+        one.contains("awaiting approval since ") && !one.contains("Next due"),
+        "{one}"
+    );
+    let (_, failed) = page("/loops/failing");
+    assert!(
+        failed.contains("step.err") && failed.contains("no space left"),
+        "{failed}"
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
     let env = Env::new();
     awaiting(&env, "demo", "");

@@ -173,7 +173,7 @@ fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
                 confinement: confinement.clone(),
                 gates: gates_of(&recent[..=i], *tick),
                 output: if step.is_some() {
-                    outputs(dir, *tick)
+                    outputs(dir, *tick, TAIL_LINES)
                 } else {
                     BTreeMap::new()
                 },
@@ -260,8 +260,9 @@ fn gates_of(events: &[Event], tick: u64) -> Vec<GateReview> {
         .collect()
 }
 
-/// The last lines of each output tick `tick` kept on this host.
-fn outputs(dir: &dyn LoopStore, tick: u64) -> BTreeMap<String, Vec<String>> {
+/// The last `lines` lines of each output tick `tick` kept on this host,
+/// by file (`step.out`, `step.err`, ...); an empty one is left out.
+pub fn outputs(dir: &dyn LoopStore, tick: u64, lines: usize) -> BTreeMap<String, Vec<String>> {
     let mut found = BTreeMap::new();
     let Ok(Some(runs)) = Runs::open(dir.base_dir()) else {
         return found;
@@ -276,9 +277,9 @@ fn outputs(dir: &dyn LoopStore, tick: u64) -> BTreeMap<String, Vec<String>> {
                 let start = len.saturating_sub(TAIL_BYTES);
                 let mut text = Vec::new();
                 if file.seek(SeekFrom::Start(start)).is_ok() && file.read_to_end(&mut text).is_ok() {
-                    let lines = tail(&String::from_utf8_lossy(&text), start > 0);
-                    if !lines.is_empty() {
-                        found.insert(name, lines);
+                    let last = tail(&String::from_utf8_lossy(&text), start > 0, lines);
+                    if !last.is_empty() {
+                        found.insert(name, last);
                     }
                 }
             }
@@ -287,14 +288,14 @@ fn outputs(dir: &dyn LoopStore, tick: u64) -> BTreeMap<String, Vec<String>> {
     found
 }
 
-/// The last [`TAIL_LINES`] lines of `text`; a first line cut by where the
+/// The last `n` lines of `text`; a first line cut by where the
 /// read started is left out.
-fn tail(text: &str, cut: bool) -> Vec<String> {
+fn tail(text: &str, cut: bool, n: usize) -> Vec<String> {
     let mut lines: Vec<&str> = text.lines().collect();
     if cut && !lines.is_empty() {
         lines.remove(0);
     }
-    let skip = lines.len().saturating_sub(TAIL_LINES);
+    let skip = lines.len().saturating_sub(n);
     lines[skip..].iter().map(|l| (*l).to_owned()).collect()
 }
 
@@ -327,11 +328,11 @@ mod tests {
     #[test]
     fn tails_keep_the_last_lines_and_drop_a_cut_first_one() {
         let text: String = (0..30).map(|i| format!("line {i}\n")).collect();
-        let t = tail(&text, false);
+        let t = tail(&text, false, 20);
         assert_eq!(
             (t.len(), t[0].as_str(), t[19].as_str()),
             (20, "line 10", "line 29")
         );
-        assert_eq!(tail("ne 1\nline 2\n", true), ["line 2"]);
+        assert_eq!(tail("ne 1\nline 2\n", true, 20), ["line 2"]);
     }
 }

@@ -67,6 +67,11 @@ pub struct LoopView {
     /// The config changes recorded since the last approval (`status NAME`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub config_changes: Vec<super::review::ConfigChangeReview>,
+    /// The last lines of each output of its last tick, by file
+    /// (`step.err`, `step.out`, ...), when that tick failed (`status
+    /// NAME`): the reason a step gives is most often on standard error.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub last_output: std::collections::BTreeMap<String, Vec<String>>,
     /// Whether its step runs unconfined (`[step] confine = "off"`): only
     /// present, as `true`, when it does.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -133,6 +138,7 @@ fn view_read(
         access: config.as_ref().map(|c| c.access()),
         unrecorded_config: None,
         config_changes: Vec::new(),
+        last_output: Default::default(),
         unconfined: config
             .as_ref()
             .is_some_and(|c| c.step.confine == crate::config::Confine::Off),
@@ -173,7 +179,9 @@ fn describe_schedule(s: &Schedule) -> String {
     text
 }
 
-/// When a loop is next due, and how long it has been due.
+/// When a loop is next due, and how long it has been due: only an active
+/// loop is (a paused, halted or completed one runs no step, nor does one
+/// awaiting approval until it is approved).
 struct Due {
     next: Option<Timestamp>,
     overdue: Option<std::time::Duration>,
@@ -190,7 +198,9 @@ fn next_due(
     now: Timestamp,
 ) -> Result<Due, String> {
     let when = When::of(schedule)?;
-    if !state.status.is_runnable() {
+    // An awaiting loop's step runs only once it is approved: it is not
+    // due, however long it waits.
+    if state.status != crate::state::Status::Active {
         return Ok(Due {
             next: None,
             overdue: None,
@@ -266,6 +276,19 @@ pub fn list(ctx: &Ctx) -> Result<Listing> {
     Ok(listing)
 }
 
+/// The most lines of each output of a failed tick `status` shows.
+pub const FAILED_LINES: usize = 5;
+
+/// The last lines of each output of the last tick, when it failed.
+fn failed_output(dir: &dyn LoopStore, state: &State) -> std::collections::BTreeMap<String, Vec<String>> {
+    match &state.last_tick {
+        Some(t) if t.outcome == crate::state::Outcome::Failed => {
+            super::review::outputs(dir, t.number, FAILED_LINES)
+        }
+        _ => Default::default(),
+    }
+}
+
 /// Whether the context's actor may see a listed loop.
 fn sees(ctx: &Ctx, defaults: &crate::access::Access, listed: &Listed) -> bool {
     if !super::held_to_viewers(&ctx.actor) {
@@ -303,6 +326,7 @@ pub fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
     });
     v.last_missed = crate::fires::last_missed(&fires).cloned();
     v.refused_firings = crate::fires::refused_now(&fires).cloned();
+    v.last_output = failed_output(dir, &state);
     v.unrecorded_config = super::review::unrecorded(root, dir, &state);
     v.config_changes = match dir.history() {
         Ok(h) => super::review::config_changes(&h.events),
