@@ -1,6 +1,8 @@
-//! The JSON API (docs/api.md, `/api/openapi.json`): each endpoint runs the
-//! library function of its CLI command with `--json`, as the signed-in
-//! user, and answers with what the command prints. Errors are
+//! The JSON API (docs/api.md, `/api/openapi.json`): a read answers the
+//! core's typed view ([`crate::ops::views`]) for the signed-in user, as the
+//! CLI's `--json` prints it; a change runs the library function of its CLI
+//! command with `--json`, as that user, and answers with what the command
+//! prints. Errors are
 //! `{code, message}` with the status that says what went wrong; a request
 //! refused before the command runs (no user, a bad body, a missing CSRF
 //! token) writes nothing, and one the roles refuse is recorded as the

@@ -368,7 +368,7 @@ pub fn unfired<'a>(root: &Root, views: impl IntoIterator<Item = &'a LoopView>) -
 /// The gate whose decision stopped a halted or completed loop: the newest
 /// gate event in its history that decided its status for the reason it
 /// gives, unless a resume or a rejection came after it.
-pub fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::gate::Phase, u64)> {
+fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::gate::Phase, u64)> {
     use crate::gate::Decision;
     use crate::history::EventKind;
     use crate::state::Status;
