@@ -18,7 +18,6 @@ use super::api::{self, ApiError, Change, Verb, reader};
 use super::auth::{PageUser, Who};
 use super::{App, blocking};
 use crate::access::{self, Action};
-use crate::commands::review;
 use crate::ops::views::history::{Field, Line};
 use crate::ops::views::review::{Review, TickReview};
 use crate::ops::views::{self, status};
@@ -421,7 +420,7 @@ fn config_changes(r: &Review) -> Markup {
     use crate::rules::Via;
     html! {
         @if let Some(u) = &r.unrecorded_config {
-            p.pending { (review::UNRECORDED) ": loop.toml " code { (u.loop_toml) } }
+            p.pending { (views::review::UNRECORDED) ": loop.toml " code { (u.loop_toml) } }
         }
         @if r.config_changes.is_empty() && r.unrecorded_config.is_none() { p { "None." } }
         @for c in &r.config_changes {
