@@ -64,7 +64,8 @@ impl RootFile {
         }
     }
 
-    fn as_str(&self) -> &str {
+    /// Its digest, or `absent`, as the record has it.
+    pub fn as_str(&self) -> &str {
         match self {
             RootFile::Absent => "absent",
             RootFile::Sha256(hex) => hex,
@@ -237,7 +238,7 @@ pub enum Rule {
 }
 
 impl Rule {
-    fn key(self) -> &'static str {
+    pub fn key(self) -> &'static str {
         match self {
             Rule::Gates => "gate",
             Rule::Access => "access",

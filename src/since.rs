@@ -96,7 +96,7 @@ fn metrics_of(runs: &Runs, tick: u64) -> Option<BTreeMap<String, f64>> {
 }
 
 /// A range of the worktree's commits: `from..head` on `branch`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Range {
     pub branch: String,
     /// The commit the work started on, if known.

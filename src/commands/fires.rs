@@ -1,23 +1,25 @@
 //! `fires`: what became of each firing a loop's schedule called for (the
-//! ledger of firings, [`crate::fires`]), oldest first.
+//! ledger of firings, [`crate::ops::views::fires`]), oldest first, a line
+//! each or as JSON.
 
 use std::io::Write;
 
 use crate::cli::FiresArgs;
 use crate::error::{Exit, Result};
+use crate::ops::Ctx;
+use crate::ops::views::fires::fires;
 use crate::root::Root;
+use crate::store::Stores;
 
-pub fn run(root: &Root, args: &FiresArgs, out: &mut dyn Write) -> Result<Exit> {
+pub fn run(root: &Root, stores: &Stores, args: &FiresArgs, out: &mut dyn Write) -> Result<Exit> {
     let since = args.since;
-    let dir = crate::store::open(root, &args.name)?;
-    let mut records = dir.fires(since)?;
-    if let Some(n) = args.limit {
-        records.drain(..records.len().saturating_sub(n));
-    }
+    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let view = fires(&ctx, &args.name, since, args.limit)?;
     if args.json.json {
-        super::emit_json(out, &records)?;
+        super::emit_json(out, &view)?;
         return Ok(Exit::Ok);
     }
+    let records = view.records;
     if records.is_empty() {
         let when = match since {
             Some(s) => format!(" since {}", crate::clock::local(s)),

@@ -1,58 +1,50 @@
-//! `history`: a loop's events, oldest first.
+//! `history`: a loop's events, oldest first ([`crate::ops::views::history`]),
+//! a line each for the terminal or as JSON.
 
 use std::io::Write;
 
 use super::render::{local, number, quoted, safe};
 use crate::cli::HistoryArgs;
 use crate::error::{Exit, Result};
-use crate::history;
+use crate::ops::Ctx;
+use crate::ops::views::history::{Field, Line, history};
+use crate::root::Root;
 use crate::store::Stores;
 
-pub fn run(stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
-    let dir = stores.get(&args.name)?;
-    let history::History { events, bad } = dir.history()?;
-    for b in &bad {
-        tracing::warn!(
-            "{}:{}: passed over an unreadable line: {}",
-            b.path.display(),
-            b.line,
-            b.reason
-        );
-    }
-    let skip = args.limit.map_or(0, |n| events.len().saturating_sub(n));
-    let events = &events[skip..];
+pub fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
+    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let view = history(&ctx, &args.name, args.limit)?;
     if args.json.json {
-        super::emit_json(out, &events)?;
+        super::emit_json(out, &view)?;
         return Ok(Exit::Ok);
     }
     let mut text = String::new();
-    for e in events {
-        let mut fields = match serde_json::to_value(&e.kind) {
-            Ok(serde_json::Value::Object(m)) => m,
-            _ => serde_json::Map::new(),
-        };
-        let kind = fields
-            .remove("kind")
-            .and_then(|k| k.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let details: Vec<String> = fields
-            .into_iter()
-            .filter_map(|(k, v)| match v {
-                serde_json::Value::String(s) => Some(format!("{k}={}", quoted(&s))),
-                // Numbers by name (the totals a reset dropped): `totals={cost_usd=1.11}`.
-                serde_json::Value::Object(m) if !m.is_empty() && m.values().all(|v| v.as_f64().is_some()) => {
-                    let shown: Vec<String> = m
-                        .iter()
-                        .map(|(n, v)| format!("{}={}", safe(n), number(v.as_f64().unwrap_or_default())))
-                        .collect();
-                    Some(format!("{k}={{{}}}", shown.join(" ")))
-                }
-                serde_json::Value::Null | serde_json::Value::Object(_) | serde_json::Value::Array(_) => None,
-                other => Some(format!("{k}={other}")),
-            })
+    for e in &view.events {
+        let line = Line::of(e);
+        let details: Vec<String> = line
+            .fields
+            .iter()
+            .map(|(k, f)| format!("{k}={}", shown(f)))
             .collect();
-        text += &format!("{}  {kind:<18} {}\n", local(e.at), details.join(" "));
+        text += &format!("{}  {:<18} {}\n", local(line.at), line.kind, details.join(" "));
     }
     super::emit(out, &text)?;
     Ok(Exit::Ok)
+}
+
+/// A field as the terminal shows it: a text quoted when it must be,
+/// numbers by name in braces (`totals={cost_usd=1.11}`).
+fn shown(f: &Field) -> String {
+    match f {
+        Field::Text(s) => quoted(s),
+        Field::Number(n) => n.to_string(),
+        Field::Bool(b) => b.to_string(),
+        Field::Numbers(m) => {
+            let shown: Vec<String> = m
+                .iter()
+                .map(|(n, v)| format!("{}={}", safe(n), number(*v)))
+                .collect();
+            format!("{{{}}}", shown.join(" "))
+        }
+    }
 }

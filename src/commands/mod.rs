@@ -26,7 +26,7 @@ mod shell;
 pub(crate) mod status;
 mod tick;
 mod user;
-mod validate;
+pub(crate) mod validate;
 
 use std::io::Write;
 
@@ -76,10 +76,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
             Some(name) => status::one(&r, &s, name, args.json.json, out),
             None => status::all(&r, &s, &[], args.json.json, out),
         }),
-        Command::History(args) => opened(root).and_then(|(_, s)| history::run(&s, &args, out)),
-        Command::Fires(args) => fires::run(&Root::open(root)?, &args, out),
+        Command::History(args) => opened(root).and_then(|(r, s)| history::run(&r, &s, &args, out)),
+        Command::Fires(args) => opened(root).and_then(|(r, s)| fires::run(&r, &s, &args, out)),
         Command::Review(args) => opened(root).and_then(|(r, s)| review::run(&r, &s, &args, out)),
-        Command::Logs(args) => opened(root).and_then(|(_, s)| logs::run(&s, &args, out)),
+        Command::Logs(args) => opened(root).and_then(|(r, s)| logs::run(&r, &s, &args, out)),
         Command::Validate(args) => validate::run(root, &args, out),
         Command::Edit(args) => edit::run(&Root::open(root)?, &args, out),
         Command::Pause(args) => opened(root).and_then(|(r, s)| ops::pause(&r, &s, &args, out)),

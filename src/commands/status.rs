@@ -1,256 +1,25 @@
-//! `status` and `list`: read without the lock (every write is an atomic
-//! replace, so a reader never sees a torn state). Each loop is shown with
-//! its config as a tick would load it: a config that no longer loads makes
-//! the loop `invalid`, with the error, wherever it is listed.
+//! `status` and `list`: the views of [`crate::ops::views::status`],
+//! rendered for the terminal (a table fitted to its width, one loop in
+//! detail) or printed as JSON.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use jiff::Timestamp;
-use serde::Serialize;
 
 use super::render::{ago, coarse, fitted_table, left, local, number, safe, table};
 use crate::cli::StatusFilter;
-use crate::config::{Cadence, ConfigError, Schedule};
-use crate::daemon::When;
-use crate::error::{Error, Exit, Result};
+use crate::error::{Exit, Result};
 use crate::lock::Holder;
+use crate::ops::Ctx;
+use crate::ops::views::status::{self as views, serving, unfired};
+pub use crate::ops::views::status::{Listed, LoopView, view};
 use crate::root::Root;
 use crate::state::{Outcome, State};
-use crate::store::{self, LoopStore};
-
-/// A loop as `status --json` and `list --json` show it: its name, what its
-/// config says, its state, when it is next due and who holds its lock.
-#[derive(Serialize)]
-pub struct LoopView<'a> {
-    pub name: &'a str,
-    pub description: Option<String>,
-    /// `null` when loop.toml loads; else why it does not.
-    pub config_error: Option<String>,
-    #[serde(flatten)]
-    pub state: &'a State,
-    /// `every 15m`, `cron */15 * * * *`, with its jitter; `null` without one.
-    pub schedule: Option<String>,
-    /// When the daemon would fire it next, from its last tick; `null` when
-    /// it has no schedule, is not active or its config is invalid.
-    pub next_due: Option<Timestamp>,
-    /// Where the last tick's step and verifier output is.
-    pub last_run_dir: Option<PathBuf>,
-    pub lock: Option<Holder>,
-    /// How long ago its next firing came due, when it has and no tick of
-    /// it runs (a table says `overdue 3h`; JSON has `next_due`).
-    #[serde(skip)]
-    pub overdue: Option<std::time::Duration>,
-    /// Whether it is overdue with nothing to fire it: no daemon serves
-    /// the root and no OS schedule of it is on (`status NAME` says so).
-    #[serde(skip)]
-    pub unfired: bool,
-    /// The gate that halted or completed it, with its phase and tick
-    /// (`status NAME` reads it from the history).
-    #[serde(skip)]
-    pub stopped_by: Option<(String, crate::gate::Phase, u64)>,
-    /// The last run of firings its schedule called for that no tick filled
-    /// (`status NAME` reads it from the ledger of firings).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_missed: Option<crate::fires::Fire>,
-    /// The run of firings the daemon's user was refused, when the ledger
-    /// ends with one: the daemon may not tick it (`status NAME`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub refused_firings: Option<crate::fires::Fire>,
-    /// Its `[access]` lists, when its config loads (a server shows it
-    /// only to its viewers).
-    #[serde(skip)]
-    pub access: Option<crate::access::Access>,
-    /// The sha256 of the config's files as they are now, when they differ
-    /// from those last recorded (`status NAME`; not yet recorded).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unrecorded_config: Option<crate::rules::Hashes>,
-    /// The config changes recorded since the last approval (`status NAME`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub config_changes: Vec<super::review::ConfigChangeReview>,
-    /// Whether its step runs unconfined (`[step] confine = "off"`): only
-    /// present, as `true`, when it does.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub unconfined: bool,
-}
-
-impl LoopView<'_> {
-    /// The status an operator sees: the stored one, or `invalid`.
-    pub fn shown_status(&self) -> String {
-        match &self.config_error {
-            Some(_) => "invalid".into(),
-            None => self.state.status.to_string(),
-        }
-    }
-
-    fn matches(&self, filter: StatusFilter) -> bool {
-        use crate::state::Status;
-        if self.config_error.is_some() {
-            return filter == StatusFilter::Invalid;
-        }
-        match filter {
-            StatusFilter::Active => self.state.status == Status::Active,
-            StatusFilter::Paused => self.state.status == Status::Paused,
-            StatusFilter::AwaitingApproval => self.state.status == Status::AwaitingApproval,
-            StatusFilter::Halted => self.state.status == Status::Halted,
-            StatusFilter::Completed => self.state.status == Status::Completed,
-            StatusFilter::Invalid => false,
-            StatusFilter::Failing => self.state.consecutive_failures > 0,
-        }
-    }
-
-    /// The tick running now, when a tick holds the loop's lock: its
-    /// number and when it took the lock.
-    pub fn running(&self) -> Option<(u64, Timestamp)> {
-        self.lock
-            .as_ref()
-            .filter(|h| h.command == "tick")
-            .and_then(|h| h.tick.map(|t| (t, h.since)))
-    }
-}
-
-pub fn view<'a>(dir: &'a dyn LoopStore, state: &'a State) -> LoopView<'a> {
-    view_read(dir, state, dir.config(), LoopStore::holder(dir))
-}
-
-/// The view of a loop whose config and lock holder were read already.
-fn view_read<'a>(
-    dir: &'a dyn LoopStore,
-    state: &'a State,
-    config: Result<crate::config::LoopConfig>,
-    lock: Option<Holder>,
-) -> LoopView<'a> {
-    let (config, config_error) = match config {
-        Ok(c) => (Some(c), None),
-        Err(e) => (None, Some(e.to_string())),
-    };
-    let mut v = LoopView {
-        name: dir.name().as_str(),
-        description: config.as_ref().and_then(|c| c.description.clone()),
-        config_error,
-        state,
-        schedule: config
-            .as_ref()
-            .and_then(|c| c.schedule.as_ref())
-            .map(describe_schedule),
-        next_due: None,
-        last_run_dir: state
-            .last_tick
-            .as_ref()
-            .map(|t| crate::runs::run_path(dir.base_dir(), t.number))
-            .filter(|p| p.is_dir()),
-        lock,
-        overdue: None,
-        unfired: false,
-        stopped_by: None,
-        last_missed: None,
-        refused_firings: None,
-        access: config.as_ref().map(|c| c.access()),
-        unrecorded_config: None,
-        config_changes: Vec::new(),
-        unconfined: config
-            .as_ref()
-            .is_some_and(|c| c.step.confine == crate::config::Confine::Off),
-    };
-    if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
-        let running = v.running().map(|(_, since)| since);
-        match next_due(schedule, state, running, crate::clock::now()) {
-            Ok(Due { next, overdue }) => {
-                v.next_due = next;
-                v.overdue = overdue;
-            }
-            Err(message) => {
-                let path = dir.config_path();
-                v.config_error = Some(ConfigError::Schedule { path, message }.to_string());
-            }
-        }
-    }
-    v
-}
-
-impl LoopView<'_> {
-    /// The schedule without its jitter, as the table shows it.
-    fn schedule_cadence(&self) -> Option<String> {
-        self.schedule
-            .as_deref()
-            .map(|s| s.split(" (jitter").next().unwrap_or(s).to_owned())
-    }
-}
-
-fn describe_schedule(s: &Schedule) -> String {
-    let mut text = match &s.cadence {
-        Cadence::Every(d) => format!("every {d}"),
-        Cadence::Cron(expr) => format!("cron {expr}"),
-    };
-    if let Some(j) = s.jitter {
-        text += &format!(" (jitter {j})");
-    }
-    text
-}
-
-/// When a loop is next due, and how long it has been due.
-struct Due {
-    next: Option<Timestamp>,
-    overdue: Option<std::time::Duration>,
-}
-
-/// When the daemon, starting now, would fire a loop: from the start of its
-/// running tick, else of its last, or now if that is overdue (the same
-/// `When` the daemon uses); and, when it is overdue and no tick of it
-/// runs, since when (a loop that never ticked was due when it was made).
-fn next_due(
-    schedule: &Schedule,
-    state: &State,
-    running: Option<Timestamp>,
-    now: Timestamp,
-) -> Result<Due, String> {
-    let when = When::of(schedule)?;
-    if !state.status.is_runnable() {
-        return Ok(Due {
-            next: None,
-            overdue: None,
-        });
-    }
-    let last = running.or(state.last_tick.as_ref().map(|t| t.started_at));
-    let came_due = match (last, &when) {
-        (Some(l), _) => when.first(Some(l), Timestamp::MIN),
-        (None, When::Every(_)) => Some(state.created_at),
-        (None, When::Cron(_)) => when.first(None, state.created_at),
-    };
-    let overdue = came_due
-        .filter(|_| running.is_none())
-        .and_then(|d| std::time::Duration::try_from(now.duration_since(d)).ok())
-        .filter(|d| !d.is_zero());
-    Ok(Due {
-        next: when.first(last, now),
-        overdue,
-    })
-}
+use crate::store;
 
 pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
-    let dir = stores.get(name)?;
-    let dir = &*dir;
-    let state = dir.load()?;
-    let mut v = view(dir, &state);
-    if v.config_error.is_none() {
-        v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
-    }
-    v.stopped_by = stopped_by(dir, &state);
-    v.unfired = !serving(&crate::daemon::daemon_status(root)) && !unfired(root, [&v]).is_empty();
-    let fires = dir.fires(None).unwrap_or_else(|e| {
-        tracing::warn!("{e}");
-        Vec::new()
-    });
-    v.last_missed = crate::fires::last_missed(&fires).cloned();
-    v.refused_firings = crate::fires::refused_now(&fires).cloned();
-    v.unrecorded_config = super::review::unrecorded(root, dir, &state);
-    v.config_changes = match dir.history() {
-        Ok(h) => super::review::config_changes(&h.events),
-        Err(e) => {
-            tracing::warn!("{e}");
-            Vec::new()
-        }
-    };
+    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let v = views::status(&ctx, name)?;
     if json {
         super::emit_json(out, &v)?;
     } else {
@@ -259,69 +28,20 @@ pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mu
     Ok(Exit::Ok)
 }
 
-/// What `validate` finds wrong with the loop's schedule and gates (one
-/// missing, its params refused), so one loop's status calls a config valid only when
-/// `validate` would. A listing does not look: it would load every gate.
-fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
-    let config = dir.config()?;
-    let shown = dir.config_path();
-    super::validate::check_config(root, dir.base_dir(), &config, &shown)
-}
-
-/// A loop in a listing: its view, or why its state could not be read.
-#[derive(Serialize)]
-#[serde(untagged)]
-pub enum Listed<'a> {
-    Loop(Box<LoopView<'a>>),
-    Unreadable { name: &'a str, error: String },
-}
-
-/// Every loop as a listing reads it: each one's state (or why it could
-/// not be read), config and lock holder, and the first error.
-pub struct Reading {
-    dirs: Vec<Box<dyn LoopStore>>,
-    states: Vec<Result<State, String>>,
-    rest: Vec<(Result<crate::config::LoopConfig>, Option<Holder>)>,
-    pub first_error: Option<Error>,
-}
-
-/// Reads every loop of `stores` for a listing.
-pub fn read(stores: &dyn store::Store) -> Result<Reading> {
-    let mut reading = Reading {
-        dirs: Vec::new(),
-        states: Vec::new(),
-        rest: Vec::new(),
-        first_error: None,
-    };
-    for r in stores.read_all()? {
-        let first_error = &mut reading.first_error;
-        reading.states.push(r.state.map_err(|e| {
-            let shown = e.to_string();
-            first_error.get_or_insert(e);
-            shown
-        }));
-        reading.dirs.push(r.dir);
-        reading.rest.push((r.config, r.holder));
+/// Whether a loop is in one of the statuses `list --status` names.
+fn matches(v: &LoopView, filter: StatusFilter) -> bool {
+    use crate::state::Status;
+    if v.config_error.is_some() {
+        return filter == StatusFilter::Invalid;
     }
-    Ok(reading)
-}
-
-impl Reading {
-    /// The listing: what `list --json` shows.
-    pub fn listing(&mut self) -> Vec<Listed<'_>> {
-        let rest = std::mem::take(&mut self.rest);
-        self.dirs
-            .iter()
-            .zip(&self.states)
-            .zip(rest)
-            .map(|((dir, s), (config, holder))| match s {
-                Ok(state) => Listed::Loop(Box::new(view_read(dir.as_ref(), state, config, holder))),
-                Err(e) => Listed::Unreadable {
-                    name: dir.name().as_str(),
-                    error: e.clone(),
-                },
-            })
-            .collect()
+    match filter {
+        StatusFilter::Active => v.state.status == Status::Active,
+        StatusFilter::Paused => v.state.status == Status::Paused,
+        StatusFilter::AwaitingApproval => v.state.status == Status::AwaitingApproval,
+        StatusFilter::Halted => v.state.status == Status::Halted,
+        StatusFilter::Completed => v.state.status == Status::Completed,
+        StatusFilter::Invalid => false,
+        StatusFilter::Failing => v.state.consecutive_failures > 0,
     }
 }
 
@@ -332,16 +52,15 @@ pub fn all(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<Exit> {
-    let mut reading = read(&**stores)?;
-    let first_error = reading.first_error.take();
-    let none = reading.dirs.is_empty();
-    let listed: Vec<Listed<'_>> = reading
-        .listing()
+    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let views::Listing { loops, first_error } = views::list(&ctx)?;
+    let none = loops.is_empty();
+    let listed: Vec<Listed> = loops
         .into_iter()
         .filter(|l| {
             filter.is_empty()
                 || match l {
-                    Listed::Loop(v) => filter.iter().any(|f| v.matches(*f)),
+                    Listed::Loop(v) => filter.iter().any(|f| matches(v, *f)),
                     Listed::Unreadable { .. } => filter.contains(&StatusFilter::Invalid),
                 }
         })
@@ -364,11 +83,12 @@ pub fn all(
 }
 
 /// The table, fitted to `width` (the description is cut first, then the
-/// schedule), then one line a loop that cannot be used, saying why. The
+/// schedule), then one line a loop that cannot be used, saying why, or
+/// awaits approval, since when and the command that reviews it. The
 /// APPROVALS and LOCK columns are there when a loop has approvals pending
 /// or its lock held by an operator's command (a running tick shows in
 /// STATUS instead).
-fn summary(listed: &[Listed<'_>], width: Option<usize>) -> String {
+fn summary(listed: &[Listed], width: Option<usize>) -> String {
     let loops = || {
         listed.iter().filter_map(|l| match l {
             Listed::Loop(v) => Some(v),
@@ -393,10 +113,12 @@ fn summary(listed: &[Listed<'_>], width: Option<usize>) -> String {
                 rows.push(summary_row(v, approvals, locks));
                 if let Some(e) = &v.config_error {
                     problems += &format!("{}: {}\n", v.name, safe(e));
+                } else if let Some(a) = awaiting(&v.state) {
+                    problems += &format!("{}: awaiting {}\n", v.name, awaiting_words(&v.name, a));
                 }
             }
             Listed::Unreadable { name, error } => {
-                rows.push(vec![(*name).to_owned(), "unreadable".into()]);
+                rows.push(vec![name.clone(), "unreadable".into()]);
                 problems += &format!("{name}: {}\n", safe(error));
             }
         }
@@ -410,8 +132,8 @@ fn summary(listed: &[Listed<'_>], width: Option<usize>) -> String {
     text
 }
 
-fn summary_row(v: &LoopView<'_>, approvals: bool, locks: bool) -> Vec<String> {
-    let s = v.state;
+fn summary_row(v: &LoopView, approvals: bool, locks: bool) -> Vec<String> {
+    let s = &v.state;
     let dash = || "-".to_owned();
     let last = match &s.last_tick {
         Some(t) => format!("{} {}", t.outcome, ago(t.ended_at)),
@@ -427,7 +149,7 @@ fn summary_row(v: &LoopView<'_>, approvals: bool, locks: bool) -> Vec<String> {
         (None, _) => dash(),
     };
     let mut row = vec![
-        v.name.to_owned(),
+        v.name.clone(),
         status,
         s.tick.to_string(),
         v.schedule_cadence().unwrap_or_else(dash),
@@ -448,17 +170,6 @@ fn summary_row(v: &LoopView<'_>, approvals: bool, locks: bool) -> Vec<String> {
     row
 }
 
-/// A loop due longer ago than this is shown `overdue`, not `now`.
-const OVERDUE: std::time::Duration = std::time::Duration::from_secs(5);
-
-impl LoopView<'_> {
-    /// How long it has been due, when that is long enough to say
-    /// `overdue` (`list` and `status NAME` alike).
-    fn overdue_by(&self) -> Option<std::time::Duration> {
-        self.overdue.filter(|d| *d >= OVERDUE)
-    }
-}
-
 /// How long since `t`: `10s`, `3m12s`.
 fn took(t: Timestamp) -> String {
     let secs = crate::clock::now().duration_since(t).as_secs().max(0);
@@ -477,7 +188,7 @@ fn lock_cell(h: &Holder) -> String {
 /// Below the table: the daemon serving the root (or the one that stopped),
 /// and, when none does, the overdue loops that nothing fires (no installed
 /// OS schedule either), said once.
-fn daemon_lines(root: &Root, listed: &[Listed<'_>]) -> String {
+fn daemon_lines(root: &Root, listed: &[Listed]) -> String {
     let status = crate::daemon::daemon_status(root);
     let mut text = match &status {
         Ok(Some(s)) => format!("{}\n", safe(&s.describe())),
@@ -512,29 +223,13 @@ fn daemon_lines(root: &Root, listed: &[Listed<'_>]) -> String {
     text
 }
 
-/// Whether a daemon serves the root, by its status record.
-fn serving(status: &Result<Option<crate::daemon::DaemonStatus>>) -> bool {
-    matches!(status, Ok(Some(s)) if s.serving)
-}
-
-/// The loops of `views` that are overdue and have no OS schedule on:
-/// nothing fires them unless a daemon serves the root.
-fn unfired<'a>(root: &Root, views: impl IntoIterator<Item = &'a LoopView<'a>>) -> Vec<&'a str> {
-    views
-        .into_iter()
-        .filter(|v| v.overdue_by().is_some())
-        .map(|v| v.name)
-        .filter(|name| !crate::schedule::record::read(root, name).is_ok_and(|r| r.is_some_and(|r| r.enabled)))
-        .collect()
-}
-
 /// One loop in detail: a row each of what it is, how its ticks went,
 /// what it holds and who holds it.
-fn detail(v: &LoopView<'_>) -> String {
+fn detail(v: &LoopView) -> String {
     let mut rows = Rows::default();
     rows.identity(v);
     rows.ticks(v);
-    rows.approvals(v.state);
+    rows.approvals(&v.state);
     rows.holdings(v);
     let mut text = table(&rows.0);
     text += &config_record(v);
@@ -543,7 +238,7 @@ fn detail(v: &LoopView<'_>) -> String {
 
 /// The record of the rules: a change not yet recorded, one awaiting an
 /// approval, and the changes since the last approval with their diffs.
-fn config_record(v: &LoopView<'_>) -> String {
+fn config_record(v: &LoopView) -> String {
     let mut text = String::new();
     if v.unrecorded_config.is_some() {
         text += &format!("\n{}\n", super::review::UNRECORDED);
@@ -582,9 +277,9 @@ impl Rows {
     }
 
     /// Its name, description, status, config and schedule.
-    fn identity(&mut self, v: &LoopView<'_>) {
-        let s = v.state;
-        self.row("loop", v.name.to_owned());
+    fn identity(&mut self, v: &LoopView) {
+        let s = &v.state;
+        self.row("loop", v.name.clone());
         if let Some(d) = &v.description {
             self.row("description", d.clone());
         }
@@ -594,12 +289,15 @@ impl Rows {
             (None, None) => s.status.to_string(),
         };
         self.row("status", status);
+        if let Some(a) = awaiting(s) {
+            self.row("awaiting", awaiting_words(&v.name, a));
+        }
         if v.unconfined {
             self.row("step", UNCONFINED.to_owned());
         }
         if let Some((gate, phase, tick)) = &v.stopped_by {
             self.row("stopped by", format!("gate {gate} ({phase}, tick {tick})"));
-            self.row("to clear", clears(v.name, gate));
+            self.row("to clear", clears(&v.name, gate));
         }
         self.row(
             "config",
@@ -658,8 +356,8 @@ impl Rows {
     }
 
     /// Its ticks: how many, the last and where its output is, failures.
-    fn ticks(&mut self, v: &LoopView<'_>) {
-        let s = v.state;
+    fn ticks(&mut self, v: &LoopView) {
+        let s = &v.state;
         self.row("ticks", format!("{} (state version {})", s.tick, s.version));
         match &s.last_tick {
             Some(t) => {
@@ -672,10 +370,26 @@ impl Rows {
                     None if v.last_run_dir.is_some() => self.row("output", output_hint(v, t)),
                     None => {}
                 }
+                self.last_output(v);
             }
             None => self.row("last tick", "never".into()),
         }
         self.row("failures", format!("{} in a row", s.consecutive_failures));
+    }
+
+    /// The last lines of each output of a failed last tick, standard
+    /// error first: `step stderr  no space left`.
+    fn last_output(&mut self, v: &LoopView) {
+        for (file, lines) in &v.last_output {
+            let key = match file.split_once('.') {
+                Some((what, "err")) => format!("{what} stderr"),
+                Some((what, "out")) => format!("{what} stdout"),
+                _ => file.clone(),
+            };
+            for (i, line) in lines.iter().enumerate() {
+                self.row(if i == 0 { &key } else { "" }, safe(line).into_owned());
+            }
+        }
     }
 
     /// The approvals pending, one row each.
@@ -695,8 +409,8 @@ impl Rows {
 
     /// What it holds and who holds it: totals, worktree, the tick in
     /// flight, the lock, and when it was made and last changed.
-    fn holdings(&mut self, v: &LoopView<'_>) {
-        let s = v.state;
+    fn holdings(&mut self, v: &LoopView) {
+        let s = &v.state;
         if !s.totals.is_empty() {
             let totals: Vec<String> = s
                 .totals
@@ -734,38 +448,6 @@ impl Rows {
     }
 }
 
-/// The gate whose decision stopped a halted or completed loop: the newest
-/// gate event in its history that decided its status for the reason it
-/// gives, unless a resume or a rejection came after it.
-fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::gate::Phase, u64)> {
-    use crate::gate::Decision;
-    use crate::history::EventKind;
-    use crate::state::Status;
-    let reason = state.status_reason.as_deref()?;
-    if !matches!(state.status, Status::Halted | Status::Completed) {
-        return None;
-    }
-    let history = dir.history().ok()?;
-    for e in history.events.iter().rev() {
-        match &e.kind {
-            EventKind::Gate { tick, verdict, .. } => {
-                let decided = match (&verdict.decision, state.status) {
-                    (Decision::Halt(r), Status::Halted) | (Decision::Complete(r), Status::Completed) => {
-                        r == reason
-                    }
-                    _ => false,
-                };
-                if decided {
-                    return Some((verdict.gate.clone(), verdict.phase, *tick));
-                }
-            }
-            EventKind::Resumed { .. } | EventKind::Rejected { .. } => return None,
-            _ => {}
-        }
-    }
-    None
-}
-
 /// What clears a stop by gate `gate` of loop `name`.
 pub(crate) fn clears(name: &str, gate: &str) -> String {
     match gate {
@@ -786,7 +468,7 @@ pub(crate) fn clears(name: &str, gate: &str) -> String {
 /// The `logs` command that shows the last tick's output: the failed
 /// verifier's, else the step's (`logs` shows its standard error when that
 /// is all it wrote); or that it wrote nothing.
-fn output_hint(v: &LoopView<'_>, t: &crate::state::LastTick) -> String {
+fn output_hint(v: &LoopView, t: &crate::state::LastTick) -> String {
     let command = format!("automaton logs {} {}", v.name, t.number);
     let Some(run) = v
         .last_run_dir
@@ -804,12 +486,44 @@ fn output_hint(v: &LoopView<'_>, t: &crate::state::LastTick) -> String {
         })
     };
     let verifier_failed = t.verifier.as_ref().is_some_and(|r| !r.success());
+    let both = |what: &str| {
+        [false, true].into_iter().all(|err| {
+            run.open_read(crate::runs::output_name(what, err))
+                .ok()
+                .flatten()
+                .is_some_and(|(_, len)| len > 0)
+        })
+    };
+    // Standard error too, when the process wrote to both: `logs` shows
+    // standard output, and the reason is most often on the other.
+    let with_stderr = |command: String, what: &str| match both(what) {
+        true => format!("{command} (standard error: {command} --stderr)"),
+        false => command,
+    };
     match (wrote("step"), wrote("verifier")) {
-        (_, true) if verifier_failed => format!("{command} --verifier"),
-        (true, _) => command,
-        (false, true) => format!("{command} --verifier"),
+        (_, true) if verifier_failed => with_stderr(format!("{command} --verifier"), "verifier"),
+        (true, _) => with_stderr(command, "step"),
+        (false, true) => with_stderr(format!("{command} --verifier"), "verifier"),
         (false, false) => "none: the step wrote nothing".into(),
     }
+}
+
+/// The await of a loop awaiting approval.
+fn awaiting(s: &State) -> Option<&crate::state::Await> {
+    s.awaiting
+        .as_ref()
+        .filter(|_| s.status == crate::state::Status::AwaitingApproval)
+}
+
+/// `approval since 2026-12-03 14:02:11 +01:00 (3m ago), await aw-5:
+/// automaton review NAME`.
+fn awaiting_words(name: &str, a: &crate::state::Await) -> String {
+    format!(
+        "approval since {} ({}), await {}: automaton review {name}",
+        local(a.since),
+        ago(a.since),
+        a.id
+    )
 }
 
 /// `#3 failed 2m ago, step exited 3 in 18ms`.

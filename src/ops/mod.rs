@@ -20,6 +20,7 @@ pub mod reject;
 pub mod resume;
 pub mod rm;
 pub mod tick;
+pub mod views;
 
 use serde::{Serialize, Serializer};
 

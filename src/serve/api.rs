@@ -1,13 +1,12 @@
 //! The JSON API (docs/api.md, `/api/openapi.json`): a change calls the
-//! core ([`crate::ops`]) for the signed-in user and answers its outcome as
-//! the CLI's `--json` prints it; a read runs the library function of its
-//! CLI command with `--json` and answers with what it prints. Errors are
+//! core ([`crate::ops`]) for the signed-in user and answers its outcome,
+//! and a read answers the core's typed view ([`crate::ops::views`]) for
+//! that user, each as the CLI's `--json` prints it. Errors are
 //! `{code, message}` with the status that says what went wrong; a request
 //! refused before the command runs (no user, a bad body, a missing CSRF
 //! token) writes nothing, and one the roles refuse is recorded as the
 //! command line records it.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -16,16 +15,15 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::auth::{ApiUser, Who};
+use super::auth::ApiUser;
 use super::{App, blocking};
-use crate::access::{self, Access, Action, Denied};
-use crate::cli::{HistoryArgs, JsonArg, LogsArgs, ReviewArgs};
-use crate::commands::{history, logs, review, status};
-use crate::error::{Class, Error, Exit, Result};
+use crate::error::{Class, Error, Result};
 use crate::lock::Wait;
+use crate::ops::views;
+use crate::ops::views::history::History;
+use crate::ops::views::review::Review;
+use crate::ops::views::status::{Listed, LoopView};
 use crate::ops::{self, Ctx};
-use crate::root::Root;
-use crate::store::LoopStore;
 use crate::who::Actor;
 
 /// An error as the API answers it.
@@ -92,99 +90,46 @@ fn classify(e: &Error) -> (StatusCode, &'static str) {
     }
 }
 
+/// A view as a JSON response, printed as the command line's `--json`
+/// prints it.
+pub struct Json<T>(pub T);
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        let mut text = serde_json::to_vec_pretty(&self.0).expect("views serialise");
+        text.push(b'\n');
+        json(text)
+    }
+}
+
+/// The context a view is read in for `actor`: the server's root and store.
+pub fn reader<'a>(app: &'a App, actor: &Actor) -> Ctx<'a> {
+    Ctx::new(&app.root, &app.stores, actor.clone())
+}
+
 /// What a command printed, as a JSON response.
 fn json(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
-}
-
-/// Runs a command with its output captured.
-pub fn capture(run: impl FnOnce(&mut dyn Write) -> Result<Exit>) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    run(&mut out)?;
-    Ok(out)
-}
-
-/// `--json`, on.
-fn on() -> JsonArg {
-    JsonArg { json: true }
 }
 
 /// Refuses `actor` a loop it may not see (its `viewers`); a reading
 /// refused is not recorded, as reading writes nothing.
 pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
     let dir = app.stores.get(name)?;
-    may_see(actor, &view_rules(&app.root, dir.as_ref())).map_err(|d| Error::NotAllowed {
-        name: name.to_owned(),
-        command: "view",
-        user: actor.user.clone(),
-        role: d.role.as_str(),
-        // Who may view is not told to one who may not.
-        holders: None,
-        record: Box::new(crate::access::Record::Unasked),
-    })
+    views::may_view(&reader(app, actor), dir.as_ref())
 }
 
-/// The lists that say who may see loop `dir`: its own over the root's,
-/// the root's alone when its loop.toml does not load.
-pub fn view_rules(root: &Root, dir: &dyn LoopStore) -> Access {
-    access::rules(dir, &root.settings().access)
-}
-
-/// Whether `actor` may see a loop under `rules`: the one rule the API,
-/// the pages and the live feed apply.
-pub fn may_see(actor: &Actor, rules: &Access) -> std::result::Result<(), Denied> {
-    access::check(actor, Action::View, rules)
-}
-
-/// Whether `actor` may see a listed loop.
-pub fn sees(app: &App, actor: &Actor, listed: &status::Listed<'_>) -> bool {
-    let defaults = &app.root.settings().access;
-    let rules = match listed {
-        status::Listed::Loop(v) => v
-            .access
-            .as_ref()
-            .map_or_else(|| defaults.clone(), |a| a.over(defaults)),
-        status::Listed::Unreadable { .. } => defaults.clone(),
-    };
-    may_see(actor, &rules).is_ok()
-}
+pub use crate::ops::views::{may_see, rules as view_rules};
 
 pub async fn openapi() -> Response {
     json(include_str!("openapi.json").as_bytes().to_vec())
 }
 
 /// `GET /api/loops`: `list --json`, the loops the user may see.
-pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<Response, ApiError> {
+pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<Json<Vec<Listed>>, ApiError> {
     let actor = who.actor.clone();
-    let body = blocking(move || {
-        let mut reading = status::read(&*app.stores)?;
-        let listed: Vec<_> = reading
-            .listing()
-            .into_iter()
-            .filter(|l| sees(&app, &actor, l))
-            .collect();
-        let mut text = serde_json::to_vec_pretty(&listed).expect("output serialises");
-        text.push(b'\n');
-        Ok(text)
-    })
-    .await?;
-    Ok(json(body))
-}
-
-/// Runs `read` for loop `name` as `who`, once they may see it.
-async fn read(
-    app: Arc<App>,
-    who: Who,
-    name: String,
-    read: impl FnOnce(&App, &str, &mut dyn Write) -> Result<Exit> + Send + 'static,
-) -> Result<Response, ApiError> {
-    let actor = who.actor.clone();
-    let body = blocking(move || {
-        may_view(&app, &actor, &name)?;
-        capture(|out| read(&app, &name, out))
-    })
-    .await?;
-    Ok(json(body))
+    let listing = blocking(move || views::status::list(&reader(&app, &actor))).await?;
+    Ok(Json(listing.loops))
 }
 
 /// `GET /api/loops/NAME`: `status NAME --json`.
@@ -192,11 +137,10 @@ pub async fn one(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    read(app, who, name, |app, name, out| {
-        status::one(&app.root, &app.stores, name, true, out)
-    })
-    .await
+) -> Result<Json<LoopView>, ApiError> {
+    let actor = who.actor.clone();
+    let view = blocking(move || views::status::status(&reader(&app, &actor), &name)).await?;
+    Ok(Json(view))
 }
 
 #[derive(Deserialize)]
@@ -210,16 +154,10 @@ pub async fn history(
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
     Query(q): Query<HistoryQuery>,
-) -> Result<Response, ApiError> {
-    read(app, who, name, move |app, name, out| {
-        let args = HistoryArgs {
-            name: name.to_owned(),
-            limit: q.limit,
-            json: on(),
-        };
-        history::run(&app.stores, &args, out)
-    })
-    .await
+) -> Result<Json<History>, ApiError> {
+    let actor = who.actor.clone();
+    let view = blocking(move || views::history::history(&reader(&app, &actor), &name, q.limit)).await?;
+    Ok(Json(view))
 }
 
 #[derive(Deserialize)]
@@ -234,16 +172,10 @@ pub async fn review(
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
     Query(q): Query<ReviewQuery>,
-) -> Result<Response, ApiError> {
-    read(app, who, name, move |app, name, out| {
-        let args = ReviewArgs {
-            name: name.to_owned(),
-            diff: q.diff,
-            json: on(),
-        };
-        review::run(&app.root, &app.stores, &args, out)
-    })
-    .await
+) -> Result<Json<Review>, ApiError> {
+    let actor = who.actor.clone();
+    let view = blocking(move || views::review::review(&reader(&app, &actor), &name, q.diff)).await?;
+    Ok(Json(view))
 }
 
 #[derive(Deserialize)]
@@ -266,23 +198,16 @@ pub async fn logs(
         .parse()
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, "no_such_tick", "a tick is a number"))?;
     let actor = who.actor.clone();
-    let body = blocking(move || {
-        may_view(&app, &actor, &name)?;
-        capture(|out| logs::run(&app.stores, &log_args(&name, tick, q.stderr, q.verifier), out))
+    let output = blocking(move || {
+        let req = views::logs::Request {
+            tick: Some(tick),
+            verifier: q.verifier,
+            stderr: q.stderr,
+        };
+        views::logs::logs(&reader(&app, &actor), &name, req)
     })
     .await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
-}
-
-pub fn log_args(name: &str, tick: u64, stderr: bool, verifier: bool) -> LogsArgs {
-    LogsArgs {
-        name: name.to_owned(),
-        tick: Some(tick),
-        stderr,
-        verifier,
-        follow: false,
-        gates: false,
-    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], output.text).into_response())
 }
 
 /// What a change may say: each verb takes some of these.

@@ -13,13 +13,14 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
-use serde_json::Value;
 
-use super::api::{self, ApiError, Change, Verb};
+use super::api::{self, ApiError, Change, Verb, reader};
 use super::auth::{PageUser, Who};
 use super::{App, blocking};
 use crate::access::{self, Action};
-use crate::commands::{logs, review, status};
+use crate::ops::views::history::{Field, Line};
+use crate::ops::views::review::{Review, TickReview};
+use crate::ops::views::{self, status};
 use crate::state::Status;
 
 /// The most of one output a page shows (its end).
@@ -98,6 +99,31 @@ fn time(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
+/// `3m ago`, `just now`.
+fn ago(t: jiff::Timestamp) -> String {
+    let secs = crate::clock::now().duration_since(t).as_secs().max(0);
+    match secs {
+        0..5 => "just now".to_owned(),
+        5..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+/// The await of a loop awaiting approval.
+fn awaiting(v: &status::LoopView) -> Option<&crate::state::Await> {
+    v.state
+        .awaiting
+        .as_ref()
+        .filter(|_| v.state.status == Status::AwaitingApproval)
+}
+
+/// `awaiting approval since 2026-12-03 14:02:11 UTC (3m ago)`.
+fn awaiting_since(a: &crate::state::Await) -> String {
+    format!("awaiting approval since {} ({})", time(a.since), ago(a.since))
+}
+
 fn badge(status: &str) -> Markup {
     html! { span class=(format!("badge {}", status.replace('_', "-"))) { (status.replace('_', " ")) } }
 }
@@ -106,12 +132,7 @@ fn badge(status: &str) -> Markup {
 pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Response {
     let me = who.clone();
     let rendered = blocking(move || {
-        let mut reading = status::read(&*app.stores)?;
-        let mut listed: Vec<_> = reading
-            .listing()
-            .into_iter()
-            .filter(|l| api::sees(&app, &me.actor, l))
-            .collect();
+        let mut listed = views::status::list(&reader(&app, &me.actor))?.loops;
         listed.sort_by_key(|l| match l {
             status::Listed::Loop(v) => v.state.status != Status::AwaitingApproval,
             status::Listed::Unreadable { .. } => true,
@@ -125,7 +146,7 @@ pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Respo
     }
 }
 
-fn loops_table(listed: &[status::Listed<'_>]) -> Markup {
+fn loops_table(listed: &[status::Listed]) -> Markup {
     html! {
         h1 { "Loops" }
         @if listed.is_empty() { p { "No loops to show." } }
@@ -140,7 +161,11 @@ fn loops_table(listed: &[status::Listed<'_>]) -> Markup {
                                 @if v.state.status == Status::AwaitingApproval {
                                     " " a href=(format!("/loops/{}/review", v.name)) { "review" }
                                 } }
-                            td { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+                            td { @match (awaiting(v), v.next_due) {
+                                (Some(a), _) => (awaiting_since(a)),
+                                (None, Some(t)) => (time(t)),
+                                (None, None) => "–",
+                            } }
                             td { @match &v.state.last_tick {
                                 Some(t) => { (t.outcome.to_string()) " · " (time(t.ended_at)) },
                                 None => "never",
@@ -187,17 +212,12 @@ pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(move || {
-        api::may_view(&app, &me.actor, &name)?;
+        let ctx = reader(&app, &me.actor);
+        let view = views::status::status(&ctx, &name)?;
         let dir = app.stores.get(&name)?;
-        let state = dir.load()?;
-        let view = status::view(dir.as_ref(), &state);
-        let history = dir.history()?;
-        let skip = history.events.len().saturating_sub(EVENTS_SHOWN);
-        let events: Vec<Value> = history.events[skip..]
-            .iter()
-            .rev()
-            .filter_map(|e| serde_json::to_value(e).ok())
-            .collect();
+        let state = &view.state;
+        let history = views::history::history(&ctx, &name, Some(EVENTS_SHOWN))?;
+        let events: Vec<Line> = history.events.iter().rev().map(Line::of).collect();
         let running = state.in_flight.is_some();
         let actions = actions(&app, &me, dir.as_ref(), state.status, running);
         Ok(loop_body(&view, actions, &events))
@@ -209,8 +229,8 @@ pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name
     }
 }
 
-fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Markup {
-    let s = v.state;
+fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
+    let s = &v.state;
     html! {
         h1 { (v.name) " " (badge(&v.shown_status())) }
         @if let Some(d) = &v.description { p.description { (d) } }
@@ -221,7 +241,9 @@ fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Mar
         dl.facts {
             dt { "Tick" } dd { (s.tick) }
             dt { "Schedule" } dd { (v.schedule.as_deref().unwrap_or("none")) }
-            dt { "Next due" } dd { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+            @if awaiting(v).is_none() {
+                dt { "Next due" } dd { @match v.next_due { Some(t) => (time(t)), None => "–" } }
+            }
             @if let Some(t) = &s.last_tick {
                 dt { "Last tick" }
                 dd { a href=(format!("/loops/{}/runs/{}", v.name, t.number)) { (t.number) } " " (t.outcome.to_string()) " · " (time(t.ended_at)) }
@@ -230,37 +252,57 @@ fn loop_body(v: &status::LoopView<'_>, actions: Markup, events: &[Value]) -> Mar
                 dt { "Running" } dd { a href=(format!("/loops/{}/runs/{}", v.name, f.tick)) { "tick " (f.tick) } " since " (time(f.started_at)) }
             }
             dt { "Failures in a row" } dd { (s.consecutive_failures) }
-            @if let Some(a) = &s.awaiting {
-                dt { "Awaiting" } dd { a href=(format!("/loops/{}/review", v.name)) { (a.id) } " since " (time(a.since)) }
+            @if let Some(a) = awaiting(v) {
+                dt { "Awaiting" } dd { (awaiting_since(a)) ": " a href=(format!("/loops/{}/review", v.name)) { "review " (a.id) } }
             }
             @if let Some(h) = &v.lock { dt { "Lock" } dd { (h.describe()) } }
+        }
+        @if !v.last_output.is_empty() {
+            h2 { "Last tick's output" }
+            @for (file, lines) in &v.last_output {
+                p.file { (file) }
+                pre.output { @for l in lines { (l) "\n" } }
+            }
         }
         h2 { "History" }
         table.events {
             thead { tr { th { "When" } th { "What" } th { "Details" } } }
-            tbody { @for e in events { (event_row(v.name, e)) } }
+            tbody { @for e in events { (event_row(&v.name, e)) } }
         }
     }
 }
 
-/// One event: when, its kind, who, and what it says in short.
-fn event_row(name: &str, e: &Value) -> Markup {
-    let field = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
-    let tick = e.get("tick").and_then(Value::as_u64);
-    let kind = field("kind").unwrap_or_default();
-    let details: Vec<String> = ["by", "outcome", "reason", "note", "await", "id", "gate"]
+/// One event: when, its kind (its tick linked), and what it says in short.
+fn event_row(name: &str, e: &Line) -> Markup {
+    let details: Vec<String> = e
+        .fields
         .iter()
-        .filter_map(|k| field(k).map(|v| format!("{k}: {v}")))
+        .filter(|(k, _)| k != "tick")
+        .map(|(k, f)| format!("{k}: {}", field(f)))
         .collect();
     html! {
         tr {
-            td.when { (field("at").unwrap_or_default()) }
-            td { (kind)
-                @if let (Some(t), "tick") = (tick, kind.as_str()) {
+            td.when { (time(e.at)) }
+            td { (e.kind)
+                @if let (Some(t), "tick") = (e.tick, e.kind.as_str()) {
                     " " a href=(format!("/loops/{name}/runs/{t}")) { (t) }
                 } }
             td { (details.join(" · ")) }
         }
+    }
+}
+
+/// A field of an event as a page shows it.
+fn field(f: &Field) -> String {
+    match f {
+        Field::Text(s) => s.clone(),
+        Field::Number(n) => n.to_string(),
+        Field::Bool(b) => b.to_string(),
+        Field::Numbers(m) => m
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 
@@ -274,9 +316,8 @@ pub async fn review(
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(move || {
-        api::may_view(&app, &me.actor, &name)?;
+        let r = views::review::review(&reader(&app, &me.actor), &name, false)?;
         let dir = app.stores.get(&name)?;
-        let r = serde_json::to_value(review::build(&app.root, dir.as_ref(), false)?).unwrap_or_default();
         let defaults = &app.root.settings().access;
         // A change to the rules is approved under the rules before it.
         let rules = match crate::rules::approvers_of_change(&dir.load()?, defaults) {
@@ -296,38 +337,36 @@ pub async fn review(
     }
 }
 
-fn review_body(name: &str, r: &Value, approver: Option<&Who>) -> Markup {
-    let s = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
-    let awaiting = r.get("awaiting").filter(|a| !a.is_null());
+fn review_body(name: &str, r: &Review, approver: Option<&Who>) -> Markup {
     html! {
-        h1 { "Review " a href=(format!("/loops/{name}")) { (name) } " " (badge(&s(&r["status"]))) }
-        @match awaiting {
+        h1 { "Review " a href=(format!("/loops/{name}")) { (name) } " " (badge(r.status.as_str())) }
+        @match &r.awaiting {
             Some(a) => section.pending {
-                h2 { "Await " (s(&a["id"])) }
-                p { "Since " (s(&a["since"])) ", before tick " (s(&a["tick"])) }
-                ul { @for g in a["gates"].as_array().into_iter().flatten() {
-                    li { strong { (s(&g["gate"])) } ": " (s(&g["reason"])) }
+                h2 { "Await " (a.id) }
+                p { "Since " (time(a.since)) ", before tick " (a.tick) }
+                ul { @for g in &a.gates {
+                    li { strong { (g.gate) } ": " (g.reason) }
                 } }
-                @if let Some(h) = a.get("head").and_then(Value::as_str) { p { "On commit " code { (h) } } }
-                @if let Some(w) = approver { (decide(name, &s(&a["id"]), w)) }
+                @if let Some(h) = &a.head { p { "On commit " code { (h) } } }
+                @if let Some(w) = approver { (decide(name, &a.id, w)) }
             },
             None => p { "No await is pending." },
         }
         h2 { "Ticks since the last approval" }
-        @if r["ticks"].as_array().is_none_or(Vec::is_empty) { p { "None." } }
-        @for t in r["ticks"].as_array().into_iter().flatten() { (tick_review(name, t)) }
+        @if r.ticks.is_empty() { p { "None." } }
+        @for t in &r.ticks { (tick_review(name, t)) }
         h2 { "Metrics since the last approval / overall" }
         (metrics(r))
         h2 { "Config changes since the last approval" }
         (config_changes(r))
-        @if let Some(w) = r.get("work").filter(|w| !w.is_null()) {
-            h2 { "Work on " (s(&w["branch"])) }
-            ul { @for c in w["commits"].as_array().into_iter().flatten() { li { code { (s(c)) } } } }
-            pre.diffstat { (w["diffstat"].as_str().unwrap_or("")) }
-            @if let Some(dirty) = w["uncommitted"].as_array().filter(|d| !d.is_empty()) {
+        @if let Some(w) = &r.work {
+            h2 { "Work on " (w.range.branch) }
+            ul { @for c in &w.commits { li { code { (c) } } } }
+            pre.diffstat { (w.diffstat) }
+            @if !w.uncommitted.is_empty() {
                 h3 { "Uncommitted in the worktree (part of the work)" }
-                ul.uncommitted { @for d in dirty { li { code { (s(d)) } } } }
-                @if let Some(more) = w["uncommitted_more"].as_u64() { p { "And " (more) " more." } }
+                ul.uncommitted { @for d in &w.uncommitted { li { code { (d) } } } }
+                @if w.uncommitted_more > 0 { p { "And " (w.uncommitted_more) " more." } }
             }
         }
     }
@@ -354,23 +393,21 @@ fn decide(name: &str, await_id: &str, who: &Who) -> Markup {
     }
 }
 
-fn tick_review(name: &str, t: &Value) -> Markup {
-    let n = t["tick"].as_u64().unwrap_or_default();
+fn tick_review(name: &str, t: &TickReview) -> Markup {
+    let unconfined = matches!(t.confinement, Some(crate::step::confine::Confinement::Unconfined));
     html! {
         details.tick open {
             summary {
-                a href=(format!("/loops/{name}/runs/{n}")) { "tick " (n) } ": " (t["outcome"].as_str().unwrap_or(""))
-                @if t["confinement"]["by"].as_str() == Some("unconfined") { " (unconfined)" }
+                a href=(format!("/loops/{name}/runs/{}", t.tick)) { "tick " (t.tick) } ": " (t.outcome.to_string())
+                @if unconfined { " (unconfined)" }
             }
-            @if let Some(r) = t.get("reason").and_then(Value::as_str) { p { "Reason: " (r) } }
-            @for g in t["gates"].as_array().into_iter().flatten() {
-                p { "Gate " strong { (g["gate"].as_str().unwrap_or("")) } ": " (g["decision"].as_str().unwrap_or("")) " " (g["reason"].as_str().unwrap_or("")) }
+            @if let Some(r) = &t.reason { p { "Reason: " (r) } }
+            @for g in &t.gates {
+                p { "Gate " strong { (g.gate) } ": " (g.decision.name()) " " (g.decision.reason()) }
             }
-            @if let Some(out) = t["output"].as_object() {
-                @for (file, lines) in out {
-                    p.file { (file) }
-                    pre { @for l in lines.as_array().into_iter().flatten() { (l.as_str().unwrap_or("")) "\n" } }
-                }
+            @for (file, lines) in &t.output {
+                p.file { (file) }
+                pre { @for l in lines { (l) "\n" } }
             }
         }
     }
@@ -379,45 +416,44 @@ fn tick_review(name: &str, t: &Value) -> Markup {
 /// The changes to the rules since the last approval: a change not yet
 /// recorded, then each recorded one (how, who, when, the rules it touches,
 /// loop.toml's diff).
-fn config_changes(r: &Value) -> Markup {
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    let changes = r["config_changes"].as_array().cloned().unwrap_or_default();
-    let unrecorded = r.get("unrecorded_config").filter(|u| !u.is_null());
+fn config_changes(r: &Review) -> Markup {
+    use crate::rules::Via;
     html! {
-        @if let Some(u) = unrecorded {
-            p.pending { (review::UNRECORDED) ": loop.toml " code { (s(&u["loop_toml"])) } }
+        @if let Some(u) = &r.unrecorded_config {
+            p.pending { (views::review::UNRECORDED) ": loop.toml " code { (u.loop_toml) } }
         }
-        @if changes.is_empty() && unrecorded.is_none() { p { "None." } }
-        @for c in &changes {
+        @if r.config_changes.is_empty() && r.unrecorded_config.is_none() { p { "None." } }
+        @for c in &r.config_changes {
             details.config open {
                 summary {
-                    (s(&c["at"])) ": "
-                    @if s(&c["via"]) == "edit" { "edited by " } @else { "changed outside automaton, found by " }
-                    strong { (s(&c["actor"])) }
-                    @if c["awaits"].as_bool() == Some(true) { " (awaits approval)" }
+                    (time(c.at)) ": "
+                    @match c.change.via { Via::Edit => "edited by ", Via::Outside => "changed outside automaton, found by " }
+                    strong { (c.actor.as_deref().unwrap_or("")) }
+                    @if c.change.awaits { " (awaits approval)" }
                 }
-                p { "Rules: " @if c["rules"].as_array().is_none_or(Vec::is_empty) { "none" }
-                    @for (i, rule) in c["rules"].as_array().into_iter().flatten().enumerate() {
-                        @if i > 0 { ", " } code { (s(rule)) }
+                p { "Rules: " @if c.change.rules.is_empty() { "none" }
+                    @for (i, rule) in c.change.rules.iter().enumerate() {
+                        @if i > 0 { ", " } code { (rule.key()) }
                     }
                 }
-                p { "loop.toml " code { (s(&c["before"]["loop_toml"])) } " → " code { (s(&c["after"]["loop_toml"])) } }
-                p { "automaton.toml " code { (s(&c["before"]["automaton_toml"])) } " → " code { (s(&c["after"]["automaton_toml"])) } }
-                pre.diff { (s(&c["diff"])) }
+                p { "loop.toml " code { (c.change.before.loop_toml) } " → " code { (c.change.after.loop_toml) } }
+                p { "automaton.toml " code { (c.change.before.automaton_toml.as_str()) } " → " code { (c.change.after.automaton_toml.as_str()) } }
+                pre.diff { (c.change.diff) }
             }
         }
     }
 }
 
-fn metrics(r: &Value) -> Markup {
-    let since = r["metrics_since"].as_object().cloned().unwrap_or_default();
-    let totals = r["totals"].as_object().cloned().unwrap_or_default();
-    let keys: std::collections::BTreeSet<&String> = since.keys().chain(totals.keys()).collect();
+fn metrics(r: &Review) -> Markup {
+    let keys: std::collections::BTreeSet<&String> = r.metrics_since.keys().chain(r.totals.keys()).collect();
+    let shown = |m: &std::collections::BTreeMap<String, f64>, k: &String| {
+        m.get(k).map_or_else(|| "0".to_owned(), |v| v.to_string())
+    };
     html! {
         @if keys.is_empty() { p { "None." } }
         @else {
             table.metrics { @for k in keys {
-                tr { td { (k) } td { (since.get(k).map(Value::to_string).unwrap_or("0".into())) } td { (totals.get(k).map(Value::to_string).unwrap_or("0".into())) } }
+                tr { td { (k) } td { (shown(&r.metrics_since, k)) } td { (shown(&r.totals, k)) } }
             } }
         }
     }
@@ -447,9 +483,16 @@ pub async fn run(
             .in_flight
             .is_some_and(|f| f.tick == tick);
         let out = |stderr| {
-            api::capture(|o| logs::run(&app.stores, &api::log_args(&name, tick, stderr, false), o))
-                .map(|b| tail(&b))
-                .unwrap_or_else(|e| format!("({})", crate::error::with_causes(&e)))
+            let req = views::logs::Request {
+                tick: Some(tick),
+                verifier: false,
+                stderr,
+            };
+            match views::logs::logs(&reader(&app, &me.actor), &name, req) {
+                Ok(o) if o.stderr_instead => String::new(),
+                Ok(o) => tail(&o.text),
+                Err(e) => format!("({})", crate::error::with_causes(&e)),
+            }
         };
         Ok((out(false), out(true), running))
     })
@@ -550,19 +593,34 @@ pub async fn asset(Path(file): Path<String>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::views::review::{Review, Work};
+    use crate::state::Status;
+
     #[test]
     fn the_review_page_lists_what_is_uncommitted_in_the_worktree() {
-        let r = serde_json::json!({
-            "status": "awaiting_approval",
-            "ticks": [],
-            "work": {
-                "branch": "loop/x",
-                "commits": [],
-                "diffstat": "",
-                "uncommitted": [" M a.txt", "?? new.sh"],
-                "uncommitted_more": 3,
-            },
-        });
+        let mut range = crate::since::Range::default();
+        range.branch = "loop/x".into();
+        let r = Review {
+            loop_name: "x".into(),
+            status: Status::AwaitingApproval,
+            awaiting: None,
+            since_version: None,
+            ticks: Vec::new(),
+            metrics_since: Default::default(),
+            totals: Default::default(),
+            work: Some(Work {
+                range,
+                commits: Vec::new(),
+                diffstat: String::new(),
+                patch: None,
+                uncommitted: vec![" M a.txt".into(), "?? new.sh".into()],
+                uncommitted_more: 3,
+                uncommitted_patch: None,
+            }),
+            config_changes: Vec::new(),
+            unrecorded_config: None,
+            link: None,
+        };
         let html = super::review_body("x", &r, None).into_string();
         assert!(html.contains("Uncommitted in the worktree"), "{html}");
         assert!(

@@ -152,6 +152,62 @@ fn overdue_loops_that_nothing_fires_are_said_once_below_the_table() {
     assert!(!table.contains("no daemon serves"), "{table}");
 }
 
+/// A loop awaiting approval runs no step until it is approved: it is not
+/// overdue, nothing is said to fire it, and `list` and `status` say since
+/// when it awaits, which await, and the command that reviews it.
+#[test]
+fn an_awaiting_loop_is_not_overdue_and_says_since_when_and_how_to_review_it() {
+    let env = crate::files_only!("backdates .state.loop by hand");
+    env.new_loop(
+        "gated",
+        "step = \"true\"\n[schedule]\nevery = \"1h\"\n\
+         [[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    )
+    .new_loop("hourly", "step = \"true\"\n[schedule]\nevery = \"1h\"\n");
+    env.ok(&["tick", "gated"]);
+    env.run(&["tick", "gated"]);
+    // Both last came due long ago.
+    for name in ["gated", "hourly"] {
+        let path = env.loop_dir(name).join(".state.loop");
+        let mut state: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        state["created_at"] = "2020-01-01T00:00:00Z".into();
+        if !state["last_tick"].is_null() {
+            state["last_tick"]["started_at"] = "2020-01-01T00:00:00Z".into();
+            state["awaiting"]["since"] = "2020-01-01T00:00:00Z".into();
+        }
+        fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    }
+    let v = env.status("gated");
+    assert_eq!(v["status"], "awaiting_approval", "{v}");
+    assert!(v["next_due"].is_null(), "{v}");
+    let await_id = v["awaiting"]["id"].as_str().unwrap().to_owned();
+    let table = env.ok(&["list"]);
+    let row = table.lines().find(|l| l.starts_with("gated")).unwrap();
+    assert!(!row.contains("overdue"), "{table}");
+    let said = table
+        .lines()
+        .find(|l| l.starts_with("gated: awaiting approval since "))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        said.contains(" ago)") && said.contains(&await_id) && said.ends_with("automaton review gated"),
+        "{table}"
+    );
+    // The footer counts the active loop alone as one nothing fires.
+    assert!(table.contains("loop hourly is overdue"), "{table}");
+    let status = env.ok(&["status", "gated"]);
+    let row = |key: &str| status.lines().find(|l| l.starts_with(key)).map(str::to_owned);
+    assert_eq!(row("next due"), None, "{status}");
+    assert_eq!(row("fired by"), None, "{status}");
+    let awaits = row("awaiting").unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        awaits.contains("approval since ")
+            && awaits.contains(" ago)")
+            && awaits.contains(&await_id)
+            && awaits.ends_with("automaton review gated"),
+        "{status}"
+    );
+}
+
 /// `status NAME` says of an overdue loop what `list` says: overdue by how
 /// much, and that nothing fires it, rather than `next due ... (now)`.
 #[test]

@@ -29,6 +29,76 @@ fn logs_shows_standard_error_when_that_is_all_the_step_wrote() {
 }
 
 #[test]
+fn logs_says_when_the_other_stream_has_output_and_how_to_see_it() {
+    let env = Env::new();
+    env.new_loop(
+        "flaky",
+        "step = \"echo building; echo 'no space left' >&2; exit 3\"\n",
+    );
+    assert_eq!(env.run(&["tick", "flaky"]).status.code(), Some(6));
+    let out = env.run(&["logs", "flaky"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "building\n");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("standard error") && said.contains("automaton logs flaky 1 --stderr"),
+        "{said}"
+    );
+    let err = env.run(&["logs", "flaky", "1", "--stderr"]);
+    assert_eq!(String::from_utf8_lossy(&err.stdout), "no space left\n");
+    let said = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        said.contains("standard output") && said.contains("automaton logs flaky 1\n"),
+        "{said}"
+    );
+    // A stream alone says nothing of the other.
+    env.new_loop("quiet", "step = \"echo fine\"\n");
+    env.ok(&["tick", "quiet"]);
+    let out = env.run(&["logs", "quiet"]);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn a_failed_ticks_status_shows_the_last_lines_of_both_streams() {
+    let env = Env::new();
+    env.new_loop(
+        "flaky",
+        "step = \"echo building; echo step two; echo 'no space left on device' >&2; exit 3\"\n",
+    );
+    assert_eq!(env.run(&["tick", "flaky"]).status.code(), Some(6));
+    let status = env.ok(&["status", "flaky"]);
+    let row = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .map(|l| l[key.len()..].trim().to_owned())
+    };
+    assert_eq!(
+        row("step stderr").as_deref(),
+        Some("no space left on device"),
+        "{status}"
+    );
+    assert_eq!(row("step stdout").as_deref(), Some("building"), "{status}");
+    assert!(status.lines().any(|l| l.trim() == "step two"), "{status}");
+    // The command that shows standard error is named beside the one that
+    // shows standard output.
+    assert_eq!(
+        row("output").as_deref(),
+        Some("automaton logs flaky 1 (standard error: automaton logs flaky 1 --stderr)"),
+        "{status}"
+    );
+    // JSON has them too, by file; a tick that ran has none.
+    let v = env.status("flaky");
+    assert_eq!(
+        v["last_output"]["step.err"],
+        serde_json::json!(["no space left on device"])
+    );
+    env.new_loop("fine", "step = \"echo ok\"\n");
+    env.ok(&["tick", "fine"]);
+    assert!(env.status("fine").get("last_output").is_none());
+}
+
+#[test]
 fn logs_follow_follows_both_streams() {
     let env = Env::new();
     let dir = env.scratch().join("signals");

@@ -302,6 +302,50 @@ fn each_verb_answers_the_api_in_the_shape_of_its_clis_json() {
 }
 
 #[test]
+fn the_api_answers_every_view_as_the_cli_prints_it() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    env.new_loop("failing", "step = \"echo out; echo err >&2; exit 2\"\n");
+    assert_eq!(env.run(&["tick", "failing"]).status.code(), Some(6));
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let cli = |args: &[&str]| -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&env.ok(&args)).unwrap()
+    };
+    let api = |path: &str| -> Value {
+        let (status, body) = get(&s, path, &token);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    assert_eq!(api("/api/loops"), cli(&["list"]));
+    for name in ["demo", "failing"] {
+        assert_eq!(api(&format!("/api/loops/{name}")), cli(&["status", name]));
+        assert_eq!(
+            api(&format!("/api/loops/{name}/history")),
+            cli(&["history", name])
+        );
+        assert_eq!(
+            api(&format!("/api/loops/{name}/history?limit=1")),
+            cli(&["history", name, "--limit", "1"])
+        );
+        assert_eq!(api(&format!("/api/loops/{name}/review")), cli(&["review", name]));
+        assert_eq!(
+            api(&format!("/api/loops/{name}/review?diff=true")),
+            cli(&["review", name, "--diff"])
+        );
+    }
+    let text = |path: &str| get(&s, path, &token);
+    assert_eq!(text("/api/loops/failing/runs/1/logs"), (200, "out\n".to_owned()));
+    assert_eq!(
+        text("/api/loops/failing/runs/1/logs?stderr=true"),
+        (200, "err\n".to_owned())
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_loop_whose_state_cannot_be_read_is_answered_as_invalid_state() {
     let env = crate::files_only!("corrupts .state.loop by hand");
     env.new_loop("demo", "step = \"true\"\n");
@@ -597,6 +641,36 @@ pub(crate) fn hidden(page: &str, name: &str) -> String {
         .unwrap_or_else(|| panic!("no {name} in {page}"));
     let rest = &page[at + name.len() + 15..];
     rest[..rest.find('"').unwrap()].to_owned()
+}
+
+#[test]
+fn the_console_says_since_when_a_loop_awaits_and_why_its_last_tick_failed() {
+    let env = Env::new();
+    awaiting(&env, "demo", "[schedule]\nevery = \"1h\"\n");
+    env.new_loop(
+        "failing",
+        "step = \"echo building; echo 'no space left' >&2; exit 2\"\n",
+    );
+    assert_eq!(env.run(&["tick", "failing"]).status.code(), Some(6));
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call());
+    let (status, list) = page("/");
+    assert_eq!(status, 200);
+    assert!(list.contains("awaiting approval since "), "{list}");
+    let (_, one) = page("/loops/demo");
+    assert!(
+        one.contains("awaiting approval since ") && !one.contains("Next due"),
+        "{one}"
+    );
+    let (_, failed) = page("/loops/failing");
+    assert!(
+        failed.contains("step.err") && failed.contains("no space left"),
+        "{failed}"
+    );
+    assert_eq!(s.stop(), Some(0));
 }
 
 #[test]

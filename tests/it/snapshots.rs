@@ -193,3 +193,85 @@ fn the_verbs_json_shapes() {
     pin("rm --force", json(&["rm", "plain", "--force"]));
     settings(&env).bind(|| insta::assert_snapshot!("verbs_json", shapes));
 }
+
+/// The shape of a JSON value: each path with the kinds of value found
+/// there (an array's items merged under `[]`), one line a path.
+fn merged_shape(v: &serde_json::Value) -> String {
+    use std::collections::{BTreeMap, BTreeSet};
+    fn walk(v: &serde_json::Value, path: String, out: &mut BTreeMap<String, BTreeSet<&'static str>>) {
+        use serde_json::Value;
+        let kind = match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(items) => {
+                for i in items {
+                    walk(i, format!("{path}[]"), out);
+                }
+                "array"
+            }
+            Value::Object(m) => {
+                for (k, item) in m {
+                    walk(item, format!("{path}.{k}"), out);
+                }
+                "object"
+            }
+        };
+        out.entry(path).or_default().insert(kind);
+    }
+    let mut found = BTreeMap::new();
+    walk(v, String::new(), &mut found);
+    found
+        .iter()
+        .map(|(path, kinds)| {
+            format!(
+                "{path}: {}\n",
+                kinds.iter().copied().collect::<Vec<_>>().join("|")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_json_of_every_view_keeps_its_shape() {
+    let env = Env::new();
+    env.new_loop(
+        "flaky",
+        "description = \"fails on purpose\"\nstep = \"echo building; echo 'no space left' >&2; exit 3\"\n\
+         [schedule]\nevery = \"10m\"\n",
+    )
+    .new_loop(
+        "gated",
+        "step = \"echo hello\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    )
+    .new_loop("nightly", "step = \"true\"\n");
+    assert_eq!(env.run(&["tick", "flaky"]).status.code(), Some(6));
+    env.ok(&["tick", "gated"]);
+    env.ok(&["tick", "gated"]);
+    env.ok(&["approve", "nightly", "--ahead", "--note", "go"]);
+    env.ok(&["pause", "nightly", "--reason", "release freeze"]);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&env.ok(&args)).unwrap()
+    };
+    let mut shapes = String::new();
+    for args in [
+        &["list"][..],
+        &["status", "flaky"],
+        &["status", "gated"],
+        &["status", "nightly"],
+        &["review", "gated"],
+        &["history", "flaky"],
+        &["history", "gated"],
+        &["fires", "flaky"],
+    ] {
+        shapes += &format!(
+            "$ automaton {} --json\n{}\n",
+            args.join(" "),
+            merged_shape(&json(args))
+        );
+    }
+    settings(&env).bind(|| insta::assert_snapshot!("json_shapes", shapes));
+}
