@@ -57,6 +57,10 @@ pub struct LoopView<'a> {
     /// ends with one: the daemon may not tick it (`status NAME`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused_firings: Option<crate::fires::Fire>,
+    /// The OS scheduler its schedule is installed in (`status NAME`): it
+    /// fires the loop, and a daemon does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_schedule: Option<crate::schedule::Backend>,
     /// Its `[access]` lists, when its config loads (a server shows it
     /// only to its viewers).
     #[serde(skip)]
@@ -145,6 +149,7 @@ fn view_read<'a>(
         stopped_by: None,
         last_missed: None,
         refused_firings: None,
+        os_schedule: None,
         access: config.as_ref().map(|c| c.access()),
         unrecorded_config: None,
         config_changes: Vec::new(),
@@ -243,6 +248,10 @@ pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mu
     });
     v.last_missed = crate::fires::last_missed(&fires).cloned();
     v.refused_firings = crate::fires::refused_now(&fires).cloned();
+    v.os_schedule = crate::schedule::record::read(root, name)
+        .ok()
+        .flatten()
+        .map(|r| r.backend);
     v.unrecorded_config = super::review::unrecorded(root, dir, &state);
     v.config_changes = match dir.history() {
         Ok(h) => super::review::config_changes(&h.events),
@@ -612,6 +621,12 @@ impl Rows {
             self.row("gate error", format!("{} (since {})", f.error, local(f.since)));
         }
         self.row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
+        if let Some(b) = v.os_schedule {
+            self.row(
+                "fired by",
+                format!("{b}, its OS schedule (a daemon leaves it to {b})"),
+            );
+        }
         match (v.next_due, v.overdue_by()) {
             (Some(_), Some(d)) => {
                 let since = jiff::SignedDuration::try_from(d)

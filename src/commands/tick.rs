@@ -1,12 +1,13 @@
 //! `tick`: run one tick of a loop, as a scheduler does.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use super::render::safe;
 use crate::cli::TickArgs;
 use crate::config::LoopConfig;
 use crate::error::{Exit, Result};
+use crate::fires::FiredBy;
 use crate::root::Root;
 use crate::state::Outcome;
 use crate::store::LoopStore;
@@ -20,18 +21,56 @@ pub fn run(root: &Root, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
         .timeout
         .map_or(crate::lock::Wait::Forever, crate::lock::Wait::For);
     super::allowed(root, store.as_ref(), crate::access::Action::Tick, bound)?;
-    here(root, store.as_ref(), &config, args.timeout, args.json.json, out)
+    let fired_by = args
+        .fired_by
+        .unwrap_or_else(|| fired_by_default(root, &args.name));
+    fired(
+        root,
+        store.as_ref(),
+        &config,
+        args.timeout,
+        args.json.json,
+        fired_by,
+        out,
+    )
 }
 
-/// One tick of the loop `store` in this process, once its actor may run
-/// one (`tick`, `approve --run`): refused on a host its `[runner]` does not
-/// list; its report is written, then its schedule and people follow.
+/// What fired a tick whose command did not say: a person, unless no one
+/// is at a terminal and the loop's schedule is installed in an OS
+/// scheduler (whose entries, written by an older build, do not say).
+fn fired_by_default(root: &Root, name: &str) -> FiredBy {
+    if std::io::stdin().is_terminal() {
+        return FiredBy::Person;
+    }
+    match crate::schedule::record::read(root, name) {
+        Ok(Some(r)) => r.backend.into(),
+        _ => FiredBy::Person,
+    }
+}
+
+/// [`fired`] by a person (`approve --run`).
 pub(super) fn here(
     root: &Root,
     store: &dyn LoopStore,
     config: &LoopConfig,
     timeout: Option<Duration>,
     json: bool,
+    out: &mut dyn Write,
+) -> Result<Exit> {
+    fired(root, store, config, timeout, json, FiredBy::Person, out)
+}
+
+/// One tick of the loop `store` in this process, once its actor may run
+/// one (`tick`, `approve --run`): refused on a host its `[runner]` does not
+/// list; its report is written, then its schedule and people follow. A
+/// tick an OS scheduler fired is recorded in the loop's ledger too.
+fn fired(
+    root: &Root,
+    store: &dyn LoopStore,
+    config: &LoopConfig,
+    timeout: Option<Duration>,
+    json: bool,
+    fired_by: FiredBy,
     out: &mut dyn Write,
 ) -> Result<Exit> {
     // A loop pinned to other hosts does not run here.
@@ -53,9 +92,14 @@ pub(super) fn here(
         &Options {
             timeout,
             process_exits: true,
+            fired_by,
             ..Options::default()
         },
-    )?;
+    );
+    if !matches!(fired_by, FiredBy::Daemon | FiredBy::Person) {
+        ledger(store, config, fired_by, &report);
+    }
+    let report = report?;
     // The report first: a notify command or webhook never holds it back.
     let written = match json {
         true => super::emit_json(out, &report),
@@ -65,6 +109,27 @@ pub(super) fn here(
     tick::after::follow(root, tick::after::Change::Ticked(&report));
     written?;
     Ok(report.exit())
+}
+
+/// Adds the firing an OS scheduler made to the loop's ledger, as the
+/// daemon adds its own: the scheduler that fires a loop keeps its ledger.
+/// Best effort: a tick is never failed for its ledger.
+fn ledger(store: &dyn LoopStore, config: &LoopConfig, fired_by: FiredBy, report: &Result<TickReport>) {
+    let schedule = config
+        .schedule
+        .as_ref()
+        .map(crate::schedule::describe)
+        .unwrap_or_default();
+    let by = format!("{} pid {}", crate::who::host(), std::process::id());
+    let at = crate::clock::now();
+    let mut fire = Some(crate::fires::Fire::of_tick(at, &schedule, &by, fired_by, report));
+    if let Err(e) = store.record_fires(&mut |_| fire.take().into_iter().collect()) {
+        tracing::warn!(
+            "loop {:?}: the firing is not in its ledger: {}",
+            store.name().as_str(),
+            crate::error::with_causes(&e)
+        );
+    }
 }
 
 /// The tick's line, then one line a gate that did not simply proceed; what

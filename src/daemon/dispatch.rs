@@ -65,6 +65,10 @@ pub(super) struct Dispatcher<'a> {
     pub(super) busy: u64,
     /// What writes the ledger of firings.
     pub(super) ledger: Writer,
+    /// The mtime of the root's records of OS schedules (`schedules/`) at
+    /// the last scan: when it moves, every config is read again, to learn
+    /// which loops an OS scheduler fires now.
+    pub(super) installed: Option<SystemTime>,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -99,6 +103,7 @@ impl<'a> Dispatcher<'a> {
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
             ledger: Writer::new(crate::clock::now()),
+            installed: None,
         }
     }
 

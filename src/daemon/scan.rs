@@ -50,6 +50,10 @@ pub(super) struct Entry {
     /// said: its firings are then recorded as refused, and run nothing.
     pub(super) refused: Option<Denied>,
     pub(super) config_path: PathBuf,
+    /// The OS scheduler whose schedule of the loop is installed
+    /// (`automaton schedule install`): it fires the loop, and the daemon
+    /// does not.
+    pub(super) os_scheduled: Option<crate::schedule::Backend>,
     /// A file whose mtime moves with every commit (the file store).
     pub(super) state_path: Option<PathBuf>,
 }
@@ -70,6 +74,7 @@ impl Entry {
             hosts: Vec::new(),
             turn: 0,
             refused: None,
+            os_scheduled: None,
         }
     }
 
@@ -97,12 +102,26 @@ impl<'a> Dispatcher<'a> {
         if !self.relist(scan) {
             return;
         }
+        self.look_at_installed();
         let now = crate::clock::now();
         let (starting, scheduled) = self.read_configs(scan, now);
         self.spread(&starting, now);
         self.log_scheduled(&scheduled, starting.len());
         self.offer(&scheduled);
         self.forget_removed(scan);
+    }
+
+    /// When the root's records of OS schedules changed (one installed or
+    /// removed), every config is read again at its turn.
+    fn look_at_installed(&mut self) {
+        let now = mtime(&crate::schedule::record::dir(self.root));
+        if now == self.installed {
+            return;
+        }
+        self.installed = now;
+        for e in self.loops.values_mut() {
+            e.config_mtime = e.config_mtime.map(|_| None);
+        }
     }
 
     /// Marks the loops listed as seen by `scan`, a loop new to the daemon
@@ -162,7 +181,12 @@ impl<'a> Dispatcher<'a> {
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
             let read = read_config(name, entry.dir.as_ref(), &actor, &self.root.settings().access);
-            let schedule = read.schedule;
+            // One scheduler per loop: one an OS scheduler fires is not the
+            // daemon's to fire.
+            let installed = installed_schedule(self.root, name);
+            say_installed(name, entry.os_scheduled, installed, read.schedule.is_some());
+            entry.os_scheduled = installed;
+            let schedule = read.schedule.filter(|_| installed.is_none());
             entry.hosts = read.hosts;
             say_refused(name, &entry.refused, &read.refused);
             entry.refused = read.refused;
@@ -339,6 +363,36 @@ pub(super) struct Read {
 /// Reads loop `name`'s config: its schedule, its hosts, and whether the
 /// daemon's user (`actor`) may tick it, by its `[access]` over the
 /// root's (`defaults`), as `automaton tick` is checked.
+/// The OS scheduler that fires loop `name`, if its schedule is installed
+/// (a record that cannot be read says none: the daemon fires the loop).
+fn installed_schedule(root: &crate::root::Root, name: &str) -> Option<crate::schedule::Backend> {
+    crate::schedule::record::read(root, name)
+        .ok()
+        .flatten()
+        .map(|r| r.backend)
+}
+
+/// Says, once, that an OS scheduler fires loop `name` (its schedule
+/// `scheduled` in its config) and the daemon leaves it alone, or that its
+/// OS schedule was removed.
+fn say_installed(
+    name: &str,
+    was: Option<crate::schedule::Backend>,
+    now: Option<crate::schedule::Backend>,
+    scheduled: bool,
+) {
+    match (was, now) {
+        (_, Some(b)) if was != now && scheduled => tracing::info!(
+            "loop {name:?} is fired by its {b} schedule (`automaton schedule install`); \
+             the daemon leaves it to {b} (`automaton schedule remove {name}` hands it to the daemon)"
+        ),
+        (Some(b), None) if scheduled => {
+            tracing::info!("loop {name:?}: its {b} schedule was removed; the daemon fires it")
+        }
+        _ => {}
+    }
+}
+
 pub(super) fn read_config(
     name: &str,
     dir: &dyn LoopStore,

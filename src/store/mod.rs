@@ -378,8 +378,9 @@ pub trait LoopStore: Send + Sync {
 
     /// Adds to the ledger the records `make` makes, given its last record
     /// (from which the firings missed since are counted), folded into it
-    /// where [`crate::fires::Fire::folds`] says so. Only the daemon that
-    /// fires the loop writes its ledger.
+    /// where [`crate::fires::Fire::folds`] says so. Only the scheduler
+    /// that fires the loop (the daemon, or the tick an OS schedule runs)
+    /// writes its ledger.
     fn record_fires(
         &self,
         make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,

@@ -60,6 +60,8 @@ pub struct Options<'a> {
     /// (unmapping the engine's code and freeing its tables is about 2 % of
     /// a CLI tick's CPU, spent after the work is done).
     pub process_exits: bool,
+    /// What fired the tick, as its history records.
+    pub fired_by: crate::fires::FiredBy,
 }
 
 /// Runs one tick of loop `name`.
@@ -114,6 +116,7 @@ pub fn run_configured(
         own_host: None,
         cancel: opts.cancel,
         ran_since: opts.ran_since,
+        fired_by: opts.fired_by,
         number: 0,
         recovered: None,
         events: Vec::new(),
@@ -159,6 +162,7 @@ struct Tick<'a> {
     own_host: Option<GateHost>,
     cancel: Option<&'a Cancel>,
     ran_since: Option<Timestamp>,
+    fired_by: crate::fires::FiredBy,
     /// This tick's number: the one that runs, or would have.
     number: u64,
     /// A tick found dead mid-way and recorded by this one's session.
@@ -408,6 +412,7 @@ impl Tick<'_> {
             metrics: state.metrics.clone(),
             config: Some(self.current.hashes.clone()),
             confinement: ran.confinement.clone(),
+            fired_by: Some(self.fired_by),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(state, events, Durability::Full) {
@@ -775,6 +780,7 @@ impl Tick<'_> {
                 metrics: Default::default(),
                 config: Some(self.current.hashes.clone()),
                 confinement: None,
+                fired_by: Some(self.fired_by),
             });
         }
         let noted = self.note_gate_error(state);

@@ -889,3 +889,52 @@ fn a_waiting_operator_that_dies_holds_up_no_tick() {
     assert_eq!(d.terminate(), Some(0));
     assert!(!env.history_kinds("busy").iter().any(|k| k == "paused"));
 }
+
+/// One scheduler per loop: a loop whose schedule is installed in an OS
+/// scheduler is that scheduler's to fire. The daemon says so and leaves
+/// it alone, and fires it again once the OS schedule is removed, each
+/// tick saying the daemon fired it.
+#[test]
+fn a_loop_an_os_scheduler_fires_is_left_to_it() {
+    let env = Env::new();
+    let (bin, home) = (dir(&env).join("bin"), dir(&env).join("home"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let systemctl = bin.join("systemctl");
+    std::fs::write(&systemctl, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&systemctl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let schedule = |args: &[&str]| {
+        let out = env
+            .cmd()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .arg("schedule")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    new_loop(&env, "os", &scheduled("true", "1m"));
+    schedule(&["install", "os", "--backend", "systemd"]);
+    // Due at once for the daemon (it never ticked), were it the daemon's.
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("a few clock ticks", || ticks(&env, "clock") >= 3);
+    assert_eq!(ticks(&env, "os"), 0, "{}", d.log());
+    assert!(
+        d.log().contains("loop \"os\" is fired by its systemd schedule"),
+        "{}",
+        d.log()
+    );
+    schedule(&["remove", "os"]);
+    until("the daemon fires it", || ticks(&env, "os") >= 1);
+    assert_eq!(d.terminate(), Some(0));
+    let tick = env
+        .history("os")
+        .into_iter()
+        .find(|e| e["kind"] == "tick")
+        .unwrap();
+    assert_eq!(tick["fired_by"], "daemon");
+    assert!(fires(&env, "os").iter().all(|r| r["fired_by"] == "daemon"));
+}
