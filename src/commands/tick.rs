@@ -106,7 +106,7 @@ fn fired(
         false => super::emit(out, &human(&report)),
     }
     .and_then(|()| out.flush().map_err(crate::Error::Output));
-    tick::after::follow(root, tick::after::Change::Ticked(&report));
+    tick::after::follow(root, tick::after::Change::Ticked(store, &report));
     written?;
     Ok(report.exit())
 }

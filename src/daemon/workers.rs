@@ -239,15 +239,16 @@ pub(super) fn worker(root: &Root, stores: &Stores, host: Option<&GateHost>, hand
             fired_by: crate::fires::FiredBy::Daemon,
             ..tick::Options::default()
         };
-        let result = stores
-            .handle(&name)
-            .and_then(|dir| tick::run_on(root, dir.as_ref(), &opts));
         // In the worker, outside the lock, before the firing counts as
         // done: a halt or completion disables the loop's OS schedule, and
-        // the notify command hears of it.
-        if let Ok(report) = &result {
-            tick::after::follow(root, tick::after::Change::Ticked(report));
-        }
+        // the notify command hears of it, through the store the tick used.
+        let result = stores.handle(&name).and_then(|dir| {
+            let report = tick::run_on(root, dir.as_ref(), &opts);
+            if let Ok(report) = &report {
+                tick::after::follow(root, tick::after::Change::Ticked(dir.as_ref(), report));
+            }
+            report
+        });
         log_tick(&name, &result, stores.is_shared());
         if !handoff.hand_back((name, result)) {
             return;

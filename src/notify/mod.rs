@@ -34,16 +34,17 @@ use crate::state::Outcome;
 use crate::store::LoopStore;
 use crate::tick::TickReport;
 
-/// Notifies of the tick `report` tells of, if the loop's `on` lists what
-/// it did.
-pub fn after_tick(root: &Root, report: &TickReport) {
+/// Notifies of the tick of the loop `store` that `report` tells of, if
+/// the loop's `on` lists what it did. The caller's store is used: no
+/// store is opened again (on PostgreSQL, a connection per notice).
+pub fn after_tick(root: &Root, store: &dyn LoopStore, report: &TickReport) {
     let Some(facts) = &report.facts else { return };
     let kinds = tick_kinds(report, facts);
     if kinds.is_empty() {
         return;
     }
     let name = report.loop_name.as_str();
-    let (config, store) = match crate::store::open(root, name).and_then(|d| Ok((d.config()?, d))) {
+    let config = match store.config() {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("loop {name:?}: cannot read its [notify] settings: {e}");
@@ -58,7 +59,7 @@ pub fn after_tick(root: &Root, report: &TickReport) {
     };
     let mut notice = Notice::new(kind, name, (**facts).clone(), report.reason.clone(), root.path());
     notice.tick = report.tick;
-    send(root, store.as_ref(), &config, notice);
+    send(root, store, &config, notice);
 }
 
 /// What the tick was, as `on` names it, the one notified first.

@@ -15,9 +15,10 @@ use crate::tick::TickReport;
 
 /// What happened to a loop, as far as its schedule and its people care.
 pub enum Change<'a> {
-    /// A tick ended (whatever its outcome): a halt or completion disables
-    /// the schedule, and the notify command hears of what it is for.
-    Ticked(&'a TickReport),
+    /// A tick of the loop `store` ended (whatever its outcome): a halt or
+    /// completion disables the schedule, and the notify command hears of
+    /// what it is for, through the store already open.
+    Ticked(&'a dyn LoopStore, &'a TickReport),
     /// The loop was halted or completed by something other than a tick
     /// (`check-gate --apply`, `reject`): its schedule is disabled.
     Stopped(&'a LoopName),
@@ -38,11 +39,11 @@ pub enum Change<'a> {
 /// Acts on `change`, outside the loop's lock.
 pub fn follow(root: &Root, change: Change<'_>) {
     match change {
-        Change::Ticked(report) => {
+        Change::Ticked(store, report) => {
             if report.stopped() {
                 crate::schedule::loop_stopped(root, &report.loop_name);
             }
-            crate::notify::after_tick(root, report);
+            crate::notify::after_tick(root, store, report);
         }
         Change::Stopped(name) => crate::schedule::loop_stopped(root, name.as_str()),
         Change::Resumed(name) => crate::schedule::loop_resumed(root, name),
