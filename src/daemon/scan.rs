@@ -112,7 +112,8 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// When the root's records of OS schedules changed (one installed or
-    /// removed), every config is read again at its turn.
+    /// removed), every config is read again, as if never read (a store on
+    /// a server has no config mtime to tell a change by).
     fn look_at_installed(&mut self) {
         let now = mtime(&crate::schedule::record::dir(self.root));
         if now == self.installed {
@@ -120,7 +121,7 @@ impl<'a> Dispatcher<'a> {
         }
         self.installed = now;
         for e in self.loops.values_mut() {
-            e.config_mtime = e.config_mtime.map(|_| None);
+            e.config_mtime = None;
         }
     }
 
