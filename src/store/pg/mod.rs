@@ -363,8 +363,12 @@ impl Store for Arc<Database> {
         self.import(name, config_text, state, events)
     }
 
-    fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
-        Some(Database::listen(self).map(|l| Box::new(l) as Box<dyn Changes>))
+    fn watch(&self) -> Result<Box<dyn Changes>> {
+        Database::listen(self).map(|l| Box::new(l) as Box<dyn Changes>)
+    }
+
+    fn notifies(&self) -> bool {
+        true
     }
 
     fn claims(&self) -> Option<&dyn super::Claims> {
