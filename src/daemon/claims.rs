@@ -143,7 +143,7 @@ impl<'a> Dispatcher<'a> {
             self.ticks += 1;
             let cancel = Cancel::default();
             self.running.insert(Arc::clone(&name), cancel.clone());
-            let released = self.released.remove(&name);
+            let released = self.awaits.take_released(&name);
             handoff.give(Job {
                 name,
                 cancel,

@@ -3,13 +3,13 @@
 //! ended ones in, rescans the root and reports on a timer, and on a stop
 //! signal stops firing, waits out the grace and cancels what still runs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::awaits::Said;
+use super::awaits::Awaits;
 use super::claims::Claimant;
 use super::due::jittered;
 use super::ledger::{Writer, schedule_key, stands_for};
@@ -44,17 +44,9 @@ pub(super) struct Dispatcher<'a> {
     /// When the root is next rescanned, and the record next published.
     pub(super) next_scan: Instant,
     pub(super) next_report: Instant,
-    /// The loops a tick left awaiting approval, with their commit
-    /// marker's mtime then (`None` for a store that notifies instead),
-    /// watched so an approval fires them at once (`awaits`).
-    pub(super) awaiting: HashMap<Arc<str>, Option<SystemTime>>,
-    /// When the loops awaiting approval are next looked at.
-    pub(super) next_await_poll: Instant,
-    /// Loops an approval released, until their tick is handed out: that
-    /// tick waits a moment for a lock the approving command still holds.
-    pub(super) released: HashSet<Arc<str>>,
-    /// The approvals said in the root, on a store that does not notify.
-    pub(super) said: Said,
+    /// The loops awaiting approval, watched so an approval fires them at
+    /// once, and those it released (`awaits`).
+    pub(super) awaits: Awaits,
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     pub(super) clock: (Timestamp, Instant),
@@ -95,10 +87,7 @@ impl<'a> Dispatcher<'a> {
             last_report: Instant::now(),
             next_scan: Instant::now(),
             next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
-            awaiting: HashMap::new(),
-            next_await_poll: Instant::now(),
-            released: HashSet::new(),
-            said: Said::new(stores),
+            awaits: Awaits::new(stores),
             clock: (crate::clock::now(), Instant::now()),
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
@@ -253,7 +242,7 @@ impl<'a> Dispatcher<'a> {
             self.running.insert(Arc::clone(&name), cancel.clone());
             // Daemons on other hosts fire the same loop: a tick started
             // within half a cadence of this firing ran it already.
-            let released = self.released.remove(&name);
+            let released = self.awaits.take_released(&name);
             let ran_since = match (self.stores.is_shared(), &entry.schedule, entry.fired) {
                 // An approval's release is a firing of its own.
                 _ if released => None,
@@ -326,10 +315,10 @@ impl<'a> Dispatcher<'a> {
             match result {
                 Ok(r) if r.outcome == Outcome::AwaitingApproval => {
                     let marker = entry.state_path.as_deref().and_then(mtime);
-                    self.awaiting.insert(Arc::clone(&name), marker);
+                    self.awaits.watch(&name, marker);
                 }
                 _ => {
-                    self.awaiting.remove(&name);
+                    self.awaits.forget(&name);
                 }
             }
             if self.claimant.is_none() {
@@ -375,8 +364,8 @@ impl<'a> Dispatcher<'a> {
     /// overdue firing would be no sleep at all, and it would spin.
     pub(super) fn sleep(&mut self, next: Instant) -> Duration {
         let mut wait = next.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
-        if self.polling_awaits() {
-            wait = wait.min(self.next_await_poll.saturating_duration_since(Instant::now()));
+        if let Some(look) = self.awaits.next_look() {
+            wait = wait.min(look.saturating_duration_since(Instant::now()));
         }
         if self.running.len() < self.max
             && let Some(at) = self.next_claim()

@@ -200,7 +200,7 @@ impl<'a> Dispatcher<'a> {
                     .load()
                     .is_ok_and(|s| s.status == Status::AwaitingApproval)
                 {
-                    self.awaiting.insert(Arc::clone(name), marker);
+                    self.awaits.watch(name, marker);
                 }
             }
             let same = match (&entry.schedule, &schedule) {
