@@ -179,8 +179,8 @@ impl<'a> Dispatcher<'a> {
         if let Err(e) = result {
             tracing::warn!("{}", with_causes(&e));
         }
-        self.listing = None;
-        self.next_scan = Instant::now();
+        self.scanner.relist();
+        self.scanner.now();
     }
 
     /// A claimed firing's tick ended: the loop's next firing is written

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -18,7 +18,7 @@ use super::phase::Phase;
 use super::presence::Presence;
 use super::queue::Queue;
 use super::report::Lags;
-use super::scan::{Entry, mtime};
+use super::scan::{Entry, Scanner, mtime};
 use super::workers::{Handoff, Inbox, Job, Woken};
 use super::{GATHER, MAX_SLEEP, Options};
 use crate::error::Result;
@@ -36,13 +36,13 @@ pub(super) struct Dispatcher<'a> {
     pub(super) loops: HashMap<Arc<str>, Entry>,
     pub(super) queue: Queue<Arc<str>>,
     pub(super) running: HashMap<Arc<str>, Cancel>,
-    pub(super) scans: u64,
-    pub(super) listing: Option<(SystemTime, Instant)>,
+    /// The scan's own bookkeeping: how many scans, the listing last read,
+    /// when the next is due, the OS schedules' records last seen (`scan`).
+    pub(super) scanner: Scanner,
     pub(super) ticks: u64,
     pub(super) lags: Lags,
     pub(super) last_report: Instant,
-    /// When the root is next rescanned, and the record next published.
-    pub(super) next_scan: Instant,
+    /// When the record is next published.
     pub(super) next_report: Instant,
     /// The loops awaiting approval, watched so an approval fires them at
     /// once, and those it released (`awaits`).
@@ -57,10 +57,6 @@ pub(super) struct Dispatcher<'a> {
     pub(super) busy: u64,
     /// What writes the ledger of firings.
     pub(super) ledger: Writer,
-    /// The mtime of the root's records of OS schedules (`schedules/`) at
-    /// the last scan: when it moves, every config is read again, to learn
-    /// which loops an OS scheduler fires now.
-    pub(super) installed: Option<SystemTime>,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -80,19 +76,16 @@ impl<'a> Dispatcher<'a> {
             loops: HashMap::new(),
             queue: Queue::default(),
             running: HashMap::new(),
-            scans: 0,
-            listing: None,
+            scanner: Scanner::default(),
             ticks: 0,
             lags: Lags::default(),
             last_report: Instant::now(),
-            next_scan: Instant::now(),
             next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
             awaits: Awaits::new(stores),
             clock: (crate::clock::now(), Instant::now()),
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
             ledger: Writer::new(crate::clock::now()),
-            installed: None,
         }
     }
 
@@ -114,7 +107,7 @@ impl<'a> Dispatcher<'a> {
             }
             let wait = match phase.wait(Instant::now(), MAX_SLEEP) {
                 Some(wait) => wait,
-                None => self.sleep(self.next_scan.min(self.next_report)),
+                None => self.sleep(self.scanner.next().min(self.next_report)),
             };
             match handoff.sleep(inbox, wait, phase) {
                 // Ticks that ended since the last look are taken in now;
@@ -139,9 +132,9 @@ impl<'a> Dispatcher<'a> {
     /// record published when each is due, the clock checked, and the due
     /// ticks handed out.
     fn serve(&mut self, handoff: &Handoff) {
-        if Instant::now() >= self.next_scan {
+        if self.scanner.due() {
             self.rescan();
-            self.next_scan = Instant::now() + self.opts.rescan;
+            self.scanner.next_in(self.opts.rescan);
         }
         self.check_clock();
         self.poll_awaits();
@@ -170,12 +163,12 @@ impl<'a> Dispatcher<'a> {
             Msg::Done => {}
             Msg::Changed(names) => {
                 if self.changed(&names) {
-                    self.next_scan = Instant::now();
+                    self.scanner.now();
                 }
             }
             Msg::Resync => {
                 self.resync();
-                self.next_scan = Instant::now();
+                self.scanner.now();
             }
         }
         phase
@@ -279,7 +272,7 @@ impl<'a> Dispatcher<'a> {
                     self.heard_of(name);
                 }
                 None => {
-                    self.listing = None;
+                    self.scanner.relist();
                     scan = true;
                 }
             }
@@ -294,7 +287,7 @@ impl<'a> Dispatcher<'a> {
             e.config_mtime = None;
             e.inactive = None;
         }
-        self.listing = None;
+        self.scanner.relist();
     }
 
     pub(super) fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {

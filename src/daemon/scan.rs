@@ -23,6 +23,60 @@ use crate::config::{LoopConfig, Schedule};
 use crate::state::Status;
 use crate::store::LoopStore;
 
+/// The scan's own state: the dispatcher asks it when a scan is due and
+/// tells it to scan soon or list the loops again; only the scan reads
+/// and writes the rest.
+pub(super) struct Scanner {
+    /// The scans made.
+    scans: u64,
+    /// The loops directory's mtime at the last listing, and when that was.
+    listing: Option<(SystemTime, Instant)>,
+    /// When the root is next rescanned.
+    next: Instant,
+    /// The mtime of the root's records of OS schedules (`schedules/`) at
+    /// the last scan: when it moves, every config is read again, to learn
+    /// which loops an OS scheduler fires now.
+    installed: Option<SystemTime>,
+}
+
+impl Default for Scanner {
+    fn default() -> Scanner {
+        Scanner {
+            scans: 0,
+            listing: None,
+            next: Instant::now(),
+            installed: None,
+        }
+    }
+}
+
+impl Scanner {
+    /// When the next scan is due.
+    pub(super) fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// Whether a scan is due now.
+    pub(super) fn due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    /// The next scan in `after`, once one is made.
+    pub(super) fn next_in(&mut self, after: Duration) {
+        self.next = Instant::now() + after;
+    }
+
+    /// A scan at the next round.
+    pub(super) fn now(&mut self) {
+        self.next = Instant::now();
+    }
+
+    /// The loops listed again at the next scan.
+    pub(super) fn relist(&mut self) {
+        self.listing = None;
+    }
+}
+
 /// A loop the daemon knows.
 pub(super) struct Entry {
     pub(super) dir: Box<dyn LoopStore>,
@@ -97,8 +151,8 @@ impl<'a> Dispatcher<'a> {
     /// the loops; the listing is read again only when the loops directory
     /// changed (and every half minute regardless).
     pub(super) fn rescan(&mut self) {
-        self.scans += 1;
-        let scan = self.scans;
+        self.scanner.scans += 1;
+        let scan = self.scanner.scans;
         if !self.relist(scan) {
             return;
         }
@@ -116,10 +170,10 @@ impl<'a> Dispatcher<'a> {
     /// a server has no config mtime to tell a change by).
     fn look_at_installed(&mut self) {
         let now = mtime(&crate::schedule::record::dir(self.root));
-        if now == self.installed {
+        if now == self.scanner.installed {
             return;
         }
-        self.installed = now;
+        self.scanner.installed = now;
         for e in self.loops.values_mut() {
             e.config_mtime = None;
         }
@@ -131,7 +185,7 @@ impl<'a> Dispatcher<'a> {
     /// loop known is taken as seen. False when the loops cannot be listed.
     fn relist(&mut self, scan: u64) -> bool {
         let dir_mtime = mtime(&self.root.loops_dir());
-        let relist = match (self.listing, dir_mtime) {
+        let relist = match (self.scanner.listing, dir_mtime) {
             (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
             _ => true,
         };
@@ -148,7 +202,7 @@ impl<'a> Dispatcher<'a> {
                 return false;
             }
         };
-        self.listing = dir_mtime.map(|m| (m, Instant::now()));
+        self.scanner.listing = dir_mtime.map(|m| (m, Instant::now()));
         for dir in dirs {
             let name: Arc<str> = Arc::from(dir.name().as_str());
             let known = self.loops.len() as u64;
