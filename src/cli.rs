@@ -661,6 +661,11 @@ pub struct TickArgs {
     /// With `overlap = "wait"`: give up waiting for the loop's lock after DUR (exit 4)
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// What fires this tick, as its history and ledger record it (the OS
+    /// schedules `automaton schedule install` writes say which they are);
+    /// without it, a person
+    #[arg(long, value_name = "WHAT", value_enum)]
+    pub fired_by: Option<crate::fires::FiredBy>,
     #[command(flatten)]
     pub json: JsonArg,
 }

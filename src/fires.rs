@@ -1,5 +1,6 @@
 //! The ledger of firings: what became of each firing a loop's schedule
-//! called for, as the daemon saw it. A firing **ran** (its tick ran the
+//! called for, as the scheduler that fires it (the daemon, or an OS
+//! scheduler's tick) saw it, and what fired each ([`FiredBy`]). A firing **ran** (its tick ran the
 //! step), was **skipped** (the loop's lock was held, the loop was paused,
 //! halted, completed or awaiting approval, a gate said not now, the tick
 //! failed before its step, or the daemon's user is not one of the loop's
@@ -59,6 +60,47 @@ pub mod why {
     pub const LATE: &str = "late";
 }
 
+/// What fired a tick: the daemon, an OS scheduler whose schedule
+/// `automaton schedule install` wrote (each entry says which, with `tick
+/// --fired-by`), or a person (a `tick` run by hand, `approve --run`, the
+/// console). Kept with the tick in history and in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum FiredBy {
+    Daemon,
+    Cron,
+    Systemd,
+    Launchd,
+    Schtasks,
+    #[default]
+    Person,
+}
+
+impl FiredBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FiredBy::Daemon => "daemon",
+            FiredBy::Cron => "cron",
+            FiredBy::Systemd => "systemd",
+            FiredBy::Launchd => "launchd",
+            FiredBy::Schtasks => "schtasks",
+            FiredBy::Person => "person",
+        }
+    }
+}
+
+impl From<crate::schedule::Backend> for FiredBy {
+    fn from(b: crate::schedule::Backend) -> FiredBy {
+        use crate::schedule::Backend;
+        match b {
+            Backend::Cron => FiredBy::Cron,
+            Backend::Systemd => FiredBy::Systemd,
+            Backend::Launchd => FiredBy::Launchd,
+            Backend::Schtasks => FiredBy::Schtasks,
+        }
+    }
+}
+
 /// One record of the ledger: a firing, or a run of firings alike.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fire {
@@ -87,6 +129,10 @@ pub struct Fire {
     pub schedule: String,
     /// The daemon that recorded it: `HOST pid N`.
     pub by: String,
+    /// What fired it (none in records written before this was kept, all
+    /// of them the daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fired_by: Option<FiredBy>,
 }
 
 fn one() -> u64 {
@@ -94,6 +140,46 @@ fn one() -> u64 {
 }
 
 impl Fire {
+    /// The record of a firing at `at` of `schedule` that a tick `fired_by`
+    /// filled, as it ended, written by `by` (`HOST pid N`).
+    pub fn of_tick(
+        at: Timestamp,
+        schedule: &str,
+        by: &str,
+        fired_by: FiredBy,
+        result: &crate::error::Result<crate::tick::TickReport>,
+    ) -> Fire {
+        use crate::state::Outcome;
+        let (kind, why, detail, tick) = match result {
+            Ok(r) => match r.outcome {
+                Outcome::Busy => (Kind::Skipped, why::BUSY.to_owned(), r.reason.clone(), None),
+                Outcome::Inactive => (Kind::Skipped, why::INACTIVE.to_owned(), r.reason.clone(), None),
+                Outcome::Ran | Outcome::Failed => (Kind::Ran, r.outcome.to_string(), None, Some(r.tick)),
+                _ if r.step.is_some() => (Kind::Ran, r.outcome.to_string(), r.reason.clone(), Some(r.tick)),
+                _ => (
+                    Kind::Skipped,
+                    why::GATE.to_owned(),
+                    r.reason.clone(),
+                    Some(r.tick),
+                ),
+            },
+            Err(e) => (Kind::Skipped, why::ERROR.to_owned(), Some(e.to_string()), None),
+        };
+        Fire {
+            at,
+            until: None,
+            count: 1,
+            kind,
+            why,
+            detail,
+            tick,
+            seen: crate::clock::now(),
+            schedule: schedule.to_owned(),
+            by: by.to_owned(),
+            fired_by: Some(fired_by),
+        }
+    }
+
     /// When the last firing it stands for fell due.
     pub fn last_at(&self) -> Timestamp {
         self.until.unwrap_or(self.at)
@@ -141,6 +227,11 @@ impl Fire {
         }
         if let (Some(t), false) = (self.tick, self.kind == Kind::Ran) {
             text += &format!(" (tick {t})");
+        }
+        if let Some(f @ (FiredBy::Cron | FiredBy::Systemd | FiredBy::Launchd | FiredBy::Schtasks)) =
+            self.fired_by
+        {
+            text += &format!(" (fired by {})", f.as_str());
         }
         if let Some(d) = &self.detail {
             text += &format!(": {}", crate::term::safe(d));
@@ -208,6 +299,7 @@ impl Fire {
             seen: at,
             schedule: "every = \"1m\"".into(),
             by: "h pid 1".into(),
+            fired_by: None,
         }
     }
 }

@@ -229,6 +229,10 @@ pub enum EventKind {
         /// the tick was recorded by an older build).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         confinement: Option<crate::step::confine::Confinement>,
+        /// What fired the tick: the daemon, an OS scheduler, a person
+        /// (none in lines written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fired_by: Option<crate::fires::FiredBy>,
     },
 }
 

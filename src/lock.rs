@@ -57,6 +57,13 @@ impl Holder {
         }
     }
 
+    /// Whether this holder leaves the lock to operators waiting for it:
+    /// a tick does (pause, reject and cancel always get in before the next
+    /// tick starts); every other command is an operator's.
+    pub fn gives_way(&self) -> bool {
+        self.command == "tick"
+    }
+
     /// `pid 4242 (tick 17, running 3m12s)`.
     pub fn describe(&self) -> String {
         let running = crate::clock::now().duration_since(self.since).as_secs().max(0) as u64;
@@ -170,19 +177,43 @@ fn released_line() -> Option<&'static str> {
 /// `wait` allows. The lock file is created on first use and never deleted;
 /// one that is not a regular file (a FIFO, a device, a symbolic link) is
 /// refused without blocking.
+///
+/// A holder that gives way ([`Holder::gives_way`], a tick) takes the lock
+/// only while no operator waits for it ([`in_line`]); any other holder that
+/// finds the lock held waits in line, so the next tick leaves the lock to
+/// it.
 pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
     let (file, _) = crate::fsx::open_rw(path)?;
+    let gives_way = holder.gives_way();
+    let mut line: Option<InLine> = None;
     poll(
         name,
         wait,
         MAX_POLL,
-        || match file.try_lock() {
-            Ok(()) => Ok(true),
-            Err(TryLockError::WouldBlock) => Ok(false),
-            Err(TryLockError::Error(e)) => Err(Error::io("locking", path)(e)),
+        || {
+            // Held across the attempt, so no operator starts waiting
+            // between the look and the taking.
+            let _look = match gives_way {
+                true => match look_for_waiters(path)? {
+                    Look::Waiting => return Ok(false),
+                    clear => Some(clear),
+                },
+                false => None,
+            };
+            match file.try_lock() {
+                Ok(()) => Ok(true),
+                Err(TryLockError::WouldBlock) => {
+                    if !gives_way && wait != Wait::No && line.is_none() {
+                        line = Some(in_line(path)?);
+                    }
+                    Ok(false)
+                }
+                Err(TryLockError::Error(e)) => Err(Error::io("locking", path)(e)),
+            }
         },
         || read_holder(path),
     )?;
+    drop(line);
     // Read under the lock: what the last holder left is final.
     let mut found = [0u8; RELEASED_MAX];
     let n = read_at_most(&file, &mut found);
@@ -199,6 +230,57 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
         found_released,
         release_whole: false,
     })
+}
+
+/// The marker beside a loop's lock (`<lock file>.wait`) that operators
+/// waiting for the lock hold a shared lock on, while they wait. A tick
+/// about to take the lock first tries an exclusive lock on it: held by
+/// nobody, nobody waits (and nobody starts to until the tick lets it go,
+/// the lock taken or not); held, an operator waits, and the tick leaves
+/// the lock to it. The OS releases a waiter's mark when it dies, so a
+/// crashed waiter holds up no tick. Made on first contention, never
+/// deleted.
+pub fn waiting_path(lock: &Path) -> std::path::PathBuf {
+    let mut path = lock.as_os_str().to_owned();
+    path.push(".wait");
+    path.into()
+}
+
+/// An operator's place in line for a loop's lock: its shared lock on the
+/// marker ([`waiting_path`]), released when dropped or when it dies.
+pub struct InLine(#[allow(dead_code)] File);
+
+/// Marks this process as waiting for the lock at `lock`. Waits only for
+/// ticks looking at the marker, each for an instant.
+pub fn in_line(lock: &Path) -> Result<InLine, Error> {
+    let path = waiting_path(lock);
+    let (file, _) = crate::fsx::open_rw(&path)?;
+    file.lock_shared().map_err(Error::io("locking", &path))?;
+    Ok(InLine(file))
+}
+
+/// What a tick about to take the lock finds in line ([`look_for_waiters`]).
+enum Look {
+    /// An operator waits: the tick gives way.
+    Waiting,
+    /// Nobody waits; while this lives nobody starts to (it holds the
+    /// marker's exclusive lock), unless no marker was ever made (`None`).
+    Clear(#[allow(dead_code)] Option<File>),
+}
+
+/// Whether an operator waits for the lock at `lock`, as a tick about to
+/// take it asks. A marker that cannot be opened holds up nobody.
+fn look_for_waiters(lock: &Path) -> Result<Look, Error> {
+    let path = waiting_path(lock);
+    // Flock needs no write access: a reader's descriptor takes it.
+    let Ok(Some((file, _))) = crate::fsx::open_read(&path) else {
+        return Ok(Look::Clear(None));
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Look::Clear(Some(file))),
+        Err(TryLockError::WouldBlock) => Ok(Look::Waiting),
+        Err(TryLockError::Error(e)) => Err(Error::io("locking", &path)(e)),
+    }
 }
 
 /// Enough to hold a `released` line and tell whether there is more.

@@ -34,6 +34,7 @@ pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write
         name: t.name.clone(),
         timeout: t.wait.timeout,
         process_exits: true,
+        fired_by: crate::fires::FiredBy::Person,
     };
     let report = crate::ops::tick::here(&ctx, &*dir, &config, &req, &mut |r| {
         super::tick::answer(r, t.json.json, out)

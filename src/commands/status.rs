@@ -310,6 +310,12 @@ impl Rows {
             self.row("gate error", format!("{} (since {})", f.error, local(f.since)));
         }
         self.row("schedule", v.schedule.clone().unwrap_or_else(|| "none".into()));
+        if let Some(b) = v.os_schedule {
+            self.row(
+                "fired by",
+                format!("{b}, its OS schedule (a daemon leaves it to {b})"),
+            );
+        }
         match (v.next_due, v.overdue_by()) {
             (Some(_), Some(d)) => {
                 let since = jiff::SignedDuration::try_from(d)

@@ -1,10 +1,11 @@
 //! `tick`: run one tick of a loop, as a scheduler does.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use super::render::safe;
 use crate::cli::TickArgs;
 use crate::error::{Exit, Result};
+use crate::fires::FiredBy;
 use crate::ops::tick::Tick;
 use crate::root::Root;
 use crate::state::Outcome;
@@ -17,11 +18,27 @@ pub fn run(root: &Root, stores: &Stores, args: &TickArgs, out: &mut dyn Write) -
         name: args.name.clone(),
         timeout: args.timeout,
         process_exits: true,
+        fired_by: args
+            .fired_by
+            .unwrap_or_else(|| fired_by_default(root, &args.name)),
     };
     let report = crate::ops::tick::tick(&super::ops::ctx(root, stores), req, &mut |r| {
         answer(r, args.json.json, out)
     })?;
     Ok(report.exit())
+}
+
+/// What fired a tick whose command did not say: a person, unless no one
+/// is at a terminal and the loop's schedule is installed in an OS
+/// scheduler (whose entries, written by an older build, do not say).
+fn fired_by_default(root: &Root, name: &str) -> FiredBy {
+    if std::io::stdin().is_terminal() {
+        return FiredBy::Person;
+    }
+    match crate::schedule::record::read(root, name) {
+        Ok(Some(r)) => r.backend.into(),
+        _ => FiredBy::Person,
+    }
 }
 
 /// The tick's report, written and flushed before its follow-ups.

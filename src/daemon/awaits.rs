@@ -10,7 +10,7 @@
 //! daemon only fires it early, and a tick they do not release records
 //! nothing new.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,20 +24,77 @@ use crate::store::Stores;
 /// How often the commit markers of loops awaiting approval are looked at.
 pub(super) const AWAIT_POLL: Duration = Duration::from_millis(250);
 
+/// The daemon's part that watches approvals: the loops awaiting one, when
+/// they are next looked at, the loops an approval released, and the
+/// approvals said in the root. Its state is its own; the dispatcher asks
+/// it, and fires what it releases.
+pub(super) struct Awaits {
+    /// The loops a tick left awaiting approval, with their commit
+    /// marker's mtime then (`None` for a store that notifies instead).
+    watched: HashMap<Arc<str>, Option<SystemTime>>,
+    /// When the loops awaiting approval are next looked at.
+    next_poll: Instant,
+    /// Loops an approval released, until their tick is handed out: that
+    /// tick waits a moment for a lock the approving command still holds.
+    released: HashSet<Arc<str>>,
+    /// The approvals said in the root, on a store that does not notify.
+    said: Said,
+}
+
+impl Awaits {
+    pub(super) fn new(stores: &Stores) -> Awaits {
+        Awaits {
+            watched: HashMap::new(),
+            next_poll: Instant::now(),
+            released: HashSet::new(),
+            said: Said::new(stores),
+        }
+    }
+
+    /// Watches loop `name`, found awaiting approval with its commit
+    /// marker at `marker`.
+    pub(super) fn watch(&mut self, name: &Arc<str>, marker: Option<SystemTime>) {
+        self.watched.insert(Arc::clone(name), marker);
+    }
+
+    /// Watches `name` no longer: it is not awaiting approval.
+    pub(super) fn forget(&mut self, name: &str) {
+        self.watched.remove(name);
+    }
+
+    /// Whether an approval released `name` (asked once, as its tick is
+    /// handed out).
+    pub(super) fn take_released(&mut self, name: &str) -> bool {
+        self.released.remove(name)
+    }
+
+    /// When the next look is due, while approvals are watched by polling.
+    pub(super) fn next_look(&self) -> Option<Instant> {
+        self.polling().then_some(self.next_poll)
+    }
+
+    /// Whether approvals are watched by polling (the dispatcher then
+    /// sleeps no longer than [`AWAIT_POLL`]).
+    fn polling(&self) -> bool {
+        self.said.marker.is_some() || self.watched.values().any(Option::is_some)
+    }
+}
+
 impl Dispatcher<'_> {
     /// Looks at the loops that await approval, when a look is due: each
     /// whose record changed since its tick and now holds an approval is
     /// fired now.
     pub(super) fn poll_awaits(&mut self) {
-        if Instant::now() < self.next_await_poll {
+        if Instant::now() < self.awaits.next_poll {
             return;
         }
-        self.next_await_poll = Instant::now() + AWAIT_POLL;
-        for name in self.said.news(self.stores) {
+        self.awaits.next_poll = Instant::now() + AWAIT_POLL;
+        for name in self.awaits.said.news(self.stores) {
             self.heard_of(&name);
         }
         let changed: Vec<Arc<str>> = self
-            .awaiting
+            .awaits
+            .watched
             .iter()
             .filter(|(name, seen)| {
                 let marker = self.loops.get(*name).and_then(|e| e.state_path.as_deref());
@@ -48,12 +105,6 @@ impl Dispatcher<'_> {
         for name in changed {
             self.release_if_approved(&name);
         }
-    }
-
-    /// Whether approvals are watched by polling (the dispatcher then
-    /// sleeps no longer than [`AWAIT_POLL`]).
-    pub(super) fn polling_awaits(&self) -> bool {
-        self.said.marker.is_some() || self.awaiting.values().any(Option::is_some)
     }
 
     /// Loop `name` was approved (the store said so): if the daemon
@@ -67,7 +118,7 @@ impl Dispatcher<'_> {
             return;
         }
         let name = Arc::clone(name);
-        self.awaiting.entry(Arc::clone(&name)).or_insert(None);
+        self.awaits.watched.entry(Arc::clone(&name)).or_insert(None);
         self.release_if_approved(&name);
     }
 
@@ -75,10 +126,10 @@ impl Dispatcher<'_> {
     /// watched no longer once fired or no longer awaiting.
     pub(super) fn release_if_approved(&mut self, name: &Arc<str>) {
         let Some(entry) = self.loops.get(name) else {
-            self.awaiting.remove(name);
+            self.awaits.forget(name);
             return;
         };
-        if !self.awaiting.contains_key(name) || self.running.contains_key(name) {
+        if !self.awaits.watched.contains_key(name) || self.running.contains_key(name) {
             return;
         }
         // Watched again from this record on, if nothing fires below.
@@ -91,16 +142,16 @@ impl Dispatcher<'_> {
             }
         };
         if state.status != Status::AwaitingApproval {
-            self.awaiting.remove(name);
+            self.awaits.forget(name);
             return;
         }
-        self.awaiting.insert(Arc::clone(name), marker);
+        self.awaits.watch(name, marker);
         if state.pending_approvals.is_empty() || entry.schedule.is_none() {
             return;
         }
         tracing::info!("loop {name:?}: approved; its tick starts now");
-        self.awaiting.remove(name);
-        self.released.insert(Arc::clone(name));
+        self.awaits.forget(name);
+        self.awaits.released.insert(Arc::clone(name));
         if !self.fire_claimed(name, state.version) {
             self.queue.set(Arc::clone(name), crate::clock::now());
         }

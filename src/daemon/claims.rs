@@ -143,7 +143,7 @@ impl<'a> Dispatcher<'a> {
             self.ticks += 1;
             let cancel = Cancel::default();
             self.running.insert(Arc::clone(&name), cancel.clone());
-            let released = self.released.remove(&name);
+            let released = self.awaits.take_released(&name);
             handoff.give(Job {
                 name,
                 cancel,
@@ -179,8 +179,8 @@ impl<'a> Dispatcher<'a> {
         if let Err(e) = result {
             tracing::warn!("{}", with_causes(&e));
         }
-        self.listing = None;
-        self.next_scan = Instant::now();
+        self.scanner.relist();
+        self.scanner.now();
     }
 
     /// A claimed firing's tick ended: the loop's next firing is written

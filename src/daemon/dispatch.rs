@@ -3,13 +3,13 @@
 //! ended ones in, rescans the root and reports on a timer, and on a stop
 //! signal stops firing, waits out the grace and cancels what still runs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::awaits::Said;
+use super::awaits::Awaits;
 use super::claims::Claimant;
 use super::due::jittered;
 use super::ledger::{Writer, schedule_key, stands_for};
@@ -18,7 +18,7 @@ use super::phase::Phase;
 use super::presence::Presence;
 use super::queue::Queue;
 use super::report::Lags;
-use super::scan::{Entry, mtime};
+use super::scan::{Entry, Scanner, mtime};
 use super::workers::{Handoff, Inbox, Job, Woken};
 use super::{GATHER, MAX_SLEEP, Options};
 use crate::error::Result;
@@ -36,25 +36,17 @@ pub(super) struct Dispatcher<'a> {
     pub(super) loops: HashMap<Arc<str>, Entry>,
     pub(super) queue: Queue<Arc<str>>,
     pub(super) running: HashMap<Arc<str>, Cancel>,
-    pub(super) scans: u64,
-    pub(super) listing: Option<(SystemTime, Instant)>,
+    /// The scan's own bookkeeping: how many scans, the listing last read,
+    /// when the next is due, the OS schedules' records last seen (`scan`).
+    pub(super) scanner: Scanner,
     pub(super) ticks: u64,
     pub(super) lags: Lags,
     pub(super) last_report: Instant,
-    /// When the root is next rescanned, and the record next published.
-    pub(super) next_scan: Instant,
+    /// When the record is next published.
     pub(super) next_report: Instant,
-    /// The loops a tick left awaiting approval, with their commit
-    /// marker's mtime then (`None` for a store that notifies instead),
-    /// watched so an approval fires them at once (`awaits`).
-    pub(super) awaiting: HashMap<Arc<str>, Option<SystemTime>>,
-    /// When the loops awaiting approval are next looked at.
-    pub(super) next_await_poll: Instant,
-    /// Loops an approval released, until their tick is handed out: that
-    /// tick waits a moment for a lock the approving command still holds.
-    pub(super) released: HashSet<Arc<str>>,
-    /// The approvals said in the root, on a store that does not notify.
-    pub(super) said: Said,
+    /// The loops awaiting approval, watched so an approval fires them at
+    /// once, and those it released (`awaits`).
+    pub(super) awaits: Awaits,
     /// The wall clock and the monotonic one at the last look, to notice the
     /// wall clock stepping back.
     pub(super) clock: (Timestamp, Instant),
@@ -84,17 +76,12 @@ impl<'a> Dispatcher<'a> {
             loops: HashMap::new(),
             queue: Queue::default(),
             running: HashMap::new(),
-            scans: 0,
-            listing: None,
+            scanner: Scanner::default(),
             ticks: 0,
             lags: Lags::default(),
             last_report: Instant::now(),
-            next_scan: Instant::now(),
             next_report: Instant::now() + opts.report.min(Duration::from_secs(1)),
-            awaiting: HashMap::new(),
-            next_await_poll: Instant::now(),
-            released: HashSet::new(),
-            said: Said::new(stores),
+            awaits: Awaits::new(stores),
             clock: (crate::clock::now(), Instant::now()),
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
@@ -120,7 +107,7 @@ impl<'a> Dispatcher<'a> {
             }
             let wait = match phase.wait(Instant::now(), MAX_SLEEP) {
                 Some(wait) => wait,
-                None => self.sleep(self.next_scan.min(self.next_report)),
+                None => self.sleep(self.scanner.next().min(self.next_report)),
             };
             match handoff.sleep(inbox, wait, phase) {
                 // Ticks that ended since the last look are taken in now;
@@ -145,9 +132,9 @@ impl<'a> Dispatcher<'a> {
     /// record published when each is due, the clock checked, and the due
     /// ticks handed out.
     fn serve(&mut self, handoff: &Handoff) {
-        if Instant::now() >= self.next_scan {
+        if self.scanner.due() {
             self.rescan();
-            self.next_scan = Instant::now() + self.opts.rescan;
+            self.scanner.next_in(self.opts.rescan);
         }
         self.check_clock();
         self.poll_awaits();
@@ -176,12 +163,12 @@ impl<'a> Dispatcher<'a> {
             Msg::Done => {}
             Msg::Changed(names) => {
                 if self.changed(&names) {
-                    self.next_scan = Instant::now();
+                    self.scanner.now();
                 }
             }
             Msg::Resync => {
                 self.resync();
-                self.next_scan = Instant::now();
+                self.scanner.now();
             }
         }
         phase
@@ -248,7 +235,7 @@ impl<'a> Dispatcher<'a> {
             self.running.insert(Arc::clone(&name), cancel.clone());
             // Daemons on other hosts fire the same loop: a tick started
             // within half a cadence of this firing ran it already.
-            let released = self.released.remove(&name);
+            let released = self.awaits.take_released(&name);
             let ran_since = match (self.stores.is_shared(), &entry.schedule, entry.fired) {
                 // An approval's release is a firing of its own.
                 _ if released => None,
@@ -285,7 +272,7 @@ impl<'a> Dispatcher<'a> {
                     self.heard_of(name);
                 }
                 None => {
-                    self.listing = None;
+                    self.scanner.relist();
                     scan = true;
                 }
             }
@@ -300,7 +287,7 @@ impl<'a> Dispatcher<'a> {
             e.config_mtime = None;
             e.inactive = None;
         }
-        self.listing = None;
+        self.scanner.relist();
     }
 
     pub(super) fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
@@ -321,10 +308,10 @@ impl<'a> Dispatcher<'a> {
             match result {
                 Ok(r) if r.outcome == Outcome::AwaitingApproval => {
                     let marker = entry.state_path.as_deref().and_then(mtime);
-                    self.awaiting.insert(Arc::clone(&name), marker);
+                    self.awaits.watch(&name, marker);
                 }
                 _ => {
-                    self.awaiting.remove(&name);
+                    self.awaits.forget(&name);
                 }
             }
             if self.claimant.is_none() {
@@ -370,8 +357,8 @@ impl<'a> Dispatcher<'a> {
     /// overdue firing would be no sleep at all, and it would spin.
     pub(super) fn sleep(&mut self, next: Instant) -> Duration {
         let mut wait = next.saturating_duration_since(Instant::now()).min(MAX_SLEEP);
-        if self.polling_awaits() {
-            wait = wait.min(self.next_await_poll.saturating_duration_since(Instant::now()));
+        if let Some(look) = self.awaits.next_look() {
+            wait = wait.min(look.saturating_duration_since(Instant::now()));
         }
         if self.running.len() < self.max
             && let Some(at) = self.next_claim()

@@ -10,8 +10,7 @@ use jiff::Timestamp;
 use super::due::When;
 use crate::config::Schedule;
 use crate::error::Result;
-use crate::fires::{Fire, Kind, why};
-use crate::state::Outcome;
+use crate::fires::{Fire, FiredBy, Kind, why};
 use crate::tick::TickReport;
 
 /// The firings of a gap counted one by one, at most; a longer gap of a
@@ -60,23 +59,7 @@ impl Writer {
 
     /// The record of a firing at `at` that a tick filled, as it ended.
     pub(super) fn of_tick(&self, at: Timestamp, schedule: &str, result: &Result<TickReport>) -> Fire {
-        let now = crate::clock::now();
-        let (kind, why, detail, tick) = match result {
-            Ok(r) => match r.outcome {
-                Outcome::Busy => (Kind::Skipped, why::BUSY.to_owned(), r.reason.clone(), None),
-                Outcome::Inactive => (Kind::Skipped, why::INACTIVE.to_owned(), r.reason.clone(), None),
-                Outcome::Ran | Outcome::Failed => (Kind::Ran, r.outcome.to_string(), None, Some(r.tick)),
-                _ if r.step.is_some() => (Kind::Ran, r.outcome.to_string(), r.reason.clone(), Some(r.tick)),
-                _ => (
-                    Kind::Skipped,
-                    why::GATE.to_owned(),
-                    r.reason.clone(),
-                    Some(r.tick),
-                ),
-            },
-            Err(e) => (Kind::Skipped, why::ERROR.to_owned(), Some(e.to_string()), None),
-        };
-        self.fire(at, schedule, kind, why, detail, tick, now)
+        Fire::of_tick(at, schedule, &self.by, FiredBy::Daemon, result)
     }
 
     /// The record of a firing at `at` passed over without a tick: the loop
@@ -132,6 +115,8 @@ impl Writer {
             seen,
             schedule: schedule.to_owned(),
             by: self.by.clone(),
+            // A missed firing was fired by nothing.
+            fired_by: (kind != Kind::Missed).then_some(FiredBy::Daemon),
         }
     }
 

@@ -64,7 +64,7 @@ pub(super) fn relay_changes(stores: &Stores, listener: &mut Box<dyn Changes>, ha
                     crate::error::with_causes(&e)
                 );
                 thread::sleep(MAX_SLEEP);
-                let Some(Ok(l)) = stores.listen() else {
+                let Ok(l) = stores.watch() else {
                     continue;
                 };
                 *listener = l;

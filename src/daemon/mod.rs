@@ -141,8 +141,10 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                 .spawn_scoped(scope, move || worker(root, stores, host, handoff))
                 .map_err(|source| Error::DaemonThread { name, source })?;
         }
-        if let Some(listener) = stores.listen() {
-            let (stores, handoff, mut listener) = (&stores, &handoff, listener?);
+        // A store that notifies tells of every change; on one that does
+        // not, the dispatcher looks at the few loops it waits on itself.
+        if stores.notifies() {
+            let (stores, handoff, mut listener) = (&stores, &handoff, stores.watch()?);
             let name = "listen";
             thread::Builder::new()
                 .name(name.into())

@@ -23,6 +23,60 @@ use crate::config::{LoopConfig, Schedule};
 use crate::state::Status;
 use crate::store::LoopStore;
 
+/// The scan's own state: the dispatcher asks it when a scan is due and
+/// tells it to scan soon or list the loops again; only the scan reads
+/// and writes the rest.
+pub(super) struct Scanner {
+    /// The scans made.
+    scans: u64,
+    /// The loops directory's mtime at the last listing, and when that was.
+    listing: Option<(SystemTime, Instant)>,
+    /// When the root is next rescanned.
+    next: Instant,
+    /// The mtime of the root's records of OS schedules (`schedules/`) at
+    /// the last scan: when it moves, every config is read again, to learn
+    /// which loops an OS scheduler fires now.
+    installed: Option<SystemTime>,
+}
+
+impl Default for Scanner {
+    fn default() -> Scanner {
+        Scanner {
+            scans: 0,
+            listing: None,
+            next: Instant::now(),
+            installed: None,
+        }
+    }
+}
+
+impl Scanner {
+    /// When the next scan is due.
+    pub(super) fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// Whether a scan is due now.
+    pub(super) fn due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    /// The next scan in `after`, once one is made.
+    pub(super) fn next_in(&mut self, after: Duration) {
+        self.next = Instant::now() + after;
+    }
+
+    /// A scan at the next round.
+    pub(super) fn now(&mut self) {
+        self.next = Instant::now();
+    }
+
+    /// The loops listed again at the next scan.
+    pub(super) fn relist(&mut self) {
+        self.listing = None;
+    }
+}
+
 /// A loop the daemon knows.
 pub(super) struct Entry {
     pub(super) dir: Box<dyn LoopStore>,
@@ -50,6 +104,10 @@ pub(super) struct Entry {
     /// said: its firings are then recorded as refused, and run nothing.
     pub(super) refused: Option<Denied>,
     pub(super) config_path: PathBuf,
+    /// The OS scheduler whose schedule of the loop is installed
+    /// (`automaton schedule install`): it fires the loop, and the daemon
+    /// does not.
+    pub(super) os_scheduled: Option<crate::schedule::Backend>,
     /// A file whose mtime moves with every commit (the file store).
     pub(super) state_path: Option<PathBuf>,
 }
@@ -70,6 +128,7 @@ impl Entry {
             hosts: Vec::new(),
             turn: 0,
             refused: None,
+            os_scheduled: None,
         }
     }
 
@@ -92,11 +151,12 @@ impl<'a> Dispatcher<'a> {
     /// the loops; the listing is read again only when the loops directory
     /// changed (and every half minute regardless).
     pub(super) fn rescan(&mut self) {
-        self.scans += 1;
-        let scan = self.scans;
+        self.scanner.scans += 1;
+        let scan = self.scanner.scans;
         if !self.relist(scan) {
             return;
         }
+        self.look_at_installed();
         let now = crate::clock::now();
         let (starting, scheduled) = self.read_configs(scan, now);
         self.spread(&starting, now);
@@ -105,13 +165,27 @@ impl<'a> Dispatcher<'a> {
         self.forget_removed(scan);
     }
 
+    /// When the root's records of OS schedules changed (one installed or
+    /// removed), every config is read again, as if never read (a store on
+    /// a server has no config mtime to tell a change by).
+    fn look_at_installed(&mut self) {
+        let now = mtime(&crate::schedule::record::dir(self.root));
+        if now == self.scanner.installed {
+            return;
+        }
+        self.scanner.installed = now;
+        for e in self.loops.values_mut() {
+            e.config_mtime = None;
+        }
+    }
+
     /// Marks the loops listed as seen by `scan`, a loop new to the daemon
     /// becoming an entry. The listing is read again only when the loops
     /// directory changed, or it was read half a minute ago; otherwise every
     /// loop known is taken as seen. False when the loops cannot be listed.
     fn relist(&mut self, scan: u64) -> bool {
         let dir_mtime = mtime(&self.root.loops_dir());
-        let relist = match (self.listing, dir_mtime) {
+        let relist = match (self.scanner.listing, dir_mtime) {
             (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
             _ => true,
         };
@@ -128,7 +202,7 @@ impl<'a> Dispatcher<'a> {
                 return false;
             }
         };
-        self.listing = dir_mtime.map(|m| (m, Instant::now()));
+        self.scanner.listing = dir_mtime.map(|m| (m, Instant::now()));
         for dir in dirs {
             let name: Arc<str> = Arc::from(dir.name().as_str());
             let known = self.loops.len() as u64;
@@ -162,7 +236,12 @@ impl<'a> Dispatcher<'a> {
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
             let read = read_config(name, entry.dir.as_ref(), &actor, &self.root.settings().access);
-            let schedule = read.schedule;
+            // One scheduler per loop: one an OS scheduler fires is not the
+            // daemon's to fire.
+            let installed = installed_schedule(self.root, name);
+            say_installed(name, entry.os_scheduled, installed, read.schedule.is_some());
+            entry.os_scheduled = installed;
+            let schedule = read.schedule.filter(|_| installed.is_none());
             entry.hosts = read.hosts;
             say_refused(name, &entry.refused, &read.refused);
             entry.refused = read.refused;
@@ -175,7 +254,7 @@ impl<'a> Dispatcher<'a> {
                     .load()
                     .is_ok_and(|s| s.status == Status::AwaitingApproval)
                 {
-                    self.awaiting.insert(Arc::clone(name), marker);
+                    self.awaits.watch(name, marker);
                 }
             }
             let same = match (&entry.schedule, &schedule) {
@@ -339,6 +418,36 @@ pub(super) struct Read {
 /// Reads loop `name`'s config: its schedule, its hosts, and whether the
 /// daemon's user (`actor`) may tick it, by its `[access]` over the
 /// root's (`defaults`), as `automaton tick` is checked.
+/// The OS scheduler that fires loop `name`, if its schedule is installed
+/// (a record that cannot be read says none: the daemon fires the loop).
+fn installed_schedule(root: &crate::root::Root, name: &str) -> Option<crate::schedule::Backend> {
+    crate::schedule::record::read(root, name)
+        .ok()
+        .flatten()
+        .map(|r| r.backend)
+}
+
+/// Says, once, that an OS scheduler fires loop `name` (its schedule
+/// `scheduled` in its config) and the daemon leaves it alone, or that its
+/// OS schedule was removed.
+fn say_installed(
+    name: &str,
+    was: Option<crate::schedule::Backend>,
+    now: Option<crate::schedule::Backend>,
+    scheduled: bool,
+) {
+    match (was, now) {
+        (_, Some(b)) if was != now && scheduled => tracing::info!(
+            "loop {name:?} is fired by its {b} schedule (`automaton schedule install`); \
+             the daemon leaves it to {b} (`automaton schedule remove {name}` hands it to the daemon)"
+        ),
+        (Some(b), None) if scheduled => {
+            tracing::info!("loop {name:?}: its {b} schedule was removed; the daemon fires it")
+        }
+        _ => {}
+    }
+}
+
 pub(super) fn read_config(
     name: &str,
     dir: &dyn LoopStore,

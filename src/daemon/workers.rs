@@ -236,6 +236,7 @@ pub(super) fn worker(root: &Root, stores: &Stores, host: Option<&GateHost>, hand
             host,
             cancel: Some(&cancel),
             ran_since,
+            fired_by: crate::fires::FiredBy::Daemon,
             ..tick::Options::default()
         };
         // In the worker, outside the lock, before the firing counts as

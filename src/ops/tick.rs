@@ -8,6 +8,7 @@ use super::{Answer, Ctx};
 use crate::access::Action;
 use crate::config::LoopConfig;
 use crate::error::Result;
+use crate::fires::FiredBy;
 use crate::lock::Wait;
 use crate::store::LoopStore;
 use crate::tick::after::Change;
@@ -22,6 +23,9 @@ pub struct Tick {
     /// The front-end's process ends after this tick (the command line): a
     /// gate host built for it is left to the operating system.
     pub process_exits: bool,
+    /// What fired it: a person, or the OS scheduler whose entry ran the
+    /// command (its history and the loop's ledger say so).
+    pub fired_by: FiredBy,
 }
 
 /// Runs a tick of loop `name` once the actor may.
@@ -62,11 +66,37 @@ pub(crate) fn here(
             timeout: req.timeout,
             process_exits: req.process_exits,
             actor: Some(&ctx.actor),
+            fired_by: req.fired_by,
             ..Options::default()
         },
-    )?;
+    );
+    if !matches!(req.fired_by, FiredBy::Daemon | FiredBy::Person) {
+        ledger(store, config, req.fired_by, &report);
+    }
+    let report = report?;
     // The answer first: a notify command or webhook never holds it back.
     let said = answer(&report);
     ctx.follow(Change::Ticked(&report, store));
     said.map(|()| report)
+}
+
+/// Adds the firing an OS scheduler made to the loop's ledger, as the
+/// daemon adds its own: the scheduler that fires a loop keeps its ledger.
+/// Best effort: a tick is never failed for its ledger.
+fn ledger(store: &dyn LoopStore, config: &LoopConfig, fired_by: FiredBy, report: &Result<TickReport>) {
+    let schedule = config
+        .schedule
+        .as_ref()
+        .map(crate::schedule::describe)
+        .unwrap_or_default();
+    let by = format!("{} pid {}", crate::who::host(), std::process::id());
+    let at = crate::clock::now();
+    let mut fire = Some(crate::fires::Fire::of_tick(at, &schedule, &by, fired_by, report));
+    if let Err(e) = store.record_fires(&mut |_| fire.take().into_iter().collect()) {
+        tracing::warn!(
+            "loop {:?}: the firing is not in its ledger: {}",
+            store.name().as_str(),
+            crate::error::with_causes(&e)
+        );
+    }
 }

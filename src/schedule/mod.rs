@@ -117,7 +117,7 @@ pub struct Job<'a> {
     pub root: &'a Path,
     /// `<loop>-<hash of the root>`: unique per root and loop.
     pub name: String,
-    /// `<abs exe> --root <abs root> tick <loop>`.
+    /// `<abs exe> --root <abs root> tick <loop> --fired-by <backend>`.
     pub command: Vec<String>,
     pub schedule: &'a Schedule,
     pub home: PathBuf,
@@ -184,6 +184,9 @@ fn plan(
             root.path().display().to_string(),
             "tick".into(),
             dir.name().to_string(),
+            // So the tick's history and the ledger say what fired it.
+            "--fired-by".into(),
+            backend.as_str().into(),
         ],
         schedule: &schedule,
         home: home()?,

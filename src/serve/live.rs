@@ -1,16 +1,13 @@
-//! Live pages: one thread watches the store and tells every open page
-//! which loop changed, as a server-sent event (`GET /events`), of the
-//! loops its user may see. On a store that notifies (PostgreSQL), its own
-//! change signal; on the file store, each loop's commit marker looked at
-//! every [`POLL`] (one `stat` a loop, as the daemon watches awaits), and
-//! the list of loops with it. The thread reads a changed loop's lists
-//! once, for every stream; each stream checks its own user against them
-//! with the API's rule ([`may_see`]).
+//! Live pages: one thread follows the store's change feed
+//! ([`crate::store::Store::watch`]) and tells every open page which loop
+//! changed, as a server-sent event (`GET /events`), of the loops its user
+//! may see. The thread reads a changed loop's lists once, for every
+//! stream; each stream checks its own user against them with the API's
+//! rule ([`may_see`]).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -23,11 +20,9 @@ use super::api::{may_see, view_rules};
 use super::auth::PageUser;
 use crate::access::Access;
 use crate::root::Root;
-use crate::store::{Changes, LoopStore, Stores};
+use crate::store::{Changes, Stores};
 use crate::who::Actor;
 
-/// How often the file store's commit markers are looked at.
-const POLL: Duration = Duration::from_millis(250);
 /// What a page is sent when loops came or went (not one loop's change).
 const ANY: &str = "*";
 
@@ -44,47 +39,35 @@ enum Notice {
 
 type Feed = broadcast::Sender<Arc<Notice>>;
 
-/// Each loop's commit marker's modification time, by the loop's name.
-type Marks = HashMap<String, Option<SystemTime>>;
-
 /// The change feed.
 pub struct Live {
     tx: Feed,
     stop: watch::Receiver<bool>,
 }
 
-/// How the watching thread learns of changes.
-enum Watcher {
-    /// The store's own change signal.
-    Listening(Box<dyn Changes>),
-    /// The commit markers as last looked at.
-    Polling(Marks),
-}
-
 impl Live {
-    /// Starts watching: the store's change signal is listened to, or the
-    /// commit markers first looked at, before this returns, so every
-    /// change committed after it is told. The watching thread ends once
-    /// `stop` says so.
+    /// Starts watching: the store's feed is opened before this returns,
+    /// so every change committed after it is told. The watching thread
+    /// ends once `stop` says so.
     pub fn start(root: Root, stores: Stores, stop: watch::Receiver<bool>) -> Live {
         let (tx, _) = broadcast::channel(1024);
-        let watcher = match stores.listen() {
-            Some(Ok(changes)) => Watcher::Listening(changes),
-            Some(Err(e)) => {
-                tracing::warn!("cannot listen for changes ({e}); looking at the loops instead");
-                Watcher::Polling(markers(&stores).0)
-            }
-            None => Watcher::Polling(markers(&stores).0),
-        };
+        let changes = stores.watch().map_err(|e| {
+            tracing::warn!("cannot watch the loops yet ({e}); trying again");
+        });
         let feed = tx.clone();
         let until = stop.clone();
-        let spawned =
-            std::thread::Builder::new()
-                .name("automaton-live".into())
-                .spawn(move || match watcher {
-                    Watcher::Listening(changes) => listen(&root, &stores, changes, &feed, &until),
-                    Watcher::Polling(seen) => poll(&root, &stores, seen, &feed, &until),
-                });
+        let spawned = std::thread::Builder::new()
+            .name("automaton-live".into())
+            .spawn(move || {
+                let changes = match changes {
+                    Ok(c) => c,
+                    Err(()) => match watch_again(&stores, &until) {
+                        Some(c) => c,
+                        None => return,
+                    },
+                };
+                follow(&root, &stores, changes, &feed, &until)
+            });
         if let Err(e) = spawned {
             tracing::warn!("pages will not update by themselves: cannot start a thread: {e}");
         }
@@ -92,10 +75,10 @@ impl Live {
     }
 }
 
-/// Tells of each change the store signals, with the loop's lists read
-/// once for all streams. A lost connection is made again (every
-/// [`RELISTEN`]), and the gap it left told as `*`: pages reload.
-fn listen(
+/// Tells of each change the feed gives, with the loop's lists read once
+/// for all streams. A feed that fails is opened again (every
+/// [`REWATCH`]), and the gap it left told as `*`: pages reload.
+fn follow(
     root: &Root,
     stores: &Stores,
     mut changes: Box<dyn Changes>,
@@ -119,7 +102,7 @@ fn listen(
             }
             Err(e) => {
                 tracing::warn!("{e}; pages are not told of changes until it is made again");
-                let Some(again) = listen_again(stores, stop) else {
+                let Some(again) = watch_again(stores, stop) else {
                     return;
                 };
                 changes = again;
@@ -130,62 +113,22 @@ fn listen(
     }
 }
 
-/// How often a lost notification connection is tried again.
-const RELISTEN: Duration = Duration::from_secs(1);
+/// How often a feed that failed is opened again.
+const REWATCH: Duration = Duration::from_secs(1);
 
-/// The store listened to again, once it can be; `None` if the server
+/// The store's feed opened again, once it can be; `None` if the server
 /// stops first.
-fn listen_again(stores: &Stores, stop: &watch::Receiver<bool>) -> Option<Box<dyn Changes>> {
+fn watch_again(stores: &Stores, stop: &watch::Receiver<bool>) -> Option<Box<dyn Changes>> {
     loop {
-        std::thread::sleep(RELISTEN);
+        std::thread::sleep(REWATCH);
         if *stop.borrow() {
             return None;
         }
-        match stores.listen()? {
+        match stores.watch() {
             Ok(changes) => return Some(changes),
-            Err(e) => tracing::debug!("cannot listen for changes yet: {e}"),
+            Err(e) => tracing::debug!("cannot watch for changes yet: {e}"),
         }
     }
-}
-
-/// Looks at every loop's commit marker every [`POLL`]; tells of each one
-/// that moved, with its lists, and of loops that came or went.
-fn poll(root: &Root, stores: &Stores, mut seen: Marks, feed: &Feed, stop: &watch::Receiver<bool>) {
-    while !*stop.borrow() {
-        std::thread::sleep(POLL);
-        let (now, dirs) = markers(stores);
-        if now.len() != seen.len() || now.keys().any(|k| !seen.contains_key(k)) {
-            let _ = feed.send(Arc::new(Notice::Any));
-        }
-        for dir in &dirs {
-            let name = dir.name().as_str();
-            if seen.get(name).is_some_and(|was| now.get(name) != Some(was)) {
-                let notice = Notice::Loop {
-                    name: name.to_owned(),
-                    viewers: view_rules(root, dir.as_ref()),
-                };
-                let _ = feed.send(Arc::new(notice));
-            }
-        }
-        seen = now;
-    }
-}
-
-/// Every loop's commit marker's modification time, and the loops.
-fn markers(stores: &Stores) -> (Marks, Vec<Box<dyn LoopStore>>) {
-    let Ok(dirs) = stores.list() else {
-        return (HashMap::new(), Vec::new());
-    };
-    let times = dirs
-        .iter()
-        .map(|d| {
-            let at = d
-                .commit_marker()
-                .and_then(|m| std::fs::metadata(m).and_then(|m| m.modified()).ok());
-            (d.name().to_string(), at)
-        })
-        .collect();
-    (times, dirs)
 }
 
 #[derive(Deserialize)]

@@ -92,17 +92,24 @@ pub trait Store: Send + Sync {
     /// version); fails if it exists here.
     fn adopt(&self, name: &LoopName, config_text: &str, state: &State, events: &[Event]) -> Result<()>;
 
-    /// A connection told of every change to a loop (a commit, a new loop,
-    /// a removal), where the store can tell; `None` where changes are seen
-    /// by polling each loop's [`LoopStore::commit_marker`] instead.
-    fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
-        None
+    /// The change feed: every change to a loop from now on (a commit, a
+    /// new loop, a removal), told by the store's server where it has one
+    /// (PostgreSQL's notifications), else found by the store itself (the
+    /// file store looks at each loop's commit marker while the feed is
+    /// waited on). Its callers never ask which.
+    fn watch(&self) -> Result<Box<dyn Changes>>;
+
+    /// Whether the store's server tells [`Store::watch`] of changes, at no
+    /// cost per loop; else the feed looks at every loop, and a caller that
+    /// needs only a few loops' changes (the daemon) may look at those.
+    fn notifies(&self) -> bool {
+        false
     }
 
     /// Where a daemon that polls learns of approvals given in the root
     /// ([`LoopStore::say_approved`]): a file replaced with each, whose
     /// inode or modification time moves; `None` for a store whose
-    /// notifications ([`Store::listen`]) tell of every approval.
+    /// notifications ([`Store::watch`]) tell of every approval.
     fn approvals_marker(&self) -> Option<PathBuf> {
         None
     }
@@ -225,7 +232,7 @@ pub struct Listing {
     pub holder: Option<Holder>,
 }
 
-/// Changes to loops as a store tells of them ([`Store::listen`]).
+/// Changes to loops as a store tells of them ([`Store::watch`]).
 pub trait Changes: Send {
     /// Waits up to `timeout` for changes; the loops named.
     fn wait(&mut self, timeout: std::time::Duration) -> Result<Vec<Change>>;
@@ -333,7 +340,7 @@ pub trait LoopStore: Send + Sync {
 
     /// A file whose modification time moves with every commit, for
     /// watchers that poll (the daemon); `None` for a store that notifies
-    /// instead ([`Stores::listen`]).
+    /// instead ([`Store::notifies`]).
     fn commit_marker(&self) -> Option<PathBuf> {
         None
     }
@@ -379,8 +386,9 @@ pub trait LoopStore: Send + Sync {
 
     /// Adds to the ledger the records `make` makes, given its last record
     /// (from which the firings missed since are counted), folded into it
-    /// where [`crate::fires::Fire::folds`] says so. Only the daemon that
-    /// fires the loop writes its ledger.
+    /// where [`crate::fires::Fire::folds`] says so. Only the scheduler
+    /// that fires the loop (the daemon, or the tick an OS schedule runs)
+    /// writes its ledger.
     fn record_fires(
         &self,
         make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,

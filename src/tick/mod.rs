@@ -64,6 +64,8 @@ pub struct Options<'a> {
     /// Who runs the tick (the person who asked for it by hand, or through
     /// a console); else this process's own actor (a scheduler, the daemon).
     pub actor: Option<&'a Actor>,
+    /// What fired the tick, as its history records.
+    pub fired_by: crate::fires::FiredBy,
 }
 
 /// Runs one tick of loop `name`.
@@ -118,6 +120,7 @@ pub fn run_configured(
         own_host: None,
         cancel: opts.cancel,
         ran_since: opts.ran_since,
+        fired_by: opts.fired_by,
         number: 0,
         recovered: None,
         actor: opts.actor.cloned().unwrap_or_else(who::actor),
@@ -164,6 +167,7 @@ struct Tick<'a> {
     own_host: Option<GateHost>,
     cancel: Option<&'a Cancel>,
     ran_since: Option<Timestamp>,
+    fired_by: crate::fires::FiredBy,
     /// This tick's number: the one that runs, or would have.
     number: u64,
     /// A tick found dead mid-way and recorded by this one's session.
@@ -415,6 +419,7 @@ impl Tick<'_> {
             metrics: state.metrics.clone(),
             config: Some(self.current.hashes.clone()),
             confinement: ran.confinement.clone(),
+            fired_by: Some(self.fired_by),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(&self.actor, state, events, Durability::Full) {
@@ -782,6 +787,7 @@ impl Tick<'_> {
                 metrics: Default::default(),
                 config: Some(self.current.hashes.clone()),
                 confinement: None,
+                fired_by: Some(self.fired_by),
             });
         }
         let noted = self.note_gate_error(state);

@@ -796,3 +796,145 @@ fn a_released_tick_waits_a_moment_for_a_lock_still_held() {
     assert_eq!(fired.len(), 1, "{fired:?}");
     assert_eq!(fired[0]["kind"], "ran", "{fired:?}");
 }
+
+/// A `pause` run while a tick of `busy` runs, its stderr in a file; the
+/// test returns once it says it waits for the lock.
+fn pause_waiting(env: &Env) -> (Child, PathBuf) {
+    let err = dir(env).join(format!("pause-{}.err", fastrand::u32(..)));
+    let pause = env
+        .cmd()
+        .args(["pause", "busy", "--timeout", "60s"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    until("pause waits for the lock", || {
+        std::fs::read_to_string(&err).is_ok_and(|e| e.contains("waiting for loop"))
+    });
+    (pause, err)
+}
+
+/// A loop whose ticks run back to back under the daemon (its step is
+/// longer than its cadence), each step touching `started-<tick>`; returns
+/// the daemon once tick 2 has started.
+fn back_to_back(env: &Env) -> (Daemon, PathBuf) {
+    let signals = dir(env).join("signals");
+    std::fs::create_dir_all(&signals).unwrap();
+    let step = format!("touch '{}/started-'$AUTOMATON_TICK; sleep 0.5", signals.display());
+    new_loop(env, "busy", &scheduled(&step, OFTEN));
+    clock(env);
+    let d = Daemon::start(env, &[]);
+    wait_for(&signals.join("started-2"));
+    (d, signals)
+}
+
+/// The last tick whose step started.
+fn started(signals: &std::path::Path) -> usize {
+    (1..)
+        .take_while(|n| signals.join(format!("started-{n}")).exists())
+        .last()
+        .unwrap_or(0)
+}
+
+/// The emergency brake: under ticks that run back to back, an operator
+/// waiting for the loop's lock gets it before the daemon's next tick
+/// starts. The waiting `pause` is stopped (SIGSTOP) once it waits, so it
+/// cannot win a race for the lock: however long it takes to come back,
+/// no tick starts meanwhile.
+#[test]
+fn pause_gets_in_before_the_next_of_back_to_back_ticks() {
+    let env = Env::new();
+    let (d, signals) = back_to_back(&env);
+    let (mut pause, err) = pause_waiting(&env);
+    let pid = Pid::from_raw(pause.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    // The tick pause waited for ends; the daemon goes on firing, the
+    // clock's ticks running, the busy loop's giving way.
+    let running = started(&signals);
+    until("the running tick is recorded", || {
+        tick_events(&env, "busy") >= running
+    });
+    let clock_then = ticks(&env, "clock");
+    until("a few more clock ticks", || {
+        ticks(&env, "clock") >= clock_then + 5
+    });
+    // Before, the daemon's next tick took the lock the moment it was
+    // free: a stopped (or merely unlucky) pause waited tick after tick.
+    let next = signals.join(format!("started-{}", running + 1));
+    assert!(!next.exists(), "a tick started while pause waited");
+    kill(pid, Signal::SIGCONT).unwrap();
+    let status = pause.wait().unwrap();
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert!(status.success(), "{status:?}: {said}");
+    assert_eq!(d.terminate(), Some(0));
+    let kinds = env.history_kinds("busy");
+    let paused = kinds.iter().position(|k| k == "paused").expect("pause recorded");
+    assert_eq!(kinds[..paused].iter().filter(|k| *k == "tick").count(), running);
+    assert!(kinds[paused..].iter().all(|k| k != "tick"), "{kinds:?}");
+    assert!(!next.exists(), "a tick started after the pause");
+    assert_eq!(env.state("busy")["status"], "paused");
+}
+
+/// A waiting operator that dies holds up no tick: its place in line is
+/// a lock the OS lets go with it.
+#[test]
+fn a_waiting_operator_that_dies_holds_up_no_tick() {
+    let env = Env::new();
+    let (d, signals) = back_to_back(&env);
+    let (mut pause, _) = pause_waiting(&env);
+    let running = started(&signals);
+    pause.kill().unwrap();
+    pause.wait().unwrap();
+    wait_for(&signals.join(format!("started-{}", running + 1)));
+    assert_eq!(d.terminate(), Some(0));
+    assert!(!env.history_kinds("busy").iter().any(|k| k == "paused"));
+}
+
+/// One scheduler per loop: a loop whose schedule is installed in an OS
+/// scheduler is that scheduler's to fire. The daemon says so and leaves
+/// it alone, and fires it again once the OS schedule is removed, each
+/// tick saying the daemon fired it.
+#[test]
+fn a_loop_an_os_scheduler_fires_is_left_to_it() {
+    let env = Env::new();
+    let (bin, home) = (dir(&env).join("bin"), dir(&env).join("home"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let systemctl = bin.join("systemctl");
+    std::fs::write(&systemctl, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&systemctl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let schedule = |args: &[&str]| {
+        let out = env
+            .cmd()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .arg("schedule")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    new_loop(&env, "os", &scheduled("true", "1m"));
+    schedule(&["install", "os", "--backend", "systemd"]);
+    // Due at once for the daemon (it never ticked), were it the daemon's.
+    clock(&env);
+    let d = Daemon::start(&env, &[]);
+    until("a few clock ticks", || ticks(&env, "clock") >= 3);
+    assert_eq!(ticks(&env, "os"), 0, "{}", d.log());
+    assert!(
+        d.log().contains("loop \"os\" is fired by its systemd schedule"),
+        "{}",
+        d.log()
+    );
+    schedule(&["remove", "os"]);
+    until("the daemon fires it", || ticks(&env, "os") >= 1);
+    assert_eq!(d.terminate(), Some(0));
+    let tick = env
+        .history("os")
+        .into_iter()
+        .find(|e| e["kind"] == "tick")
+        .unwrap();
+    assert_eq!(tick["fired_by"], "daemon");
+    assert!(fires(&env, "os").iter().all(|r| r["fired_by"] == "daemon"));
+}

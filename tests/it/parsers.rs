@@ -145,6 +145,7 @@ fn lines() -> Vec<Vec<u8>> {
                 abi: 7,
                 enforces: vec![automaton::step::confine::Enforced::Filesystem],
             }),
+            fired_by: Some(automaton::fires::FiredBy::Cron),
         },
         EventKind::ConfigChanged {
             change: automaton::rules::ConfigChange {

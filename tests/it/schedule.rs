@@ -162,7 +162,7 @@ fn systemd_dry_run_writes_a_timer_and_a_service_and_touches_nothing() {
     let service = unit(file_text(&plan, ".service"));
     let exec = &service["Service"]["ExecStart"][0];
     assert!(
-        exec.contains("\"--root\"") && exec.ends_with("\"tick\" \"hello\""),
+        exec.contains("\"--root\"") && exec.ends_with("\"tick\" \"hello\" \"--fired-by\" \"systemd\""),
         "{exec}"
     );
     assert!(exec.contains(&f.env.root.display().to_string()), "{exec}");
@@ -237,7 +237,14 @@ fn launchd_dry_run_is_a_plist_with_label_arguments_and_interval() {
         .collect();
     assert_eq!(
         args[1..],
-        ["--root", f.env.root.to_str().unwrap(), "tick", "hello"]
+        [
+            "--root",
+            f.env.root.to_str().unwrap(),
+            "tick",
+            "hello",
+            "--fired-by",
+            "launchd"
+        ]
     );
     assert!(Path::new(args[0]).is_absolute());
     assert_eq!(d["StartInterval"].as_unsigned_integer(), Some(300));
@@ -284,7 +291,7 @@ fn schtasks_dry_run_is_task_xml() {
     assert_eq!(seen["Task/Triggers/TimeTrigger/RandomDelay"], "PT1M");
     assert_eq!(seen["Task/Settings/MultipleInstancesPolicy"], "IgnoreNew");
     assert!(Path::new(&seen["Task/Actions/Exec/Command"]).is_absolute());
-    assert!(seen["Task/Actions/Exec/Arguments"].ends_with("tick hello"));
+    assert!(seen["Task/Actions/Exec/Arguments"].ends_with("tick hello --fired-by schtasks"));
     assert!(xml.contains("xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\""));
     let name = plan["record"]["name"].as_str().unwrap();
     assert!(name.starts_with("\\automaton\\hello-"), "{name}");
@@ -302,7 +309,7 @@ fn cron_dry_run_is_one_crontab_line_and_inexact_cadences_are_refused() {
         .unwrap();
     let fields: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(fields[..5], ["*/15", "*", "*", "*", "*"]);
-    assert!(line.ends_with("'tick' 'hello'"), "{line}");
+    assert!(line.ends_with("'tick' 'hello' '--fired-by' 'cron'"), "{line}");
     assert!(f.calls().is_empty());
     looped(&f, "odd", "every = \"7m\"");
     let (code, _, err) = f.run(&["schedule", "install", "odd", "--backend", "cron"]);
@@ -373,7 +380,7 @@ fn cron_install_and_remove_touch_only_their_line() {
     );
     let job = tab.lines().last().unwrap();
     assert!(
-        job.starts_with("*/5 * * * * '") && job.ends_with("'tick' 'hello'"),
+        job.starts_with("*/5 * * * * '") && job.ends_with("'tick' 'hello' '--fired-by' 'cron'"),
         "{job}"
     );
     // Installing again replaces the line.
@@ -743,4 +750,38 @@ fn a_jitter_cron_cannot_apply_is_warned_of_once_at_install_only() {
         shown.contains("\njitter     not applied (cron has none)\n"),
         "{shown}"
     );
+}
+
+/// Each tick says what fired it, in history and in the ledger: an OS
+/// schedule's entry says which scheduler it is (`tick --fired-by`); an
+/// entry written before entries said so is known by the loop's record of
+/// its install; a tick run by hand is a person's.
+#[test]
+fn a_tick_records_what_fired_it() {
+    let f = Fake::new();
+    looped(&f, "hello", "cron = \"*/5 * * * *\"");
+    f.ok(&["tick", "hello", "--fired-by", "cron"]);
+    f.ok(&["tick", "hello"]);
+    f.ok(&["schedule", "install", "hello", "--backend", "systemd"]);
+    // An older build's entry: no --fired-by, nobody at a terminal.
+    f.ok(&["tick", "hello"]);
+    let fired: Vec<String> = f
+        .env
+        .history("hello")
+        .iter()
+        .filter(|e| e["kind"] == "tick")
+        .map(|e| e["fired_by"].as_str().unwrap_or("none").to_owned())
+        .collect();
+    assert_eq!(fired, ["cron", "person", "systemd"]);
+    // The OS schedulers' firings are in the ledger; a person's tick is
+    // no firing of the schedule.
+    let fires: Vec<serde_json::Value> = serde_json::from_str(&f.ok(&["fires", "hello", "--json"])).unwrap();
+    let by: Vec<(&str, &str)> = fires
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap(), r["fired_by"].as_str().unwrap()))
+        .collect();
+    assert_eq!(by, [("ran", "cron"), ("ran", "systemd")], "{fires:#?}");
+    assert!(f.ok(&["fires", "hello"]).contains("(fired by cron)"));
+    let status = f.ok(&["status", "hello"]);
+    assert!(status.contains("systemd, its OS schedule"), "{status}");
 }

@@ -504,6 +504,24 @@ fn the_live_feed_names_a_loop_only_to_those_who_may_view_it() {
     assert_eq!(s.stop(), Some(0));
 }
 
+/// One change feed for both stores: a loop made while the console runs
+/// is named to those who may view it (as a change to it), on the file
+/// store as on PostgreSQL, and to nobody else.
+#[test]
+fn the_live_feed_names_a_new_loop_to_its_viewers() {
+    let env = Env::new();
+    env.new_loop("feed-open", "step = \"true\"\n");
+    let (lead, other) = (user(&env, "lead"), user(&env, "other"));
+    let s = Server::start(&env, &[]);
+    let (mut leads, mut others) = (Events::open(&s, &lead), Events::open(&s, &other));
+    env.new_loop("feed-new", "step = \"true\"\n[access]\nviewers = [\"lead\"]\n");
+    env.ok(&["pause", "feed-open"]);
+    // Before, the file store's feed said only `*` of a new loop.
+    assert_eq!(leads.next_loop(), "feed-new");
+    assert_eq!(others.next_loop(), "feed-open");
+    assert_eq!(s.stop(), Some(0));
+}
+
 /// The server whose notification connection is cut listens again, tells
 /// every page of the gap (`*`: reload), and then of each change again.
 #[test]

@@ -56,6 +56,10 @@ pub struct LoopView {
     /// ends with one: the daemon may not tick it (`status NAME`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused_firings: Option<crate::fires::Fire>,
+    /// The OS scheduler its schedule is installed in (`status NAME`): it
+    /// fires the loop, and a daemon does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_schedule: Option<crate::schedule::Backend>,
     /// Its `[access]` lists, when its config loads (a server shows it
     /// only to its viewers).
     #[serde(skip)]
@@ -135,6 +139,7 @@ fn view_read(
         stopped_by: None,
         last_missed: None,
         refused_firings: None,
+        os_schedule: None,
         access: config.as_ref().map(|c| c.access()),
         unrecorded_config: None,
         config_changes: Vec::new(),
@@ -326,6 +331,10 @@ pub fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
     });
     v.last_missed = crate::fires::last_missed(&fires).cloned();
     v.refused_firings = crate::fires::refused_now(&fires).cloned();
+    v.os_schedule = crate::schedule::record::read(ctx.root, name)
+        .ok()
+        .flatten()
+        .map(|r| r.backend);
     v.last_output = failed_output(dir, &state);
     v.unrecorded_config = super::review::unrecorded(root, dir, &state);
     v.config_changes = match dir.history() {

@@ -30,6 +30,7 @@ mod rotation;
 mod session;
 mod state_file;
 mod users;
+mod watch;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -445,6 +446,10 @@ impl Store for FileStore {
 
     fn is_shared(&self) -> bool {
         false
+    }
+
+    fn watch(&self) -> Result<Box<dyn super::Changes>> {
+        Ok(Box::new(watch::Poll::start(&self.root)?))
     }
 
     fn approvals_marker(&self) -> Option<PathBuf> {

@@ -49,6 +49,9 @@ const IDLE_MAX: usize = 8;
 /// The advisory-lock key of a loop: its name in the schema its tables live
 /// in, so roots sharing a database (in different schemas) never contend.
 const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $1, 0)";
+/// The key operators waiting for a loop's lock hold shared, and a tick
+/// about to take it tries for exclusively (the waiting operators' line).
+const WAITING_KEY: &str = "hashtextextended('automaton:waiting:' || current_schema() || ':' || $1, 0)";
 /// The notification channel: a loop's name, sent on every create, config
 /// change and removal; `NAME state` on every commit of its state.
 pub const CHANNEL: &str = "automaton_loops";
@@ -360,8 +363,12 @@ impl Store for Arc<Database> {
         self.import(name, config_text, state, events)
     }
 
-    fn listen(&self) -> Option<Result<Box<dyn Changes>>> {
-        Some(Database::listen(self).map(|l| Box::new(l) as Box<dyn Changes>))
+    fn watch(&self) -> Result<Box<dyn Changes>> {
+        Database::listen(self).map(|l| Box::new(l) as Box<dyn Changes>)
+    }
+
+    fn notifies(&self) -> bool {
+        true
     }
 
     fn claims(&self) -> Option<&dyn super::Claims> {
@@ -687,24 +694,50 @@ impl LoopStore for PgLoop {
         // out, so a lease run out or let go is taken without the advisory
         // lock too. The lock's connection is never ended by the server for
         // idling.
-        let try_take = || -> Result<bool> {
+        // An operator that finds the lock held waits in line, on this
+        // connection: a shared advisory lock on the loop's waiting key,
+        // which a tick about to take the lock tries for exclusively, in the
+        // statement that takes it, and gives way when it cannot
+        // ([`lock::in_line`] is the file store's). It goes with the
+        // connection when the waiter dies or gives up.
+        let gives_way = holder.gives_way();
+        let waiting = std::cell::Cell::new(false);
+        let in_line = |client: &mut Client| -> Result<()> {
+            if gives_way || wait == Wait::No || waiting.get() {
+                return Ok(());
+            }
+            client
+                .query_one(
+                    &format!("SELECT pg_advisory_lock_shared({WAITING_KEY})"),
+                    &[&name],
+                )
+                .map_err(self.db.fail(Some(name), "cannot wait for the loop's lock"))?;
+            waiting.set(true);
+            Ok(())
+        };
+        let attempt = || -> Result<bool> {
             let fail = || self.db.fail(Some(name), "cannot take the loop's lock");
             let mut client = client.borrow_mut();
             let row = client
                 .query_one(
                     &format!(
-                        "SELECT pg_try_advisory_lock(k), k,
+                        "SELECT CASE WHEN NOT $2 OR pg_try_advisory_xact_lock(w)
+                                THEN pg_try_advisory_lock(k) END, k,
                             CASE WHEN current_setting('idle_session_timeout', true) <> '0'
                                 THEN set_config('idle_session_timeout', '0', false) END,
                             EXISTS (SELECT 1 FROM leases
                                     WHERE loop = $1 AND expires_at > clock_timestamp())
-                         FROM (SELECT {KEY} AS k) s"
+                         FROM (SELECT {KEY} AS k, {WAITING_KEY} AS w) s"
                     ),
-                    &[&name],
+                    &[&name, &gives_way],
                 )
                 .map_err(fail())?;
             key.set(row.get(1));
-            let (locked, leased): (bool, bool) = (row.get(0), row.get(3));
+            let (locked, leased): (Option<bool>, bool) = (row.get(0), row.get(3));
+            // None: an operator waits, and this tick leaves the lock to it.
+            let Some(locked) = locked else {
+                return Ok(false);
+            };
             if !locked && leased {
                 return Ok(false);
             }
@@ -722,9 +755,27 @@ impl LoopStore for PgLoop {
                 None => Ok(false),
             }
         };
+        let try_take = || -> Result<bool> {
+            let taken = attempt()?;
+            if !taken {
+                in_line(&mut client.borrow_mut())?;
+            }
+            Ok(taken)
+        };
         let holder_now = || self.live_holder(&mut client.borrow_mut()).ok().flatten();
         lock::poll(name, wait, MAX_POLL, try_take, holder_now)?;
-        let (client, key) = (client.into_inner(), key.get());
+        let (mut client, key) = (client.into_inner(), key.get());
+        if waiting.get() {
+            client
+                .query_one(
+                    &format!("SELECT pg_advisory_unlock_shared({WAITING_KEY})"),
+                    &[&name],
+                )
+                .map_err(
+                    self.db
+                        .fail(Some(name), "cannot leave the line for the loop's lock"),
+                )?;
+        }
         let (fence, taken_at) = taken.get().expect("the lease was taken with the lock");
         let mut session = PgSession {
             lp: self,
