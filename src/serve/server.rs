@@ -97,6 +97,7 @@ pub fn router(app: Arc<App>, timeout: Duration) -> Router {
         .route("/events", get(live::events))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), auth::check_host))
         .layer(middleware::from_fn(guard))
         .with_state(app)
 }

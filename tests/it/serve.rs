@@ -474,7 +474,7 @@ fn a_removed_or_rotated_token_signs_no_one_in_and_no_token_is_logged() {
 }
 
 #[test]
-fn failed_sign_ins_are_limited_per_address() {
+fn only_failed_sign_ins_are_limited_and_a_correct_token_always_signs_in() {
     let env = Env::new();
     let token = user(&env, "ann");
     let s = Server::start(&env, &[]);
@@ -484,8 +484,80 @@ fn failed_sign_ins_are_limited_per_address() {
     }
     assert_eq!(&statuses[..10], &[401; 10]);
     assert_eq!(&statuses[10..], &[429, 429]);
-    // While limited, even the right token is not tried.
-    assert_eq!(get(&s, "/api/loops", &token).0, 429);
+    // The right token is never refused, by header or by the form.
+    assert_eq!(get(&s, "/api/loops", &token).0, 200);
+    let (id, _) = sign_in(&s, &token);
+    assert!(!id.is_empty());
+    assert_eq!(get(&s, "/api/loops", "atm_guess").0, 429);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn behind_the_trusted_proxy_failures_are_counted_per_client_it_names() {
+    let env = Env::new();
+    let s = Server::start(
+        &env,
+        &[
+            "--trust-header",
+            "X-Forwarded-User",
+            "--trusted-proxy",
+            "127.0.0.1",
+        ],
+    );
+    let from = |client: &str| {
+        answer(
+            agent()
+                .get(s.url("/api/loops"))
+                .header("Authorization", "Bearer atm_guess")
+                .header("X-Forwarded-For", format!("203.0.113.9, {client}"))
+                .call(),
+        )
+        .0
+    };
+    let first: Vec<u16> = (0..11).map(|_| from("198.51.100.1")).collect();
+    assert_eq!(first[10], 429, "{first:?}");
+    // Another client behind the same proxy is not limited by the first.
+    assert_eq!(from("198.51.100.2"), 401);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// The status line of a GET of `path` naming `host` in its `Host`.
+fn status_for_host(s: &Server, path: &str, host: &str, token: &str) -> String {
+    let said = raw(
+        s,
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    said.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_request_for_a_host_name_not_the_consoles_is_refused() {
+    let env = Env::new();
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &["--allowed-host", "Console.Example"]);
+    let port = s.addr.rsplit_once(':').unwrap().1.to_owned();
+    // A name an attacker's DNS points at this server (DNS rebinding).
+    for host in [
+        "evil.example",
+        &format!("evil.example:{port}"),
+        "console.example.evil",
+    ] {
+        let line = status_for_host(&s, "/api/loops", host, &token);
+        assert!(line.starts_with("HTTP/1.1 421"), "{host}: {line}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "console.example".to_owned(),
+        format!("CONSOLE.example.:{port}"),
+        "[::1]".to_owned(),
+    ] {
+        let line = status_for_host(&s, "/api/loops", &host, &token);
+        assert!(line.starts_with("HTTP/1.1 200"), "{host}: {line}");
+    }
     assert_eq!(s.stop(), Some(0));
 }
 
@@ -666,12 +738,12 @@ fn hostile_clients_get_clear_errors_and_the_server_keeps_serving() {
     let s = Server::start(&env, &[]);
     // Half a request, left hanging, while others are served.
     let mut slow = TcpStream::connect(&s.addr).unwrap();
-    slow.write_all(b"GET /api/loops HTTP/1.1\r\nHost: x\r\nAuthor")
+    slow.write_all(b"GET /api/loops HTTP/1.1\r\nHost: localhost\r\nAuthor")
         .unwrap();
     let garbage = raw(&s, b"NOT HTTP AT ALL\r\n\r\n");
     assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
     let huge = format!(
-        "POST /api/loops/demo/pause HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nConnection: close\r\n\r\n{{"
+        "POST /api/loops/demo/pause HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nConnection: close\r\n\r\n{{"
     );
     let said = raw(&s, huge.as_bytes());
     assert!(said.starts_with("HTTP/1.1 413"), "{said}");
