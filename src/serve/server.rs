@@ -2,8 +2,9 @@
 //! hyper with a bound on reading its headers (a client that sends half a
 //! request holds only its own connection, and not for long), the one
 //! `Router` with its layers (a time bound on every request but the live
-//! stream, a bound on bodies, headers that keep pages to themselves), and
-//! the drain on SIGTERM or SIGINT: stop accepting, let requests in flight
+//! stream, a bound on bodies, headers that keep pages to themselves), the
+//! connections admitted ([`super::conns`]: capped per address and in all),
+//! and the drain on SIGTERM or SIGINT: stop accepting, let requests in flight
 //! finish within the grace, end the live streams, return. It listens on a
 //! TCP address, or on a Unix socket (`--listen unix:PATH`), made with the
 //! root's file mode (0600, or 0660 in a group's root), whose peers are
@@ -29,11 +30,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tower_service::Service;
 
+use super::conns::{self, Conns, Slot};
 use super::tls::Tls;
 use super::{App, BODY_LIMIT, api, auth, live, pages};
 
-/// How long a client has to send a request's headers.
-const HEADER_READ: Duration = Duration::from_secs(10);
+/// How long a client has to send a request's headers; hyper starts it
+/// again when a kept-alive connection waits for its next request, so it
+/// also closes an idle connection.
+const HEADER_READ: Duration = Duration::from_secs(5);
 
 /// The peer of a request's connection: its address (a Unix socket's
 /// peers share `0.0.0.0:0`), and, on a Unix socket, its uid.
@@ -164,6 +168,7 @@ pub async fn serve(
     stop: tokio::sync::watch::Sender<bool>,
 ) {
     let graceful = GracefulShutdown::new();
+    let conns = Conns::new(conns::descriptor_limit());
     let mut signal = std::pin::pin!(signal);
     loop {
         let accepted = tokio::select! {
@@ -172,19 +177,28 @@ pub async fn serve(
         };
         match accepted {
             Ok(Accepted::Tcp(stream, peer)) => {
+                // Past a limit, closed before anything is read.
+                let Some(slot) = conns.admit(Some(peer.ip())) else {
+                    tracing::debug!("connection from {} closed: too many held", peer.ip());
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(connection(
                     stream,
                     Peer(peer, None),
                     router.clone(),
                     tls.clone(),
-                    graceful.watcher(),
+                    (graceful.watcher(), slot),
                 ));
             }
             Ok(Accepted::Unix(stream)) => {
+                let Some(slot) = conns.admit(None) else {
+                    tracing::debug!("connection on the socket closed: too many held");
+                    continue;
+                };
                 let uid = stream.peer_cred().ok().map(|c| c.uid());
                 let peer = Peer(SocketAddr::from(([0, 0, 0, 0], 0)), uid);
-                tokio::spawn(plain(stream, peer, router.clone(), graceful.watcher()));
+                tokio::spawn(plain(stream, peer, router.clone(), (graceful.watcher(), slot)));
             }
             Err(e) => {
                 // Out of descriptors, say: breathe, then go on.
@@ -215,8 +229,14 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
 }
 
 /// One TCP connection: its TLS handshake when there is TLS, then its
-/// requests.
-async fn connection(stream: TcpStream, peer: Peer, router: Router, tls: Option<Tls>, watcher: Watcher) {
+/// requests; counted (its slot) until it ends.
+async fn connection(
+    stream: TcpStream,
+    peer: Peer,
+    router: Router,
+    tls: Option<Tls>,
+    watcher: (Watcher, Slot),
+) {
     match tls {
         None => plain(stream, peer, router, watcher).await,
         Some(tls) => {
@@ -227,8 +247,9 @@ async fn connection(stream: TcpStream, peer: Peer, router: Router, tls: Option<T
     }
 }
 
-/// A connection's requests, each told its peer.
-async fn plain<S>(stream: S, peer: Peer, router: Router, watcher: Watcher)
+/// A connection's requests, each told its peer; its slot is given back
+/// when it ends.
+async fn plain<S>(stream: S, peer: Peer, router: Router, (watcher, _slot): (Watcher, Slot))
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

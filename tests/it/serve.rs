@@ -29,11 +29,31 @@ impl Server {
 
     /// A server listening on `listen` (a TCP address, or `unix:PATH`).
     pub fn start_at(env: &Env, listen: &str, extra: &[&str]) -> Server {
+        let mut cmd = env.cmd();
+        cmd.args(["serve", "--listen", listen, "-v"]).args(extra);
+        Server::spawn(cmd)
+    }
+
+    /// A server on 127.0.0.1 that starts with a soft limit of `soft` open
+    /// files (systemd's default is 1,024), its hard limit left as it is.
+    fn start_with_soft_limit(env: &Env, soft: u64) -> Server {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        use std::os::unix::process::CommandExt;
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        let mut cmd = env.cmd();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "-v"]);
+        // SAFETY: only setrlimit(2), async-signal-safe, runs in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(std::io::Error::from)
+            });
+        }
+        Server::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: std::process::Command) -> Server {
         let log = tempfile::NamedTempFile::new().unwrap();
-        let mut child = env
-            .cmd()
-            .args(["serve", "--listen", listen, "-v"])
-            .args(extra)
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(log.reopen().unwrap())
             .spawn()
@@ -717,6 +737,48 @@ fn a_proxys_header_is_believed_from_the_proxy_only() {
             .call(),
     );
     assert_eq!(status, 401);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// The soft and hard limits on open files of process `pid`.
+fn open_files_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let mut words = line.split_whitespace().skip(3);
+    (words.next().unwrap().to_owned(), words.next().unwrap().to_owned())
+}
+
+/// A connection to `to` from the loopback address `from`.
+fn connect_from(from: [u8; 4], to: &str) -> std::io::Result<socket2::Socket> {
+    let to: std::net::SocketAddr = to.parse().unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    sock.bind(&std::net::SocketAddr::from((from, 0)).into())?;
+    sock.connect(&to.into())?;
+    Ok(sock)
+}
+
+#[test]
+fn an_idle_flood_from_one_client_under_a_1024_descriptor_limit_leaves_others_answered() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    // This process holds the flood's ends: its own limit is raised.
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    let s = Server::start_with_soft_limit(&env, 1024);
+    let (soft, hard) = open_files_limits(s.child.id());
+    assert_eq!(soft, hard, "the server raised its soft limit to the hard one");
+    // 1,100 idle connections from one client (127.0.0.2), held open.
+    let flood: Vec<socket2::Socket> = (0..1100)
+        .map(|_| connect_from([127, 0, 0, 2], &s.addr).unwrap())
+        .collect();
+    // Everyone else is still answered.
+    let statuses: Vec<u16> = (0..12).map(|_| get(&s, "/api/loops", &token).0).collect();
+    assert_eq!(statuses, vec![200; 12]);
+    let log = s.log();
+    assert!(!log.contains("Too many open files"), "{log}");
+    drop(flood);
     assert_eq!(s.stop(), Some(0));
 }
 
