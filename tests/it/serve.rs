@@ -133,7 +133,7 @@ pub(crate) fn get(s: &Server, path: &str, token: &str) -> (u16, String) {
     )
 }
 
-fn post(s: &Server, path: &str, token: &str, body: &str) -> (u16, String) {
+pub(crate) fn post(s: &Server, path: &str, token: &str, body: &str) -> (u16, String) {
     answer(
         agent()
             .post(s.url(path))
