@@ -13,7 +13,8 @@
 //! request whose `Host` is not the console's (an address, `localhost`, or
 //! a name `--allowed-host` gives) is refused: a name an attacker's DNS
 //! points at this server (DNS rebinding) gets no answer. A form is
-//! accepted only with the CSRF token of its session. No token or session
+//! accepted only with the CSRF token of its session; under TLS its
+//! cookies carry the `__Host-` prefix. No token or session
 //! id is logged, shown, or kept but as a hash.
 
 use std::collections::HashMap;
@@ -306,8 +307,24 @@ impl Auth {
     }
 
     /// `Set-Cookie` for a session id (or, with `None`, its removal).
+    /// Whether the server speaks HTTPS.
+    pub fn secure(&self) -> bool {
+        self.secure
+    }
+
+    /// A cookie's name as sent: under TLS with the `__Host-` prefix, which
+    /// a browser keeps only from a secure origin, for this host and path
+    /// `/`, so no other site or subdomain can set it.
+    fn cookie_name(&self, name: &str) -> String {
+        match self.secure {
+            true => format!("__Host-{name}"),
+            false => name.to_owned(),
+        }
+    }
+
     fn cookie(&self, name: &str, value: Option<&str>, max_age: Duration) -> String {
         let secure = if self.secure { "; Secure" } else { "" };
+        let name = self.cookie_name(name);
         match value {
             Some(v) => format!(
                 "{name}={v}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
@@ -385,7 +402,7 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
         auth.failed(client);
         return Err(NoUser::Bad);
     }
-    let Some(id) = cookie(&parts.headers, SESSION) else {
+    let Some(id) = cookie(&parts.headers, &auth.cookie_name(SESSION)) else {
         return Err(NoUser::Missing);
     };
     let (user, hash, csrf) = auth.session(id).ok_or(NoUser::Bad)?;
@@ -525,7 +542,7 @@ pub async fn signin(
             Some("the form was not filled in"),
         );
     };
-    let pre = cookie(&headers, PRE).unwrap_or("");
+    let pre = cookie(&headers, &app.auth.cookie_name(PRE)).unwrap_or("");
     if pre.is_empty() || !users::same(pre.as_bytes(), form.csrf.as_bytes()) {
         return signin_form(
             &app,
@@ -580,7 +597,7 @@ pub async fn signout(
         )
             .into_response();
     }
-    if let Some(id) = cookie(&headers, SESSION) {
+    if let Some(id) = cookie(&headers, &app.auth.cookie_name(SESSION)) {
         app.auth.close(id);
     }
     let clear = app.auth.cookie(SESSION, None, Duration::ZERO);

@@ -102,6 +102,7 @@ pub fn router(app: Arc<App>, timeout: Duration) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), auth::check_host))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), strict_transport))
         .layer(middleware::from_fn(guard))
         .with_state(app)
 }
@@ -153,6 +154,24 @@ async fn guard(req: Request, next: Next) -> Response {
     }
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Under TLS, tells browsers to use HTTPS only for this host from now on
+/// (a year): a later `http://` link or a stripped redirect is not
+/// followed in the clear.
+async fn strict_transport(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut response = next.run(req).await;
+    if app.auth.secure() {
+        response.headers_mut().insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     response
 }
 

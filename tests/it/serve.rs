@@ -282,6 +282,13 @@ fn a_loop_whose_state_cannot_be_read_is_answered_as_invalid_state() {
     let (status, body) = get(&s, "/api/loops/demo", &token);
     assert_eq!((status, code(&body)), (500, "invalid_state".to_owned()), "{body}");
     assert!(body.contains(".state.loop"), "{body}");
+    // The file is named, never where the server keeps it; nor is the
+    // root told by a 404.
+    let root = env.root.display().to_string();
+    assert!(!body.contains(&root), "{body}");
+    let (status, body) = get(&s, "/api/loops/nope", &token);
+    assert_eq!((status, code(&body)), (404, "no_such_loop".to_owned()), "{body}");
+    assert!(!body.contains(&root), "{body}");
     let (status, body) = post(&s, "/api/loops/demo/pause", &token, "");
     assert_eq!((status, code(&body)), (500, "invalid_state".to_owned()), "{body}");
     assert_eq!(
@@ -941,6 +948,12 @@ fn https_serves_the_api_and_its_cookies_are_secure() {
     let signin = agent.get(s.url("/signin")).call().unwrap();
     let cookie = signin.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(cookie.contains("; Secure"), "{cookie}");
+    // Only this host, over HTTPS, may set it; and browsers keep to HTTPS.
+    assert!(cookie.starts_with("__Host-automaton_signin="), "{cookie}");
+    assert_eq!(
+        signin.headers()["strict-transport-security"].to_str().unwrap(),
+        "max-age=31536000"
+    );
     // Plain HTTP on the same port is no request.
     assert!(
         !raw(
