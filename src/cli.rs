@@ -194,6 +194,11 @@ pub struct ServeArgs {
     /// After SIGTERM or SIGINT: how long requests in flight may finish
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,
+    /// A host name the console is reached by (repeatable); a request whose
+    /// `Host` is another name is refused (an address or `localhost` is
+    /// always accepted)
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -421,14 +421,17 @@ fn choose_store(path: &Path, flag: Option<&str>, from_file: Option<&str>) -> Res
     }
 }
 
-/// `<root>/automaton.toml`, or its defaults when there is none.
+/// `<root>/automaton.toml`, or its defaults when there is none. It is
+/// read as every loop file is: a FIFO, a device or a link is refused at
+/// once (never waited on), as is a file past [`crate::rules::ROOT_MAX`].
 fn read_config(path: &Path) -> Result<RootConfig> {
     let file = path.join(ROOT_CONFIG);
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RootConfig::default()),
-        Err(e) => return Err(Error::io("reading", file)(e)),
+    let Some(bytes) = crate::fsx::read_regular(&file, crate::rules::ROOT_MAX)? else {
+        return Ok(RootConfig::default());
     };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::io("reading", file.clone())(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    })?;
     toml::from_str(&text).map_err(|e| crate::config::ConfigError::toml(&text, &file, &e).into())
 }
 

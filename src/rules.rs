@@ -17,7 +17,7 @@ use crate::state::State;
 /// The most bytes of a diff an event keeps; the rest is counted.
 pub const DIFF_MAX: usize = 8 * 1024;
 /// The largest automaton.toml hashed (the root reads no larger).
-const ROOT_MAX: u64 = 1024 * 1024;
+pub const ROOT_MAX: u64 = 1024 * 1024;
 /// The most hosts whose automaton.toml a loop's record keeps.
 const MAX_HOSTS: usize = 64;
 /// What an await for a config change names as the gate that asked.

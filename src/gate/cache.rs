@@ -1,10 +1,14 @@
-//! The compiled-gate cache: precompiled components under `<root>/cache/gates/`,
+//! The compiled-gate cache: precompiled components under `<root>/cache/gates/`
+//! (in a root shared by a group, each user's own `<root>/cache/gates/<uid>/`),
 //! keyed by the component's sha256, the wasmtime version and a fingerprint of
 //! the engine's settings. A `.cwasm` is native code, so an entry is used only
 //! when its seal says this runner wrote exactly that file from exactly that
-//! component, and only from a directory no other user can write; anything
-//! else is compiled again (and replaced), and a cache others can write is
-//! not used at all. The cache also remembers each component file's sha256
+//! component, and only from a directory and files no other user can write
+//! (a group's members neither: no process loads native code that another
+//! uid could have written, root included); anything else is compiled again
+//! (and replaced), and a cache others can write is not used at all. An
+//! entry is checked and read through one open file, so what was checked is
+//! what is loaded (mapped from that open file). The cache also remembers each component file's sha256
 //! by its fingerprint, so a cached gate is loaded without reading or hashing
 //! it. Entries are written atomically. Nothing here is ever fatal: without a
 //! cache a gate is compiled in memory.
@@ -44,7 +48,11 @@ pub struct CacheStats {
 }
 
 pub(crate) struct Cache {
+    /// This user's cache directory, and the one above it (the root's
+    /// `cache/`), whose group's members may write the directories
+    /// between them.
     dir: Option<PathBuf>,
+    base: Option<PathBuf>,
     engine_key: String,
     /// The directory checked and the key loaded, on first use; `None` when
     /// the cache is refused or cannot be made.
@@ -54,13 +62,9 @@ pub(crate) struct Cache {
     rejected: AtomicU64,
 }
 
-/// A cache directory that passed its checks.
+/// A cache directory that passed its checks: this user's alone.
 struct Trusted {
     key: Key,
-    /// Who may write it besides this user and root.
-    writers: Writers,
-    /// How its files are made.
-    modes: Modes,
 }
 
 /// Feeds `Hash` output into sha256, so the fingerprint is stable across
@@ -87,7 +91,8 @@ impl Cache {
         engine.precompile_compatibility_hash().hash(&mut h);
         let fingerprint = format!("{:x}", h.0.finalize());
         Cache {
-            dir: dir.map(|d| d.join("gates")),
+            dir: dir.as_deref().map(own_dir),
+            base: dir,
             engine_key: format!("wasmtime-{WASMTIME_VERSION}-{}", &fingerprint[..16]),
             trusted: OnceLock::new(),
             hits: AtomicU64::new(0),
@@ -123,8 +128,9 @@ impl Cache {
 
     fn trusted(&self) -> Option<&Trusted> {
         let dir = self.dir.as_deref()?;
+        let base = self.base.as_deref()?;
         self.trusted
-            .get_or_init(|| match open_dir(dir) {
+            .get_or_init(|| match open_dir(base, dir) {
                 Ok(trusted) => Some(trusted),
                 Err(e) => {
                     tracing::warn!("not using the gate cache: {e}; gates are compiled in memory");
@@ -165,7 +171,7 @@ impl Cache {
             return;
         };
         let sealed = trusted.key.seal(&source_lines(path, file, sha256));
-        if let Err(e) = write_atomic(&record, sealed.as_bytes(), trusted.modes) {
+        if let Err(e) = write_atomic(&record, sealed.as_bytes()) {
             tracing::debug!(path = %record.display(), error = %e, "could not record a gate's sha256");
         }
     }
@@ -176,26 +182,26 @@ impl Cache {
         Some(self.dir.as_ref()?.join("sources").join(&name[..32]))
     }
 
-    /// The cached artefact for this component, when its seal matches.
+    /// The cached artefact for this component, when its seal matches:
+    /// the file is opened once (no link followed), checked through that
+    /// open file and read from it, so no file swapped in after the check
+    /// is loaded.
     pub(crate) fn load(&self, engine: &Engine, label: &str, sha256: &str) -> Option<Component> {
         let trusted = self.trusted()?;
         let path = self.entry(sha256)?;
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(_) => return None,
-        };
-        if let Err(why) = self.check_entry(trusted, &path, &meta, sha256) {
+        let file = open_entry(&path)?;
+        if let Err(why) = self.check_open_entry(trusted, &path, &file, sha256) {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(gate = label, "cached gate not used ({why}); compiling it again");
             return None;
         }
-        // SAFETY: the entry passed its seal: this runner wrote this very
-        // file (same inode, size and times) with `Component::serialize`,
-        // from the component with this sha256, in a directory only this
-        // user or root can write (or, in a group's root, a member of the
-        // group, who may change every loop's step already). wasmtime also checks the header, its
-        // version and the engine settings.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        // SAFETY: what is loaded is the file whose seal was checked, through
+        // the open file that was checked: this runner wrote this very file
+        // (same inode, size and times) with `Component::serialize`, from
+        // the component with this sha256, in a directory only this user (or
+        // root) can write. wasmtime also checks the header, its version and
+        // the engine settings.
+        match unsafe { deserialize_open(engine, &file) } {
             Ok(component) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(gate = label, path = %path.display(), "gate cache hit");
@@ -214,17 +220,19 @@ impl Cache {
         }
     }
 
-    fn check_entry(
+    /// Whether an open entry is this user's and its seal names it.
+    fn check_open_entry(
         &self,
         trusted: &Trusted,
         path: &Path,
-        meta: &std::fs::Metadata,
+        file: &std::fs::File,
         sha256: &str,
     ) -> Result<(), String> {
+        let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
         if !meta.is_file() {
             return Err(format!("{} is not a regular file", path.display()));
         }
-        check_private(path, meta, trusted.writers).map_err(|e| e.to_string())?;
+        check_private(path, &meta, Writers::default()).map_err(|e| e.to_string())?;
         let seal_path = path.with_extension("seal");
         let text =
             std::fs::read_to_string(&seal_path).map_err(|e| format!("{}: {e}", seal_path.display()))?;
@@ -232,7 +240,7 @@ impl Cache {
             .key
             .open(&text)
             .ok_or_else(|| format!("{} was not made by this runner", seal_path.display()))?;
-        if body != self.artefact_lines(sha256, &Fingerprint::of(meta)) {
+        if body != self.artefact_lines(sha256, &Fingerprint::of(&meta)) {
             return Err(format!(
                 "{} is not the file this runner compiled from this component",
                 path.display()
@@ -278,10 +286,10 @@ impl Cache {
         let bytes = component
             .serialize()
             .map_err(|e| std::io::Error::other(super::host::error_text(&e)))?;
-        write_atomic(path, &bytes, trusted.modes)?;
+        write_atomic(path, &bytes)?;
         let file = Fingerprint::of(&std::fs::symlink_metadata(path)?);
         let seal = trusted.key.seal(&self.artefact_lines(sha256, &file));
-        write_atomic(&path.with_extension("seal"), seal.as_bytes(), trusted.modes)
+        write_atomic(&path.with_extension("seal"), seal.as_bytes())
     }
 }
 
@@ -289,21 +297,95 @@ fn source_lines(path: &Path, file: &Fingerprint, sha256: &str) -> String {
     format!("automaton gate source 1\npath {path:?}\nfile {file}\nsha256 {sha256}\n")
 }
 
-/// Makes the cache directory (private, or its group's in a group's root)
-/// if needed, refuses it when another user could write it or its parent,
-/// and loads the key.
-fn open_dir(dir: &Path) -> Result<Trusted, Untrusted> {
-    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
-    let writers = parent.map(Writers::of).unwrap_or_default();
-    if writers == Writers::default() {
+/// This user's cache directory under `base` (a root's `cache/`): its
+/// `gates/`, or in a root shared by a group (`base` set-group-ID), its
+/// `gates/<uid>/`: the members share the root, never native code.
+fn own_dir(base: &Path) -> PathBuf {
+    let gates = base.join("gates");
+    match Modes::of_dir(base).shared() {
+        true => gates.join(own_uid().to_string()),
+        false => gates,
+    }
+}
+
+#[cfg(unix)]
+fn own_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+#[cfg(not(unix))]
+fn own_uid() -> u32 {
+    0
+}
+
+/// Loads the component in the open file `file`: on Linux mapped from the
+/// file itself, named through `/proc/self/fd` (the very file checked,
+/// whatever was renamed over its path since); elsewhere read from it.
+///
+/// # Safety
+/// As [`Component::deserialize_file`]: the file must hold what
+/// `Component::serialize` wrote.
+#[cfg(target_os = "linux")]
+unsafe fn deserialize_open(engine: &Engine, file: &std::fs::File) -> wasmtime::Result<Component> {
+    use std::os::fd::AsRawFd;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    // SAFETY: the caller's.
+    unsafe { Component::deserialize_file(engine, path) }
+}
+
+/// See the Linux version.
+///
+/// # Safety
+/// As [`Component::deserialize`].
+#[cfg(not(target_os = "linux"))]
+unsafe fn deserialize_open(engine: &Engine, mut file: &std::fs::File) -> wasmtime::Result<Component> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    // SAFETY: the caller's.
+    unsafe { Component::deserialize(engine, &bytes) }
+}
+
+/// Opens an entry for reading without following a link; `None` when
+/// there is none.
+fn open_entry(path: &Path) -> Option<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK);
+    }
+    options.open(path).ok()
+}
+
+/// Makes this user's cache directory `dir` (private) if needed, refuses it
+/// when another user could write it, or its parents up to `base` (which,
+/// in a group's root, the group's members may write), and loads the key.
+fn open_dir(base: &Path, dir: &Path) -> Result<Trusted, Untrusted> {
+    let shared = Writers::of(base);
+    if shared == Writers::default() {
         create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
     } else {
-        crate::fsx::create_dirs(&dir.join("sources")).map_err(|e| Untrusted::Io {
-            path: dir.to_owned(),
+        let gates = dir.parent().unwrap_or(dir);
+        crate::fsx::create_dirs(gates).map_err(|e| Untrusted::Io {
+            path: gates.to_owned(),
             source: std::io::Error::other(e.to_string()),
         })?;
+        create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
     }
-    for d in parent.into_iter().chain([dir, &dir.join("sources")]) {
+    let mut between: Vec<&Path> = dir
+        .ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(base))
+        .collect();
+    between.reverse();
+    let own = [dir.to_owned(), dir.join("sources")];
+    let checked = between
+        .into_iter()
+        .map(|d| (d, shared))
+        .chain(own.iter().map(|d| (d.as_path(), Writers::default())));
+    for (d, writers) in checked {
         let meta = std::fs::metadata(d).map_err(Untrusted::io(d))?;
         if !meta.is_dir() {
             return Err(Untrusted::Kind {
@@ -314,9 +396,7 @@ fn open_dir(dir: &Path) -> Result<Trusted, Untrusted> {
         check_private(d, &meta, writers)?;
     }
     Ok(Trusted {
-        key: Key::load_or_create(&dir.join("key"), writers)?,
-        writers,
-        modes: Modes::of_dir(dir),
+        key: Key::load_or_create(&dir.join("key"))?,
     })
 }
 
@@ -374,11 +454,11 @@ fn progress(label: &str, size: &str, later: &str, started: Instant, wait: &mpsc:
     }
 }
 
-/// Writes a file: a temp file in the same directory, then a rename.
-fn write_atomic(path: &Path, bytes: &[u8], modes: Modes) -> std::io::Result<()> {
+/// Writes a file, private: a temp file in the same directory, then a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache files live in a directory");
+    // tempfile makes it 0600.
     let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    modes.set_file(tmp.as_file())?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;

@@ -1,8 +1,8 @@
 //! What makes the compiled-gate cache trustworthy: a check that only this
 //! user (or root) can write a cache path, as ssh's StrictModes does (in a
-//! root shared by a group, the members of that group too: they may change
-//! every loop's step already); a secret key kept 0600 in the cache (0660
-//! in a group's root); and seals, small text records
+//! root shared by a group, the directories above a user's own cache may
+//! be its members' too, never the cache itself); a secret key kept 0600
+//! in the user's cache; and seals, small text records
 //! MACed with that key, binding a cache file to the component it came from
 //! and to the exact file written (device, inode, size, mtime, ctime). A file
 //! copied or renamed over an entry changes its ctime, so its seal no longer
@@ -224,14 +224,13 @@ impl std::fmt::Display for Fingerprint {
 pub(crate) struct Key([u8; 32]);
 
 impl Key {
-    /// Reads the key at `path`, creating it (0600, random; 0660 in a
-    /// group's root) on first use. A key anyone but `writers` could read or
-    /// write is refused.
-    pub(crate) fn load_or_create(path: &Path, writers: Writers) -> Result<Key, Untrusted> {
+    /// Reads the key at `path`, creating it (0600, random) on first use. A
+    /// key anyone but this user could read or write is refused.
+    pub(crate) fn load_or_create(path: &Path) -> Result<Key, Untrusted> {
         match std::fs::File::open(path) {
             Ok(mut file) => {
                 let meta = file.metadata().map_err(Untrusted::io(path))?;
-                check_key_file(path, &meta, writers)?;
+                check_key_file(path, &meta)?;
                 // The file checked is the file read: one open.
                 let mut bytes = Vec::with_capacity(33);
                 (&mut file)
@@ -244,32 +243,26 @@ impl Key {
                 })?;
                 Ok(Key(key))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Key::create(path, writers),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Key::create(path),
             Err(e) => Err(Untrusted::io(path)(e)),
         }
     }
 
-    fn create(path: &Path, writers: Writers) -> Result<Key, Untrusted> {
+    fn create(path: &Path) -> Result<Key, Untrusted> {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| Untrusted::io(path)(std::io::Error::other(e.to_string())))?;
         let dir = path.parent().expect("the key lives in a directory");
+        // tempfile makes it 0600.
         let mut tmp = tempfile::Builder::new()
             .prefix(".tmp-key-")
             .tempfile_in(dir)
             .map_err(Untrusted::io(path))?;
-        if writers.group.is_some() {
-            crate::fsx::Modes::of_dir(dir)
-                .set_file(tmp.as_file())
-                .map_err(Untrusted::io(path))?;
-        }
         tmp.write_all(&key).map_err(Untrusted::io(path))?;
         tmp.as_file().sync_all().map_err(Untrusted::io(path))?;
         // Two processes creating it at once: the first one's key stays.
         match tmp.persist_noclobber(path) {
             Ok(_) => Ok(Key(key)),
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
-                Key::load_or_create(path, writers)
-            }
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Key::load_or_create(path),
             Err(e) => Err(Untrusted::io(path)(e.error)),
         }
     }
@@ -297,7 +290,7 @@ impl Key {
 }
 
 #[cfg(unix)]
-fn check_key_file(path: &Path, meta: &Metadata, writers: Writers) -> Result<(), Untrusted> {
+fn check_key_file(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
     use std::os::unix::fs::MetadataExt;
     if !meta.is_file() {
         return Err(Untrusted::Kind {
@@ -305,12 +298,8 @@ fn check_key_file(path: &Path, meta: &Metadata, writers: Writers) -> Result<(), 
             expected: "regular file",
         });
     }
-    check_private(path, meta, writers)?;
-    let hidden_from = match writers.group_may_write(meta.gid()) {
-        true => 0o007,
-        false => 0o077,
-    };
-    if meta.mode() & hidden_from != 0 {
+    check_private(path, meta, Writers::default())?;
+    if meta.mode() & 0o077 != 0 {
         return Err(Untrusted::Readable {
             path: path.to_owned(),
             mode: meta.mode() & 0o7777,
@@ -320,7 +309,7 @@ fn check_key_file(path: &Path, meta: &Metadata, writers: Writers) -> Result<(), 
 }
 
 #[cfg(not(unix))]
-fn check_key_file(path: &Path, meta: &Metadata, _writers: Writers) -> Result<(), Untrusted> {
+fn check_key_file(path: &Path, meta: &Metadata) -> Result<(), Untrusted> {
     if !meta.is_file() {
         return Err(Untrusted::Kind {
             path: path.to_owned(),
@@ -347,9 +336,9 @@ mod tests {
     #[test]
     fn a_seal_opens_only_with_its_key_and_unchanged() {
         let dir = tempfile::tempdir().unwrap();
-        let key = Key::load_or_create(&dir.path().join("key"), Writers::default()).unwrap();
-        let again = Key::load_or_create(&dir.path().join("key"), Writers::default()).unwrap();
-        let other = Key::load_or_create(&dir.path().join("other"), Writers::default()).unwrap();
+        let key = Key::load_or_create(&dir.path().join("key")).unwrap();
+        let again = Key::load_or_create(&dir.path().join("key")).unwrap();
+        let other = Key::load_or_create(&dir.path().join("other")).unwrap();
         let sealed = key.seal("component abc\n");
         assert_eq!(again.open(&sealed), Some("component abc\n"));
         assert_eq!(other.open(&sealed), None);
@@ -364,33 +353,51 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("key");
-        Key::load_or_create(&path, Writers::default()).unwrap();
+        Key::load_or_create(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = Key::load_or_create(&path, Writers::default()).err().unwrap();
+        let err = Key::load_or_create(&path).err().unwrap();
         assert!(matches!(err, Untrusted::Readable { .. }), "{err}");
     }
 
     #[cfg(unix)]
     #[test]
-    fn a_groups_cache_is_trusted_for_its_group_only() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    fn a_key_its_group_can_read_or_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("key");
-        Key::load_or_create(&path, Writers::default()).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
-        let gid = std::fs::metadata(&path).unwrap().gid();
-        let group = Writers { group: Some(gid) };
-        assert!(Key::load_or_create(&path, group).is_ok());
-        let err = Key::load_or_create(&path, Writers::default()).err().unwrap();
+        Key::load_or_create(&path).unwrap();
+        for (mode, writable) in [(0o640, false), (0o660, true)] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = Key::load_or_create(&path).err().unwrap();
+            match writable {
+                true => assert!(matches!(err, Untrusted::Writable { .. }), "{err}"),
+                false => assert!(matches!(err, Untrusted::Readable { .. }), "{err}"),
+            }
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_groups_members_may_write_the_directories_above_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o2770)).unwrap();
+        let meta = std::fs::metadata(dir.path()).unwrap();
+        let group = Writers {
+            group: Some(meta.gid()),
+        };
+        assert!(check_private(dir.path(), &meta, group).is_ok());
+        let err = check_private(dir.path(), &meta, Writers::default())
+            .err()
+            .unwrap();
         assert!(matches!(err, Untrusted::Writable { .. }), "{err}");
-        let other = Writers { group: Some(gid + 1) };
-        let err = Key::load_or_create(&path, other).err().unwrap();
+        let other = Writers {
+            group: Some(meta.gid() + 1),
+        };
+        let err = check_private(dir.path(), &meta, other).err().unwrap();
         assert!(matches!(err, Untrusted::GroupWritable { .. }), "{err}");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o662)).unwrap();
-        let err = Key::load_or_create(&path, group).err().unwrap();
-        assert!(matches!(err, Untrusted::Writable { .. }), "{err}");
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! `[notify] command`: run with the notice in its environment (a NUL,
 //! which no environment variable can hold, as U+FFFD), stdin from
 //! /dev/null and stderr for its output; bounded by its timeout, and its
-//! failure logged, never the tick's or the command's that notified.
+//! failure logged, never the tick's or the command's that notified. In a
+//! root shared by a group the command runs only as the member who wrote
+//! loop.toml (its file's owner): a command one member wrote never runs as
+//! another member, nor as root; for anyone else it is skipped, saying so
+//! (the webhook, which runs no one's code, is still called).
 
 use std::borrow::Cow;
 use std::os::fd::AsFd;
@@ -22,6 +26,10 @@ pub(super) fn run(command: &CommandLine, config: &LoopConfig, root: &Root, base:
     let argv = command.argv();
     let (program, args) = argv.split_first().expect("commands are never empty");
     let name = notice.loop_name.as_str();
+    if let Err(why) = may_run(root, base) {
+        tracing::warn!("loop {name:?}: its notify command is not run: {why}");
+        return;
+    }
     // Its output goes to stderr: a tick's stdout is its report.
     let stdout = match std::io::stderr().as_fd().try_clone_to_owned() {
         Ok(fd) => Stdio::from(fd),
@@ -55,6 +63,44 @@ pub(super) fn run(command: &CommandLine, config: &LoopConfig, root: &Root, base:
         .and_then(|n| n.timeout)
         .map_or(DEFAULT_TIMEOUT, |d| d.0);
     wait(child, limit, name);
+}
+
+/// Whether this user may run the loop's notify command: anyone in a root
+/// of their own; in a group's root, only the owner of the loop's
+/// loop.toml, who wrote the command.
+#[cfg(unix)]
+fn may_run(root: &Root, base: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !crate::fsx::Modes::of_dir(root.path()).shared() {
+        return Ok(());
+    }
+    let file = base.join("loop.toml");
+    let owner = std::fs::symlink_metadata(&file)
+        .map_err(|e| format!("{}: {e}", file.display()))?
+        .uid();
+    let me = nix::unistd::geteuid().as_raw();
+    match owner == me {
+        true => Ok(()),
+        false => Err(format!(
+            "in a root shared by a group it runs only as the owner of {} ({}), not as {}",
+            file.display(),
+            user_name(owner),
+            user_name(me)
+        )),
+    }
+}
+
+#[cfg(not(unix))]
+fn may_run(_root: &Root, _base: &Path) -> Result<(), String> {
+    Ok(())
+}
+
+#[cfg(unix)]
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(u)) => format!("{} (uid {uid})", u.name),
+        _ => format!("uid {uid}"),
+    }
 }
 
 /// Waits for the command, killing it past `limit`; logs how it failed.

@@ -51,6 +51,9 @@ pub struct Notify {
     pub webhook_timeout: Option<Dur>,
 }
 
+/// The most `webhook_timeout` may be.
+pub const MAX_WEBHOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNotify {
@@ -69,6 +72,14 @@ impl TryFrom<RawNotify> for Notify {
         }
         if r.webhook_timeout.is_some_and(|d| d.0.is_zero()) {
             return Err("`webhook_timeout` must be greater than zero".into());
+        }
+        if let Some(d) = r.webhook_timeout.filter(|d| d.0 > MAX_WEBHOOK_TIMEOUT) {
+            return Err(format!(
+                "`webhook_timeout` is {}, past the most a delivery may take ({}): a receiver \
+                 that hangs would hold a delivery thread that long",
+                crate::duration::format(d.0),
+                crate::duration::format(MAX_WEBHOOK_TIMEOUT)
+            ));
         }
         let mut on =
             r.on.unwrap_or_else(|| vec![Kind::Await, Kind::Halt, Kind::Complete]);

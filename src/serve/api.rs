@@ -64,15 +64,52 @@ impl IntoResponse for ApiError {
 impl From<Error> for ApiError {
     fn from(e: Error) -> ApiError {
         let (status, code) = classify(&e);
-        if status == StatusCode::INTERNAL_SERVER_ERROR {
+        if status.is_server_error() {
             tracing::warn!("{}", crate::error::with_causes(&e));
         }
         ApiError {
             status,
             code,
-            message: crate::error::with_causes(&e),
+            message: public_message(&e),
         }
     }
+}
+
+/// What a client is told of a library error: never a path of the
+/// server's, only a file's name (the log has the whole error).
+fn public_message(e: &Error) -> String {
+    match e {
+        Error::Hinted { error, .. } => public_message(error),
+        Error::NoSuchLoop { name, .. } => format!("no loop named {name:?}"),
+        _ => without_paths(&crate::error::with_causes(e)),
+    }
+}
+
+/// `text` with each absolute path (a word that starts with `/`) cut to
+/// its last part.
+fn without_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('/') {
+        out.push_str(&rest[..at]);
+        let starts_word = out
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || "(\"'`=".contains(c));
+        if !starts_word {
+            out.push('/');
+            rest = &rest[at + 1..];
+            continue;
+        }
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || ")\"'`,;".contains(c))
+            .map_or(rest.len(), |n| at + n);
+        let path = rest[at..end].trim_end_matches(['.', ':']);
+        out.push_str(path.rsplit('/').find(|p| !p.is_empty()).unwrap_or("/"));
+        rest = &rest[at + path.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The status and code of a library error.
@@ -405,4 +442,25 @@ fn parse_body(headers: &HeaderMap, body: Bytes, verb: Verb) -> Result<Change, Ap
         )
     })?;
     Ok(change)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_paths;
+
+    #[test]
+    fn a_message_keeps_file_names_and_loses_the_servers_paths() {
+        assert_eq!(
+            without_paths("invalid state in /srv/root/loops/demo/.state.loop: not JSON"),
+            "invalid state in .state.loop: not JSON"
+        );
+        assert_eq!(
+            without_paths("reading \"/srv/root/users.json\" (see /x/y.)"),
+            "reading \"users.json\" (see y.)"
+        );
+        assert_eq!(
+            without_paths("a/b and http://h/p stay"),
+            "a/b and http://h/p stay"
+        );
+    }
 }

@@ -7,9 +7,15 @@
 //! with a token once. Sessions live in this process; each is checked
 //! against the users on every request, so removing a user or rotating its
 //! token ends its sessions at once. Failed sign-ins (a bad token, by form
-//! or header) are limited per client address. A form is accepted only
-//! with the CSRF token of its session. No token or session id is logged,
-//! shown, or kept but as a hash.
+//! or header) are limited per client: its address, or the address the
+//! trusted proxy names in `X-Forwarded-For` for a request it passes on;
+//! only failures are limited, so a correct token is never refused. A
+//! request whose `Host` is not the console's (an address, `localhost`, or
+//! a name `--allowed-host` gives) is refused: a name an attacker's DNS
+//! points at this server (DNS rebinding) gets no answer. A form is
+//! accepted only with the CSRF token of its session; under TLS its
+//! cookies carry the `__Host-` prefix. No token or session
+//! id is logged, shown, or kept but as a hash.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -55,6 +61,9 @@ pub struct Auth {
     /// Whether cookies are marked `Secure` (the server speaks HTTPS).
     secure: bool,
     proxy: Option<Proxy>,
+    /// The host names requests may name besides addresses and
+    /// `localhost`, lower-case.
+    hosts: Vec<String>,
 }
 
 /// The proxy whose header names the user, and how it is told from any
@@ -211,7 +220,38 @@ impl Auth {
             ttl: args.session,
             secure,
             proxy,
+            hosts: args
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
         })
+    }
+
+    /// The client a request is counted against: the address the trusted
+    /// proxy names last in `X-Forwarded-For` (the one it saw) for a
+    /// request it passed on, else the peer's address.
+    fn client(&self, peer: Option<Peer>, headers: &HeaderMap) -> IpAddr {
+        let direct = peer.map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
+        let Some(peer) = peer else { return direct };
+        if !self.proxy.as_ref().is_some_and(|p| p.trusts(&peer, headers)) {
+            return direct;
+        }
+        headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .next_back()
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or(direct)
+    }
+
+    /// Whether a request naming `host` (its `Host` header) is for this
+    /// console: an address, `localhost`, or a name `--allowed-host` gave.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let name = host_name(host).trim_end_matches('.').to_ascii_lowercase();
+        name.parse::<IpAddr>().is_ok() || name == "localhost" || self.hosts.contains(&name)
     }
 
     /// Whether `ip` has failed to sign in too often lately.
@@ -267,8 +307,24 @@ impl Auth {
     }
 
     /// `Set-Cookie` for a session id (or, with `None`, its removal).
+    /// Whether the server speaks HTTPS.
+    pub fn secure(&self) -> bool {
+        self.secure
+    }
+
+    /// A cookie's name as sent: under TLS with the `__Host-` prefix, which
+    /// a browser keeps only from a secure origin, for this host and path
+    /// `/`, so no other site or subdomain can set it.
+    fn cookie_name(&self, name: &str) -> String {
+        match self.secure {
+            true => format!("__Host-{name}"),
+            false => name.to_owned(),
+        }
+    }
+
     fn cookie(&self, name: &str, value: Option<&str>, max_age: Duration) -> String {
         let secure = if self.secure { "; Secure" } else { "" };
+        let name = self.cookie_name(name);
         match value {
             Some(v) => format!(
                 "{name}={v}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
@@ -307,7 +363,6 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// Who the request comes from: see the module's header for the order.
 pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who, NoUser> {
     let from = parts.extensions.get::<Peer>().copied();
-    let peer = from.map(|p| p.0.ip());
     let auth = &app.auth;
     if let (Some(proxy), Some(from)) = (&auth.proxy, from)
         && let Some(name) = parts.headers.get(&proxy.header).and_then(|v| v.to_str().ok())
@@ -332,23 +387,22 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
         .and_then(|v| v.to_str().ok())
         .map(|v| v.strip_prefix("Bearer ").unwrap_or("").trim().to_owned());
     if let Some(token) = bearer {
-        let ip = peer.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        if auth.limited(ip) {
-            return Err(NoUser::Limited);
-        }
+        // A correct token is never refused: only failures count.
         let users = read_users(app).await?;
-        return match users::find(&users, &token) {
-            Some(u) => Ok(Who {
+        if let Some(u) = users::find(&users, &token) {
+            return Ok(Who {
                 actor: who::served(&u.name, Via::Token),
                 csrf: None,
-            }),
-            None => {
-                auth.failed(ip);
-                Err(NoUser::Bad)
-            }
-        };
+            });
+        }
+        let client = auth.client(from, &parts.headers);
+        if auth.limited(client) {
+            return Err(NoUser::Limited);
+        }
+        auth.failed(client);
+        return Err(NoUser::Bad);
     }
-    let Some(id) = cookie(&parts.headers, SESSION) else {
+    let Some(id) = cookie(&parts.headers, &auth.cookie_name(SESSION)) else {
         return Err(NoUser::Missing);
     };
     let (user, hash, csrf) = auth.session(id).ok_or(NoUser::Bad)?;
@@ -390,6 +444,40 @@ impl FromRequestParts<Arc<App>> for ApiUser {
             NoUser::Limited => limited(),
             NoUser::Failed(e) => ApiError::from(e),
         })
+    }
+}
+
+/// The host of a `Host` header, without its port (`[::1]:8080` is `::1`).
+fn host_name(host: &str) -> &str {
+    let host = host.trim();
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// Refuses a request whose `Host` is not this console's (421), before
+/// anything reads a cookie or a token.
+pub async fn check_host(
+    State(app): State<Arc<App>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
+    match host.is_none_or(|h| app.auth.host_allowed(h)) {
+        true => next.run(req).await,
+        false => (
+            StatusCode::MISDIRECTED_REQUEST,
+            "this server does not answer for that host name; its operator lists the names it \
+             is reached by with --allowed-host\n",
+        )
+            .into_response(),
     }
 }
 
@@ -444,7 +532,7 @@ pub async fn signin(
     headers: HeaderMap,
     form: std::result::Result<axum::Form<SigninForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let ip = peer.map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.0.ip());
+    let ip = app.auth.client(peer.map(|p| p.0), &headers);
     let Ok(axum::Form(form)) = form else {
         return signin_form(
             &app,
@@ -452,7 +540,7 @@ pub async fn signin(
             Some("the form was not filled in"),
         );
     };
-    let pre = cookie(&headers, PRE).unwrap_or("");
+    let pre = cookie(&headers, &app.auth.cookie_name(PRE)).unwrap_or("");
     if pre.is_empty() || !users::same(pre.as_bytes(), form.csrf.as_bytes()) {
         return signin_form(
             &app,
@@ -460,15 +548,16 @@ pub async fn signin(
             Some("the form expired; sign in again"),
         );
     }
-    if app.auth.limited(ip) {
-        return limited().into_response();
-    }
     let stores = app.stores.clone();
     let found = match blocking(move || stores.users()).await {
         Ok(all) => users::find(&all, form.token.trim()).cloned(),
         Err(e) => return ApiError::from(e).into_response(),
     };
     let Some(user) = found else {
+        // Only failures are limited: a correct token signs in.
+        if app.auth.limited(ip) {
+            return limited().into_response();
+        }
         app.auth.failed(ip);
         return signin_form(&app, StatusCode::UNAUTHORIZED, Some("that token signs no one in"));
     };
@@ -506,7 +595,7 @@ pub async fn signout(
         )
             .into_response();
     }
-    if let Some(id) = cookie(&headers, SESSION) {
+    if let Some(id) = cookie(&headers, &app.auth.cookie_name(SESSION)) {
         app.auth.close(id);
     }
     let clear = app.auth.cookie(SESSION, None, Duration::ZERO);

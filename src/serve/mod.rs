@@ -1,7 +1,7 @@
 //! `automaton serve`: the web console and its JSON API over either store.
 //! The only code that knows axum, hyper and tokio. One file a concern:
 //! `server` (sockets, connections, the router and its layers, the drain
-//! on SIGTERM), `tls` (HTTPS), `auth` (tokens, sessions, the trusted
+//! on SIGTERM), `conns` (how many connections are held), `tls` (HTTPS), `auth` (tokens, sessions, the trusted
 //! proxy, CSRF, the sign-in limit), `api` (the JSON API), `pages` (the
 //! HTML), `live` (server-sent events from the store's changes).
 //!
@@ -13,6 +13,7 @@
 
 mod api;
 mod auth;
+mod conns;
 mod live;
 mod pages;
 pub mod ports;
@@ -53,6 +54,10 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         _ => None,
     };
     let auth = auth::Auth::new(args, tls.is_some())?;
+    conns::raise_descriptor_limit();
+    // A change is answered once committed: its webhooks go to a queue,
+    // so a receiver that hangs never holds the request past its bound.
+    let _webhooks = crate::notify::webhook::Queue::start();
     // A Unix socket is made before any thread runs: its mode is set by
     // narrowing the process's umask around the bind.
     let unix = match &args.listen {

@@ -2,8 +2,9 @@
 //! hyper with a bound on reading its headers (a client that sends half a
 //! request holds only its own connection, and not for long), the one
 //! `Router` with its layers (a time bound on every request but the live
-//! stream, a bound on bodies, headers that keep pages to themselves), and
-//! the drain on SIGTERM or SIGINT: stop accepting, let requests in flight
+//! stream, a bound on bodies, headers that keep pages to themselves), the
+//! connections admitted ([`super::conns`]: capped per address and in all),
+//! and the drain on SIGTERM or SIGINT: stop accepting, let requests in flight
 //! finish within the grace, end the live streams, return. It listens on a
 //! TCP address, or on a Unix socket (`--listen unix:PATH`), made with the
 //! root's file mode (0600, or 0660 in a group's root), whose peers are
@@ -29,11 +30,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tower_service::Service;
 
+use super::conns::{self, Conns, Slot};
 use super::tls::Tls;
 use super::{App, BODY_LIMIT, api, auth, live, pages};
 
-/// How long a client has to send a request's headers.
-const HEADER_READ: Duration = Duration::from_secs(10);
+/// How long a client has to send a request's headers; hyper starts it
+/// again when a kept-alive connection waits for its next request, so it
+/// also closes an idle connection.
+const HEADER_READ: Duration = Duration::from_secs(5);
 
 /// The peer of a request's connection: its address (a Unix socket's
 /// peers share `0.0.0.0:0`), and, on a Unix socket, its uid.
@@ -97,6 +101,8 @@ pub fn router(app: Arc<App>, timeout: Duration) -> Router {
         .route("/events", get(live::events))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), auth::check_host))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), strict_transport))
         .layer(middleware::from_fn(guard))
         .with_state(app)
 }
@@ -151,6 +157,24 @@ async fn guard(req: Request, next: Next) -> Response {
     response
 }
 
+/// Under TLS, tells browsers to use HTTPS only for this host from now on
+/// (a year): a later `http://` link or a stripped redirect is not
+/// followed in the clear.
+async fn strict_transport(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut response = next.run(req).await;
+    if app.auth.secure() {
+        response.headers_mut().insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
+    response
+}
+
 /// Accepts connections until `signal` resolves ([`shutdown_signal`]),
 /// then drains: requests in flight finish (within `grace`), the live
 /// streams end, and `stop` says so.
@@ -163,6 +187,7 @@ pub async fn serve(
     stop: tokio::sync::watch::Sender<bool>,
 ) {
     let graceful = GracefulShutdown::new();
+    let conns = Conns::new(conns::descriptor_limit());
     let mut signal = std::pin::pin!(signal);
     loop {
         let accepted = tokio::select! {
@@ -171,19 +196,28 @@ pub async fn serve(
         };
         match accepted {
             Ok(Accepted::Tcp(stream, peer)) => {
+                // Past a limit, closed before anything is read.
+                let Some(slot) = conns.admit(Some(peer.ip())) else {
+                    tracing::debug!("connection from {} closed: too many held", peer.ip());
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(connection(
                     stream,
                     Peer(peer, None),
                     router.clone(),
                     tls.clone(),
-                    graceful.watcher(),
+                    (graceful.watcher(), slot),
                 ));
             }
             Ok(Accepted::Unix(stream)) => {
+                let Some(slot) = conns.admit(None) else {
+                    tracing::debug!("connection on the socket closed: too many held");
+                    continue;
+                };
                 let uid = stream.peer_cred().ok().map(|c| c.uid());
                 let peer = Peer(SocketAddr::from(([0, 0, 0, 0], 0)), uid);
-                tokio::spawn(plain(stream, peer, router.clone(), graceful.watcher()));
+                tokio::spawn(plain(stream, peer, router.clone(), (graceful.watcher(), slot)));
             }
             Err(e) => {
                 // Out of descriptors, say: breathe, then go on.
@@ -214,8 +248,14 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
 }
 
 /// One TCP connection: its TLS handshake when there is TLS, then its
-/// requests.
-async fn connection(stream: TcpStream, peer: Peer, router: Router, tls: Option<Tls>, watcher: Watcher) {
+/// requests; counted (its slot) until it ends.
+async fn connection(
+    stream: TcpStream,
+    peer: Peer,
+    router: Router,
+    tls: Option<Tls>,
+    watcher: (Watcher, Slot),
+) {
     match tls {
         None => plain(stream, peer, router, watcher).await,
         Some(tls) => {
@@ -226,8 +266,9 @@ async fn connection(stream: TcpStream, peer: Peer, router: Router, tls: Option<T
     }
 }
 
-/// A connection's requests, each told its peer.
-async fn plain<S>(stream: S, peer: Peer, router: Router, watcher: Watcher)
+/// A connection's requests, each told its peer; its slot is given back
+/// when it ends.
+async fn plain<S>(stream: S, peer: Peer, router: Router, (watcher, _slot): (Watcher, Slot))
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

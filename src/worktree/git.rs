@@ -19,7 +19,10 @@
 //!   cannot point them at another directory (`core.worktree`);
 //! - each call is bounded ([`TIMEOUT`]), runs in a process group of its
 //!   own, and the group is killed when git ends or runs out of time, so
-//!   nothing git started outlives the call.
+//!   nothing git started outlives the call; what it prints is kept up to
+//!   a bound ([`Git::bounded`] for stdout, [`MAX_STDERR`] for stderr) and
+//!   the rest only counted, so no output, however large the work, is
+//!   held whole in memory.
 //!
 //! Settings left alone because the commands run here never read them:
 //! `core.sshCommand`, `core.askPass`, `core.alternateRefsCommand` and
@@ -46,6 +49,16 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the output of a git that ended is waited for once its group
 /// was killed: longer only if something left the group holding its pipes.
 const DRAIN: Duration = Duration::from_secs(2);
+
+/// The most of a git's stderr kept (the rest is counted and dropped).
+const MAX_STDERR: usize = 64 * 1024;
+
+/// What a git call printed on stdout: its first bytes, up to a bound,
+/// and how many more it printed.
+pub(super) struct Bounded {
+    pub(super) kept: Vec<u8>,
+    pub(super) more: u64,
+}
 
 /// Config every call overrides, above every file.
 pub const OVERRIDES: &[&str] = &[
@@ -180,6 +193,35 @@ impl Git {
         args: &[S],
         stdin: Option<&[u8]>,
     ) -> Result<Output, WorktreeError> {
+        self.output_within(dir, args, stdin, usize::MAX)
+            .map(|(out, _)| out)
+    }
+
+    /// Runs git and keeps at most `max` bytes of its stdout, counting the
+    /// rest; failing is an error.
+    pub(super) fn bounded<S: AsRef<OsStr>>(
+        &self,
+        dir: &Path,
+        args: &[S],
+        max: usize,
+    ) -> Result<Bounded, WorktreeError> {
+        let (out, more) = self.output_within(dir, args, None, max)?;
+        check(dir, args, &out)?;
+        Ok(Bounded {
+            kept: out.stdout,
+            more,
+        })
+    }
+
+    /// As [`Git::output`], keeping at most `max` bytes of stdout; how many
+    /// more it printed.
+    fn output_within<S: AsRef<OsStr>>(
+        &self,
+        dir: &Path,
+        args: &[S],
+        stdin: Option<&[u8]>,
+        max: usize,
+    ) -> Result<(Output, u64), WorktreeError> {
         let mut cmd = self.command(dir, args);
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
@@ -209,18 +251,25 @@ impl Git {
             let input = input.to_vec();
             std::thread::spawn(move || pipe.write_all(&input));
         }
-        for (i, pipe) in [
-            child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
-            child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        let more = mpsc::channel::<u64>();
+        for (i, pipe, max) in [
+            (
+                0,
+                child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+                max,
+            ),
+            (
+                1,
+                child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+                MAX_STDERR,
+            ),
+        ] {
             let tx = tx.clone();
+            let counted = more.0.clone();
             std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                if let Some(mut p) = pipe {
-                    let _ = p.read_to_end(&mut buf);
+                let (buf, past) = pipe.map(|p| read_within(p, max)).unwrap_or_default();
+                if i == 0 {
+                    let _ = counted.send(past);
                 }
                 let _ = tx.send((i, buf));
             });
@@ -242,11 +291,13 @@ impl Git {
             outputs[i] = Some(buf);
         }
         let [stdout, stderr] = outputs.map(Option::unwrap_or_default);
-        Ok(Output {
+        let more = more.1.try_recv().unwrap_or(0);
+        let out = Output {
             status,
             stdout,
             stderr,
-        })
+        };
+        Ok((out, more))
     }
 
     /// Runs git and returns its stdout; failing is an error.
@@ -255,6 +306,15 @@ impl Git {
         check(dir, args, &out)?;
         Ok(out.stdout)
     }
+}
+
+/// Reads `pipe` to its end, keeping its first `max` bytes; how many more
+/// it held.
+fn read_within(mut pipe: impl Read, max: usize) -> (Vec<u8>, u64) {
+    let mut kept = Vec::new();
+    let _ = (&mut pipe).take(max as u64).read_to_end(&mut kept);
+    let more = io::copy(&mut pipe, &mut io::sink()).unwrap_or(0);
+    (kept, more)
 }
 
 /// Waits for `child` (the leader of its own process group) to end, for at

@@ -197,16 +197,42 @@ pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeErr
     Ok(String::from_utf8_lossy(&out).lines().map(str::to_owned).collect())
 }
 
+/// The most bytes of a patch (or diffstat) [`diff`] returns: the rest is
+/// counted, never held, and said in one line ([`truncated`]).
+pub const MAX_PATCH: usize = 1024 * 1024;
+
 /// `git diff --stat=80 from to` (`stat`), or the patch, in the worktree at
-/// `path`.
+/// `path`: at most [`MAX_PATCH`] bytes, then `[truncated, N bytes more]`.
 pub fn diff(path: &Path, from: &str, to: &str, stat: bool) -> Result<String, WorktreeError> {
     let mut args = DIFF.to_vec();
     if stat {
         args.push("--stat=78");
     }
     args.extend([from, to, "--"]);
-    let out = Git::default().for_worktree(path).run(path, &args)?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    let out = Git::default()
+        .for_worktree(path)
+        .bounded(path, &args, MAX_PATCH)?;
+    Ok(truncated(out.kept, out.more))
+}
+
+/// A patch cut at a byte bound, as text: a character the cut split is
+/// left out with its bytes counted, and what was left out said at the end.
+fn truncated(mut kept: Vec<u8>, mut more: u64) -> String {
+    if more == 0 {
+        return String::from_utf8_lossy(&kept).into_owned();
+    }
+    let valid = match std::str::from_utf8(&kept) {
+        Ok(_) => kept.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => kept.len(),
+    };
+    more += (kept.len() - valid) as u64;
+    kept.truncate(valid);
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text + &format!("[truncated, {more} bytes more]\n")
 }
 
 /// How every diff is asked for: no colour, no external diff program, no

@@ -346,7 +346,7 @@ fn a_proxys_header_is_believed_only_with_its_shared_secret() {
 fn unix_get(socket: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
     let mut c = UnixStream::connect(socket).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: console\r\nConnection: close\r\n");
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
     for (k, v) in headers {
         req += &format!("{k}: {v}\r\n");
     }

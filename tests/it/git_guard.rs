@@ -244,3 +244,48 @@ fn an_approval_is_void_once_the_worktree_changes_uncommitted() {
     env.ok(&["approve", "agent"]);
     assert_eq!(tick(&env, "agent"), "ran");
 }
+
+#[test]
+fn a_patch_past_its_bound_is_cut_and_says_how_much_more_on_the_cli_and_the_api() {
+    let env = crate::files_only!("the worktree is this host's");
+    let repo = repo(&env);
+    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+    git(&repo, &["add", "a.txt"]);
+    git(&repo, &["commit", "-q", "-m", "a.txt"]);
+    // A commit of about 3 MB: its patch is past the 1 MiB bound.
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"seq 1 400000 > big.txt && git add big.txt && {}git commit -qm big\"\n{}",
+            identity(),
+            worktree_toml(&repo)
+        ),
+    );
+    assert_eq!(tick(&env, "agent"), "ran");
+    let bound = 1024 * 1024;
+    let check = |patch: &str| {
+        let last = patch.lines().last().unwrap_or_default();
+        let more: u64 = last
+            .strip_prefix("[truncated, ")
+            .and_then(|l| l.strip_suffix(" bytes more]"))
+            .unwrap_or_else(|| panic!("no truncation line: {last:?}"))
+            .parse()
+            .unwrap();
+        assert!(patch.len() <= bound + 64, "{} bytes", patch.len());
+        assert!(more > 1_500_000, "{more} bytes more");
+        assert!(
+            patch.starts_with("diff --git a/big.txt b/big.txt"),
+            "{}",
+            &patch[..80]
+        );
+    };
+    let review: Value = serde_json::from_str(&env.ok(&["review", "agent", "--diff", "--json"])).unwrap();
+    check(review["work"]["patch"].as_str().unwrap());
+    let token = crate::serve::user(&env, "ann");
+    let s = crate::serve::Server::start(&env, &[]);
+    let (status, body) = crate::serve::get(&s, "/api/loops/agent/review?diff=true", &token);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.len() < 2 * bound, "{} bytes answered", body.len());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    check(v["work"]["patch"].as_str().unwrap());
+}

@@ -527,12 +527,43 @@ fn what_notify_says_is_checked() {
             "needs a `command`, a `webhook` or both",
         ),
         ("[server]\nurl = \"console\"\n", "not an http"),
+        (
+            "[notify]\nwebhook = \"http://127.0.0.1:9/x\"\nwebhook_timeout = \"24h\"\n",
+            "`webhook_timeout` is 24h, past the most a delivery may take (1m)",
+        ),
     ] {
         let file = env.root.join("bad.toml");
         std::fs::write(&file, format!("step = \"true\"\n{toml}")).unwrap();
         let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
         assert!(err.contains(says), "{toml}: {err}");
     }
+}
+
+#[test]
+fn a_console_change_whose_webhook_hangs_is_answered_once_committed() {
+    let env = Env::new();
+    let silent = silent_receiver();
+    env.new_loop(
+        "demo",
+        &format!(
+            "step = \"true\"\n[access]\noperators = [\"ann\"]\n[notify]\nwebhook = {:?}\n\
+             on = [\"operator\"]\nwebhook_timeout = \"1m\"\n",
+            silent.url
+        ),
+    );
+    let token = crate::serve::user(&env, "ann");
+    let s = crate::serve::Server::start(&env, &["--request-timeout", "3s"]);
+    let (status, body) = crate::serve::post(&s, "/api/loops/demo/pause", &token, "{}");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(env.status("demo")["status"], "paused");
+    // The notice is still delivered, from the server's queue.
+    silent
+        .got
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the webhook was called");
+    silent.release.send(()).unwrap();
+    assert!(silent.held.join().unwrap(), "the receiver was released");
+    drop(s);
 }
 
 #[test]
@@ -550,7 +581,7 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
         "flaky",
         &format!(
             "step = \"false\"\n[schedule]\nevery = \"100ms\"\n\
-             [notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"10m\"\n"
+             [notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"1m\"\n"
         ),
     );
     make("clock", "step = \"true\"\n[schedule]\nevery = \"100ms\"\n");
@@ -605,7 +636,7 @@ fn a_receiver_that_never_answers_holds_back_no_other_loops_webhook() {
         "stuck",
         &format!(
             "step = \"false\"\n[schedule]\nevery = \"100ms\"\n\
-             [notify]\non = [\"failure\"]\nwebhook = {:?}\nwebhook_timeout = \"10m\"\n",
+             [notify]\non = [\"failure\"]\nwebhook = {:?}\nwebhook_timeout = \"1m\"\n",
             silent.url
         ),
     );

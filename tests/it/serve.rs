@@ -29,11 +29,31 @@ impl Server {
 
     /// A server listening on `listen` (a TCP address, or `unix:PATH`).
     pub fn start_at(env: &Env, listen: &str, extra: &[&str]) -> Server {
+        let mut cmd = env.cmd();
+        cmd.args(["serve", "--listen", listen, "-v"]).args(extra);
+        Server::spawn(cmd)
+    }
+
+    /// A server on 127.0.0.1 that starts with a soft limit of `soft` open
+    /// files (systemd's default is 1,024), its hard limit left as it is.
+    fn start_with_soft_limit(env: &Env, soft: u64) -> Server {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        use std::os::unix::process::CommandExt;
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        let mut cmd = env.cmd();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "-v"]);
+        // SAFETY: only setrlimit(2), async-signal-safe, runs in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(std::io::Error::from)
+            });
+        }
+        Server::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: std::process::Command) -> Server {
         let log = tempfile::NamedTempFile::new().unwrap();
-        let mut child = env
-            .cmd()
-            .args(["serve", "--listen", listen, "-v"])
-            .args(extra)
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(log.reopen().unwrap())
             .spawn()
@@ -355,6 +375,13 @@ fn a_loop_whose_state_cannot_be_read_is_answered_as_invalid_state() {
     let (status, body) = get(&s, "/api/loops/demo", &token);
     assert_eq!((status, code(&body)), (500, "invalid_state".to_owned()), "{body}");
     assert!(body.contains(".state.loop"), "{body}");
+    // The file is named, never where the server keeps it; nor is the
+    // root told by a 404.
+    let root = env.root.display().to_string();
+    assert!(!body.contains(&root), "{body}");
+    let (status, body) = get(&s, "/api/loops/nope", &token);
+    assert_eq!((status, code(&body)), (404, "no_such_loop".to_owned()), "{body}");
+    assert!(!body.contains(&root), "{body}");
     let (status, body) = post(&s, "/api/loops/demo/pause", &token, "");
     assert_eq!((status, code(&body)), (500, "invalid_state".to_owned()), "{body}");
     assert_eq!(
@@ -585,7 +612,7 @@ fn a_removed_or_rotated_token_signs_no_one_in_and_no_token_is_logged() {
 }
 
 #[test]
-fn failed_sign_ins_are_limited_per_address() {
+fn only_failed_sign_ins_are_limited_and_a_correct_token_always_signs_in() {
     let env = Env::new();
     let token = user(&env, "ann");
     let s = Server::start(&env, &[]);
@@ -595,8 +622,80 @@ fn failed_sign_ins_are_limited_per_address() {
     }
     assert_eq!(&statuses[..10], &[401; 10]);
     assert_eq!(&statuses[10..], &[429, 429]);
-    // While limited, even the right token is not tried.
-    assert_eq!(get(&s, "/api/loops", &token).0, 429);
+    // The right token is never refused, by header or by the form.
+    assert_eq!(get(&s, "/api/loops", &token).0, 200);
+    let (id, _) = sign_in(&s, &token);
+    assert!(!id.is_empty());
+    assert_eq!(get(&s, "/api/loops", "atm_guess").0, 429);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn behind_the_trusted_proxy_failures_are_counted_per_client_it_names() {
+    let env = Env::new();
+    let s = Server::start(
+        &env,
+        &[
+            "--trust-header",
+            "X-Forwarded-User",
+            "--trusted-proxy",
+            "127.0.0.1",
+        ],
+    );
+    let from = |client: &str| {
+        answer(
+            agent()
+                .get(s.url("/api/loops"))
+                .header("Authorization", "Bearer atm_guess")
+                .header("X-Forwarded-For", format!("203.0.113.9, {client}"))
+                .call(),
+        )
+        .0
+    };
+    let first: Vec<u16> = (0..11).map(|_| from("198.51.100.1")).collect();
+    assert_eq!(first[10], 429, "{first:?}");
+    // Another client behind the same proxy is not limited by the first.
+    assert_eq!(from("198.51.100.2"), 401);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// The status line of a GET of `path` naming `host` in its `Host`.
+fn status_for_host(s: &Server, path: &str, host: &str, token: &str) -> String {
+    let said = raw(
+        s,
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    said.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_request_for_a_host_name_not_the_consoles_is_refused() {
+    let env = Env::new();
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &["--allowed-host", "Console.Example"]);
+    let port = s.addr.rsplit_once(':').unwrap().1.to_owned();
+    // A name an attacker's DNS points at this server (DNS rebinding).
+    for host in [
+        "evil.example",
+        &format!("evil.example:{port}"),
+        "console.example.evil",
+    ] {
+        let line = status_for_host(&s, "/api/loops", host, &token);
+        assert!(line.starts_with("HTTP/1.1 421"), "{host}: {line}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "console.example".to_owned(),
+        format!("CONSOLE.example.:{port}"),
+        "[::1]".to_owned(),
+    ] {
+        let line = status_for_host(&s, "/api/loops", &host, &token);
+        assert!(line.starts_with("HTTP/1.1 200"), "{host}: {line}");
+    }
     assert_eq!(s.stop(), Some(0));
 }
 
@@ -789,6 +888,48 @@ fn a_proxys_header_is_believed_from_the_proxy_only() {
     assert_eq!(s.stop(), Some(0));
 }
 
+/// The soft and hard limits on open files of process `pid`.
+fn open_files_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let mut words = line.split_whitespace().skip(3);
+    (words.next().unwrap().to_owned(), words.next().unwrap().to_owned())
+}
+
+/// A connection to `to` from the loopback address `from`.
+fn connect_from(from: [u8; 4], to: &str) -> std::io::Result<socket2::Socket> {
+    let to: std::net::SocketAddr = to.parse().unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    sock.bind(&std::net::SocketAddr::from((from, 0)).into())?;
+    sock.connect(&to.into())?;
+    Ok(sock)
+}
+
+#[test]
+fn an_idle_flood_from_one_client_under_a_1024_descriptor_limit_leaves_others_answered() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let token = user(&env, "ann");
+    // This process holds the flood's ends: its own limit is raised.
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    let s = Server::start_with_soft_limit(&env, 1024);
+    let (soft, hard) = open_files_limits(s.child.id());
+    assert_eq!(soft, hard, "the server raised its soft limit to the hard one");
+    // 1,100 idle connections from one client (127.0.0.2), held open.
+    let flood: Vec<socket2::Socket> = (0..1100)
+        .map(|_| connect_from([127, 0, 0, 2], &s.addr).unwrap())
+        .collect();
+    // Everyone else is still answered.
+    let statuses: Vec<u16> = (0..12).map(|_| get(&s, "/api/loops", &token).0).collect();
+    assert_eq!(statuses, vec![200; 12]);
+    let log = s.log();
+    assert!(!log.contains("Too many open files"), "{log}");
+    drop(flood);
+    assert_eq!(s.stop(), Some(0));
+}
+
 /// Sends `bytes` on a raw connection and returns what the server says.
 fn raw(s: &Server, bytes: &[u8]) -> String {
     let mut c = TcpStream::connect(&s.addr).unwrap();
@@ -807,12 +948,12 @@ fn hostile_clients_get_clear_errors_and_the_server_keeps_serving() {
     let s = Server::start(&env, &[]);
     // Half a request, left hanging, while others are served.
     let mut slow = TcpStream::connect(&s.addr).unwrap();
-    slow.write_all(b"GET /api/loops HTTP/1.1\r\nHost: x\r\nAuthor")
+    slow.write_all(b"GET /api/loops HTTP/1.1\r\nHost: localhost\r\nAuthor")
         .unwrap();
     let garbage = raw(&s, b"NOT HTTP AT ALL\r\n\r\n");
     assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
     let huge = format!(
-        "POST /api/loops/demo/pause HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nConnection: close\r\n\r\n{{"
+        "POST /api/loops/demo/pause HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nConnection: close\r\n\r\n{{"
     );
     let said = raw(&s, huge.as_bytes());
     assert!(said.starts_with("HTTP/1.1 413"), "{said}");
@@ -948,6 +1089,12 @@ fn https_serves_the_api_and_its_cookies_are_secure() {
     let signin = agent.get(s.url("/signin")).call().unwrap();
     let cookie = signin.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(cookie.contains("; Secure"), "{cookie}");
+    // Only this host, over HTTPS, may set it; and browsers keep to HTTPS.
+    assert!(cookie.starts_with("__Host-automaton_signin="), "{cookie}");
+    assert_eq!(
+        signin.headers()["strict-transport-security"].to_str().unwrap(),
+        "max-age=31536000"
+    );
     // Plain HTTP on the same port is no request.
     assert!(
         !raw(

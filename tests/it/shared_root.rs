@@ -149,7 +149,8 @@ fn gid() -> u32 {
 }
 
 /// Every path under `dir` that is not its group's to use: a directory
-/// not 02770 at least, a file not 0660 at least, or another group's.
+/// not 02770 at least, a file not 0660 at least, or another group's; a
+/// user's own gate cache (`cache/gates/<uid>`) is theirs alone.
 fn not_the_groups(dir: &Path) -> Vec<String> {
     let mut wrong = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -157,6 +158,9 @@ fn not_the_groups(dir: &Path) -> Vec<String> {
         for entry in std::fs::read_dir(&d).unwrap() {
             let path = entry.unwrap().path();
             let meta = path.symlink_metadata().unwrap();
+            if path.parent().is_some_and(|p| p.ends_with("cache/gates")) && meta.is_dir() {
+                continue;
+            }
             let want = if meta.is_dir() { 0o2770 } else { 0o660 };
             if meta.is_dir() {
                 stack.push(path.clone());
@@ -286,4 +290,177 @@ fn doctor_names_a_path_made_world_writable_or_closed_to_the_group_and_its_owner_
     assert_eq!(history.metadata().unwrap().mode() & 0o7777, 0o660);
     assert_eq!(state.metadata().unwrap().mode() & 0o7777, 0o660);
     shared.ok(QA, &["tick", "demo"]);
+}
+
+/// Every compiled gate (`.cwasm`) under `dir`.
+fn cwasm_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "cwasm") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `sh -c script` run as `user` with `args`, feeding it `input`; whether
+/// it succeeded, and its output.
+fn sh_as(user: &str, script: &str, args: &[&Path], input: &[u8]) -> (bool, Vec<u8>) {
+    use std::io::Write;
+    let mut c = Command::new("runuser");
+    c.args(["-u", user, "--", "sh", "-c", script, "sh"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), out.stdout)
+}
+
+/// What a member of the group can do to another's compiled gate: as
+/// `user`, copy `donor` over `entry`, then seal it again with the key
+/// beside it, as the cache would have (its seal binds the file's inode,
+/// size and times). True when every step was allowed.
+fn reseal_as(user: &str, entry: &Path, donor: &Path) -> bool {
+    use hmac::{Hmac, Mac};
+    let (copied, _) = sh_as(
+        user,
+        "cp \"$1\" \"$2.new\" && mv -f \"$2.new\" \"$2\"",
+        &[donor, entry],
+        b"",
+    );
+    let key_path = entry.parent().unwrap().join("key");
+    let (read, key) = sh_as(user, "cat \"$1\"", &[&key_path], b"");
+    if !copied || !read {
+        return false;
+    }
+    let seal_path = entry.with_extension("seal");
+    let old = std::fs::read_to_string(&seal_path).unwrap();
+    let meta = std::fs::symlink_metadata(entry).unwrap();
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    let file = format!(
+        "file {} {} {} {} {}\n",
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        ns(meta.mtime(), meta.mtime_nsec()),
+        ns(meta.ctime(), meta.ctime_nsec())
+    );
+    let body: String = old
+        .lines()
+        .filter(|l| !l.starts_with("mac "))
+        .map(|l| match l.starts_with("file ") {
+            true => file.clone(),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(body.as_bytes());
+    let sealed = format!("{body}mac {:x}\n", mac.finalize().into_bytes());
+    sh_as(user, "cat > \"$1\"", &[&seal_path], sealed.as_bytes()).0
+}
+
+#[test]
+fn a_members_compiled_gate_never_loads_in_another_members_command_nor_in_roots() {
+    if !group() {
+        return;
+    }
+    let shared = Shared::new();
+    let tick = |user: Option<&str>| {
+        let out = shared.cmd(user, "077", &["tick", "capped", "--json"]);
+        assert_eq!(code(&out), Some(0), "{user:?}: {}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["outcome"].as_str().unwrap().to_owned()
+    };
+    // The lead's loop, whose gate lets every tick run (up to five).
+    shared.new_loop(
+        LEAD,
+        "capped",
+        "step = \"true\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 5 }\n",
+    );
+    assert_eq!(tick(Some(LEAD)), "ran");
+    let cache = shared.root.join("cache");
+    let leads = cwasm_files(&cache);
+    assert_eq!(leads.len(), 1, "{leads:?}");
+    // The other member compiles a gate that would stop every tick...
+    shared.new_loop(
+        QA,
+        "asks",
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    shared.ok(QA, &["tick", "asks"]);
+    let donor = cwasm_files(&cache)
+        .into_iter()
+        .find(|p| !leads.contains(p))
+        .expect("the other member's compiled gate");
+    // ...and puts it in place of the lead's, sealed again, if they can.
+    let resealed = reseal_as(QA, &leads[0], &donor);
+    // Neither the lead's commands nor root's run the other member's code.
+    assert_eq!(
+        tick(Some(LEAD)),
+        "ran",
+        "resealed by the other member: {resealed}"
+    );
+    assert_eq!(tick(None), "ran", "resealed by the other member: {resealed}");
+    assert!(!resealed, "a member could write another's compiled gate");
+    // Each user's cache is their own: 0700, the key 0600.
+    for uid in [
+        nix::unistd::User::from_name(LEAD).unwrap().unwrap().uid.as_raw(),
+        0,
+    ] {
+        let own = cache.join("gates").join(uid.to_string());
+        let dir = own.metadata().unwrap();
+        assert_eq!((dir.uid(), dir.mode() & 0o777), (uid, 0o700), "{}", own.display());
+        let key = own.join("key").metadata().unwrap();
+        assert_eq!((key.uid(), key.mode() & 0o777), (uid, 0o600));
+    }
+    // And `doctor --fix` leaves them so.
+    shared.doctor(Some(LEAD), true);
+    let own = cache.join("gates").join(
+        nix::unistd::User::from_name(LEAD)
+            .unwrap()
+            .unwrap()
+            .uid
+            .as_raw()
+            .to_string(),
+    );
+    assert_eq!(own.metadata().unwrap().mode() & 0o777, 0o700);
+}
+
+#[test]
+fn a_members_notify_command_runs_as_that_member_only() {
+    if !group() {
+        return;
+    }
+    let shared = Shared::new();
+    let told = shared._dir.path().join("told");
+    std::fs::write(&told, "").unwrap();
+    std::fs::set_permissions(&told, std::fs::Permissions::from_mode(0o666)).unwrap();
+    shared.new_loop(
+        LEAD,
+        "told",
+        &format!(
+            "step = \"true\"\n[notify]\ncommand = \"sh -c 'id -un >> {}'\"\non = [\"operator\"]\n",
+            told.display()
+        ),
+    );
+    let out = shared.cmd(Some(QA), "077", &["pause", "told"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("its notify command is not run"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(code(&shared.cmd(None, "077", &["resume", "told"])), Some(0));
+    shared.ok(LEAD, &["pause", "told"]);
+    assert_eq!(std::fs::read_to_string(&told).unwrap(), format!("{LEAD}\n"));
 }

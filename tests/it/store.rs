@@ -490,3 +490,34 @@ fn a_fifo_in_one_loop_does_not_stall_the_daemons_other_loops() {
     kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
     assert_eq!(daemon.wait().unwrap().code(), Some(0), "the daemon heard SIGTERM");
 }
+
+#[test]
+fn a_roots_config_that_is_a_fifo_is_refused_without_blocking() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let config = env.root.join("automaton.toml");
+    let _ = fs::remove_file(&config);
+    nix::unistd::mkfifo(&config, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for args in [&["status", "demo"][..], &["tick", "demo"], &["validate"]] {
+        let mut child = env
+            .cmd()
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A command that waits on the FIFO is ended, and the test fails.
+        let mut waited = 0;
+        while child.try_wait().unwrap().is_none() && waited < 200 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            waited += 1;
+        }
+        let hung = child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!hung, "{args:?} waited on the FIFO");
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(err.contains("automaton.toml is a FIFO"), "{args:?}: {err}");
+    }
+}

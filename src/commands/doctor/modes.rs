@@ -4,7 +4,8 @@
 //! and write, or of another group); in any root, what anyone could write.
 //! `--fix` (and `init --group`) gives what is this user's its modes; what
 //! belongs to someone else is named for its owner to fix. A directory that
-//! holds `.git` is a loop's work, not the store's, and is not walked.
+//! holds `.git` is a loop's work, not the store's, and is not walked; nor
+//! is a user's own gate cache (`cache/gates/<uid>/`), private by design.
 
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -60,7 +61,7 @@ pub fn walk(root: &Path, fix: bool) -> Walked {
             let Ok(meta) = path.symlink_metadata() else {
                 continue;
             };
-            if meta.file_type().is_symlink() {
+            if meta.file_type().is_symlink() || is_own_gate_cache(root, &path) {
                 continue;
             }
             if meta.is_dir() {
@@ -73,6 +74,16 @@ pub fn walk(root: &Path, fix: bool) -> Walked {
         check_one(root.to_path_buf(), &meta, group, fix, &mut walked);
     }
     walked
+}
+
+/// A user's own compiled-gate cache in a group's root: no member's but
+/// theirs to read or write.
+fn is_own_gate_cache(root: &Path, path: &Path) -> bool {
+    path.parent() == Some(root.join("cache").join("gates").as_path())
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn check_one(path: PathBuf, meta: &std::fs::Metadata, group: Option<u32>, fix: bool, walked: &mut Walked) {
