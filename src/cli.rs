@@ -59,7 +59,13 @@ Completions: `source <(automaton completions bash)` in ~/.bashrc
 (zsh, fish, elvish, powershell alike; see `automaton completions --help`).
 Manual: `automaton man --dir ~/.local/share/man/man1` installs every page.";
 
+// Each subcommand enum is `defer`red: a subcommand's arguments are declared
+// only when that subcommand is parsed (or when the whole tree is built, for
+// help, completions and the man page). A `tick` run by a scheduler then
+// declares its own few arguments, not the ~200 of every command, and clap
+// copies the global options into each subcommand without building it.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Create a root (./.automaton unless --root or $AUTOMATON_ROOT says otherwise)
     Init(InitArgs),
@@ -202,6 +208,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum UserCommand {
     /// Add a user; prints its token, once (only its hash is kept)
     Add(UserArgs),
@@ -216,6 +223,7 @@ pub enum UserCommand {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum DelegateCommand {
     /// Let an OS user act for the person $AUTOMATON_USER names (an admin's act, recorded)
     Add(DelegateArgs),
@@ -248,6 +256,7 @@ pub struct UserListArgs {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum ScheduleCommand {
     /// Have the OS scheduler run `automaton tick` on the loop's cadence
     Install(ScheduleInstallArgs),
@@ -470,7 +479,8 @@ pub struct ReviewArgs {
     pub json: JsonArg,
 }
 
-/// How long to wait for the loop's lock.
+// How long to wait for the loop's lock. (A `//` comment: a doc comment on a
+// flattened struct would become the about of each command that flattens it.)
 #[derive(Debug, Args, Clone, Copy)]
 pub struct WaitArgs {
     /// Give up waiting for the loop's lock after DUR (exit 4)
@@ -685,6 +695,7 @@ pub struct CheckGateArgs {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum GateCommand {
     /// Evaluate a gate alone against a JSON context, or a table of cases
     ///
@@ -814,5 +825,61 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Parsing a command line declares the arguments of the subcommand it
+    /// names and of no other: the rest of the tree costs a tick nothing.
+    #[test]
+    fn parsing_declares_only_the_named_subcommands_arguments() {
+        let mut cmd = Cli::command();
+        cmd.try_get_matches_from_mut(["automaton", "tick", "nightly"])
+            .unwrap();
+        let declared = |name: &str| {
+            let sub = cmd.find_subcommand(name).unwrap();
+            sub.get_arguments().any(|a| !a.is_global_set())
+        };
+        assert!(declared("tick"));
+        for other in ["list", "status", "serve", "daemon", "new"] {
+            assert!(!declared(other), "{other}'s arguments were declared");
+        }
+        let gate = cmd.find_subcommand("gate").unwrap();
+        let test = gate.find_subcommand("test").unwrap();
+        assert!(test.get_arguments().all(|a| a.is_global_set()));
+    }
+
+    /// Declaring a subcommand's arguments leaves its description as it was:
+    /// `pause --help` and the man page say what `automaton --help` says.
+    #[test]
+    fn declaring_a_subcommands_arguments_keeps_its_description() {
+        fn abouts(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+            // `help` is clap's own, added when the tree is built.
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+                out.push((path.clone(), about));
+                abouts(sub, &path, out);
+            }
+        }
+        let (mut declared, mut built) = (Vec::new(), Vec::new());
+        abouts(&Cli::command(), "automaton", &mut declared);
+        let mut cmd = Cli::command();
+        cmd.build();
+        abouts(&cmd, "automaton", &mut built);
+        assert_eq!(declared, built);
+    }
+
+    /// The whole tree, built (help, completions, the man page), still has
+    /// every subcommand's arguments.
+    #[test]
+    fn a_built_tree_declares_every_subcommands_arguments() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        for name in ["tick", "list", "serve", "daemon", "new"] {
+            let sub = cmd.find_subcommand(name).unwrap();
+            assert!(sub.get_arguments().any(|a| !a.is_global_set()), "{name}");
+        }
+        let gate = cmd.find_subcommand("gate").unwrap();
+        let test = gate.find_subcommand("test").unwrap();
+        assert!(test.get_arguments().any(|a| !a.is_global_set()));
     }
 }

@@ -336,7 +336,9 @@ fn the_readme_command_table_lists_every_subcommand_and_flag() {
             }
         }
     };
-    let cli = automaton::cli::Cli::command();
+    // Built, so each subcommand's (deferred) arguments are declared.
+    let mut cli = automaton::cli::Cli::command();
+    cli.build();
     for sub in cli.get_subcommands() {
         if sub.get_name() == "help" {
             continue;
