@@ -13,11 +13,11 @@ use std::process::Command;
 
 use tempfile::TempPath;
 
-use super::validate::check_config;
 use crate::cli::EditArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
+use crate::ops::check::check_config;
 use crate::root::Root;
 use crate::rules::{self, Current, Via};
 use crate::store::edits::{self, Left};

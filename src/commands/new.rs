@@ -1,13 +1,12 @@
 //! `new`: create a loop from a loop.toml, or from a step command.
 
 use std::io::Write;
-use std::path::Path;
 
 use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
 use crate::error::{Exit, Result};
-use crate::gate::{GateHost, GateSource};
 use crate::history::EventKind;
+use crate::ops::check::{MissingGate, check_gates};
 use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::{store, who};
@@ -97,78 +96,6 @@ fn refuse_existing(root: &Root, stores: &store::Stores, name: &LoopName) -> Resu
             held.join(", ")
         },
     })
-}
-
-/// What to make of a gate file that is not there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MissingGate {
-    /// It may be copied in after `new`: the first tick judges it.
-    Later,
-    /// The loop's next tick would fail on it: an error now.
-    Error,
-}
-
-/// Asks each gate whether it accepts its params, before any tick runs; gate
-/// paths are relative to `loop_dir`, errors name `shown`, the file as the
-/// operator wrote it. Every gate is checked, and every problem returned.
-pub(crate) fn check_gates(
-    root: &Root,
-    loop_dir: &Path,
-    config: &LoopConfig,
-    shown: &Path,
-    missing: MissingGate,
-) -> Result<Vec<ConfigError>> {
-    let mut problems = Vec::new();
-    if config.gates.is_empty() {
-        return Ok(problems);
-    }
-    let cache = root.cache_dir();
-    let host = GateHost::new(cache.is_dir().then_some(cache))?;
-    for (i, g) in config.gates.iter().enumerate() {
-        let invalid_at = |line: Option<usize>, message: String| ConfigError::Gate {
-            path: shown.to_owned(),
-            line,
-            index: i + 1,
-            gate: g.source.to_string(),
-            message,
-        };
-        let invalid = |message: String| invalid_at(None, message);
-        let source = g.resolved_source(loop_dir);
-        match &source {
-            GateSource::File { path, .. } if !path.exists() => {
-                if missing == MissingGate::Error {
-                    let hint = crate::suggest::file_hint(&g.source.to_string(), path);
-                    problems.push(invalid(format!("{} does not exist{hint}", path.display())));
-                    continue;
-                }
-                tracing::warn!(
-                    "gate {} is not there yet ({}); its params are checked at the first tick",
-                    g.source,
-                    path.display()
-                );
-                continue;
-            }
-            GateSource::Stock(name) if !crate::gate::stock_gates().iter().any(|s| s.name == name) => {
-                let names = super::stock_names();
-                let hint = crate::suggest::hint(name, names.iter().map(String::as_str));
-                problems.push(invalid(format!(
-                    "no stock gate is named {name:?}{hint} (`automaton gate list` shows them)"
-                )));
-                continue;
-            }
-            _ => {}
-        }
-        // The message already names the gate; say only what is wrong.
-        match host.load(&source) {
-            Err(e) => problems.push(invalid(e.kind().to_string())),
-            Ok(gate) => {
-                if let Err(e) = host.check_params(&gate, &g.params) {
-                    problems.push(invalid_at(g.params_line, e.kind().to_string()));
-                }
-            }
-        }
-    }
-    Ok(problems)
 }
 
 /// The loop.toml `new` writes when not given one.

@@ -11,7 +11,7 @@ use crate::cli::StatusFilter;
 use crate::error::{Exit, Result};
 use crate::lock::Holder;
 use crate::ops::Ctx;
-use crate::ops::views::status::{self as views, serving, unfired};
+use crate::ops::views::status::{self as views, clears, serving, unfired};
 pub use crate::ops::views::status::{Listed, LoopView, view};
 use crate::root::Root;
 use crate::state::{Outcome, State};
@@ -451,23 +451,6 @@ impl Rows {
             "updated",
             format!("{} ({})", local(s.updated_at), ago(s.updated_at)),
         );
-    }
-}
-
-/// What clears a stop by gate `gate` of loop `name`.
-pub(crate) fn clears(name: &str, gate: &str) -> String {
-    match gate {
-        "stock:budget" => format!(
-            "`automaton resume {name} --reset-budget` starts its totals over (or raise the gate's `max`: `automaton edit {name}`)"
-        ),
-        "stock:max-failures" => format!("`automaton resume {name}`: the failure count starts over"),
-        "stock:no-progress" => format!("`automaton resume {name}`: the count of unchanged ticks starts over"),
-        "stock:max-ticks" => {
-            format!("raise the gate's `max` (`automaton edit {name}`), then `automaton resume {name}`")
-        }
-        _ => format!(
-            "`automaton resume {name}` once what the gate checks has changed, or change its params (`automaton edit {name}`)"
-        ),
     }
 }
 

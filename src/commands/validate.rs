@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::new::{MissingGate, check_gates};
 use crate::cli::ValidateArgs;
-use crate::config::{ConfigError, LoopConfig};
+use crate::config::LoopConfig;
 use crate::error::{Exit, Result};
+use crate::ops::check::check_config;
 use crate::root::{Flags, LoopName, Root};
 use crate::store::{self, LoopStore};
 
@@ -110,28 +110,4 @@ fn check_file(root: &Root, path: &Path) -> Result<()> {
     let config = LoopConfig::load(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     check_config(root, base, &config, path)
-}
-
-/// What a tick would find wrong with a config that parsed: its schedule
-/// and each of its gates, every problem of them at once (errors name
-/// `shown`, gate paths are relative to `base`).
-pub(crate) fn check_config(root: &Root, base: &Path, config: &LoopConfig, shown: &Path) -> Result<()> {
-    let mut problems: Vec<ConfigError> = check_schedule(config, shown).into_iter().collect();
-    problems.extend(check_gates(root, base, config, shown, MissingGate::Error)?);
-    match ConfigError::all(problems) {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
-}
-
-/// A cron expression the daemon cannot read is refused here, not at its
-/// first firing.
-fn check_schedule(config: &LoopConfig, path: &Path) -> Option<ConfigError> {
-    let s = config.schedule.as_ref()?;
-    crate::daemon::When::of(s)
-        .err()
-        .map(|message| ConfigError::Schedule {
-            path: path.to_owned(),
-            message,
-        })
 }

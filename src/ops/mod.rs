@@ -14,6 +14,7 @@
 
 pub mod approve;
 pub mod cancel;
+pub mod check;
 pub mod pause;
 pub mod refusal;
 pub mod reject;
@@ -196,6 +197,6 @@ impl Looked {
 
 impl Serialize for Looked {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        crate::commands::status::view(&*self.dir, &self.state).serialize(s)
+        crate::ops::views::status::view(&*self.dir, &self.state).serialize(s)
     }
 }

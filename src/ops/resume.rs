@@ -113,6 +113,6 @@ fn stops_again(ctx: &Ctx<'_>, dir: &dyn LoopStore, state: &State) -> Option<Stri
         verdict.gate,
         verdict.decision.name(),
         verdict.decision.reason(),
-        crate::commands::status::clears(name, &verdict.gate)
+        crate::ops::views::status::clears(name, &verdict.gate)
     ))
 }

@@ -233,7 +233,7 @@ fn next_due(
 fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
     let config = dir.config()?;
     let shown = dir.config_path();
-    crate::commands::validate::check_config(root, dir.base_dir(), &config, &shown)
+    crate::ops::check::check_config(root, dir.base_dir(), &config, &shown)
 }
 
 /// A loop in a listing: its view, or why its state could not be read.
@@ -404,4 +404,21 @@ fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::gate
         }
     }
     None
+}
+
+/// What clears a stop by gate `gate` of loop `name`.
+pub fn clears(name: &str, gate: &str) -> String {
+    match gate {
+        "stock:budget" => format!(
+            "`automaton resume {name} --reset-budget` starts its totals over (or raise the gate's `max`: `automaton edit {name}`)"
+        ),
+        "stock:max-failures" => format!("`automaton resume {name}`: the failure count starts over"),
+        "stock:no-progress" => format!("`automaton resume {name}`: the count of unchanged ticks starts over"),
+        "stock:max-ticks" => {
+            format!("raise the gate's `max` (`automaton edit {name}`), then `automaton resume {name}`")
+        }
+        _ => format!(
+            "`automaton resume {name}` once what the gate checks has changed, or change its params (`automaton edit {name}`)"
+        ),
+    }
 }
