@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::gate::{GateSource, Limits, OnError, Phase};
+use crate::domain::{GateSource, Limits, OnError, Phase};
 
 /// A loop's configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use crate::cli::NewArgs;
 use crate::config::{ConfigError, LoopConfig};
+use crate::domain::GateSource;
 use crate::error::{Exit, Result};
-use crate::gate::{GateHost, GateSource};
+use crate::gate::GateHost;
 use crate::history::EventKind;
 use crate::root::{LoopName, Root};
 use crate::state::State;

@@ -15,7 +15,6 @@ mod seal;
 mod spare;
 mod stock;
 mod ticker;
-mod types;
 mod verdict;
 mod world;
 
@@ -25,7 +24,4 @@ pub use host::{Evaluation, Gate, GateHost, GateInfo, GateInterface};
 pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
 pub use spare::SpareStats;
 pub use stock::{StockGate, stock_gates};
-pub use types::{
-    Approval, Asker, Commits, Context, Decision, GateSource, Limits, OnError, PendingAwait, Phase, RunResult,
-};
-pub use verdict::{LOG_LINES, Verdict, kept_logs};
+pub use verdict::kept_logs;

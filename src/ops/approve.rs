@@ -9,10 +9,11 @@ use super::{Answer, Ctx, Looked, refused};
 use crate::access::Action;
 use crate::bounds;
 use crate::config::{ApprovalRules, Bind};
+use crate::domain::Approval;
 use crate::error::Result;
 use crate::history::EventKind;
 use crate::lock::Wait;
-use crate::state::{Approval, At, Refusal, State, Status};
+use crate::state::{At, Refusal, State, Status};
 use crate::store::LoopStore;
 use crate::tick::after::Change;
 

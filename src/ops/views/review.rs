@@ -13,8 +13,8 @@ use std::io::{Read, Seek, SeekFrom};
 
 use serde::Serialize;
 
+use crate::domain::Decision;
 use crate::error::Result;
-use crate::gate::Decision;
 use crate::history::{Event, EventKind};
 use crate::ops::Ctx;
 use crate::root::Root;
