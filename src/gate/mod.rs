@@ -1,7 +1,9 @@
 //! Gates: policy plugins that are WebAssembly components, evaluated
 //! in-process in a sandbox. This folder is the only code that imports
-//! wasmtime; the rest of the program sees the types re-exported here (and
-//! `scaffold`, the gate projects `gate new` writes).
+//! wasmtime. The vocabulary it evaluates in (phases, decisions, the
+//! context, limits) is the floor's, `crate::domain`; the rest of the
+//! program sees the host's types re-exported here (and `scaffold`, the gate
+//! projects `gate new` writes).
 
 mod cache;
 mod error;
