@@ -10,7 +10,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use automaton::gate::{Context, GateHost, GateSource, Limits, Phase, RunResult, stock_gates};
+use automaton::domain::{Context, GateSource, Limits, Phase, RunResult};
+use automaton::gate::{GateHost, stock_gates};
 use divan::Bencher;
 use serde_json::json;
 

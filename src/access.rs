@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::LoopConfig;
 use crate::lock::Holder;
-use crate::store::LoopStore;
 use crate::who::Actor;
 
 /// `[access]`, in loop.toml or in the root's automaton.toml (the loop's
@@ -139,15 +138,6 @@ pub struct Denied {
     pub action: Action,
     pub role: Role,
     pub holders: Vec<String>,
-}
-
-/// The lists that hold for the loop `store` with the root's defaults: its
-/// loop.toml's, else (when it does not load) the root's alone.
-pub fn rules(store: &dyn LoopStore, defaults: &Access) -> Access {
-    match store.config() {
-        Ok(config) => rules_of(&config, defaults),
-        Err(_) => defaults.clone(),
-    }
 }
 
 /// The lists that hold for a loop configured as `config`.

@@ -718,7 +718,7 @@ pub enum GateCommand {
         params: Option<serde_json::Value>,
         /// The phase to evaluate in (overrides the context's)
         #[arg(long, value_parser = parse_phase)]
-        phase: Option<crate::gate::Phase>,
+        phase: Option<crate::domain::Phase>,
         /// The evaluation's timeout
         #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1s")]
         timeout: Duration,
@@ -793,10 +793,10 @@ fn parse_size(s: &str) -> Result<bytesize::ByteSize, String> {
     s.parse().map_err(|e| format!("not a size (e.g. 64MiB): {e}"))
 }
 
-fn parse_phase(s: &str) -> Result<crate::gate::Phase, String> {
+fn parse_phase(s: &str) -> Result<crate::domain::Phase, String> {
     match s {
-        "before-step" => Ok(crate::gate::Phase::BeforeStep),
-        "after-step" => Ok(crate::gate::Phase::AfterStep),
+        "before-step" => Ok(crate::domain::Phase::BeforeStep),
+        "after-step" => Ok(crate::domain::Phase::AfterStep),
         _ => Err("expected before-step or after-step".to_owned()),
     }
 }

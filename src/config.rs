@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::gate::{GateSource, Limits, OnError, Phase};
+use crate::domain::{GateSource, Limits, OnError, Phase};
+
+pub mod notify;
+
+use self::notify::Notify;
 
 /// A loop's configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -50,7 +54,7 @@ pub struct LoopConfig {
     pub notify: Option<Notify>,
     /// Where people reach the console (the root's automaton.toml's when unset).
     #[serde(default)]
-    pub server: crate::notify::Server,
+    pub server: notify::Server,
     #[serde(default)]
     pub runner: Runner,
     /// Variables of the runner's environment that the step, the verifier
@@ -91,8 +95,6 @@ impl Runner {
         self.hosts.is_empty() || self.hosts.iter().any(|h| h == host)
     }
 }
-
-pub use crate::notify::Notify;
 
 fn default_workdir() -> PathBuf {
     PathBuf::from(".")

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Action, Role};
-use crate::gate::{Context, Verdict};
+use crate::domain::{Context, Verdict};
 use crate::state::{Await, Head, Outcome, ProcessOutcome, Status};
 use crate::who::Actor;
 
@@ -192,7 +192,7 @@ pub enum EventKind {
     /// `check-gate --apply` recorded a decision without running the step.
     CheckGate {
         by: String,
-        decision: crate::gate::Decision,
+        decision: crate::domain::Decision,
     },
     /// How a tick ended (busy ticks are not recorded, nor inactive ones
     /// unless they recovered a crash).
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn gate_events_round_trip_with_their_context() {
-        use crate::gate::{Decision, Phase};
+        use crate::domain::{Decision, Phase};
         for decision in [Decision::Proceed, Decision::Halt("too much".into())] {
             let e = Event::now(
                 EventKind::Gate {

@@ -15,6 +15,7 @@ pub mod complete;
 pub mod config;
 pub mod cron;
 pub mod daemon;
+pub mod domain;
 pub mod duration;
 pub mod error;
 pub mod fires;

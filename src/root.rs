@@ -35,7 +35,7 @@ pub struct Settings {
     /// its delegates); `None`: the owner of the root directory alone.
     pub admins: Option<Vec<String>>,
     /// Where people reach the console, for every loop that does not say.
-    pub server: crate::notify::Server,
+    pub server: crate::config::notify::Server,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -237,7 +237,7 @@ struct RootConfig {
     access: RootAccess,
     /// The console's address, for the links notifications carry.
     #[serde(default)]
-    server: crate::notify::Server,
+    server: crate::config::notify::Server,
 }
 
 /// The root's `[access]`: a loop's roles, and `admins`, which only a root

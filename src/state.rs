@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::gate::Decision;
+use crate::domain::{Approval, Decision};
 
 /// The `schema` number this build reads and writes.
 pub const SCHEMA: u32 = 1;
@@ -48,9 +48,6 @@ impl std::fmt::Display for Status {
         f.write_str(self.as_str())
     }
 }
-
-/// An operator's approval: a gate type, since gates see the pending ones.
-pub use crate::gate::Approval;
 
 /// How a step or verifier process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,14 +8,15 @@ use serde::Serialize;
 
 use super::render::safe;
 use crate::cli::CheckGateArgs;
+use crate::domain::{Decision, Phase, Verdict};
 use crate::error::{Exit, Result};
-use crate::gate::{Decision, GateHost, Phase};
+use crate::gate::GateHost;
 use crate::history::EventKind;
 use crate::lock::Holder;
 use crate::root::Root;
 use crate::state::{Moment, Status};
 use crate::store::Durability;
-use crate::tick::gates::{self, PhaseResult, Verdict};
+use crate::tick::gates::{self, PhaseResult};
 use crate::who;
 
 #[derive(Serialize)]

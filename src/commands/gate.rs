@@ -9,10 +9,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cli::GateCommand;
+use crate::domain::{Context, GateSource, Limits, Phase};
 use crate::error::{Error, Exit, Result};
-use crate::gate::{
-    self, Context, GateHost, GateInfo, GateLog, GateSource, Limits, LogSource, Phase, stock_gates,
-};
+use crate::gate::{self, GateHost, GateInfo, GateLog, LogSource, stock_gates};
 use crate::root::{Flags, Origin, Root};
 use crate::term::safe;
 
@@ -198,7 +197,7 @@ pub fn test(
     context: Option<Context>,
     params: Option<serde_json::Value>,
     phase: Option<Phase>,
-    limits: &gate::Limits,
+    limits: &Limits,
 ) -> Result<TestReport> {
     let gate = host.load(target)?;
     let info = host.describe(&gate)?;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::access::{self, Action};
+use crate::access::Action;
 use crate::cli::MigrateArgs;
 use crate::error::{Error, Exit, Result};
 use crate::lock::Wait;
@@ -137,6 +137,6 @@ fn human(report: &[Moved], source: &Stores, target: &Stores) -> String {
 /// which stays where it is.
 fn may_move(source: &Stores, root: &Root, actor: &Actor, name: &str) -> Result<()> {
     let dir = source.get(name)?;
-    let rules = access::rules(dir.as_ref(), &root.settings().access);
+    let rules = crate::store::access_rules(dir.as_ref(), &root.settings().access);
     crate::ops::refusal::require(dir.as_ref(), actor, Action::Migrate, &rules, Wait::Forever, None)
 }

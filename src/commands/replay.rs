@@ -8,8 +8,9 @@ use serde::Serialize;
 
 use super::render::table;
 use crate::cli::ReplayArgs;
+use crate::domain::{Decision, Limits, Phase};
 use crate::error::{Exit, Result};
-use crate::gate::{self, Decision, GateHost, Limits, Phase};
+use crate::gate::{self, GateHost};
 use crate::history::EventKind;
 use crate::root::Root;
 

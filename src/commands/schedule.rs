@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::render::safe;
 use crate::cli::{ScheduleCommand, ScheduleInstallArgs, ScheduleRemoveArgs, ScheduleShowArgs};
+use crate::config::LoopConfig;
 use crate::error::{Exit, Result};
 use crate::root::{LoopName, Root};
 use crate::schedule::{self, Action, Record, record};
@@ -71,27 +72,36 @@ fn dry_run(record: &Record, actions: &[Action], verb: &str, json: bool, out: &mu
     Ok(Exit::Ok)
 }
 
+/// The loop `name` and its loop.toml, read from the store `root` uses.
+fn loop_config(root: &Root, name: &str) -> Result<(LoopName, LoopConfig)> {
+    let dir = crate::store::open(root, name)?;
+    Ok((dir.name().clone(), dir.config()?))
+}
+
 fn install(root: &Root, args: &ScheduleInstallArgs, out: &mut dyn Write) -> Result<Exit> {
     if args.dry_run {
-        let (record, actions) = schedule::plan_install(root, &args.name, args.backend.map(Into::into))?;
+        let (name, config) = loop_config(root, &args.name)?;
+        let (record, actions) = schedule::plan_install(root, &name, &config, args.backend.map(Into::into))?;
         return dry_run(&record, &actions, "install", args.json.json, out);
     }
     let backend = args
         .backend
         .map_or_else(schedule::Backend::default_here, Into::into);
-    let r = schedule::install(root, &args.name, Some(backend)).map_err(|e| match e {
-        // A scheduler command or a write failed part-way: something may be
-        // left behind with no record of it. (Refusals come before any write.)
-        crate::Error::Schedule(
-            schedule::ScheduleError::Command { .. } | schedule::ScheduleError::Spawn { .. },
-        )
-        | crate::Error::Io { .. } => crate::Error::InstallFailed {
-            name: args.name.clone(),
-            backend,
-            error: Box::new(e),
-        },
-        e => e,
-    })?;
+    let r = loop_config(root, &args.name)
+        .and_then(|(name, config)| schedule::install(root, &name, &config, Some(backend)))
+        .map_err(|e| match e {
+            // A scheduler command or a write failed part-way: something may be
+            // left behind with no record of it. (Refusals come before any write.)
+            crate::Error::Schedule(
+                schedule::ScheduleError::Command { .. } | schedule::ScheduleError::Spawn { .. },
+            )
+            | crate::Error::Io { .. } => crate::Error::InstallFailed {
+                name: args.name.clone(),
+                backend,
+                error: Box::new(e),
+            },
+            e => e,
+        })?;
     if args.json.json {
         super::emit_json(out, &r)?;
     } else {
@@ -124,7 +134,8 @@ fn remove(root: &Root, args: &ScheduleRemoveArgs, out: &mut dyn Write) -> Result
         // Nothing recorded, but the operator names the backend: remove what
         // an install there would have made.
         (None, Some(b)) => {
-            let (r, _) = schedule::plan_fresh(root, &args.name, b)?;
+            let (name, config) = loop_config(root, &args.name)?;
+            let (r, _) = schedule::plan_fresh(root, &name, &config, b)?;
             let actions = schedule::removal(&r);
             (r, actions)
         }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::sandbox::GateLog;
-use super::types::{Decision, OnError};
+use crate::domain::{Decision, OnError};
 
 /// Why a gate could not be loaded, described or evaluated.
 #[derive(Debug, Clone, PartialEq, Eq)]

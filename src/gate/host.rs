@@ -28,8 +28,8 @@ use super::sandbox::{GateLog, HostState};
 use super::seal::Fingerprint;
 use super::spare::{Make, SpareKey, SpareStats, Spares, Taken};
 use super::ticker::{self, Ticker};
-use super::types::{Context, Decision, Limits};
 use super::world::{self, Pre, World};
+use crate::domain::{Context, Decision, Limits};
 
 /// The version of the `automaton:gate` package (wit/gate.wit) this host
 /// offers; it also calls gates built against the earlier versions of

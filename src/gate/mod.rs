@@ -1,7 +1,9 @@
 //! Gates: policy plugins that are WebAssembly components, evaluated
 //! in-process in a sandbox. This folder is the only code that imports
-//! wasmtime; the rest of the program sees the types re-exported here (and
-//! `scaffold`, the gate projects `gate new` writes).
+//! wasmtime. The vocabulary it evaluates in (phases, decisions, the
+//! context, limits) is the floor's, `crate::domain`; the rest of the
+//! program sees the host's types re-exported here (and `scaffold`, the gate
+//! projects `gate new` writes).
 
 mod cache;
 mod error;
@@ -15,7 +17,6 @@ mod seal;
 mod spare;
 mod stock;
 mod ticker;
-mod types;
 mod verdict;
 mod world;
 
@@ -25,7 +26,4 @@ pub use host::{Evaluation, Gate, GateHost, GateInfo, GateInterface};
 pub use sandbox::{GateLog, LogLevel, LogSource, OUTPUT_LIMIT};
 pub use spare::SpareStats;
 pub use stock::{StockGate, stock_gates};
-pub use types::{
-    Approval, Asker, Commits, Context, Decision, GateSource, Limits, OnError, PendingAwait, Phase, RunResult,
-};
-pub use verdict::{LOG_LINES, Verdict, kept_logs};
+pub use verdict::kept_logs;

@@ -13,8 +13,8 @@ use wasmtime::{
 };
 
 use super::sandbox::HostState;
-use super::types::Limits;
 use super::world::{Pre, World};
+use crate::domain::Limits;
 
 /// A counting semaphore over the instance pool's slots.
 pub(crate) struct Slots {

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::types::Limits;
+use crate::domain::Limits;
 
 /// What a spare is made for: a component's content under one set of limits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,7 +9,7 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::sandbox::{HostState, LogLevel, millis};
-use super::types::{Context, Decision, Phase};
+use crate::domain::{Context, Decision, Phase};
 
 /// Bindings generated from `wit/0.1.0/gate.wit`.
 pub(crate) mod v0_1 {

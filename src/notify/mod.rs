@@ -21,13 +21,12 @@
 mod command;
 mod notice;
 mod queue;
-mod settings;
 pub mod webhook;
 
 pub use notice::{Facts, Notice, Operation, Work};
-pub use settings::{HttpUrl, Kind, Notify, Server, review_url};
 
 use crate::config::LoopConfig;
+use crate::config::notify::{Kind, review_url};
 use crate::root::Root;
 use crate::since::Since;
 use crate::state::Outcome;

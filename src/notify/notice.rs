@@ -7,7 +7,7 @@ use std::path::Path;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::Kind;
+use crate::config::notify::Kind;
 use crate::since::Range;
 use crate::state::{Head, State, Status};
 use crate::who::Actor;

@@ -275,7 +275,7 @@ mod tests {
     use std::sync::mpsc::{self, Receiver, Sender};
 
     use super::*;
-    use crate::notify::HttpUrl;
+    use crate::config::notify::HttpUrl;
 
     const WAIT: Duration = Duration::from_secs(30);
 

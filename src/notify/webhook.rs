@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 pub use super::queue::Queue;
-use super::settings::HttpUrl;
+use crate::config::notify::HttpUrl;
 
 /// A delivery's bound when loop.toml sets none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -9,10 +9,11 @@ use super::{Answer, Ctx, Looked, refused};
 use crate::access::Action;
 use crate::bounds;
 use crate::config::{ApprovalRules, Bind};
+use crate::domain::Approval;
 use crate::error::Result;
 use crate::history::EventKind;
 use crate::lock::Wait;
-use crate::state::{Approval, At, Refusal, State, Status};
+use crate::state::{At, Refusal, State, Status};
 use crate::store::LoopStore;
 use crate::tick::after::Change;
 
@@ -56,13 +57,13 @@ impl Approved {
 pub fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Result<Approved> {
     let dir = ctx.stores.get(&req.name)?;
     if req.then_tick {
-        let rules = crate::access::rules(&*dir, &ctx.root.settings().access);
+        let rules = crate::store::access_rules(&*dir, &ctx.root.settings().access);
         ctx.require(&*dir, Action::Tick, &rules, req.wait)?;
     }
     let defaults = ctx.root.settings().access.clone();
     record_config_first(ctx, &*dir, req.wait)?;
     let rules = crate::rules::approvers_of_change(&dir.load()?, &defaults)
-        .unwrap_or_else(|| crate::access::rules(&*dir, &defaults));
+        .unwrap_or_else(|| crate::store::access_rules(&*dir, &defaults));
     ctx.require(&*dir, Action::Approve, &rules, req.wait)?;
     let by = ctx.actor.user.clone();
     let mut given = None;

@@ -5,8 +5,9 @@
 use std::path::Path;
 
 use crate::config::{ConfigError, LoopConfig};
+use crate::domain::GateSource;
 use crate::error::Result;
-use crate::gate::{GateHost, GateSource};
+use crate::gate::GateHost;
 use crate::root::Root;
 
 /// What a tick would find wrong with a config that parsed: its schedule

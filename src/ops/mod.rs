@@ -82,7 +82,7 @@ impl<'a> Ctx<'a> {
     /// recorded, waiting for the lock no longer than `bound`).
     fn allowed(&self, name: &str, action: Action, bound: Wait) -> Result<Box<dyn LoopStore>> {
         let dir = self.stores.get(name)?;
-        let rules = crate::access::rules(&*dir, &self.root.settings().access);
+        let rules = crate::store::access_rules(&*dir, &self.root.settings().access);
         self.require(&*dir, action, &rules, bound)?;
         Ok(dir)
     }
@@ -132,7 +132,7 @@ pub(crate) fn allowed(
     action: Action,
     bound: Wait,
 ) -> Result<()> {
-    let rules = crate::access::rules(store, &root.settings().access);
+    let rules = crate::store::access_rules(store, &root.settings().access);
     refusal::require(store, actor, action, &rules, bound, None)
 }
 

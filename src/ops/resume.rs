@@ -7,8 +7,9 @@ use serde::Serialize;
 
 use super::{Answer, Ctx, Looked};
 use crate::access::Action;
+use crate::domain::{Decision, Phase};
 use crate::error::Result;
-use crate::gate::{Decision, GateHost, Phase};
+use crate::gate::GateHost;
 use crate::history::EventKind;
 use crate::lock::Wait;
 use crate::state::{State, Status};

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Schedule;
+use crate::config::{LoopConfig, Schedule};
 use crate::error::Result;
 use crate::root::{LoopName, Root};
 
@@ -138,8 +138,14 @@ fn home() -> Result<PathBuf, ScheduleError> {
 /// What `install` would do: the record it would leave, and its actions (an
 /// installed schedule of the loop is removed first). Warns when the backend
 /// cannot apply the loop's `jitter`: once, for the install or its dry run.
-pub fn plan_install(root: &Root, name: &str, backend: Option<Backend>) -> Result<(Record, Vec<Action>)> {
-    let (record, actions, schedule) = plan(root, name, backend, true)?;
+pub fn plan_install(
+    root: &Root,
+    name: &LoopName,
+    config: &LoopConfig,
+    backend: Option<Backend>,
+) -> Result<(Record, Vec<Action>)> {
+    let (record, actions, schedule) = plan(root, name, config, backend, true)?;
+    let name = name.as_str();
     if ignores_jitter(&schedule, record.backend) {
         let backend = record.backend;
         tracing::warn!("loop {name:?}: {backend} has no jitter; `jitter` is not applied");
@@ -156,34 +162,38 @@ pub fn ignores_jitter(schedule: &Schedule, backend: Backend) -> bool {
 /// What an install of loop `name` with `backend` would make, whatever the
 /// record says (it may be unreadable): what `schedule remove --backend`
 /// removes.
-pub fn plan_fresh(root: &Root, name: &str, backend: Backend) -> Result<(Record, Vec<Action>)> {
-    plan(root, name, Some(backend), false).map(|(record, actions, _)| (record, actions))
+pub fn plan_fresh(
+    root: &Root,
+    name: &LoopName,
+    config: &LoopConfig,
+    backend: Backend,
+) -> Result<(Record, Vec<Action>)> {
+    plan(root, name, config, Some(backend), false).map(|(record, actions, _)| (record, actions))
 }
 
 /// The record and actions of an install, and the schedule they are of.
 fn plan(
     root: &Root,
-    name: &str,
+    name: &LoopName,
+    config: &LoopConfig,
     backend: Option<Backend>,
     replace: bool,
 ) -> Result<(Record, Vec<Action>, Schedule)> {
-    let dir = crate::store::open(root, name)?;
-    let config = dir.config()?;
-    let schedule = config
-        .schedule
-        .ok_or_else(|| ScheduleError::NoSchedule { name: name.into() })?;
+    let schedule = config.schedule.clone().ok_or_else(|| ScheduleError::NoSchedule {
+        name: name.as_str().into(),
+    })?;
     let exe = std::env::current_exe().map_err(ScheduleError::NoExecutable)?;
     let backend = backend.unwrap_or_else(Backend::default_here);
     let job = Job {
-        loop_name: dir.name().as_str(),
+        loop_name: name.as_str(),
         root: root.path(),
-        name: format!("{}-{}", dir.name(), record::root_hash(root.path())),
+        name: format!("{}-{}", name, record::root_hash(root.path())),
         command: vec![
             exe.display().to_string(),
             "--root".into(),
             root.path().display().to_string(),
             "tick".into(),
-            dir.name().to_string(),
+            name.to_string(),
             // So the tick's history and the ledger say what fired it.
             "--fired-by".into(),
             backend.as_str().into(),
@@ -192,7 +202,7 @@ fn plan(
         home: home()?,
     };
     let mut actions = match replace {
-        true => record::read(root, name)?
+        true => record::read(root, name.as_str())?
             .map(|old| removal(&old))
             .unwrap_or_default(),
         false => Vec::new(),
@@ -214,7 +224,7 @@ fn plan(
         Backend::Schtasks => schtasks::install(&job)?,
     };
     let record = Record {
-        loop_name: dir.name().to_string(),
+        loop_name: name.to_string(),
         backend,
         name: unit,
         cadence: describe(&schedule),
@@ -227,9 +237,14 @@ fn plan(
     Ok((record, actions, schedule))
 }
 
-/// Installs loop `name`'s schedule and records it.
-pub fn install(root: &Root, name: &str, backend: Option<Backend>) -> Result<Record> {
-    let (record, actions) = plan_install(root, name, backend)?;
+/// Installs loop `name`'s schedule, as `config` has it, and records it.
+pub fn install(
+    root: &Root,
+    name: &LoopName,
+    config: &LoopConfig,
+    backend: Option<Backend>,
+) -> Result<Record> {
+    let (record, actions) = plan_install(root, name, config, backend)?;
     exec::perform(&actions)?;
     record::write(root, &record)?;
     if record.backend == Backend::Systemd && systemd::lingering() == Some(false) {

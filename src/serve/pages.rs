@@ -183,7 +183,7 @@ fn loops_table(listed: &[status::Listed]) -> Markup {
 
 /// The buttons `who` may press on a loop in `status`.
 fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, status: Status, running: bool) -> Markup {
-    let rules = access::rules(dir, &app.root.settings().access);
+    let rules = crate::store::access_rules(dir, &app.root.settings().access);
     let may = |a: Action| access::check(&who.actor, a, &rules).is_ok();
     let name = dir.name().as_str();
     let button = |verb: &str, label: &str| {
@@ -322,7 +322,7 @@ pub async fn review(
         // A change to the rules is approved under the rules before it.
         let rules = match crate::rules::approvers_of_change(&dir.load()?, defaults) {
             Some(before) => before,
-            None => access::rules(dir.as_ref(), defaults),
+            None => crate::store::access_rules(dir.as_ref(), defaults),
         };
         let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
         Ok(review_body(&name, &r, approver.then_some(&me)))

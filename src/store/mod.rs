@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::access::Access;
 use crate::config::LoopConfig;
 use crate::error::Result;
 use crate::history::{Event, EventKind, History};
@@ -320,6 +321,15 @@ impl std::ops::Deref for Stores {
 /// The loop `name` in the store `root` uses; it must exist.
 pub fn open(root: &Root, name: &str) -> Result<Box<dyn LoopStore>> {
     Stores::open(root)?.get(name)
+}
+
+/// The `[access]` lists that hold for the loop `store` with the root's
+/// defaults: its loop.toml's, else (when it does not load) the root's alone.
+pub fn access_rules(store: &dyn LoopStore, defaults: &Access) -> Access {
+    match store.config() {
+        Ok(config) => crate::access::rules_of(&config, defaults),
+        Err(_) => defaults.clone(),
+    }
 }
 
 /// One loop in a store.

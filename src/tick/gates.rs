@@ -8,11 +8,8 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
-pub use crate::gate::Verdict;
-use crate::gate::{
-    self, Asker, Commits, Context, Decision, GateError, GateErrorKind, GateHost, PendingAwait, Phase,
-    RunResult,
-};
+use crate::domain::{Asker, Commits, Context, Decision, PendingAwait, Phase, RunResult, Verdict};
+use crate::gate::{self, GateError, GateErrorKind, GateHost};
 use crate::state::{LastTick, State};
 
 /// A phase's verdicts, their combination, and the contexts they saw.
@@ -247,7 +244,7 @@ mod tests {
             head: Some("bbb".into()),
             snapshot: None,
         });
-        let approval = |id: &str, for_await: Option<&str>| crate::state::Approval {
+        let approval = |id: &str, for_await: Option<&str>| crate::domain::Approval {
             id: id.into(),
             by: "ann".into(),
             at: now,

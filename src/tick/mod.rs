@@ -20,8 +20,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::config::{LoopConfig, Overlap};
+use crate::domain::{Decision, Phase, Verdict};
 use crate::error::{Error, Result};
-use crate::gate::{Decision, GateHost, Phase};
+use crate::gate::GateHost;
 use crate::history::Dropped;
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
@@ -31,7 +32,6 @@ use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::who::Actor;
 use crate::{metrics, who, worktree};
 
-pub use gates::Verdict;
 pub use line::View;
 pub use process::{Cancel, Failure};
 pub use report::TickReport;
@@ -605,7 +605,7 @@ impl Tick<'_> {
     fn drop_approvals(
         &mut self,
         await_id: Option<String>,
-        dropped: Vec<crate::state::Approval>,
+        dropped: Vec<crate::domain::Approval>,
         why: Dropped,
         voided_at: Option<(&At, Option<&worktree::Snapshot>)>,
     ) {

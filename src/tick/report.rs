@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::notify::Facts;
 use crate::state::{Outcome, ProcessOutcome};
 
-use super::Verdict;
+use crate::domain::Verdict;
 
 /// What a tick did; `--json` prints it.
 #[derive(Debug, Clone, Serialize)]

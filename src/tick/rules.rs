@@ -5,7 +5,7 @@
 //! runs, until approvals release it.
 
 use super::Tick;
-use crate::gate::Decision;
+use crate::domain::Decision;
 use crate::history::{Dropped, EventKind};
 use crate::rules::{self, Via};
 use crate::state::{Asked, Moment, State};

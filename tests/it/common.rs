@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use automaton::gate::{GateHost, GateSource, stock_gates};
+use automaton::domain::GateSource;
+use automaton::gate::{GateHost, stock_gates};
 
 use tempfile::TempDir;
 

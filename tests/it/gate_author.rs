@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use automaton::gate::{Context, GateErrorKind, GateHost, GateSource, Limits};
+use automaton::domain::{Context, GateSource, Limits};
+use automaton::gate::{GateErrorKind, GateHost};
 
 use crate::gate_fixtures as fx;
 

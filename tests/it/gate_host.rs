@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
-use automaton::gate::{
-    Context, Decision, GateErrorKind, GateHost, GateSource, Limits, LogSource, OUTPUT_LIMIT,
-};
+use automaton::domain::{Context, Decision, GateSource, Limits};
+use automaton::gate::{GateErrorKind, GateHost, LogSource, OUTPUT_LIMIT};
 
 use crate::gate_fixtures as fx;
 

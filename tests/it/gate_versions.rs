@@ -6,9 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use automaton::gate::{
-    Approval, Asker, Commits, Context, Decision, GateHost, GateSource, Limits, PendingAwait, stock_gates,
-};
+use automaton::domain::{Approval, Asker, Commits, Context, Decision, GateSource, Limits, PendingAwait};
+use automaton::gate::{GateHost, stock_gates};
 use serde_json::Value;
 use wit_parser::{Int, SizeAlign, Type, TypeDefKind};
 

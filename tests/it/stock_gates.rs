@@ -3,9 +3,8 @@
 //! and `gate list`.
 
 use assert_cmd::Command;
-use automaton::gate::{
-    Context, Decision, GateErrorKind, GateHost, GateSource, Limits, RunResult, stock_gates,
-};
+use automaton::domain::{Context, Decision, GateSource, Limits, RunResult};
+use automaton::gate::{GateErrorKind, GateHost, stock_gates};
 use serde_json::json;
 
 use crate::common::{Env, shared_cache, warm_stock_gate};

@@ -8,11 +8,11 @@ use std::path::Path;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::gate::{
-    Asker, Commits, Context, Decision, GateHost, GateSource, Limits, PendingAwait, Phase, RunResult,
+use crate::domain::{
+    Approval, Asker, Commits, Context, Decision, GateSource, Limits, PendingAwait, Phase, RunResult,
 };
-use crate::state::Approval;
+use crate::error::{Error, Result};
+use crate::gate::GateHost;
 use crate::term::safe;
 
 /// One case: a context (missing fields take defaults), optional params and

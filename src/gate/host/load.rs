@@ -10,11 +10,11 @@ use std::sync::{Arc, OnceLock};
 use wasmtime::component::Component;
 
 use super::{Compiled, GATE_WIT_VERSION, GATE_WIT_VERSIONS, Gate, GateHost, GateMeta, error_text};
+use crate::domain::GateSource;
 use crate::gate::cache::sha256_hex;
 use crate::gate::error::{GateError, GateErrorKind};
 use crate::gate::seal::Fingerprint;
 use crate::gate::stock;
-use crate::gate::types::GateSource;
 use crate::gate::world::Pre;
 
 /// A component file identified: its sha256, and its bytes when they were

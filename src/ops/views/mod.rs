@@ -43,7 +43,7 @@ fn held_to_viewers(actor: &Actor) -> bool {
 /// The lists that say who may see loop `dir`: its own over the root's,
 /// the root's alone when its loop.toml does not load.
 pub fn rules(root: &Root, dir: &dyn LoopStore) -> Access {
-    access::rules(dir, &root.settings().access)
+    crate::store::access_rules(dir, &root.settings().access)
 }
 
 /// Whether `actor` may see a loop under `rules`: the one rule the API,

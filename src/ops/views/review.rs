@@ -13,8 +13,8 @@ use std::io::{Read, Seek, SeekFrom};
 
 use serde::Serialize;
 
+use crate::domain::Decision;
 use crate::error::Result;
-use crate::gate::Decision;
 use crate::history::{Event, EventKind};
 use crate::ops::Ctx;
 use crate::root::Root;
@@ -132,7 +132,7 @@ pub fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
     let config = dir.config().ok()?;
     let settings = root.settings();
     let server = config.server.url.as_ref().or(settings.server.url.as_ref())?;
-    Some(crate::notify::review_url(server, dir.name().as_str()))
+    Some(crate::config::notify::review_url(server, dir.name().as_str()))
 }
 
 /// `review NAME`: what an approver decides on, with the work's patch when

@@ -47,7 +47,7 @@ pub struct LoopView {
     /// The gate that halted or completed it, with its phase and tick
     /// (`status NAME` reads it from the history).
     #[serde(skip)]
-    pub stopped_by: Option<(String, crate::gate::Phase, u64)>,
+    pub stopped_by: Option<(String, crate::domain::Phase, u64)>,
     /// The last run of firings its schedule called for that no tick filled
     /// (`status NAME` reads it from the ledger of firings).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -377,8 +377,8 @@ pub fn unfired<'a>(root: &Root, views: impl IntoIterator<Item = &'a LoopView>) -
 /// The gate whose decision stopped a halted or completed loop: the newest
 /// gate event in its history that decided its status for the reason it
 /// gives, unless a resume or a rejection came after it.
-fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::gate::Phase, u64)> {
-    use crate::gate::Decision;
+fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::domain::Phase, u64)> {
+    use crate::domain::Decision;
     use crate::history::EventKind;
     use crate::state::Status;
     let reason = state.status_reason.as_deref()?;

@@ -1,6 +1,6 @@
 //! The gate vocabulary the rest of the program speaks: phases, decisions,
 //! error policies, limits and the evaluation context. Nothing here knows about
-//! wasmtime; `gate::host` maps these onto the WIT types in `wit/gate.wit`.
+//! wasmtime; the gate host maps these onto the WIT types in `wit/gate.wit`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -283,7 +283,7 @@ impl Default for Context {
             loop_name: "example".to_owned(),
             phase: Phase::BeforeStep,
             tick: 0,
-            now: crate::clock::now(),
+            now: Timestamp::try_from(std::time::SystemTime::now()).unwrap_or(Timestamp::MAX),
             last_run: None,
             consecutive_failures: 0,
             unchanged_ticks: 0,

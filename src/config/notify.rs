@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::config::{CommandLine, Dur};
+use super::{CommandLine, Dur};
 
 /// What a notification is about (`[notify] on`, and the `event` it says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
