@@ -507,6 +507,45 @@ impl Events {
             }
         }
     }
+
+    /// The first loop the stream still names before it ends, if any (a
+    /// `*` is passed over).
+    fn loop_before_the_end(&mut self) -> Option<String> {
+        loop {
+            let mut line = String::new();
+            if self.0.read_line(&mut line).unwrap_or(0) == 0 {
+                return None;
+            }
+            if let Some(data) = line.trim_end().strip_prefix("data:")
+                && data.trim() != "*"
+            {
+                return Some(data.trim().to_owned());
+            }
+        }
+    }
+}
+
+/// A user removed, or whose token is rotated, while a page is open: its
+/// stream ends and names no loop after, while another user's goes on.
+#[test]
+fn a_removed_or_rotated_users_live_stream_ends() {
+    let env = Env::new();
+    env.new_loop("feed-gone", "step = \"true\"\n");
+    let (ann, bob, cat) = (user(&env, "ann"), user(&env, "bob"), user(&env, "cat"));
+    let s = Server::start(&env, &[]);
+    let mut anns = Events::open(&s, &ann);
+    let mut bobs = Events::open(&s, &bob);
+    let mut cats = Events::open(&s, &cat);
+    env.ok(&["pause", "feed-gone"]);
+    assert_eq!(anns.next_loop(), "feed-gone");
+    assert_eq!(bobs.next_loop(), "feed-gone");
+    env.ok(&["user", "remove", "ann"]);
+    env.ok(&["user", "rotate", "bob"]);
+    env.ok(&["resume", "feed-gone"]);
+    assert_eq!(cats.next_loop(), "feed-gone");
+    assert_eq!(anns.loop_before_the_end(), None);
+    assert_eq!(bobs.loop_before_the_end(), None);
+    assert_eq!(s.stop(), Some(0));
 }
 
 #[test]
