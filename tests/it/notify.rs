@@ -318,6 +318,35 @@ fn a_receiver_that_never_answers_does_not_hold_the_tick() {
     assert!(!err.contains("s3cret") && !err.contains("t0ken"), "{err}");
 }
 
+/// A command does not wait out a receiver that hangs, whatever its
+/// `webhook_timeout`: it gives up after a short wait past its output, and
+/// says the notice was left undelivered.
+#[test]
+fn a_command_gives_up_on_a_hanging_receiver_after_a_short_wait() {
+    let env = Env::new();
+    let Silent {
+        url, release, held, ..
+    } = silent_receiver();
+    env.new_loop(
+        "slow",
+        &format!(
+            "step = \"false\"\n[notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"1m\"\n"
+        ),
+    );
+    let out = env.run(&["tick", "slow"]);
+    let _ = release.send(());
+    let _ = held.join();
+    assert_eq!(out.status.code(), Some(6), "the step's failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("loop \"slow\": webhook http://…@127.0.0.1:")
+            && err.contains("not answered within 2s")
+            && !err.contains("not delivered: timeout"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret") && !err.contains("t0ken"), "{err}");
+}
+
 #[test]
 fn failure_is_told_once_a_run_of_failures() {
     let env = Env::new();
