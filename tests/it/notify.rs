@@ -595,6 +595,39 @@ fn a_console_change_whose_webhook_hangs_is_answered_once_committed() {
     drop(s);
 }
 
+/// A console change is answered before its notify command runs: the
+/// command, which waits for a file the test makes only once it has the
+/// answer, still runs after it, from the server's queue.
+#[test]
+fn a_console_changes_notify_command_runs_after_the_answer() {
+    let env = Env::new();
+    let (go, done) = (env.root.join("go"), env.root.join("done"));
+    env.new_loop(
+        "demo",
+        &format!(
+            "step = \"true\"\n[access]\noperators = [\"ann\"]\n[notify]\non = [\"operator\"]\n\
+             timeout = \"1m\"\ncommand = \"while [ ! -e '{}' ]; do sleep 0.05; done; touch '{}'\"\n",
+            go.display(),
+            done.display()
+        ),
+    );
+    let token = crate::serve::user(&env, "ann");
+    let s = crate::serve::Server::start(&env, &["--request-timeout", "3s"]);
+    let (status, body) = crate::serve::post(&s, "/api/loops/demo/pause", &token, "{}");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(env.status("demo")["status"], "paused");
+    std::fs::write(&go, "").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the notify command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(s);
+}
+
 #[test]
 fn the_daemon_delivers_webhooks_off_its_workers() {
     let env = Env::new();
