@@ -198,6 +198,19 @@ pub enum Error {
     },
 
     #[error(
+        "loop {name:?}: tick {tick} had died mid-way; its crash was recorded (version {version}), but \
+         the directory sync after that failed, so this command changed nothing else: run it again \
+         (the next command on this loop syncs the directory first)"
+    )]
+    RecoveryNotDurable {
+        name: String,
+        tick: u64,
+        version: u64,
+        #[source]
+        source: Box<Error>,
+    },
+
+    #[error(
         "loop {name:?}: its lock was lost ({reason}); nothing was written, and whatever ran under \
          the lock was stopped before another holder could take it"
     )]
@@ -469,6 +482,9 @@ impl Error {
             Error::Unrecorded { .. } => Class::Unrecorded,
             // Made, but maybe not durable: a retry would make it twice.
             Error::NotDurable { .. } => Class::NotDurable,
+            // Only a dead tick's record was made: the command's own change
+            // was not, and a retry makes it once.
+            Error::RecoveryNotDurable { .. } => Class::Failed,
             // Maybe made: a retry could make it twice.
             Error::MaybeMade { .. } => Class::MaybeMade,
             Error::LoopExists { .. } | Error::NotALoop { .. } | Error::Refused { .. } | Error::Io { .. } => {

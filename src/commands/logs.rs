@@ -39,10 +39,10 @@ pub fn run(root: &Root, stores: &Stores, args: &LogsArgs, out: &mut dyn Write) -
             runs::output_name(output.what, true)
         );
     }
-    out.write_all(&output.text).map_err(Error::Output)?;
-    out.flush().map_err(Error::Output)?;
-    if output.other_bytes > 0 {
-        tracing::warn!("{}", other_stream(&args.name, &output));
+    let other = (output.other_bytes > 0).then(|| other_stream(&args.name, &output));
+    output.write_to(out)?;
+    if let Some(other) = other {
+        tracing::warn!("{other}");
     }
     Ok(Exit::Ok)
 }

@@ -5,8 +5,9 @@
 //! `automaton` on the loop itself), through `tick::after`: the command in
 //! `[notify] command` is run and the webhook in `[notify] webhook` is
 //! called with the same [`Notice`], which carries the work since the last
-//! approval as `review` shows it ([`crate::since`]). Never fails: a
-//! problem is logged.
+//! approval as `review` shows it ([`crate::since`]); in the console both
+//! go to queues that run them after the answer (`later`, `queue`). Never
+//! fails: a problem is logged.
 //!
 //! Which ticks notify, by `on`: `await` when a tick leaves the loop
 //! awaiting approval (when the wait starts, not at every firing), `halt`
@@ -19,6 +20,7 @@
 //! approval, rejection or cancel that changed something.
 
 mod command;
+pub mod later;
 mod notice;
 mod queue;
 pub mod webhook;
@@ -107,7 +109,7 @@ fn send(root: &Root, store: &dyn LoopStore, config: &LoopConfig, mut notice: Not
     notice.review_url = server.map(|s| review_url(s, &notice.loop_name));
     since_approval(store, &mut notice);
     if let Some(c) = &notify.command {
-        command::run(c, config, root, store.base_dir(), &notice);
+        later::run(c, config, root, store.base_dir(), &notice);
     }
     if let Some(url) = &notify.webhook {
         webhook::send(webhook::Delivery {

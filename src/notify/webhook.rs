@@ -6,10 +6,14 @@
 //! failure is logged with the loop's name and the URL masked, never the
 //! tick's or the command's that notified.
 //!
-//! A command delivers in its own thread, after its output; the daemon
-//! starts a [`Queue`], whose threads deliver the notices its workers hand
-//! it, so no worker waits on a receiver (`queue.rs`).
+//! A command delivers after its output, on a thread of its own that it
+//! waits for at most [`COMMAND_WAIT`]: a receiver that hangs never holds
+//! the command past it (the notice is then left, and said so). The daemon
+//! and the console start a [`Queue`], whose threads deliver the notices
+//! handed to them within the whole `webhook_timeout`, so no worker or
+//! request waits on a receiver (`queue.rs`).
 
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub use super::queue::Queue;
@@ -30,10 +34,42 @@ pub(super) struct Delivery {
     pub loop_name: String,
 }
 
-/// Sends `delivery`: on the daemon's queue when one is started, else now.
+/// How long a command waits for one webhook after its output, at most.
+pub const COMMAND_WAIT: Duration = Duration::from_secs(2);
+
+/// Sends `delivery`: on the queue when one is started, else now, waited
+/// for at most [`COMMAND_WAIT`].
 pub(super) fn send(delivery: Delivery) {
     if let Some(delivery) = super::queue::offer(delivery) {
-        deliver(&delivery);
+        deliver_within(delivery, COMMAND_WAIT);
+    }
+}
+
+/// Delivers `d` on a thread of its own and waits for it at most `wait`;
+/// one still on its way then is left to end with the process, and said so.
+fn deliver_within(d: Delivery, wait: Duration) {
+    if d.bound <= wait {
+        deliver(&d);
+        return;
+    }
+    let (name, url) = (d.loop_name.clone(), d.url.masked());
+    let (done, finished) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("automaton-webhook".into())
+        .spawn(move || {
+            deliver(&d);
+            let _ = done.send(());
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("loop {name:?}: webhook {url} not delivered: cannot start a thread: {e}");
+        return;
+    }
+    if finished.recv_timeout(wait).is_err() {
+        tracing::warn!(
+            "loop {name:?}: webhook {url} not answered within {}; left undelivered as the command \
+             ends (the daemon and the console deliver within webhook_timeout)",
+            crate::duration::format(wait)
+        );
     }
 }
 

@@ -185,7 +185,16 @@ pub struct HistoryQuery {
     limit: Option<usize>,
 }
 
-/// `GET /api/loops/NAME/history[?limit=N]`: `history NAME --json`.
+/// How many events `GET /api/loops/NAME/history` answers without a
+/// `limit`: the last ones.
+pub const HISTORY_DEFAULT: usize = 1_000;
+
+/// The most events one answer holds, whatever `limit` asks.
+pub const HISTORY_MAX: usize = 10_000;
+
+/// `GET /api/loops/NAME/history[?limit=N]`: `history NAME --json`, its
+/// last [`HISTORY_DEFAULT`] events unless `limit` asks for others (at
+/// most [`HISTORY_MAX`]).
 pub async fn history(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
@@ -193,7 +202,8 @@ pub async fn history(
     Query(q): Query<HistoryQuery>,
 ) -> Result<Json<History>, ApiError> {
     let actor = who.actor.clone();
-    let view = blocking(move || views::history::history(&reader(&app, &actor), &name, q.limit)).await?;
+    let limit = q.limit.unwrap_or(HISTORY_DEFAULT).min(HISTORY_MAX);
+    let view = blocking(move || views::history::history(&reader(&app, &actor), &name, Some(limit))).await?;
     Ok(Json(view))
 }
 
@@ -224,7 +234,8 @@ pub struct LogsQuery {
 }
 
 /// `GET /api/loops/NAME/runs/N/logs[?stderr=true][&verifier=true]`: what
-/// `logs NAME N` prints, as text.
+/// `logs NAME N` prints, as text: at most [`views::logs::MAX_OUTPUT`]
+/// bytes, then `[truncated, N bytes more]`.
 pub async fn logs(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
@@ -241,10 +252,10 @@ pub async fn logs(
             verifier: q.verifier,
             stderr: q.stderr,
         };
-        views::logs::logs(&reader(&app, &actor), &name, req)
+        views::logs::logs(&reader(&app, &actor), &name, req)?.bounded(views::logs::MAX_OUTPUT)
     })
     .await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], output.text).into_response())
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], output).into_response())
 }
 
 /// What a change may say: each verb takes some of these.

@@ -196,6 +196,10 @@ struct Session {
 pub struct Who {
     pub actor: Actor,
     pub csrf: Option<String>,
+    /// The hash of the token it was identified by (a bearer's, or the
+    /// one its session signed in with); none through the trusted proxy,
+    /// which names its users itself.
+    pub token_sha256: Option<String>,
 }
 
 impl Who {
@@ -372,6 +376,7 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
             return Ok(Who {
                 actor: who::served(name, Via::Proxy),
                 csrf: Some(auth.proxy_csrf(name)),
+                token_sha256: None,
             });
         }
         tracing::debug!(
@@ -393,6 +398,7 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
             return Ok(Who {
                 actor: who::served(&u.name, Via::Token),
                 csrf: None,
+                token_sha256: Some(u.token_sha256.clone()),
             });
         }
         let client = auth.client(from, &parts.headers);
@@ -408,14 +414,21 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
     let (user, hash, csrf) = auth.session(id).ok_or(NoUser::Bad)?;
     let users = read_users(app).await?;
     // A user removed, or its token rotated, since: the session is over.
-    if !users.iter().any(|u| u.name == user && u.token_sha256 == hash) {
+    if !still_holds(&users, &user, &hash) {
         auth.close(id);
         return Err(NoUser::Bad);
     }
     Ok(Who {
         actor: who::served(&user, Via::Token),
         csrf: Some(csrf),
+        token_sha256: Some(hash),
     })
+}
+
+/// Whether `user` is still a user, its token still the one hashed `hash`:
+/// not removed, nor rotated since.
+pub fn still_holds(users: &[User], user: &str, hash: &str) -> bool {
+    users.iter().any(|u| u.name == user && u.token_sha256 == hash)
 }
 
 async fn read_users(app: &Arc<App>) -> std::result::Result<Vec<User>, NoUser> {

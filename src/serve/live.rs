@@ -3,7 +3,9 @@
 //! changed, as a server-sent event (`GET /events`), of the loops its user
 //! may see. The thread reads a changed loop's lists once, for every
 //! stream; each stream checks its own user against them with the API's
-//! rule ([`may_see`]).
+//! rule ([`may_see`]). A stream whose user was removed, or whose token was
+//! rotated, is ended: before it would be told of a loop, and every
+//! [`RECHECK`] while nothing changes.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,9 +17,9 @@ use futures_util::stream::Stream;
 use serde::Deserialize;
 use tokio::sync::{broadcast, watch};
 
-use super::App;
 use super::api::{may_see, view_rules};
-use super::auth::PageUser;
+use super::auth::{PageUser, still_holds};
+use super::{App, blocking};
 use crate::access::Access;
 use crate::root::Root;
 use crate::store::{Changes, Stores};
@@ -148,10 +150,15 @@ pub async fn events(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rx = app.live.tx.subscribe();
     let stop = app.live.stop.clone();
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let watching = Watching {
         rx,
         stop,
+        recheck,
+        app: app.clone(),
         only: w.name,
+        token_sha256: who.token_sha256,
         actor: who.actor,
     };
     let stream = futures_util::stream::unfold(watching, |mut w| async move {
@@ -167,25 +174,60 @@ pub async fn events(
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
                 _ = w.stop.changed() => return None,
+                _ = w.recheck.tick() => {
+                    if !w.still_signed_in().await {
+                        return None;
+                    }
+                    continue;
+                }
             };
-            if let Some(name) = w.told(&notice) {
-                let event = Event::default().event("change").data(name);
-                return Some((Ok(event), w));
+            let Some(name) = w.told(&notice) else { continue };
+            if !w.still_signed_in().await {
+                return None;
             }
+            let event = Event::default().event("change").data(name);
+            return Some((Ok(event), w));
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
+/// How often a stream told nothing checks that its user still holds the
+/// token it was opened with.
+const RECHECK: Duration = Duration::from_secs(5);
+
 /// One open stream: its user and the loop it watches, if one.
 struct Watching {
     rx: broadcast::Receiver<Arc<Notice>>,
     stop: watch::Receiver<bool>,
+    recheck: tokio::time::Interval,
+    app: Arc<App>,
     only: Option<String>,
     actor: Actor,
+    /// The token the stream was opened with; none through the trusted
+    /// proxy, which answers for its users itself.
+    token_sha256: Option<String>,
 }
 
 impl Watching {
+    /// Whether the stream's user is still a user with the token it was
+    /// opened with. Users that cannot be read end the stream too: it
+    /// cannot tell that they may see anything.
+    async fn still_signed_in(&self) -> bool {
+        let Some(hash) = self.token_sha256.clone() else {
+            return true;
+        };
+        let user = self.actor.user.clone();
+        let stores = self.app.stores.clone();
+        match blocking(move || stores.users()).await {
+            Ok(users) => still_holds(&users, &user, &hash),
+            Err(e) => {
+                tracing::warn!("ending {user}'s live stream: {e}");
+                false
+            }
+        }
+    }
+
     /// What this stream is told of `notice`: nothing of a loop its user
     /// may not see, or that it does not watch.
     fn told<'a>(&self, notice: &'a Notice) -> Option<&'a str> {

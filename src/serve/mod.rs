@@ -58,6 +58,9 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
     // A change is answered once committed: its webhooks go to a queue,
     // so a receiver that hangs never holds the request past its bound.
     let _webhooks = crate::notify::webhook::Queue::start();
+    // Its notify commands too: they run after the answer, on their own
+    // thread, in order.
+    let _commands = crate::notify::later::Commands::start();
     // A Unix socket is made before any thread runs: its mode is set by
     // narrowing the process's umask around the bind.
     let unix = match &args.listen {

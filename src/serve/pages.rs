@@ -490,7 +490,7 @@ pub async fn run(
             };
             match views::logs::logs(&reader(&app, &me.actor), &name, req) {
                 Ok(o) if o.stderr_instead => String::new(),
-                Ok(o) => tail(&o.text),
+                Ok(o) => tail(o),
                 Err(e) => format!("({})", crate::error::with_causes(&e)),
             }
         };
@@ -513,10 +513,12 @@ pub async fn run(
     )
 }
 
-/// The end of an output, as text.
-fn tail(bytes: &[u8]) -> String {
-    let start = bytes.len().saturating_sub(OUTPUT_SHOWN);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
+/// The end of an output, as text (never the whole file in memory).
+fn tail(output: views::logs::Output) -> String {
+    match output.last(OUTPUT_SHOWN as u64) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => format!("({})", crate::error::with_causes(&e)),
+    }
 }
 
 #[derive(Deserialize)]

@@ -648,9 +648,23 @@ fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Res
     );
     let event = record_crash(state, &dead);
     // Found by whoever loaded the loop: this process's own actor, not the
-    // person a server acts for.
-    session.commit(&crate::who::actor(), state, vec![event], Durability::Full)?;
-    Ok(Some(dead))
+    // person a server acts for. A commit whose directory sync failed is
+    // the crash's record only: the command that found it goes no further
+    // and must not say its own change was made.
+    let committed = session.commit(&crate::who::actor(), state, vec![event], Durability::Full);
+    match committed {
+        Err(crate::error::Error::NotDurable {
+            name,
+            version,
+            source,
+        }) => Err(crate::error::Error::RecoveryNotDurable {
+            name,
+            tick: dead.tick,
+            version,
+            source,
+        }),
+        other => other.map(|()| Some(dead)),
+    }
 }
 
 /// Events of one commit, stamped with the version they belong to.

@@ -315,10 +315,13 @@ impl Tick<'_> {
             // What tells `cancel` this group from one that takes its id later.
             group_start: group_id.and_then(crate::procfs::start_of),
         });
+        let run_dir = crate::runs::run_path(self.store.base_dir(), number);
+        // Made before anything is committed: a tick that cannot make it
+        // fails with nothing used (its approvals stay for the next).
+        let run = process::make_run_dir(self.config, self.store.base_dir(), number, &run_dir)?;
         let events = std::mem::take(&mut self.events);
         session.commit(&self.actor, state, events, Durability::Relaxed)?;
 
-        let run_dir = crate::runs::run_path(self.store.base_dir(), number);
         let cwd = match worktree {
             Some(w) => w.to_owned(),
             None => self.store.base_dir().join(&self.config.workdir),
@@ -333,10 +336,9 @@ impl Tick<'_> {
             run_dir: &run_dir,
             loop_dir: self.store.base_dir(),
         };
-        let base = self.store.base_dir();
         let lost = session.lock_watch();
         let ran =
-            process::run_step_and_verifier(self.config, base, &cwd, &env, self.cancel, lost.as_ref(), group);
+            process::run_step_and_verifier(self.config, &cwd, &env, self.cancel, lost.as_ref(), group, run);
         let after_snapshot = worktree.and_then(|w| worktree::snapshot(w).ok());
         let worktree_changed = match (&before_snapshot, &after_snapshot) {
             (Some(before), Some(after)) => Some(after != before),

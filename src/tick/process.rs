@@ -59,9 +59,6 @@ impl Env<'_> {
 /// all in the one line the state and history keep.
 #[derive(Debug, Error)]
 pub enum Failure {
-    /// The tick's `runs/<tick>/` could not be made.
-    #[error("cannot prepare the run directory")]
-    RunDir(#[source] Box<crate::error::Error>),
     /// The step or verifier could not be started or supervised.
     #[error("{what}")]
     Start {
@@ -183,33 +180,34 @@ impl Cancel {
     }
 }
 
-/// Runs the step (in `group` when the tick made it beforehand), then (if
-/// it succeeded) the verifier. The run directory is made first in the loop
-/// directory `base`, old ones pruned to `[runs] keep`. When `lost` says
-/// the loop's lock is lost, whichever of them runs is killed at once, and
-/// the verifier does not start.
-pub fn run_step_and_verifier(
+/// Makes the tick's run directory in the loop directory `base`, old ones
+/// pruned to `[runs] keep`. Made before the tick commits itself as in
+/// flight: a tick that cannot make it runs nothing and uses no approval.
+pub fn make_run_dir(
     config: &LoopConfig,
     base: &Path,
+    tick: u64,
+    run_dir: &Path,
+) -> crate::error::Result<Dir> {
+    Runs::make(base).and_then(|runs| {
+        let run = runs.make_for_tick(tick, config.runs.keep);
+        run.map_err(crate::fsx::io_error("creating directory", run_dir))
+    })
+}
+
+/// Runs the step (in `group` when the tick made it beforehand), then (if
+/// it succeeded) the verifier, with their output in `run_dir`. When `lost`
+/// says the loop's lock is lost, whichever of them runs is killed at once,
+/// and the verifier does not start.
+pub fn run_step_and_verifier(
+    config: &LoopConfig,
     cwd: &Path,
     env: &Env<'_>,
     cancel: Option<&Cancel>,
     lost: Option<&LockWatch>,
     group: Option<step::Group>,
+    run_dir: Dir,
 ) -> Ran {
-    let made = Runs::make(base).and_then(|runs| {
-        let run = runs.make_for_tick(env.tick, config.runs.keep);
-        run.map_err(crate::fsx::io_error("creating directory", env.run_dir))
-    });
-    let run_dir = match made {
-        Ok(dir) => dir,
-        Err(e) => {
-            return Ran {
-                failure: Some(Failure::RunDir(Box::new(e))),
-                ..Ran::default()
-            };
-        }
-    };
     let mut ran = run_in(config, cwd, env, cancel, lost, group, &run_dir);
     ran.run_dir = Some(run_dir);
     ran

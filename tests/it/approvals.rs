@@ -458,3 +458,36 @@ fn approvals_of_a_rejected_await_are_dropped_as_rejected() {
     assert_eq!(s["status"], "halted");
     assert!(s["awaiting"].is_null() && s["pending_approvals"].as_array().unwrap().is_empty());
 }
+
+/// A tick whose run directory cannot be made (a file stands in its place)
+/// fails saying so, runs nothing and leaves the approval it would have
+/// used for the next tick, which uses it once the path is clear.
+#[test]
+fn a_tick_that_cannot_make_its_run_directory_keeps_the_approval() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"echo ran\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    env.ok(&["tick", "demo"]);
+    env.ok(&["tick", "demo"]);
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    env.ok(&["approve", "demo"]);
+    let runs = env.loop_dir("demo").join("runs");
+    let planted: Vec<_> = (2..=4).map(|n| runs.join(n.to_string())).collect();
+    for p in &planted {
+        std::fs::write(p, "not a directory").unwrap();
+    }
+    let err = env.fails(1, &["tick", "demo"]);
+    assert!(err.contains("creating directory"), "{err}");
+    let s = env.state("demo");
+    assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 1, "{s}");
+    assert!(s.get("in_flight").is_none_or(|f| f.is_null()), "{s}");
+    for p in &planted {
+        std::fs::remove_file(p).unwrap();
+    }
+    let ran: serde_json::Value = serde_json::from_str(&env.ok(&["tick", "demo", "--json"])).unwrap();
+    assert_eq!(ran["outcome"], "ran", "{ran}");
+    let s = env.state("demo");
+    assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 0, "{s}");
+}

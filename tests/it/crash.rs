@@ -467,6 +467,35 @@ fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
     });
 }
 
+/// A command that finds a dead tick records its crash first. When only the
+/// directory sync after that record fails, the command says so and that
+/// its own change was not made (exit 1, not 9, "the change is made"): the
+/// loop is still active, and the command run again pauses it.
+#[test]
+fn a_failed_directory_sync_of_a_dead_ticks_record_does_not_say_the_change_is_made() {
+    if !strace_usable("a_failed_directory_sync_of_a_dead_ticks_record_does_not_say_the_change_is_made") {
+        return;
+    }
+    let (s, _) = crashed();
+    let before = Audit::read(&s, "l");
+    // The first fsync syncs the directory the dead tick left; the second
+    // is the one after the crash's record.
+    let strace = ["-f", "-o", "/dev/null", "-e", "inject=fsync:error=EIO:when=2"].map(String::from);
+    let out = under_strace(&s, &strace, &["pause", "l"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("its crash was recorded") && stderr.contains("run it again"),
+        "{stderr}"
+    );
+    let after = Audit::read(&s, "l");
+    assert_eq!(after.version(), before.version() + 1, "the crash's record only");
+    assert_eq!(after.state["status"], "active");
+    assert!(after.state["in_flight"].is_null());
+    s.ok(&["pause", "l"]);
+    assert_eq!(Audit::read(&s, "l").state["status"], "paused");
+}
+
 /// Runs `args` with every `fsync` failing (`errno`): the directory sync
 /// after a commit's rename is the only `fsync` a commit makes.
 fn with_failing_dir_sync(s: &Scratch, args: &[&str]) -> std::process::Output {

@@ -318,6 +318,35 @@ fn a_receiver_that_never_answers_does_not_hold_the_tick() {
     assert!(!err.contains("s3cret") && !err.contains("t0ken"), "{err}");
 }
 
+/// A command does not wait out a receiver that hangs, whatever its
+/// `webhook_timeout`: it gives up after a short wait past its output, and
+/// says the notice was left undelivered.
+#[test]
+fn a_command_gives_up_on_a_hanging_receiver_after_a_short_wait() {
+    let env = Env::new();
+    let Silent {
+        url, release, held, ..
+    } = silent_receiver();
+    env.new_loop(
+        "slow",
+        &format!(
+            "step = \"false\"\n[notify]\non = [\"failure\"]\nwebhook = {url:?}\nwebhook_timeout = \"1m\"\n"
+        ),
+    );
+    let out = env.run(&["tick", "slow"]);
+    let _ = release.send(());
+    let _ = held.join();
+    assert_eq!(out.status.code(), Some(6), "the step's failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("loop \"slow\": webhook http://…@127.0.0.1:")
+            && err.contains("not answered within 2s")
+            && !err.contains("not delivered: timeout"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret") && !err.contains("t0ken"), "{err}");
+}
+
 #[test]
 fn failure_is_told_once_a_run_of_failures() {
     let env = Env::new();
@@ -563,6 +592,39 @@ fn a_console_change_whose_webhook_hangs_is_answered_once_committed() {
         .expect("the webhook was called");
     silent.release.send(()).unwrap();
     assert!(silent.held.join().unwrap(), "the receiver was released");
+    drop(s);
+}
+
+/// A console change is answered before its notify command runs: the
+/// command, which waits for a file the test makes only once it has the
+/// answer, still runs after it, from the server's queue.
+#[test]
+fn a_console_changes_notify_command_runs_after_the_answer() {
+    let env = Env::new();
+    let (go, done) = (env.root.join("go"), env.root.join("done"));
+    env.new_loop(
+        "demo",
+        &format!(
+            "step = \"true\"\n[access]\noperators = [\"ann\"]\n[notify]\non = [\"operator\"]\n\
+             timeout = \"1m\"\ncommand = \"while [ ! -e '{}' ]; do sleep 0.05; done; touch '{}'\"\n",
+            go.display(),
+            done.display()
+        ),
+    );
+    let token = crate::serve::user(&env, "ann");
+    let s = crate::serve::Server::start(&env, &["--request-timeout", "3s"]);
+    let (status, body) = crate::serve::post(&s, "/api/loops/demo/pause", &token, "{}");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(env.status("demo")["status"], "paused");
+    std::fs::write(&go, "").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the notify command never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(s);
 }
 

@@ -365,6 +365,62 @@ fn the_api_answers_every_view_as_the_cli_prints_it() {
     assert_eq!(s.stop(), Some(0));
 }
 
+/// A tick's output past the bound is answered up to it, then said in one
+/// line; the CLI still prints it whole.
+#[test]
+fn a_large_output_is_answered_up_to_a_bound_then_counted() {
+    let env = Env::new();
+    env.new_loop(
+        "loud",
+        "step = \"yes aaaaaaa | head -c 3145728\"\n[runs]\noutput_limit = \"8MiB\"\n",
+    );
+    let token = user(&env, "ann");
+    tick(&env, "loud");
+    let s = Server::start(&env, &[]);
+    let (status, body) = get(&s, "/api/loops/loud/runs/1/logs", &token);
+    let kept = "aaaaaaa\n".repeat(1024 * 1024 / 8);
+    assert_eq!(status, 200);
+    assert_eq!(body.len(), kept.len() + "[truncated, 2097152 bytes more]\n".len());
+    assert_eq!(body, format!("{kept}[truncated, 2097152 bytes more]\n"));
+    assert_eq!(env.ok(&["logs", "loud", "1"]).len(), 3 * 1024 * 1024);
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// A long history is answered by its last 1,000 events unless a `limit`
+/// asks for others.
+#[test]
+fn a_long_history_is_answered_by_its_last_events() {
+    let env = crate::files_only!("lengthens history.jsonl by hand");
+    env.new_loop("long", "step = \"true\"\n");
+    let path = env.loop_dir("long").join("history.jsonl");
+    let first = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut journal = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    for _ in 0..1_500 {
+        writeln!(journal, "{first}").unwrap();
+    }
+    drop(journal);
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let count = |path: &str| {
+        let (status, body) = get(&s, path, &token);
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(count("/api/loops/long/history"), 1_000);
+    assert_eq!(count("/api/loops/long/history?limit=1200"), 1_200);
+    assert_eq!(count("/api/loops/long/history?limit=3"), 3);
+    assert_eq!(s.stop(), Some(0));
+}
+
 #[test]
 fn a_loop_whose_state_cannot_be_read_is_answered_as_invalid_state() {
     let env = crate::files_only!("corrupts .state.loop by hand");
@@ -507,6 +563,45 @@ impl Events {
             }
         }
     }
+
+    /// The first loop the stream still names before it ends, if any (a
+    /// `*` is passed over).
+    fn loop_before_the_end(&mut self) -> Option<String> {
+        loop {
+            let mut line = String::new();
+            if self.0.read_line(&mut line).unwrap_or(0) == 0 {
+                return None;
+            }
+            if let Some(data) = line.trim_end().strip_prefix("data:")
+                && data.trim() != "*"
+            {
+                return Some(data.trim().to_owned());
+            }
+        }
+    }
+}
+
+/// A user removed, or whose token is rotated, while a page is open: its
+/// stream ends and names no loop after, while another user's goes on.
+#[test]
+fn a_removed_or_rotated_users_live_stream_ends() {
+    let env = Env::new();
+    env.new_loop("feed-gone", "step = \"true\"\n");
+    let (ann, bob, cat) = (user(&env, "ann"), user(&env, "bob"), user(&env, "cat"));
+    let s = Server::start(&env, &[]);
+    let mut anns = Events::open(&s, &ann);
+    let mut bobs = Events::open(&s, &bob);
+    let mut cats = Events::open(&s, &cat);
+    env.ok(&["pause", "feed-gone"]);
+    assert_eq!(anns.next_loop(), "feed-gone");
+    assert_eq!(bobs.next_loop(), "feed-gone");
+    env.ok(&["user", "remove", "ann"]);
+    env.ok(&["user", "rotate", "bob"]);
+    env.ok(&["resume", "feed-gone"]);
+    assert_eq!(cats.next_loop(), "feed-gone");
+    assert_eq!(anns.loop_before_the_end(), None);
+    assert_eq!(bobs.loop_before_the_end(), None);
+    assert_eq!(s.stop(), Some(0));
 }
 
 #[test]

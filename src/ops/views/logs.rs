@@ -3,7 +3,9 @@
 //! standard error when that is all it wrote; and whether the other stream
 //! has output too. The file is reached from the loop's directory without
 //! following a link, and one that is not a regular file (a FIFO the step
-//! left) is refused at once.
+//! left) is refused at once. The output is never held whole: it is
+//! streamed from the file, or read up to a bound ([`Output::bounded`],
+//! [`Output::last`]).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -37,12 +39,57 @@ pub struct Output {
     pub stderr: bool,
     /// Whether standard error is shown because standard output is empty.
     pub stderr_instead: bool,
-    pub text: Vec<u8>,
+    /// The file shown, open, and its path; none when it said nothing.
+    file: Option<(File, PathBuf)>,
+    /// How many bytes the file held when it was opened.
+    pub bytes: u64,
     /// How many bytes the stream not shown holds (0: none).
     pub other_bytes: u64,
 }
 
-/// `logs NAME [N]`: the output a request names, whole.
+/// The most bytes of a tick's output an answer holds ([`Output::bounded`]).
+pub const MAX_OUTPUT: u64 = 1024 * 1024;
+
+impl Output {
+    /// Streams the output to `out`, whole (as far as it was written when
+    /// it was opened), never holding more than a buffer of it.
+    pub fn write_to(self, out: &mut dyn io::Write) -> Result<()> {
+        if let Some((file, path)) = self.file {
+            copy_some(file, &path, 0, self.bytes, out)?;
+        }
+        Ok(())
+    }
+
+    /// At most `limit` bytes of the output, then `[truncated, N bytes
+    /// more]` on a line of its own when it held more.
+    pub fn bounded(self, limit: u64) -> Result<Vec<u8>> {
+        let mut text = Vec::new();
+        let kept = self.bytes.min(limit);
+        if let Some((file, path)) = self.file {
+            copy_some(file, &path, 0, kept, &mut text)?;
+        }
+        let more = self.bytes - text.len() as u64;
+        if more > 0 {
+            if !text.ends_with(b"\n") {
+                text.push(b'\n');
+            }
+            text.extend_from_slice(format!("[truncated, {more} bytes more]\n").as_bytes());
+        }
+        Ok(text)
+    }
+
+    /// The last `n` bytes of the output.
+    pub fn last(self, n: u64) -> Result<Vec<u8>> {
+        let mut text = Vec::new();
+        if let Some((file, path)) = self.file {
+            let from = self.bytes.saturating_sub(n);
+            copy_some(file, &path, from, self.bytes - from, &mut text)?;
+        }
+        Ok(text)
+    }
+}
+
+/// `logs NAME [N]`: the output a request names, opened.
 pub fn logs(ctx: &Ctx, name: &str, req: Request) -> Result<Output> {
     let found = find(ctx, name, req, false)?;
     let (mut file_name, mut path) = (found.wanted.name(), found.wanted.path());
@@ -55,16 +102,17 @@ pub fn logs(ctx: &Ctx, name: &str, req: Request) -> Result<Output> {
         path = found.wanted.run_path.join(&file_name);
         other_bytes = 0;
     }
-    let mut text = Vec::new();
-    if let Some((file, _)) = found.run.open_read(&file_name)? {
-        copy_from(file, &path, 0, &mut text)?;
-    }
+    let (file, bytes) = match found.run.open_read(&file_name)? {
+        Some((file, bytes)) => (Some((file, path)), bytes),
+        None => (None, 0),
+    };
     Ok(Output {
         tick: found.wanted.tick,
         what: found.wanted.what,
         stderr: req.stderr || stderr_instead,
         stderr_instead,
-        text,
+        file,
+        bytes,
         other_bytes,
     })
 }
@@ -220,8 +268,15 @@ fn verifier_ran(dir: &dyn LoopStore, tick: u64) -> bool {
 
 /// Copies what `f` (the file at `path`) holds past `offset` to `out`;
 /// returns the new offset.
-pub fn copy_from(mut f: File, path: &Path, offset: u64, out: &mut dyn io::Write) -> Result<u64> {
+pub fn copy_from(f: File, path: &Path, offset: u64, out: &mut dyn io::Write) -> Result<u64> {
+    copy_some(f, path, offset, u64::MAX, out)
+}
+
+/// Copies at most `limit` bytes of what `f` (the file at `path`) holds
+/// past `offset` to `out`, a buffer at a time; returns the new offset.
+fn copy_some(mut f: File, path: &Path, offset: u64, limit: u64, out: &mut dyn io::Write) -> Result<u64> {
     io::Seek::seek(&mut f, io::SeekFrom::Start(offset)).map_err(Error::io("reading", path))?;
+    let mut f = f.take(limit);
     let mut buf = vec![0u8; 64 * 1024];
     let mut at = offset;
     loop {
