@@ -705,6 +705,54 @@ fn an_approval_under_the_daemon_starts_the_tick_at_once() {
     assert_eq!(daemon.terminate(), Some(0));
 }
 
+/// The daemon's lines carry a short local time (`16:04:07`), the date once
+/// on a line of its own; a gate of an awaiting loop fired again and again
+/// says its line once, not at every firing.
+#[test]
+fn the_log_says_the_date_once_and_an_awaiting_loops_gate_line_once() {
+    let env = Env::new();
+    let toml = "step = \"echo cost_usd=0.37 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [schedule]\nevery = \"1s\"\n\
+         [[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n\
+         [[gate]]\nstock = \"budget\"\nparams = { metric = \"cost_usd\", max = 10.0 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "spender", toml);
+    env.ok(&["tick", "spender"]);
+    env.ok(&["tick", "spender"]);
+    assert_eq!(env.state("spender")["status"], "awaiting_approval");
+    let daemon = Daemon::start(&env, &[]);
+    until("four firings of the awaiting loop", || {
+        let fired = fires(&env, "spender");
+        fired.iter().filter_map(|r| r["count"].as_u64()).sum::<u64>() >= 4
+    });
+    let log = daemon.log();
+    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(
+        log.matches("gate stock:budget: cost_usd 0.37 of 10 spent")
+            .count(),
+        1,
+        "{log}"
+    );
+    let lines: Vec<&str> = log.lines().collect();
+    let is_time = |l: &str| {
+        let b = l.as_bytes();
+        b.len() > 9
+            && b[..8].iter().enumerate().all(|(i, c)| {
+                if i % 3 == 2 {
+                    *c == b':'
+                } else {
+                    c.is_ascii_digit()
+                }
+            })
+            && b[8] == b' '
+    };
+    let dates = lines.iter().filter(|l| !is_time(l)).count();
+    assert!(
+        lines[0].len() < 30 && lines[0].as_bytes()[4] == b'-' && (1..=2).contains(&dates),
+        "the date on a line of its own, once (twice past midnight): {log}"
+    );
+}
+
 /// An await the daemon did not see begin (a hand-run tick opened it while
 /// the daemon ran, an hour from the loop's next firing) is released at
 /// once too: the approval is heard of, whichever loop it is for.
