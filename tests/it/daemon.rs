@@ -753,6 +753,36 @@ fn the_log_says_the_date_once_and_an_awaiting_loops_gate_line_once() {
     );
 }
 
+/// A daemon that starts reads `<root>/approved` whole: the approvals
+/// already acted on are not news, and the one not yet acted on starts its
+/// loop's tick once.
+#[test]
+fn a_daemon_start_acts_once_on_the_approval_not_yet_acted_on() {
+    let env = crate::files_only!("the root's approved file is the file store's");
+    let toml = "step = \"true\"\n[schedule]\nevery = \"1h\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "gated", toml);
+    env.ok(&["tick", "gated"]);
+    for _ in 0..3 {
+        env.ok(&["tick", "gated"]);
+        env.ok(&["approve", "gated"]);
+        env.ok(&["tick", "gated"]);
+    }
+    env.ok(&["tick", "gated"]);
+    env.ok(&["approve", "gated"]);
+    assert_eq!(env.state("gated")["status"], "awaiting_approval");
+    let before = ticks(&env, "gated");
+    let daemon = Daemon::start(&env, &[]);
+    until("the approved tick ran", || ticks(&env, "gated") > before);
+    until("the daemon read the loop's schedule", || {
+        daemon.log().contains("loop \"gated\" scheduled")
+    });
+    let log = daemon.log();
+    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(log.matches("approved; its tick starts now").count(), 1, "{log}");
+    assert_eq!(ticks(&env, "gated"), before + 1);
+}
+
 /// An await the daemon did not see begin (a hand-run tick opened it while
 /// the daemon ran, an hour from the loop's next firing) is released at
 /// once too: the approval is heard of, whichever loop it is for.
