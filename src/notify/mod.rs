@@ -156,6 +156,7 @@ mod tests {
             step: None,
             verifier: None,
             recovered_crash: None,
+            crashed_started: None,
             started_waiting: false,
             facts: None,
         };

@@ -343,6 +343,52 @@ fn a_daemon_that_was_down_leaves_one_record_of_the_firings_it_missed() {
     );
 }
 
+/// A daemon killed mid-tick: the firing that tick filled is recorded as
+/// ran and crashed, with its tick, once a later tick finds it dead; not as
+/// missed while no daemon ran.
+#[test]
+fn a_firing_whose_tick_crashed_is_recorded_as_crashed_not_missed() {
+    let env = crate::files_only!("a PostgreSQL daemon's claims outlive it by a lease");
+    let d = dir(&env);
+    std::fs::write(d.join("go"), "").unwrap();
+    new_loop(
+        &env,
+        "fragile",
+        &format!("{}[schedule]\nevery = \"1s\"\n", gated_step(&d)),
+    );
+    let mut daemon = Daemon::start(&env, &[]);
+    until("a first tick in the ledger", || {
+        !fires(&env, "fragile").is_empty()
+    });
+    std::fs::remove_file(d.join("go")).unwrap();
+    std::fs::remove_file(d.join("started")).unwrap();
+    until("the next step started", || d.join("started").exists());
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    // Down for a few cadences: the crashed tick's firing is one of those
+    // the next daemon accounts for.
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::write(d.join("go"), "").unwrap();
+    let daemon = Daemon::start(&env, &[]);
+    let crashed_event = || {
+        env.history("fragile")
+            .into_iter()
+            .find(|e| e["kind"] == "crashed")
+    };
+    until("the crash recorded", || crashed_event().is_some());
+    let crashed = crashed_event().unwrap()["tick"].as_u64().unwrap();
+    until("a tick after the crash", || ticks(&env, "fragile") > crashed);
+    assert_eq!(daemon.terminate(), Some(0));
+    let fires = fires(&env, "fragile");
+    let record = fires
+        .iter()
+        .find(|r| r["why"] == "crashed")
+        .unwrap_or_else(|| panic!("no crashed firing: {fires:#?}"));
+    assert_eq!(record["kind"], "ran", "{fires:#?}");
+    assert_eq!(record["tick"].as_u64(), Some(crashed), "{fires:#?}");
+    assert_eq!(record["count"].as_u64(), Some(1), "{fires:#?}");
+}
+
 #[test]
 fn the_firings_of_a_paused_loop_fold_into_one_record() {
     let env = Env::new();
