@@ -449,6 +449,18 @@ pub struct HistoryArgs {
     /// Only the last N events
     #[arg(long, short = 'n', value_name = "N")]
     pub limit: Option<usize>,
+    /// Only the events from this time on (2026-12-01T09:00:00Z,
+    /// "2026-12-01 09:00"), or this long ago (2h, 1d)
+    #[arg(long, value_name = "WHEN", value_parser = crate::fires::parse_since)]
+    pub since: Option<jiff::Timestamp>,
+    /// Only the events of this kind (tick, approved, rejected, ...); may be
+    /// given more than once
+    #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(crate::history::KINDS))]
+    pub kind: Vec<String>,
+    /// Then print each new event as it is committed, until interrupted
+    /// (with --json, one event a line)
+    #[arg(long, short = 'f')]
+    pub follow: bool,
     #[command(flatten)]
     pub json: JsonArg,
 }

@@ -53,6 +53,9 @@ pub mod why {
     /// the daemon may not tick it (as `automaton tick` run by that user
     /// would be refused).
     pub const REFUSED: &str = "refused";
+    /// Ran: the tick it started died before it ended (its process was
+    /// killed, the host went down); a later tick recorded it as crashed.
+    pub const CRASHED: &str = "crashed";
     /// Missed: no daemon was running.
     pub const DOWN: &str = "down";
     /// Missed: the daemon ran, but came to it only after a later firing was

@@ -256,6 +256,29 @@ pub enum Dropped {
     ConfigChanged,
 }
 
+/// Every kind's name, as [`EventKind::name`] gives it (what `history
+/// --kind` accepts).
+pub const KINDS: &[&str] = &[
+    "created",
+    "paused",
+    "resumed",
+    "approved",
+    "approval-expired",
+    "rejected",
+    "refused",
+    "awaiting",
+    "approvals-dropped",
+    "totals-reset",
+    "crashed",
+    "gate",
+    "approvals-used",
+    "config-changed",
+    "metrics-warning",
+    "worktree-created",
+    "check-gate",
+    "tick",
+];
+
 impl EventKind {
     pub fn name(&self) -> &'static str {
         match self {

@@ -44,7 +44,8 @@ fn main() -> ExitCode {
 /// Logs go to stderr: warnings and errors by default, more with -v, only
 /// errors with -q; RUST_LOG overrides. Plain messages unless -v. A
 /// `chatty` command (the daemon) starts one level up, and its lines, like
-/// every line under -v, carry the local time with its offset.
+/// every line under -v, carry the local time (the date, with the offset,
+/// on a line of its own at the first line and when it changes).
 fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
     let level = match (quiet, verbose + u8::from(chatty)) {
         (true, _) => Level::ERROR,
@@ -75,7 +76,7 @@ fn init_logging(verbose: u8, quiet: bool, chatty: bool) {
     let output: Box<dyn Layer<Registry> + Send + Sync> = if plain && !chatty {
         Box::new(output.without_time())
     } else {
-        Box::new(output.with_timer(LocalTime))
+        Box::new(output.with_timer(LocalTime::default()))
     };
     tracing_subscriber::registry()
         .with(output.with_filter(filter))
@@ -98,17 +99,27 @@ fn safe_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Sen
     .delimited(" ")
 }
 
-/// `2026-11-30T19:07:19.123+01:00`: local time, with its offset.
-struct LocalTime;
+/// `19:07:19`: the local time, short, so a line fits 80 columns; the
+/// date and the offset (`2026-11-30 Mon, +01:00`) on a line of their own
+/// before the first line and whenever the date changes.
+#[derive(Default)]
+struct LocalTime {
+    /// The date (and offset) last said.
+    said: std::sync::Mutex<Option<(jiff::civil::Date, jiff::tz::Offset)>>,
+}
 
 impl tracing_subscriber::fmt::time::FormatTime for LocalTime {
     fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        write!(
-            w,
-            "{}",
-            automaton::clock::now()
-                .to_zoned_datetime(jiff::tz::TimeZone::system())
-                .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
-        )
+        let now = automaton::clock::now().to_zoned_datetime(jiff::tz::TimeZone::system());
+        let day = (now.date(), now.offset());
+        let mut said = self
+            .said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *said != Some(day) {
+            *said = Some(day);
+            writeln!(w, "{}", now.strftime("%Y-%m-%d %a, %:z"))?;
+        }
+        write!(w, "{}", now.strftime("%H:%M:%S"))
     }
 }

@@ -25,6 +25,19 @@ pub struct Since<'a> {
     pub events: &'a [Event],
 }
 
+/// A rejection since the last approval: who turned the work down, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejection {
+    pub v: u64,
+    pub at: jiff::Timestamp,
+    pub by: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The await it rejected.
+    #[serde(rename = "await", skip_serializing_if = "Option::is_none")]
+    pub await_id: Option<String>,
+}
+
 impl<'a> Since<'a> {
     /// The part of `events` (a loop's history, oldest first) since the
     /// last approval.
@@ -38,6 +51,43 @@ impl<'a> Since<'a> {
         }
     }
 
+    /// The last rejection since the last approval, if any.
+    pub fn rejection(&self) -> Option<Rejection> {
+        self.events.iter().rev().find_map(|e| match &e.kind {
+            EventKind::Rejected { by, reason, await_id } => Some(Rejection {
+                v: e.v,
+                at: e.at,
+                by: by.clone(),
+                reason: reason.clone(),
+                await_id: await_id.clone(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// The events since the last approval that no rejection has turned
+    /// down yet: those after the last rejection, or all of them.
+    pub fn unrejected(&self) -> &'a [Event] {
+        let after = self
+            .events
+            .iter()
+            .rposition(|e| matches!(e.kind, EventKind::Rejected { .. }))
+            .map_or(0, |i| i + 1);
+        &self.events[after..]
+    }
+
+    /// The events since the last approval and since the last reset of the
+    /// totals (`resume --reset-budget`), whichever is later: the metrics
+    /// since are never counted from before the totals started over.
+    fn since_reset(&self) -> &'a [Event] {
+        let after = self
+            .events
+            .iter()
+            .rposition(|e| matches!(e.kind, EventKind::TotalsReset { .. }))
+            .map_or(0, |i| i + 1);
+        &self.events[after..]
+    }
+
     /// The sums of the metrics that the ticks since whose step ran
     /// reported, as their tick events keep them: whichever host ran the
     /// ticks and whatever became of their run directories. A tick recorded
@@ -46,7 +96,7 @@ impl<'a> Since<'a> {
     pub fn metrics(&self, dir: &dyn LoopStore) -> BTreeMap<String, f64> {
         let mut sums = BTreeMap::new();
         let mut runs = None;
-        for e in self.events {
+        for e in self.since_reset() {
             if let EventKind::Tick {
                 tick,
                 step: Some(_),

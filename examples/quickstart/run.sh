@@ -4,15 +4,21 @@
 # a sign-in link, and runs the embedded scheduler in the foreground: the
 # loop ticks every 5 seconds, one log line a tick. Ctrl-C stops the daemon
 # (running ticks finish first) and the console; the loop's status and
-# history are shown after.
-# Usage: [PORT=8080] examples/quickstart/run.sh [ROOT]
+# history are shown after. BIN names an automaton binary you already have
+# (installed, a release build): it is used as is, and nothing is built.
+# Usage: [PORT=8080] [BIN=/path/to/automaton] examples/quickstart/run.sh [ROOT]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 # --all-targets builds what `cargo test` builds (the tests' dev-dependencies
 # turn on more features of crates wasmtime shares), so the test suite run
 # after this reuses the whole build instead of compiling wasmtime again.
-cargo build --all-targets --quiet --manifest-path "$here/../../Cargo.toml"
-bin="$here/../../target/debug/automaton"
+if [ -n "${BIN:-}" ]; then
+    bin=$BIN
+else
+    cargo build --all-targets --quiet --manifest-path "$here/../../Cargo.toml"
+    bin="$here/../../target/debug/automaton"
+fi
+"$bin" --version
 root=${1:-$(mktemp -d)/root}
 [ -d "$root/loops" ] || "$bin" --root "$root" init
 [ -d "$root/loops/hello" ] || "$bin" --root "$root" new hello --from "$here/hello.toml"
@@ -26,7 +32,9 @@ token=$("$bin" --root "$root" user "$verb" me --json | sed -n 's/.*"token": "\(.
 serve=$!
 until [ -s "$root/serve.out" ] || ! kill -0 "$serve" 2>/dev/null; do sleep 0.1; done
 base=$(sed -n 's/^listening on //p' "$root/serve.out")
-echo "the console: open $base/signin#token=$token"
+echo "the console: open this link; the token in it is user me's, made just now by"
+echo "\`automaton user $verb me\` and shown only here, and it signs you in:"
+echo "  $base/signin#token=$token"
 echo "running the daemon; Ctrl-C stops it"
 echo "after 3 ticks the loop awaits approval: approve it in the console, or from another terminal:"
 echo "  $bin --root $root approve hello --note 'carry on'"

@@ -57,6 +57,7 @@ fn human(r: &Review) -> String {
         text.line(format!("review in the console: {link}"));
     }
     awaiting(&mut text, r);
+    rejected(&mut text, r);
     text.line(String::new());
     ticks(&mut text, r);
     text.line(String::new());
@@ -111,6 +112,18 @@ fn awaiting(text: &mut Lines, r: &Review) {
     if let Some(h) = &a.head {
         text.line(format!("  on commit {}", short(h)));
     }
+}
+
+fn rejected(text: &mut Lines, r: &Review) {
+    let Some(j) = &r.rejected else { return };
+    let what = j.await_id.as_deref().map(|a| format!(" {a}")).unwrap_or_default();
+    let why = j.reason.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
+    text.line(format!(
+        "rejected{what} by {} at {}{why}",
+        j.by,
+        super::render::local(j.at)
+    ));
+    text.line("  the ticks it turned down are not listed again".to_owned());
 }
 
 fn ticks(text: &mut Lines, r: &Review) {

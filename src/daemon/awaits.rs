@@ -89,7 +89,13 @@ impl Dispatcher<'_> {
             return;
         }
         self.awaits.next_poll = Instant::now() + AWAIT_POLL;
-        for name in self.awaits.said.news(self.stores) {
+        let start = !self.awaits.said.read_once;
+        for (name, version) in self.awaits.said.news(self.stores) {
+            // At start the file holds approvals long acted on: only those
+            // that made the loop's state as it is now are news.
+            if start && !self.unacted(&name, version) {
+                continue;
+            }
             self.heard_of(&name);
         }
         let changed: Vec<Arc<str>> = self
@@ -105,6 +111,15 @@ impl Dispatcher<'_> {
         for name in changed {
             self.release_if_approved(&name);
         }
+    }
+
+    /// Whether loop `name`'s state is still the one its approval made at
+    /// `version`: nothing (a tick, an operator) has acted since.
+    fn unacted(&self, name: &str, version: u64) -> bool {
+        self.loops
+            .get(name)
+            .and_then(|e| e.dir.load().ok())
+            .is_some_and(|s| s.version == version)
     }
 
     /// Loop `name` was approved (the store said so): if the daemon
@@ -129,7 +144,10 @@ impl Dispatcher<'_> {
             self.awaits.forget(name);
             return;
         };
-        if !self.awaits.watched.contains_key(name) || self.running.contains_key(name) {
+        if !self.awaits.watched.contains_key(name)
+            || self.running.contains_key(name)
+            || self.awaits.released.contains(name)
+        {
             return;
         }
         // Watched again from this record on, if nothing fires below.
@@ -168,6 +186,8 @@ pub(super) struct Said {
     seen: Option<(u64, SystemTime)>,
     /// What it held then.
     known: HashSet<(String, u64)>,
+    /// Whether it was read at all (the first read is the daemon's start).
+    pub(super) read_once: bool,
 }
 
 impl Said {
@@ -178,24 +198,27 @@ impl Said {
         }
     }
 
-    /// The loops approved since the last look: none unless the file was
-    /// replaced (one `stat`), else those of the lines new to it.
-    fn news(&mut self, stores: &Stores) -> Vec<String> {
+    /// The loops approved since the last look, each once with the version
+    /// its newest approval made: none unless the file was replaced (one
+    /// `stat`), else those of the lines new to it.
+    fn news(&mut self, stores: &Stores) -> Vec<(String, u64)> {
         let Some(marker) = &self.marker else {
             return Vec::new();
         };
         let now = identity(marker);
-        if now == self.seen {
+        if now == self.seen && self.read_once {
             return Vec::new();
         }
         self.seen = now;
+        self.read_once = true;
         let all: HashSet<(String, u64)> = stores.approvals_said().into_iter().collect();
-        let new = all
-            .difference(&self.known)
-            .map(|(name, _)| name.clone())
-            .collect();
+        let mut newest: HashMap<String, u64> = HashMap::new();
+        for (name, version) in all.difference(&self.known) {
+            let v = newest.entry(name.clone()).or_insert(*version);
+            *v = (*v).max(*version);
+        }
         self.known = all;
-        new
+        newest.into_iter().collect()
     }
 }
 

@@ -215,7 +215,7 @@ impl<'a> Dispatcher<'a> {
                 // Its user may not tick it: the firing is recorded as
                 // refused, and the next one queued.
                 reschedule(&mut self.queue, &name, entry, now);
-                self.record(&name, |w, at, key| w.of_refused(at, key, detail));
+                self.record(&name, None, |w, at, key| w.of_refused(at, key, detail));
                 continue;
             }
             if entry
@@ -225,7 +225,7 @@ impl<'a> Dispatcher<'a> {
                 // Paused, halted or completed, and unchanged since a tick
                 // said so: nothing to fire. Look again at the next firing.
                 reschedule(&mut self.queue, &name, entry, now);
-                self.record(&name, |w, at, key| w.of_inactive(at, key));
+                self.record(&name, None, |w, at, key| w.of_inactive(at, key));
                 continue;
             }
             let lag = Duration::try_from(now.duration_since(due)).unwrap_or_default();
@@ -294,7 +294,11 @@ impl<'a> Dispatcher<'a> {
         if result.as_ref().is_ok_and(|r| r.outcome == Outcome::Busy) {
             self.busy += 1;
         }
-        self.record(&name, |w, at, key| w.of_tick(at, key, result));
+        let crashed = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.recovered_crash.zip(r.crashed_started));
+        self.record(&name, crashed, |w, at, key| w.of_tick(at, key, result));
         if self.claimant.is_some() {
             self.settle(&name);
         }
@@ -322,10 +326,12 @@ impl<'a> Dispatcher<'a> {
 
     /// Writes the record of the firing `name` last filled (`this` makes
     /// it, given when it fell due and the schedule's name) in its ledger,
-    /// after the firings unaccounted for since its last record.
+    /// after the firings unaccounted for since its last record (the one a
+    /// tick that `crashed`, its number and start, filled among them).
     pub(super) fn record(
         &self,
         name: &Arc<str>,
+        crashed: Option<(u64, Timestamp)>,
         this: impl FnOnce(&Writer, Timestamp, &str) -> crate::fires::Fire,
     ) {
         let Some(entry) = self.loops.get(name) else { return };
@@ -337,7 +343,7 @@ impl<'a> Dispatcher<'a> {
         let mut fire = Some(this(&self.ledger, at, &key));
         let written = entry.dir.record_fires(&mut |last| {
             let mut out = last
-                .map(|l| self.ledger.gap(when, &key, l, at))
+                .map(|l| self.ledger.gap(when, &key, l, at, crashed))
                 .unwrap_or_default();
             out.extend(fire.take());
             out

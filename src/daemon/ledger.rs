@@ -124,9 +124,18 @@ impl Writer {
     /// no record accounts for, folded: a firing counts when the one after
     /// it also fell due by `next` (so `next`, late, stands for the last of
     /// them). Those due while `last`'s tick still ran were skipped
-    /// (overlap); the others missed, before this daemon started (down) or
-    /// after (late). None when `last` was of another schedule.
-    pub(super) fn gap(&self, when: &When, schedule: &str, last: &Fire, next: Timestamp) -> Vec<Fire> {
+    /// (overlap); the one a tick that `crashed` (its number, its start)
+    /// filled ran, and crashed; the others missed, before this daemon
+    /// started (down) or after (late). None when `last` was of another
+    /// schedule.
+    pub(super) fn gap(
+        &self,
+        when: &When,
+        schedule: &str,
+        last: &Fire,
+        next: Timestamp,
+        crashed: Option<(u64, Timestamp)>,
+    ) -> Vec<Fire> {
         if last.schedule != schedule {
             return Vec::new();
         }
@@ -141,7 +150,14 @@ impl Writer {
             if following > next {
                 break;
             }
-            let (kind, why, detail) = if due <= last.seen {
+            let filled = crashed.filter(|(_, started)| due <= *started && following > *started);
+            let (kind, why, detail) = if filled.is_some() {
+                (
+                    Kind::Ran,
+                    why::CRASHED,
+                    "its tick died before it ended (killed, or the host went down); the next tick recorded it as crashed",
+                )
+            } else if due <= last.seen {
                 (
                     Kind::Skipped,
                     why::OVERLAP,
@@ -162,7 +178,7 @@ impl Writer {
                 kind,
                 why.to_owned(),
                 Some(detail.to_owned()),
-                None,
+                filled.map(|(tick, _)| tick),
                 now,
             );
             match runs.last_mut() {
@@ -220,9 +236,44 @@ mod tests {
         let w = writer("2026-01-01T00:00:00Z");
         let every = When::Every(Duration::from_secs(60));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
-        assert!(w.gap(&every, MINUTE, &l, ts("2026-01-01T12:01:00Z")).is_empty());
+        assert!(
+            w.gap(&every, MINUTE, &l, ts("2026-01-01T12:01:00Z"), None)
+                .is_empty()
+        );
         // A little late (the tick started after its firing): still none.
-        assert!(w.gap(&every, MINUTE, &l, ts("2026-01-01T12:01:30Z")).is_empty());
+        assert!(
+            w.gap(&every, MINUTE, &l, ts("2026-01-01T12:01:30Z"), None)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_firing_a_crashed_tick_filled_ran_and_crashed_the_rest_were_missed() {
+        // Ran at 12:00; tick 8 started at 12:01:02 and died with the
+        // daemon, which came back at 12:05:20.
+        let w = writer("2026-01-01T12:05:20Z");
+        let every = When::Every(Duration::from_secs(60));
+        let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
+        let crashed = Some((8, ts("2026-01-01T12:01:02Z")));
+        let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:05:20Z"), crashed);
+        assert_eq!(
+            shape(&runs),
+            [
+                (
+                    "crashed",
+                    1,
+                    "2026-01-01T12:01:00Z".into(),
+                    "2026-01-01T12:01:00Z".into()
+                ),
+                (
+                    "down",
+                    3,
+                    "2026-01-01T12:02:00Z".into(),
+                    "2026-01-01T12:04:00Z".into()
+                )
+            ]
+        );
+        assert_eq!((runs[0].kind, runs[0].tick), (Kind::Ran, Some(8)));
     }
 
     #[test]
@@ -231,7 +282,7 @@ mod tests {
         let w = writer("2026-01-01T12:10:20Z");
         let every = When::Every(Duration::from_secs(60));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
-        let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:10:20Z"));
+        let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:10:20Z"), None);
         assert_eq!(
             shape(&runs),
             [(
@@ -252,7 +303,7 @@ mod tests {
         let w = writer("2026-01-01T00:00:00Z");
         let every = When::Every(Duration::from_secs(60));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:03:30Z", MINUTE);
-        let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:06:10Z"));
+        let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:06:10Z"), None);
         assert_eq!(
             shape(&runs),
             [
@@ -284,7 +335,7 @@ mod tests {
         .unwrap();
         let w = writer("2026-01-01T13:20:00Z");
         let l = last("2026-01-01T10:00:00Z", "2026-01-01T10:01:00Z", hourly);
-        let runs = w.gap(&when, hourly, &l, ts("2026-01-01T13:20:00Z"));
+        let runs = w.gap(&when, hourly, &l, ts("2026-01-01T13:20:00Z"), None);
         assert_eq!(
             shape(&runs),
             [(
@@ -294,7 +345,10 @@ mod tests {
                 "2026-01-01T12:00:00Z".into()
             )]
         );
-        assert!(w.gap(&when, hourly, &l, ts("2026-01-01T11:00:00Z")).is_empty());
+        assert!(
+            w.gap(&when, hourly, &l, ts("2026-01-01T11:00:00Z"), None)
+                .is_empty()
+        );
     }
 
     #[test]
@@ -309,7 +363,7 @@ mod tests {
         let w = writer("2026-01-01T00:00:00Z");
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
         assert_eq!(
-            shape(&w.gap(&every, MINUTE, &l, late)),
+            shape(&w.gap(&every, MINUTE, &l, late, None)),
             [(
                 "late",
                 29,
@@ -324,7 +378,10 @@ mod tests {
         let w = writer("2026-01-01T12:10:00Z");
         let every = When::Every(Duration::from_secs(60));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", "every = \"1h\"");
-        assert!(w.gap(&every, MINUTE, &l, ts("2026-01-01T13:00:00Z")).is_empty());
+        assert!(
+            w.gap(&every, MINUTE, &l, ts("2026-01-01T13:00:00Z"), None)
+                .is_empty()
+        );
     }
 
     #[test]
@@ -332,7 +389,7 @@ mod tests {
         let w = writer("2030-01-01T00:00:00Z");
         let every = When::Every(Duration::from_secs(1));
         let l = last("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", "every = \"1s\"");
-        let runs = w.gap(&every, "every = \"1s\"", &l, ts("2030-01-01T00:00:00Z"));
+        let runs = w.gap(&every, "every = \"1s\"", &l, ts("2030-01-01T00:00:00Z"), None);
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].count, COUNT_MAX);
         assert!(runs[0].detail.as_deref().unwrap().contains("counted up to"));

@@ -157,6 +157,7 @@ mod tests {
             step: None,
             verifier: None,
             recovered_crash: None,
+            crashed_started: None,
             started_waiting: false,
             facts: None,
         };

@@ -607,6 +607,7 @@ mod tests {
             status: Status::AwaitingApproval,
             awaiting: None,
             since_version: None,
+            rejected: None,
             ticks: Vec::new(),
             metrics_since: Default::default(),
             totals: Default::default(),

@@ -1,8 +1,11 @@
 //! Evaluating one phase's gates: the context each gate sees, its decision
 //! (or its error turned into a decision by its `on_error` policy), and the
-//! record kept in history so `gate replay` can evaluate it again.
+//! record kept in history so `gate replay` can evaluate it again; what a
+//! gate logs is said once, and again when it changes.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -90,6 +93,30 @@ fn pending_await(state: &State) -> Option<PendingAwait> {
     })
 }
 
+/// The lines each loop's gate logged at its last evaluation in this
+/// process, so a daemon firing an awaiting loop again and again says its
+/// gates' `cost_usd 2.9 of 3 spent` once, and again only when it changes.
+/// One entry a loop's gate: it grows with the loops, not with the ticks.
+static LOGGED: Mutex<Option<Logged>> = Mutex::new(None);
+
+/// Each loop's gate (loop name, gate label): the lines it logged last.
+type Logged = HashMap<(String, String), Vec<String>>;
+
+/// Whether `lines`, which gate `label` of loop `name` logged now, differ
+/// from what it logged last (kept for the next time).
+fn said_anew(name: &str, label: &str, lines: &[&str]) -> bool {
+    let mut logged = LOGGED.lock().unwrap_or_else(PoisonError::into_inner);
+    let last = logged
+        .get_or_insert_with(HashMap::new)
+        .entry((name.to_owned(), label.to_owned()))
+        .or_default();
+    if !lines.is_empty() && last.len() == lines.len() && last.iter().zip(lines).all(|(a, b)| a == b) {
+        return false;
+    }
+    *last = lines.iter().map(|l| (*l).to_owned()).collect();
+    true
+}
+
 fn to_json(value: &impl Serialize) -> serde_json::Value {
     serde_json::to_value(value).expect("state serialises")
 }
@@ -127,8 +154,14 @@ pub fn evaluate_phase(
             .map_err(|e| e.labelled(label.clone()));
         let (decision, error, logs) = match result {
             Ok(eval) => {
-                for log in &eval.logs {
-                    tracing::info!("loop {name:?}: gate {label}: {}", log.message);
+                let lines: Vec<&str> = eval.logs.iter().map(|l| l.message.as_str()).collect();
+                let new = said_anew(name, &label, &lines);
+                for line in lines {
+                    if new {
+                        tracing::info!("loop {name:?}: gate {label}: {line}");
+                    } else {
+                        tracing::debug!("loop {name:?}: gate {label}: {line}");
+                    }
                 }
                 (eval.decision, None, gate::kept_logs(&eval.logs))
             }

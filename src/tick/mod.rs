@@ -150,6 +150,7 @@ fn busy(store: &dyn LoopStore, holder: Option<Holder>) -> Result<TickReport> {
         step: None,
         verifier: None,
         recovered_crash: None,
+        crashed_started: None,
         started_waiting: false,
         facts: None,
     })
@@ -170,8 +171,9 @@ struct Tick<'a> {
     fired_by: crate::fires::FiredBy,
     /// This tick's number: the one that runs, or would have.
     number: u64,
-    /// A tick found dead mid-way and recorded by this one's session.
-    recovered: Option<u64>,
+    /// A tick found dead mid-way and recorded by this one's session: its
+    /// number and when it started.
+    recovered: Option<(u64, Timestamp)>,
     /// Who runs it: the records of its commits name them.
     actor: Actor,
     /// The events of the next commit.
@@ -214,7 +216,7 @@ impl Tick<'_> {
         // happens (docs/ticks.md lists the phases in order).
         session.use_config(self.config);
         let Loaded { mut state, recovered } = session.load()?;
-        self.recovered = recovered.map(|dead| dead.tick);
+        self.recovered = recovered.map(|dead| (dead.tick, dead.started_at));
         self.number = state.tick + 1;
         self.take_in_config(&mut state);
         let was_awaiting = state.status == crate::state::Status::AwaitingApproval;
@@ -230,7 +232,8 @@ impl Tick<'_> {
                 decisions: Vec::new(),
                 step: None,
                 verifier: None,
-                recovered_crash: self.recovered,
+                recovered_crash: self.recovered.map(|(tick, _)| tick),
+                crashed_started: self.recovered.map(|(_, at)| at),
                 started_waiting: false,
                 facts: None,
             });
@@ -457,7 +460,8 @@ impl Tick<'_> {
             decisions: std::mem::take(&mut self.verdicts),
             step: ran.step,
             verifier: ran.verifier,
-            recovered_crash: self.recovered,
+            recovered_crash: self.recovered.map(|(tick, _)| tick),
+            crashed_started: self.recovered.map(|(_, at)| at),
             started_waiting: false,
             facts: None,
         })
@@ -805,7 +809,8 @@ impl Tick<'_> {
             decisions: std::mem::take(&mut self.verdicts),
             step: None,
             verifier: None,
-            recovered_crash: self.recovered,
+            recovered_crash: self.recovered.map(|(tick, _)| tick),
+            crashed_started: self.recovered.map(|(_, at)| at),
             started_waiting: false,
             facts: None,
         }))

@@ -2,6 +2,7 @@
 //! is), the daemon logs, and what follows a tick (the schedule, the
 //! notifications) reads.
 
+use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::notify::Facts;
@@ -28,6 +29,10 @@ pub struct TickReport {
     /// A tick found dead mid-way (and recorded as crashed) by this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovered_crash: Option<u64>,
+    /// When that crashed tick started: the daemon's ledger records the
+    /// firing it filled as crashed.
+    #[serde(skip)]
+    pub crashed_started: Option<Timestamp>,
     /// This tick made the loop start awaiting approval (it was not before).
     #[serde(skip)]
     pub started_waiting: bool,

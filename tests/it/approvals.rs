@@ -491,3 +491,46 @@ fn a_tick_that_cannot_make_its_run_directory_keeps_the_approval() {
     let s = env.state("demo");
     assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 0, "{s}");
 }
+
+/// `review` after a rejection names it (by whom, why, the await) and does
+/// not list again the ticks it turned down.
+#[test]
+fn review_after_a_reject_names_it_and_lists_only_the_ticks_since() {
+    let env = Env::new();
+    let toml = "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n";
+    crate::common::warm_stock_gates(toml);
+    env.new_loop("demo", toml);
+    env.ok(&["tick", "demo"]);
+    env.ok(&["tick", "demo"]);
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    let out = env
+        .cmd()
+        .args(["reject", "demo", "--reason", "wrong approach"])
+        .env("AUTOMATON_USER", "ann")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rejected_at = env.state("demo")["tick"].as_u64().unwrap();
+    if env.state("demo")["status"] == "halted" {
+        env.ok(&["resume", "demo"]);
+    }
+    env.ok(&["tick", "demo"]);
+    let review: serde_json::Value = serde_json::from_str(&env.ok(&["review", "demo", "--json"])).unwrap();
+    assert_eq!(review["rejected"]["by"], "ann", "{review:#}");
+    assert_eq!(review["rejected"]["reason"], "wrong approach", "{review:#}");
+    let ticks: Vec<u64> = review["ticks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tick"].as_u64().unwrap())
+        .collect();
+    assert!(
+        ticks.iter().all(|t| *t > rejected_at),
+        "the rejected ticks are not listed again: {ticks:?}"
+    );
+    let text = env.ok(&["review", "demo"]);
+    assert!(
+        text.contains("rejected") && text.contains("by ann") && text.contains("wrong approach"),
+        "{text}"
+    );
+}

@@ -343,6 +343,52 @@ fn a_daemon_that_was_down_leaves_one_record_of_the_firings_it_missed() {
     );
 }
 
+/// A daemon killed mid-tick: the firing that tick filled is recorded as
+/// ran and crashed, with its tick, once a later tick finds it dead; not as
+/// missed while no daemon ran.
+#[test]
+fn a_firing_whose_tick_crashed_is_recorded_as_crashed_not_missed() {
+    let env = crate::files_only!("a PostgreSQL daemon's claims outlive it by a lease");
+    let d = dir(&env);
+    std::fs::write(d.join("go"), "").unwrap();
+    new_loop(
+        &env,
+        "fragile",
+        &format!("{}[schedule]\nevery = \"1s\"\n", gated_step(&d)),
+    );
+    let mut daemon = Daemon::start(&env, &[]);
+    until("a first tick in the ledger", || {
+        !fires(&env, "fragile").is_empty()
+    });
+    std::fs::remove_file(d.join("go")).unwrap();
+    std::fs::remove_file(d.join("started")).unwrap();
+    until("the next step started", || d.join("started").exists());
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    // Down for a few cadences: the crashed tick's firing is one of those
+    // the next daemon accounts for.
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::write(d.join("go"), "").unwrap();
+    let daemon = Daemon::start(&env, &[]);
+    let crashed_event = || {
+        env.history("fragile")
+            .into_iter()
+            .find(|e| e["kind"] == "crashed")
+    };
+    until("the crash recorded", || crashed_event().is_some());
+    let crashed = crashed_event().unwrap()["tick"].as_u64().unwrap();
+    until("a tick after the crash", || ticks(&env, "fragile") > crashed);
+    assert_eq!(daemon.terminate(), Some(0));
+    let fires = fires(&env, "fragile");
+    let record = fires
+        .iter()
+        .find(|r| r["why"] == "crashed")
+        .unwrap_or_else(|| panic!("no crashed firing: {fires:#?}"));
+    assert_eq!(record["kind"], "ran", "{fires:#?}");
+    assert_eq!(record["tick"].as_u64(), Some(crashed), "{fires:#?}");
+    assert_eq!(record["count"].as_u64(), Some(1), "{fires:#?}");
+}
+
 #[test]
 fn the_firings_of_a_paused_loop_fold_into_one_record() {
     let env = Env::new();
@@ -703,6 +749,84 @@ fn an_approval_under_the_daemon_starts_the_tick_at_once() {
     let log = daemon.log();
     assert!(log.contains("approved; its tick starts now"), "{log}");
     assert_eq!(daemon.terminate(), Some(0));
+}
+
+/// The daemon's lines carry a short local time (`16:04:07`), the date once
+/// on a line of its own; a gate of an awaiting loop fired again and again
+/// says its line once, not at every firing.
+#[test]
+fn the_log_says_the_date_once_and_an_awaiting_loops_gate_line_once() {
+    let env = Env::new();
+    let toml = "step = \"echo cost_usd=0.37 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [schedule]\nevery = \"1s\"\n\
+         [[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n\
+         [[gate]]\nstock = \"budget\"\nparams = { metric = \"cost_usd\", max = 10.0 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "spender", toml);
+    env.ok(&["tick", "spender"]);
+    env.ok(&["tick", "spender"]);
+    assert_eq!(env.state("spender")["status"], "awaiting_approval");
+    let daemon = Daemon::start(&env, &[]);
+    until("four firings of the awaiting loop", || {
+        let fired = fires(&env, "spender");
+        fired.iter().filter_map(|r| r["count"].as_u64()).sum::<u64>() >= 4
+    });
+    let log = daemon.log();
+    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(
+        log.matches("gate stock:budget: cost_usd 0.37 of 10 spent")
+            .count(),
+        1,
+        "{log}"
+    );
+    let lines: Vec<&str> = log.lines().collect();
+    let is_time = |l: &str| {
+        let b = l.as_bytes();
+        b.len() > 9
+            && b[..8].iter().enumerate().all(|(i, c)| {
+                if i % 3 == 2 {
+                    *c == b':'
+                } else {
+                    c.is_ascii_digit()
+                }
+            })
+            && b[8] == b' '
+    };
+    let dates = lines.iter().filter(|l| !is_time(l)).count();
+    assert!(
+        lines[0].len() < 30 && lines[0].as_bytes()[4] == b'-' && (1..=2).contains(&dates),
+        "the date on a line of its own, once (twice past midnight): {log}"
+    );
+}
+
+/// A daemon that starts reads `<root>/approved` whole: the approvals
+/// already acted on are not news, and the one not yet acted on starts its
+/// loop's tick once.
+#[test]
+fn a_daemon_start_acts_once_on_the_approval_not_yet_acted_on() {
+    let env = crate::files_only!("the root's approved file is the file store's");
+    let toml = "step = \"true\"\n[schedule]\nevery = \"1h\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n";
+    crate::common::warm_stock_gates(toml);
+    new_loop(&env, "gated", toml);
+    env.ok(&["tick", "gated"]);
+    for _ in 0..3 {
+        env.ok(&["tick", "gated"]);
+        env.ok(&["approve", "gated"]);
+        env.ok(&["tick", "gated"]);
+    }
+    env.ok(&["tick", "gated"]);
+    env.ok(&["approve", "gated"]);
+    assert_eq!(env.state("gated")["status"], "awaiting_approval");
+    let before = ticks(&env, "gated");
+    let daemon = Daemon::start(&env, &[]);
+    until("the approved tick ran", || ticks(&env, "gated") > before);
+    until("the daemon read the loop's schedule", || {
+        daemon.log().contains("loop \"gated\" scheduled")
+    });
+    let log = daemon.log();
+    assert_eq!(daemon.terminate(), Some(0));
+    assert_eq!(log.matches("approved; its tick starts now").count(), 1, "{log}");
+    assert_eq!(ticks(&env, "gated"), before + 1);
 }
 
 /// An await the daemon did not see begin (a hand-run tick opened it while

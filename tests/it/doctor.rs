@@ -50,6 +50,24 @@ fn a_healthy_root_exits_0() {
     assert!(findings(&report, "demo", &["warning", "error"]).is_empty());
 }
 
+/// The in-flight record every loop that ticked keeps (of a version its
+/// state has passed) is nothing to say: doctor names no such record.
+#[test]
+fn a_loop_that_ticked_has_no_in_flight_record_line() {
+    let env = crate::files_only!("the in-flight record is the file store's");
+    env.new_loop("demo", "step = \"true\"\n");
+    env.ok(&["tick", "demo"]);
+    env.ok(&["tick", "demo"]);
+    let (_, report) = doctor(&env, &["demo"]);
+    let found = findings(&report, "demo", &["ok", "note", "warning", "error"]);
+    assert!(
+        !found.iter().any(|f| f.starts_with("in-flight-record:")),
+        "{found:?}"
+    );
+    let text = String::from_utf8(env.run(&["doctor", "demo"]).stdout).unwrap();
+    assert!(!text.contains("in-flight-record"), "{text}");
+}
+
 #[test]
 fn what_a_dead_writer_left_is_found_and_fixed_under_the_lock() {
     let env = crate::files_only!("leaves a dead writer's files by hand");

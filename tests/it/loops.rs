@@ -223,6 +223,72 @@ fn rm_refuses_an_active_loop_unless_forced() {
     assert_eq!(tree(&env.root.join("loops")), Vec::<String>::new());
 }
 
+/// `history --kind` (repeatable) and `--since` narrow the events; the
+/// JSON keeps its shape.
+#[test]
+fn history_kind_and_since_narrow_the_events() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    env.ok(&["pause", "demo", "--reason", "night"]);
+    env.ok(&["resume", "demo"]);
+    env.ok(&["tick", "demo"]);
+    let kinds = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["history", "demo", "--json"];
+        all.extend_from_slice(args);
+        let v: serde_json::Value = serde_json::from_str(&env.ok(&all)).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(kinds(&["--kind", "paused", "--kind", "tick"]), ["paused", "tick"]);
+    assert_eq!(kinds(&["--kind", "resumed"]), ["resumed"]);
+    assert!(kinds(&["--since", "2099-01-01T00:00:00Z"]).is_empty());
+    assert_eq!(kinds(&["--since", "1h"]).len(), kinds(&[]).len());
+    let text = env.ok(&["history", "demo", "--kind", "tick"]);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let err = env.fails(2, &["history", "demo", "--kind", "tock"]);
+    assert!(err.contains("tock") && err.contains("tick"), "{err}");
+}
+
+/// `history --follow` prints the events so far, then each new one as it
+/// is committed, until it is stopped.
+#[test]
+fn history_follow_prints_new_events_as_they_are_committed() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n");
+    let out = env
+        .root
+        .with_file_name(format!("follow-{}.out", fastrand::u32(..)));
+    let mut child = env
+        .cmd()
+        .args(["history", "demo", "--follow", "--kind", "paused"])
+        .stdout(fs::File::create(&out).unwrap())
+        .spawn()
+        .unwrap();
+    env.ok(&["pause", "demo", "--reason", "lunch"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !fs::read_to_string(&out).unwrap_or_default().contains("lunch") {
+        assert!(std::time::Instant::now() < deadline, "never printed the pause");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    env.ok(&["resume", "demo"]);
+    env.ok(&["pause", "demo", "--reason", "tea"]);
+    while !fs::read_to_string(&out).unwrap_or_default().contains("tea") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never printed the second pause"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(child.try_wait().unwrap().is_none(), "it follows until stopped");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 2, "only the pauses, each once: {text}");
+}
+
 #[test]
 fn history_limit_and_json() {
     let env = crate::files_only!("tears history.jsonl by hand");

@@ -34,6 +34,7 @@ mod pg_bounds;
 mod pg_claims;
 mod pg_lease;
 mod pg_outcome;
+mod quickstart;
 mod refusals;
 mod resume;
 mod rotation;

@@ -90,6 +90,22 @@ fn resume_warns_when_the_budget_is_still_spent_and_reset_budget_starts_it_over()
     assert_eq!(tick_outcome(&env, "spender"), "ran");
 }
 
+/// After `resume --reset-budget`, `review`'s metrics since count from the
+/// reset: never more than the totals they are shown beside.
+#[test]
+fn review_after_a_budget_reset_counts_the_metrics_since_the_reset() {
+    let env = Env::new();
+    env.new_loop("spender", BUDGETED);
+    while tick_outcome(&env, "spender") != "halted" {}
+    env.ok(&["resume", "spender", "--reset-budget"]);
+    assert_eq!(tick_outcome(&env, "spender"), "ran");
+    let review: serde_json::Value = serde_json::from_str(&env.ok(&["review", "spender", "--json"])).unwrap();
+    let since = review["metrics_since"]["cost_usd"].as_f64().unwrap();
+    let total = review["totals"]["cost_usd"].as_f64().unwrap();
+    assert!((since - 0.37).abs() < 1e-9, "{review:#}");
+    assert!((total - 0.37).abs() < 1e-9, "{review:#}");
+}
+
 #[test]
 fn reset_budget_on_an_active_loop_starts_its_totals_over() {
     let env = Env::new();

@@ -1,4 +1,5 @@
 //! The view of a loop's history (`history`): its events, oldest first,
+//! those a [`Query`] admits (from a time on, of some kinds, the last N),
 //! each also as a line of its kind and the fields it says (what the
 //! terminal and the console's page show).
 
@@ -17,9 +18,39 @@ pub struct History {
     pub events: Vec<Event>,
 }
 
+/// Which events a history shows: those from `since` on, of `kinds` (every
+/// kind when empty), the last `limit` of them.
+#[derive(Debug, Default, Clone)]
+pub struct Query {
+    pub limit: Option<usize>,
+    pub since: Option<Timestamp>,
+    pub kinds: Vec<String>,
+}
+
+impl Query {
+    /// Whether event `e` is one of those asked for (`limit` aside).
+    pub fn admits(&self, e: &Event) -> bool {
+        self.since.is_none_or(|t| e.at >= t)
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == e.kind.name()))
+    }
+}
+
 /// `history NAME`: its events, the last `limit` of them when one is given.
-/// A line that cannot be read is passed over, with a warning naming it.
 pub fn history(ctx: &Ctx, name: &str, limit: Option<usize>) -> Result<History> {
+    query(
+        ctx,
+        name,
+        &Query {
+            limit,
+            ..Query::default()
+        },
+    )
+}
+
+/// `history NAME` with `q`: the events it admits, the last `q.limit` of
+/// them. A line that cannot be read is passed over, with a warning naming
+/// it.
+pub fn query(ctx: &Ctx, name: &str, q: &Query) -> Result<History> {
     let dir = ctx.stores.get(name)?;
     super::may_view(ctx, dir.as_ref())?;
     let history::History { mut events, bad } = dir.history()?;
@@ -31,7 +62,8 @@ pub fn history(ctx: &Ctx, name: &str, limit: Option<usize>) -> Result<History> {
             b.reason
         );
     }
-    let skip = limit.map_or(0, |n| events.len().saturating_sub(n));
+    events.retain(|e| q.admits(e));
+    let skip = q.limit.map_or(0, |n| events.len().saturating_sub(n));
     events.drain(..skip);
     Ok(History { events })
 }

@@ -20,7 +20,7 @@ use crate::ops::Ctx;
 use crate::root::Root;
 use crate::rules::{ConfigChange, Current, Hashes};
 use crate::runs::{self, Runs};
-use crate::since::{Range, Since};
+use crate::since::{Range, Rejection, Since};
 use crate::state::{Await, Head, Outcome, ProcessOutcome};
 use crate::store::LoopStore;
 
@@ -39,8 +39,13 @@ pub struct Review {
     /// The version of the last commit that released an await with
     /// approvals (`approvals-used`); none when none ever did.
     pub since_version: Option<u64>,
+    /// The last rejection since the last approval: the ticks it turned
+    /// down are not listed again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<Rejection>,
     pub ticks: Vec<TickReview>,
-    /// Sums of the metrics the ticks above reported.
+    /// Sums of the metrics the ticks since the last approval reported,
+    /// counted from the last reset of the totals when one came after it.
     pub metrics_since: BTreeMap<String, f64>,
     /// The loop's running totals.
     pub totals: BTreeMap<String, f64>,
@@ -149,7 +154,7 @@ fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
     let state = dir.load()?;
     let history = dir.history()?;
     let since = Since::of(&history.events);
-    let recent = since.events;
+    let recent = since.unrejected();
     let mut ticks = Vec::new();
     for (i, e) in recent.iter().enumerate() {
         if let EventKind::Tick {
@@ -185,6 +190,7 @@ fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
         status: state.status,
         awaiting: state.awaiting.clone(),
         since_version: since.version,
+        rejected: since.rejection(),
         ticks,
         metrics_since: since.metrics(dir),
         totals: state.totals.clone(),

@@ -58,7 +58,7 @@ pub enum Found {
     Whole(Box<Flight>),
     /// A record of an earlier version than the one asked for: an earlier
     /// tick's, which the state file has passed.
-    Stale(u64),
+    Stale,
     /// A record of a later version than the one asked for: the state file
     /// read before it is no longer the newest.
     Newer(u64),
@@ -91,7 +91,7 @@ pub fn read(path: &Path, version: u64) -> Result<Found> {
     let found = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
     let size = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
     if found < version {
-        return Ok(Found::Stale(found));
+        return Ok(Found::Stale);
     }
     if found > version {
         return Ok(Found::Newer(found));
@@ -219,7 +219,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(read(&path, 4).unwrap(), Found::Stale(3)));
+        assert!(matches!(read(&path, 4).unwrap(), Found::Stale));
         assert!(matches!(read(&path, 2).unwrap(), Found::Newer(3)));
         assert_eq!(std::fs::metadata(&path).unwrap().len() % BLOCK as u64, 0);
     }
@@ -249,7 +249,7 @@ mod tests {
             bad[i] ^= 0x01;
             std::fs::write(&path, &bad).unwrap();
             match read(&path, 5).unwrap() {
-                Found::Torn | Found::Stale(_) | Found::Newer(_) => {}
+                Found::Torn | Found::Stale | Found::Newer(_) => {}
                 other => panic!("byte {i} flipped: {other:?}"),
             }
         }

@@ -205,7 +205,7 @@ impl LoopDir {
                         events: f.events,
                     });
                 }
-                Found::Missing | Found::Stale(_) => break,
+                Found::Missing | Found::Stale => break,
                 Found::Torn | Found::Newer(_) => {
                     let again = self.read_state()?;
                     if again.version == state.version {
