@@ -306,8 +306,10 @@ fn field(f: &Field) -> String {
     }
 }
 
-/// `GET /loops/NAME/review`: everything `review --json` says, and the
-/// Approve and Reject forms for an approver.
+/// `GET /loops/NAME/review`: everything `review --json --diff` says, the
+/// evidence first (the await, the ticks, the commits and the patch per
+/// file), then the approvals so far, and last the Approve and Reject forms
+/// for an approver.
 pub async fn review(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
@@ -316,16 +318,19 @@ pub async fn review(
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(move || {
-        let r = views::review::review(&reader(&app, &me.actor), &name, false)?;
+        let r = views::review::review(&reader(&app, &me.actor), &name, true)?;
         let dir = app.stores.get(&name)?;
         let defaults = &app.root.settings().access;
+        let state = dir.load()?;
         // A change to the rules is approved under the rules before it.
-        let rules = match crate::rules::approvers_of_change(&dir.load()?, defaults) {
+        let rules = match crate::rules::approvers_of_change(&state, defaults) {
             Some(before) => before,
             None => access::rules(dir.as_ref(), defaults),
         };
         let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
-        Ok(review_body(&name, &r, approver.then_some(&me)))
+        let required = dir.config().map_or(1, |c| c.approval.required);
+        let so_far = Approvals::of(&state, required, rules.approvers.clone());
+        Ok(review_body(&name, &r, &so_far, approver.then_some(&me)))
     })
     .await;
     match rendered {
@@ -337,18 +342,59 @@ pub async fn review(
     }
 }
 
-fn review_body(name: &str, r: &Review, approver: Option<&Who>) -> Markup {
+/// The approvals the pending await has so far, how many it needs, and who
+/// may give them.
+struct Approvals {
+    /// Who approved, when, with what note (the latest of each person).
+    given: Vec<crate::state::Approval>,
+    required: u32,
+    /// The approvers; `None` when anyone who may use the root is one.
+    approvers: Option<Vec<String>>,
+}
+
+impl Approvals {
+    fn of(state: &crate::state::State, required: u32, approvers: Option<Vec<String>>) -> Approvals {
+        let target = state.awaiting.as_ref().map(|a| a.id.as_str());
+        let mut given: Vec<crate::state::Approval> = Vec::new();
+        for a in state
+            .pending_approvals
+            .iter()
+            .filter(|a| a.await_id.as_deref() == target)
+        {
+            given.retain(|g| g.by != a.by);
+            given.push(a.clone());
+        }
+        Approvals {
+            given,
+            required,
+            approvers,
+        }
+    }
+
+    /// The approvers who have not approved yet.
+    fn others(&self) -> Option<Vec<&str>> {
+        let approvers = self.approvers.as_ref()?;
+        Some(
+            approvers
+                .iter()
+                .filter(|u| !self.given.iter().any(|g| &g.by == *u))
+                .map(String::as_str)
+                .collect(),
+        )
+    }
+}
+
+fn review_body(name: &str, r: &Review, so_far: &Approvals, approver: Option<&Who>) -> Markup {
     html! {
         h1 { "Review " a href=(format!("/loops/{name}")) { (name) } " " (badge(r.status.as_str())) }
         @match &r.awaiting {
             Some(a) => section.pending {
                 h2 { "Await " (a.id) }
-                p { "Since " (time(a.since)) ", before tick " (a.tick) }
+                p { "Since " (time(a.since)) " (" (ago(a.since)) "), before tick " (a.tick) }
                 ul { @for g in &a.gates {
                     li { strong { (g.gate) } ": " (g.reason) }
                 } }
                 @if let Some(h) = &a.head { p { "On commit " code { (h) } } }
-                @if let Some(w) = approver { (decide(name, &a.id, w)) }
             },
             None => p { "No await is pending." },
         }
@@ -359,15 +405,100 @@ fn review_body(name: &str, r: &Review, approver: Option<&Who>) -> Markup {
         (metrics(r))
         h2 { "Config changes since the last approval" }
         (config_changes(r))
-        @if let Some(w) = &r.work {
-            h2 { "Work on " (w.range.branch) }
-            ul { @for c in &w.commits { li { code { (c) } } } }
-            pre.diffstat { (w.diffstat) }
-            @if !w.uncommitted.is_empty() {
-                h3 { "Uncommitted in the worktree (part of the work)" }
-                ul.uncommitted { @for d in &w.uncommitted { li { code { (d) } } } }
-                @if w.uncommitted_more > 0 { p { "And " (w.uncommitted_more) " more." } }
+        @if let Some(w) = &r.work { (work(w)) }
+        @if let Some(a) = &r.awaiting {
+            h2 #approvals { "Approvals" }
+            (approvals(so_far))
+            @if let Some(w) = approver { (decide(name, &a.id, w)) }
+        }
+    }
+}
+
+/// The work since the last approval: its commits, its diffstat, its patch
+/// per file, and what is uncommitted in the worktree.
+fn work(w: &views::review::Work) -> Markup {
+    html! {
+        h2 { "Work on " (w.range.branch) }
+        h3 { "Commits" }
+        @if w.commits.is_empty() { p { "None." } }
+        ul.commits { @for c in &w.commits { li { code { (c) } } } }
+        pre.diffstat { (w.diffstat) }
+        @if let Some(p) = &w.patch { (patch(p)) }
+        @if !w.uncommitted.is_empty() {
+            h3 { "Uncommitted in the worktree (part of the work)" }
+            ul.uncommitted { @for d in &w.uncommitted { li { code { (d) } } } }
+            @if w.uncommitted_more > 0 { p { "And " (w.uncommitted_more) " more." } }
+            @if let Some(p) = &w.uncommitted_patch { (patch(p)) }
+        }
+    }
+}
+
+/// A patch, one collapsed section per file; where the review cut it is
+/// said after the last.
+fn patch(text: &str) -> Markup {
+    let (files, cut) = per_file(text);
+    html! {
+        div.patch {
+            @for (file, diff) in &files {
+                details.file {
+                    summary { code { (file) } " " span.hint { (diff.lines().count()) " lines" } }
+                    pre.diff { (diff) }
+                }
             }
+            @if let Some(c) = cut { p.truncated { "The patch is truncated: " (c) } }
+        }
+    }
+}
+
+/// A patch split at each file's `diff --git a/X b/X` line: the file's name
+/// and its part; and the line that says where the patch was cut, if it was.
+fn per_file(text: &str) -> (Vec<(String, &str)>, Option<&str>) {
+    let mut body = text;
+    let mut cut = None;
+    let trimmed = text.trim_end_matches('\n');
+    let start = trimmed.rfind('\n').map_or(0, |i| i + 1);
+    let last = &trimmed[start..];
+    if last.starts_with("[truncated, ") || last.starts_with("[uncommitted patch cut at ") {
+        body = &text[..start];
+        cut = Some(last.trim_start_matches('[').trim_end_matches(']'));
+    }
+    let mut starts: Vec<usize> = body
+        .match_indices("diff --git ")
+        .map(|(i, _)| i)
+        .filter(|&i| i == 0 || body.as_bytes()[i - 1] == b'\n')
+        .collect();
+    if starts.first() != Some(&0) {
+        starts.insert(0, 0);
+    }
+    let mut files = Vec::new();
+    for (n, &s) in starts.iter().enumerate() {
+        let end = starts.get(n + 1).copied().unwrap_or(body.len());
+        let part = &body[s..end];
+        if part.trim().is_empty() {
+            continue;
+        }
+        let first = part.lines().next().unwrap_or("");
+        let file = first.rsplit_once(" b/").map_or(first, |(_, f)| f).to_owned();
+        files.push((file, part));
+    }
+    (files, cut)
+}
+
+/// `1 of 2 approvals so far, by ann (3m ago); bob or cy may still approve`.
+fn approvals(a: &Approvals) -> Markup {
+    html! {
+        p.approvals { (a.given.len()) " of " (a.required) " approvals so far"
+            @if a.given.is_empty() { "." } @else { ":" } }
+        @if !a.given.is_empty() {
+            ul.approvals { @for g in &a.given {
+                li { strong { (g.by) } " at " (time(g.at)) " (" (ago(g.at)) ")"
+                    @if let Some(n) = &g.note { ": " (n) } }
+            } }
+        }
+        @match a.others() {
+            Some(o) if o.is_empty() => p.hint { "No other approver remains." },
+            Some(o) => p.hint { "May still approve: " (o.join(", ")) "." },
+            None => p.hint { "Anyone who may use the root may approve." },
         }
     }
 }
@@ -597,6 +728,23 @@ mod tests {
     use crate::state::Status;
 
     #[test]
+    fn a_patch_is_split_per_file_and_its_cut_is_said() {
+        let patch = "diff --git a/src/a.rs b/src/a.rs\n+a\ndiff --git a/b.txt b/b.txt\n+b\n[truncated, 42 bytes more]\n";
+        let (files, cut) = super::per_file(patch);
+        let names: Vec<&str> = files.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(names, ["src/a.rs", "b.txt"]);
+        assert_eq!(files[1].1, "diff --git a/b.txt b/b.txt\n+b\n");
+        assert_eq!(cut, Some("truncated, 42 bytes more"));
+        let html = super::patch(patch).into_string();
+        assert_eq!(html.matches("<details class=\"file\">").count(), 2, "{html}");
+        assert!(
+            html.contains("The patch is truncated: truncated, 42 bytes more"),
+            "{html}"
+        );
+        assert_eq!(super::per_file("diff --git a/x b/x\n+x\n").1, None);
+    }
+
+    #[test]
     fn the_review_page_lists_what_is_uncommitted_in_the_worktree() {
         let mut range = crate::since::Range::default();
         range.branch = "loop/x".into();
@@ -621,7 +769,12 @@ mod tests {
             unrecorded_config: None,
             link: None,
         };
-        let html = super::review_body("x", &r, None).into_string();
+        let none = super::Approvals {
+            given: Vec::new(),
+            required: 1,
+            approvers: None,
+        };
+        let html = super::review_body("x", &r, &none, None).into_string();
         assert!(html.contains("Uncommitted in the worktree"), "{html}");
         assert!(
             html.contains("?? new.sh") && html.contains("And 3 more."),

@@ -791,6 +791,51 @@ fn the_console_says_since_when_a_loop_awaits_and_why_its_last_tick_failed() {
 }
 
 #[test]
+fn the_review_page_shows_the_evidence_then_the_approvals_so_far_then_the_forms() {
+    let env = Env::new();
+    let (ann, bob) = (user(&env, "ann"), user(&env, "bob"));
+    user(&env, "cy");
+    awaiting(
+        &env,
+        "demo",
+        "[access]\napprovers = [\"ann\", \"bob\", \"cy\"]\n[approval]\nrequired = 2\n",
+    );
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &bob);
+    let cookie = format!("automaton_session={id}");
+    let page = || {
+        answer(
+            agent()
+                .get(s.url("/loops/demo/review"))
+                .header("Cookie", &cookie)
+                .call(),
+        )
+    };
+    let (status, before) = page();
+    assert_eq!(status, 200);
+    assert!(
+        before.contains("0 of 2 approvals so far") && before.contains("May still approve: ann, bob, cy."),
+        "{before}"
+    );
+    let (evidence, forms) = (
+        before.find("Ticks since the last approval").unwrap(),
+        before.find("action=\"/loops/demo/approve\"").unwrap(),
+    );
+    assert!(evidence < forms, "the buttons come after the evidence: {before}");
+    let (status, _) = post(&s, "/api/loops/demo/approve", &ann, r#"{"note":"ship it"}"#);
+    assert_eq!(status, 200);
+    let (_, after) = page();
+    assert!(
+        after.contains("1 of 2 approvals so far")
+            && after.contains("<strong>ann</strong>")
+            && after.contains("ship it")
+            && after.contains("May still approve: bob, cy."),
+        "{after}"
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
     let env = Env::new();
     awaiting(&env, "demo", "");
