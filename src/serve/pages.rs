@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -181,51 +181,89 @@ fn loops_table(listed: &[status::Listed]) -> Markup {
     }
 }
 
-/// The buttons `who` may press on a loop in `status`.
-fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, status: Status, running: bool) -> Markup {
+/// The buttons `who` may press on loop `v` as it stands: Pause on a loop
+/// that can run or awaits, Resume on one paused, halted or completed (with
+/// the budget's reset when the budget gate halted it), Cancel on a running
+/// tick; none the user's roles do not allow.
+fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, v: &status::LoopView) -> Markup {
     let rules = access::rules(dir, &app.root.settings().access);
     let may = |a: Action| access::check(&who.actor, a, &rules).is_ok();
     let name = dir.name().as_str();
-    let button = |verb: &str, label: &str| {
+    let status = v.state.status;
+    let button = |verb: &str, label: &str, extra: Option<(&str, &str)>| {
         html! {
             form.inline method="post" action=(format!("/loops/{name}/{verb}")) {
                 (csrf(who))
+                @if let Some((k, val)) = extra { input type="hidden" name=(k) value=(val); }
                 button type="submit" name="verb" value=(verb) { (label) }
             }
         }
     };
+    let pausable = matches!(status, Status::Active | Status::AwaitingApproval);
+    let resumable = matches!(status, Status::Paused | Status::Halted | Status::Completed);
+    let budget = matches!(&v.stopped_by, Some((g, _, _)) if g == "stock:budget");
     html! {
         div.actions {
             @if status == Status::AwaitingApproval && may(Action::Approve) {
                 a.button href=(format!("/loops/{name}/review")) { "Review" }
             }
-            @if status != Status::Paused && may(Action::Pause) { (button("pause", "Pause")) }
-            @if status != Status::Active && may(Action::Resume) { (button("resume", "Resume")) }
-            @if running && may(Action::Cancel) { (button("cancel", "Cancel tick")) }
+            @if pausable && may(Action::Pause) { (button("pause", "Pause", None)) }
+            @if resumable && may(Action::Resume) {
+                (button("resume", "Resume", None))
+                @if budget { (button("resume", "Resume and reset the budget", Some(("reset_budget", "yes")))) }
+            }
+            @if v.state.in_flight.is_some() && may(Action::Cancel) { (button("cancel", "Cancel tick", None)) }
         }
     }
 }
 
 /// `GET /loops/NAME`: its status, the buttons its user may press, and its
 /// latest events.
-pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name): Path<String>) -> Response {
+pub async fn one(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path(name): Path<String>,
+    Query(flash): Query<Flash>,
+) -> Response {
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(move || {
         let ctx = reader(&app, &me.actor);
         let view = views::status::status(&ctx, &name)?;
         let dir = app.stores.get(&name)?;
-        let state = &view.state;
         let history = views::history::history(&ctx, &name, Some(EVENTS_SHOWN))?;
         let events: Vec<Line> = history.events.iter().rev().map(Line::of).collect();
-        let running = state.in_flight.is_some();
-        let actions = actions(&app, &me, dir.as_ref(), state.status, running);
+        let actions = actions(&app, &me, dir.as_ref(), &view);
         Ok(loop_body(&view, actions, &events))
     })
     .await;
     match rendered {
-        Ok(body) => html_response(StatusCode::OK, page(&shown, Some(&who), Some(&shown), body)),
+        Ok(body) => {
+            let body = html! { (flash.message()) (body) };
+            html_response(StatusCode::OK, page(&shown, Some(&who), Some(&shown), body))
+        }
         Err(e) => error_page(Some(&who), e.into()),
+    }
+}
+
+/// The message a page shows after a change it redirected from
+/// (`?done=VERB`): fixed words by verb, nothing the link could make it say.
+#[derive(Deserialize, Default)]
+pub struct Flash {
+    done: Option<String>,
+}
+
+impl Flash {
+    fn message(&self) -> Markup {
+        let said = match self.done.as_deref().and_then(Verb::parse) {
+            Some(Verb::Approve) => "Approved. The page shows the loop as it is now.",
+            Some(Verb::Reject) => "Rejected. The page shows the loop as it is now.",
+            Some(Verb::Pause) => "Paused.",
+            Some(Verb::Resume) => "Resumed.",
+            Some(Verb::Cancel) => "The running tick was cancelled.",
+            None => return html! {},
+        };
+        html! { p.flash role="status" { (said) } }
     }
 }
 
@@ -237,6 +275,12 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
         @if let Some(e) = &v.config_error { p.error { (e) } }
         @if v.unconfined { p.error { "Its step runs unconfined: " code { "[step] confine = \"off\"" } "." } }
         @if let Some(r) = &s.status_reason { p { "Why: " (r) } }
+        @if let Some((gate, phase, tick)) = &v.stopped_by {
+            dl.facts.stopped {
+                dt { "Stopped by" } dd { "gate " (gate) " (" (phase.to_string()) ", tick " (tick) ")" }
+                dt { "To clear" } dd { (crate::commands::status::clears(&v.name, gate)) }
+            }
+        }
         (actions)
         dl.facts {
             dt { "Tick" } dd { (s.tick) }
@@ -516,9 +560,9 @@ fn decide(name: &str, await_id: &str, who: &Who) -> Markup {
             form.card method="post" action=(format!("/loops/{name}/reject")) {
                 (csrf(who))
                 input type="hidden" name="await" value=(await_id);
-                label for="reason" { "Reason" }
-                textarea #reason name="reason" rows="2" {}
-                button.reject type="submit" { "Reject" }
+                label for="reason" { "Reason (required)" }
+                textarea #reason name="reason" rows="2" required {}
+                button.reject type="submit" { "Reject…" }
             }
         }
     }
@@ -657,6 +701,10 @@ pub struct ChangeForm {
     reason: Option<String>,
     #[serde(rename = "await")]
     await_id: Option<String>,
+    /// `yes` on a confirmation's form: Reject and Cancel are done only so.
+    confirm: Option<String>,
+    /// `yes`: Resume starts the totals over (`resume --reset-budget`).
+    reset_budget: Option<String>,
 }
 
 /// `POST /loops/NAME/VERB`: a button pressed; back to the loop's page.
@@ -690,18 +738,76 @@ pub async fn change(
         return error_page(Some(&who), e);
     }
     let text = |t: Option<String>| t.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    let confirmed = form.confirm.as_deref() == Some("yes");
     let change = Change {
         note: text(form.note).filter(|_| verb == Verb::Approve),
         reason: text(form.reason).filter(|_| matches!(verb, Verb::Reject | Verb::Pause)),
         await_id: text(form.await_id).filter(|_| matches!(verb, Verb::Approve | Verb::Reject)),
-        reset_budget: None,
+        reset_budget: (verb == Verb::Resume && form.reset_budget.as_deref() == Some("yes")).then_some(true),
     };
+    if verb == Verb::Reject && change.reason.is_none() {
+        let e = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "reason_required",
+            "a rejection needs a reason; go back and give one",
+        );
+        return error_page(Some(&who), e);
+    }
+    if matches!(verb, Verb::Reject | Verb::Cancel) && !confirmed {
+        return confirm_page(&who, &name, verb, &change);
+    }
     let target = name.clone();
     let actor = who.actor.clone();
     match blocking(move || api::apply(&app, actor, verb, &target, change)).await {
-        Ok(_) => Redirect::to(&format!("/loops/{name}")).into_response(),
+        Ok(_) => Redirect::to(&format!("/loops/{name}?done={}", verb_word(verb))).into_response(),
         Err(e) => error_page(Some(&who), e.into()),
     }
+}
+
+fn verb_word(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Approve => "approve",
+        Verb::Reject => "reject",
+        Verb::Pause => "pause",
+        Verb::Resume => "resume",
+        Verb::Cancel => "cancel",
+    }
+}
+
+/// The second step of Reject and Cancel: what is about to happen, and a
+/// form that does it (`confirm=yes`) or a link back; no script needed.
+fn confirm_page(who: &Who, name: &str, verb: Verb, change: &Change) -> Response {
+    let (title, what, yes, back) = match verb {
+        Verb::Reject => (
+            "Reject?",
+            format!(
+                "Reject {} of loop {name}: its approvals so far are dropped.",
+                change.await_id.as_deref().unwrap_or("the pending await")
+            ),
+            "Yes, reject",
+            format!("/loops/{name}/review"),
+        ),
+        _ => (
+            "Cancel the running tick?",
+            format!("Cancel the running tick of loop {name}: its step is stopped."),
+            "Yes, cancel the tick",
+            format!("/loops/{name}"),
+        ),
+    };
+    let body = html! {
+        h1 { (title) }
+        p { (what) }
+        @if let Some(r) = &change.reason { p { "Reason: " (r) } }
+        form.card method="post" action=(format!("/loops/{name}/{}", verb_word(verb))) {
+            (csrf(who))
+            input type="hidden" name="confirm" value="yes";
+            @if let Some(r) = &change.reason { input type="hidden" name="reason" value=(r); }
+            @if let Some(a) = &change.await_id { input type="hidden" name="await" value=(a); }
+            button.reject type="submit" { (yes) }
+        }
+        p { a href=(back) { "No, go back" } }
+    };
+    html_response(StatusCode::OK, page(title, Some(who), None, body))
 }
 
 /// `GET /assets/FILE`: the console's own script and style.

@@ -46,9 +46,17 @@ try {
   await Promise.all([page.waitForURL(/\/loops\/waiting\/review$/), first.locator("a", { hasText: "review" }).click()]);
   check(await page.locator("section.pending").isVisible(), "the review shows the pending await");
   check((await page.content()).includes("hello from the step"), "the review shows the tick's output");
+  const ticksAt = (await page.locator("h2", { hasText: "Ticks since the last approval" }).boundingBox()).y;
+  const approveAt = (await page.locator("button.approve").boundingBox()).y;
+  check(ticksAt < approveAt, "on a phone the evidence comes before the Approve button");
+  check((await page.locator("p.approvals").innerText()).includes("0 of 1 approvals so far"), "the review says the approvals so far");
   await shot(page, "review");
+  await page.click("button.reject");
+  check(new URL(page.url()).pathname.endsWith("/review"), "Reject with no reason is stopped by the browser");
+  check(await page.evaluate(() => !document.querySelector("#reason").validity.valid), "the reason is required");
   await page.fill("#note", "approved from a phone");
-  await Promise.all([page.waitForURL(base + "/loops/waiting"), page.click("button.approve")]);
+  await Promise.all([page.waitForURL(base + "/loops/waiting?done=approve"), page.click("button.approve")]);
+  check((await page.locator("p.flash").innerText()).includes("Approved."), "the page says the approval was given");
   check((await page.content()).includes("approved from a phone"), "the loop's history shows the approval and its note");
 
   // A change made elsewhere shows up without a reload by hand.

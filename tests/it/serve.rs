@@ -836,6 +836,143 @@ fn the_review_page_shows_the_evidence_then_the_approvals_so_far_then_the_forms()
 }
 
 #[test]
+fn reject_and_cancel_ask_a_reason_and_a_confirmation_and_every_change_says_what_it_did() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, csrf) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let form = |path: &str, fields: &[(&str, &str)]| {
+        let mut fields = fields.to_vec();
+        fields.push(("csrf", csrf.as_str()));
+        let r = agent()
+            .post(s.url(path))
+            .header("Cookie", &cookie)
+            .send_form(fields)
+            .unwrap();
+        let to = r
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned());
+        (r.status().as_u16(), to, answer(Ok(r)).1)
+    };
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call()).1;
+    let review = page("/loops/demo/review");
+    assert!(review.contains("name=\"reason\" rows=\"2\" required"), "{review}");
+    let await_id = hidden(&review, "await");
+    let before = env.history("demo").len();
+    let (status, _, refused) = form("/loops/demo/reject", &[("await", &await_id), ("reason", " ")]);
+    assert!(status == 422 && refused.contains("needs a reason"), "{refused}");
+    let (status, _, asked) = form(
+        "/loops/demo/reject",
+        &[("await", &await_id), ("reason", "wrong branch")],
+    );
+    assert!(
+        status == 200 && asked.contains("Yes, reject") && asked.contains("wrong branch"),
+        "{asked}"
+    );
+    let (status, _, asked) = form("/loops/demo/cancel", &[]);
+    assert!(status == 200 && asked.contains("Yes, cancel the tick"), "{asked}");
+    assert_eq!(
+        env.history("demo").len(),
+        before,
+        "nothing is done before its confirmation"
+    );
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    let (status, to, _) = form(
+        "/loops/demo/reject",
+        &[
+            ("await", &await_id),
+            ("reason", "wrong branch"),
+            ("confirm", "yes"),
+        ],
+    );
+    assert_eq!((status, to.as_deref()), (303, Some("/loops/demo?done=reject")));
+    let rejected = env
+        .history("demo")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "rejected")
+        .unwrap();
+    assert_eq!(rejected["reason"], "wrong branch");
+    let after = page("/loops/demo?done=reject");
+    assert!(
+        after.contains("Rejected.") && after.contains("badge halted"),
+        "{after}"
+    );
+    assert!(
+        after.contains("value=\"resume\"") && !after.contains("value=\"pause\""),
+        "{after}"
+    );
+    let (status, to, _) = form("/loops/demo/resume", &[]);
+    assert_eq!((status, to.as_deref()), (303, Some("/loops/demo?done=resume")));
+    let (status, to, _) = form("/loops/demo/pause", &[]);
+    assert_eq!((status, to.as_deref()), (303, Some("/loops/demo?done=pause")));
+    let paused = page("/loops/demo?done=pause");
+    assert!(
+        paused.contains("Paused.") && paused.contains("badge paused"),
+        "{paused}"
+    );
+    assert!(
+        paused.contains("value=\"resume\"") && !paused.contains("value=\"pause\""),
+        "{paused}"
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn the_console_offers_only_the_buttons_a_loops_state_allows_and_says_what_stopped_it() {
+    let env = Env::new();
+    awaiting(&env, "waits", "");
+    env.new_loop(
+        "spender",
+        "step = \"echo cost_usd=0.6 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [[gate]]\nstock = \"budget\"\nparams = { metric = \"cost_usd\", max = 1.0 }\n",
+    );
+    for _ in 0..3 {
+        env.run(&["tick", "spender"]);
+    }
+    assert_eq!(env.state("spender")["status"], "halted");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call()).1;
+    let waits = page("/loops/waits");
+    assert!(
+        waits.contains("value=\"pause\"") && !waits.contains("value=\"resume\""),
+        "{waits}"
+    );
+    let halted = page("/loops/spender");
+    assert!(
+        !halted.contains("value=\"pause\"") && halted.contains("value=\"resume\""),
+        "{halted}"
+    );
+    assert!(
+        halted.contains("Stopped by")
+            && halted.contains("gate stock:budget")
+            && halted.contains("--reset-budget")
+            && halted.contains("Resume and reset the budget"),
+        "{halted}"
+    );
+    let csrf = hidden(&halted, "csrf");
+    let r = agent()
+        .post(s.url("/loops/spender/resume"))
+        .header("Cookie", &cookie)
+        .send_form([("reset_budget", "yes"), ("csrf", csrf.as_str())])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(env.state("spender")["status"], "active");
+    assert!(
+        env.history("spender").iter().any(|e| e["kind"] == "totals-reset"),
+        "{:?}",
+        env.history("spender")
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
     let env = Env::new();
     awaiting(&env, "demo", "");
