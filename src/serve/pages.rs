@@ -95,19 +95,30 @@ pub fn signin(csrf: &str, error: Option<&str>) -> Response {
     html_response(StatusCode::OK, page("Sign in", None, None, body))
 }
 
-fn time(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+/// `<time datetime="2026-12-03T16:04:07Z">2026-12-03 16:04 UTC (3m
+/// ago)</time>`: read well without a script, which shows it in the
+/// viewer's own zone (`/assets/console.js`).
+fn time(t: jiff::Timestamp) -> Markup {
+    html! {
+        time datetime=(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()) title=(t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()) {
+            (t.strftime("%Y-%m-%d %H:%M UTC").to_string()) " (" (ago(t)) ")"
+        }
+    }
 }
 
-/// `3m ago`, `just now`.
+/// `3m ago`, `just now`, `in 5m`.
 fn ago(t: jiff::Timestamp) -> String {
-    let secs = crate::clock::now().duration_since(t).as_secs().max(0);
+    let secs = crate::clock::now().duration_since(t).as_secs();
+    let span = |s: i64| match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    };
     match secs {
-        0..5 => "just now".to_owned(),
-        5..60 => format!("{secs}s ago"),
-        60..3600 => format!("{}m ago", secs / 60),
-        3600..86_400 => format!("{}h ago", secs / 3600),
-        _ => format!("{}d ago", secs / 86_400),
+        -4..5 => "just now".to_owned(),
+        5.. => format!("{} ago", span(secs)),
+        _ => format!("in {}", span(-secs)),
     }
 }
 
@@ -119,9 +130,9 @@ fn awaiting(v: &status::LoopView) -> Option<&crate::state::Await> {
         .filter(|_| v.state.status == Status::AwaitingApproval)
 }
 
-/// `awaiting approval since 2026-12-03 14:02:11 UTC (3m ago)`.
-fn awaiting_since(a: &crate::state::Await) -> String {
-    format!("awaiting approval since {} ({})", time(a.since), ago(a.since))
+/// `awaiting approval since 2026-12-03 14:02 UTC (3m ago)`.
+fn awaiting_since(a: &crate::state::Await) -> Markup {
+    html! { "awaiting approval since " (time(a.since)) }
 }
 
 fn badge(status: &str) -> Markup {
@@ -434,7 +445,7 @@ fn review_body(name: &str, r: &Review, so_far: &Approvals, approver: Option<&Who
         @match &r.awaiting {
             Some(a) => section.pending {
                 h2 { "Await " (a.id) }
-                p { "Since " (time(a.since)) " (" (ago(a.since)) "), before tick " (a.tick) }
+                p { "Since " (time(a.since)) ", before tick " (a.tick) }
                 ul { @for g in &a.gates {
                     li { strong { (g.gate) } ": " (g.reason) }
                 } }
@@ -535,7 +546,7 @@ fn approvals(a: &Approvals) -> Markup {
             @if a.given.is_empty() { "." } @else { ":" } }
         @if !a.given.is_empty() {
             ul.approvals { @for g in &a.given {
-                li { strong { (g.by) } " at " (time(g.at)) " (" (ago(g.at)) ")"
+                li { strong { (g.by) } " at " (time(g.at))
                     @if let Some(n) = &g.note { ": " (n) } }
             } }
         }
@@ -832,6 +843,22 @@ pub async fn asset(Path(file): Path<String>) -> Response {
 mod tests {
     use crate::ops::views::review::{Review, Work};
     use crate::state::Status;
+
+    #[test]
+    fn a_time_reads_in_utc_with_its_age_and_carries_its_instant_for_the_script() {
+        let t: jiff::Timestamp = "2026-12-03T16:04:07.923975625Z".parse().unwrap();
+        let html = super::time(t).into_string();
+        assert!(
+            html.starts_with("<time datetime=\"2026-12-03T16:04:07Z\"")
+                && html.contains(">2026-12-03 16:04 UTC (")
+                && !html.contains(".923"),
+            "{html}"
+        );
+        let now = crate::clock::now();
+        let ten_minutes = jiff::SignedDuration::from_secs(630);
+        assert_eq!(super::ago(now.checked_sub(ten_minutes).unwrap()), "10m ago");
+        assert_eq!(super::ago(now.checked_add(ten_minutes).unwrap()), "in 10m");
+    }
 
     #[test]
     fn a_patch_is_split_per_file_and_its_cut_is_said() {

@@ -9,7 +9,8 @@ const base = process.env.CONSOLE_URL;
 const approver = process.env.APPROVER_TOKEN;
 const viewer = process.env.VIEWER_TOKEN;
 const shots = process.env.SCREENSHOTS || "";
-const phone = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true };
+const phone = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, timezoneId: "Asia/Tokyo" };
+const desktop = { viewport: { width: 1280, height: 800 }, timezoneId: "Europe/Paris" };
 let passed = 0;
 
 function check(ok, what) {
@@ -41,6 +42,9 @@ try {
   check(await first.locator(".badge.awaiting-approval").count() === 1, "it is shown awaiting approval");
   const wide = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   check(!wide, "the list fits a phone's width");
+  const since = await first.locator("time").first().innerText();
+  check(since.includes("Asia/Tokyo") && / \((just now|\d+[smhd] ago)\)$/.test(since) && !since.includes("UTC"),
+    "a time is shown in the viewer's zone with its age, not " + since);
   await shot(page, "loops");
 
   await Promise.all([page.waitForURL(/\/loops\/waiting\/review$/), first.locator("a", { hasText: "review" }).click()]);
@@ -70,10 +74,11 @@ try {
   await page.waitForSelector("h1 .badge.paused", { timeout: 10000 });
   check(true, "the open page shows the pause by itself");
 
-  const seen = await signIn(await browser.newContext(phone), viewer);
+  const seen = await signIn(await browser.newContext(desktop), viewer);
   await seen.goto(base + "/loops/waiting/review");
   check(await seen.locator("section.pending").isVisible(), "a viewer sees the review");
   check(await seen.locator("button.approve, button.reject").count() === 0, "a viewer sees no Approve or Reject");
+  check((await seen.locator("section.pending time").first().innerText()).includes("Europe/Paris"), "a desktop shows its own zone");
   await seen.goto(base + "/loops/other");
   check(await seen.locator(".actions button").count() === 0, "a viewer sees no Pause, Resume or Cancel");
   await shot(seen, "viewer");

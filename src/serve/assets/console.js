@@ -1,7 +1,8 @@
 // automaton console: reload a page when what it shows changes (server-sent
 // events from /events), unless a form on it is being filled in; keep a
 // running tick's output page fresh; fill the sign-in form from a link's
-// #token=... (the fragment never reaches the server).
+// #token=... (the fragment never reaches the server); show times in the
+// viewer's zone.
 (function () {
   "use strict";
   var live = document.body.getAttribute("data-live");
@@ -42,6 +43,25 @@
     note.appendChild(again);
     var main = document.querySelector("main");
     if (main) main.insertBefore(note, main.firstChild);
+  }
+  // Times in the viewer's zone: the server writes them in UTC with their
+  // instant in datetime=; shown here as local time with how long ago.
+  var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+  var age = function (ms) {
+    var s = Math.round(ms / 1000), a = Math.abs(s);
+    if (a < 5) return "just now";
+    var span = a < 60 ? a + "s" : a < 3600 ? Math.floor(a / 60) + "m" :
+      a < 86400 ? Math.floor(a / 3600) + "h" : Math.floor(a / 86400) + "d";
+    return s > 0 ? span + " ago" : "in " + span;
+  };
+  var times = document.querySelectorAll("time[datetime]");
+  for (var t = 0; t < times.length; t++) {
+    var d = new Date(times[t].getAttribute("datetime"));
+    if (isNaN(d)) continue;
+    var zone = "";
+    try { zone = " " + Intl.DateTimeFormat().resolvedOptions().timeZone; } catch (e) { zone = ""; }
+    times[t].textContent = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + zone + " (" + age(Date.now() - d.getTime()) + ")";
   }
   var token = document.getElementById("token");
   var m = /[#&]token=([^&]+)/.exec(location.hash);
