@@ -139,8 +139,92 @@ fn badge(status: &str) -> Markup {
     html! { span class=(format!("badge {}", status.replace('_', "-"))) { (status.replace('_', " ")) } }
 }
 
-/// `GET /`: the loops the user may see, awaiting approval first.
-pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Response {
+/// The most loops the loops page lists at once.
+const LOOPS_PER_PAGE: usize = 50;
+
+/// `GET /?status=S&q=TEXT&page=N`: which loops the loops page lists.
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    status: Option<String>,
+    q: Option<String>,
+    page: Option<String>,
+}
+
+impl ListQuery {
+    fn status(&self) -> Option<&str> {
+        self.status.as_deref().filter(|s| !s.is_empty())
+    }
+
+    fn search(&self) -> Option<String> {
+        self.q
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+            .map(str::to_lowercase)
+    }
+
+    /// The page asked for, from 1.
+    fn page(&self) -> usize {
+        self.page
+            .as_deref()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// This query's link, at page `page`.
+    fn link(&self, status: Option<&str>, page: usize) -> String {
+        let mut parts = Vec::new();
+        if let Some(s) = status {
+            parts.push(format!("status={}", encode(s)));
+        }
+        if let Some(q) = self.q.as_deref().filter(|q| !q.trim().is_empty()) {
+            parts.push(format!("q={}", encode(q.trim())));
+        }
+        if page > 1 {
+            parts.push(format!("page={page}"));
+        }
+        if parts.is_empty() {
+            "/".to_owned()
+        } else {
+            format!("/?{}", parts.join("&"))
+        }
+    }
+}
+
+/// `text` as a URL's query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A listed loop's status as the page counts and filters it.
+fn listed_status(l: &status::Listed) -> String {
+    match l {
+        status::Listed::Loop(v) => v.shown_status(),
+        status::Listed::Unreadable { .. } => "unreadable".to_owned(),
+    }
+}
+
+fn listed_name(l: &status::Listed) -> &str {
+    match l {
+        status::Listed::Loop(v) => &v.name,
+        status::Listed::Unreadable { name, .. } => name,
+    }
+}
+
+/// `GET /`: the loops the user may see, awaiting approval first: their
+/// counts by status, then those the filter and search keep, a page at a
+/// time; and a banner when no daemon serves the root.
+pub async fn list(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Query(query): Query<ListQuery>,
+) -> Response {
     let me = who.clone();
     let rendered = blocking(move || {
         let mut listed = views::status::list(&reader(&app, &me.actor))?.loops;
@@ -148,24 +232,92 @@ pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Respo
             status::Listed::Loop(v) => v.state.status != Status::AwaitingApproval,
             status::Listed::Unreadable { .. } => true,
         });
-        Ok(loops_table(&listed))
+        let banner = no_daemon(&app);
+        Ok(html! { (banner) (loops_page(&listed, &query)) })
     })
     .await;
     match rendered {
-        Ok(table) => html_response(StatusCode::OK, page("Loops", Some(&who), Some("*"), table)),
+        Ok(body) => html_response(StatusCode::OK, page("Loops", Some(&who), Some("*"), body)),
         Err(e) => error_page(Some(&who), e.into()),
     }
 }
 
-fn loops_table(listed: &[status::Listed]) -> Markup {
+/// Whether a daemon serves the root now.
+fn daemon_serves(app: &App) -> bool {
+    crate::daemon::daemon_status(&app.root)
+        .ok()
+        .flatten()
+        .is_some_and(|d| d.serving)
+}
+
+/// The banner a page shows when no daemon serves the root.
+fn no_daemon(app: &App) -> Markup {
+    html! {
+        @if !daemon_serves(app) {
+            p.banner role="status" {
+                "No daemon serves this root: a loop's schedule and an approval's tick wait until "
+                code { "automaton daemon" } " runs (an OS schedule still fires its loop)."
+            }
+        }
+    }
+}
+
+/// The loops page: the counts by status (each a filter), the search, the
+/// loops `query` keeps, and the links to the other pages.
+fn loops_page(listed: &[status::Listed], query: &ListQuery) -> Markup {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for l in listed {
+        *counts.entry(listed_status(l)).or_default() += 1;
+    }
+    let search = query.search();
+    let kept: Vec<&status::Listed> = listed
+        .iter()
+        .filter(|l| query.status().is_none_or(|s| listed_status(l) == s))
+        .filter(|l| {
+            search
+                .as_ref()
+                .is_none_or(|q| listed_name(l).to_lowercase().contains(q))
+        })
+        .collect();
+    let pages = kept.len().div_ceil(LOOPS_PER_PAGE).max(1);
+    let at = query.page().min(pages);
+    let shown = &kept[(at - 1) * LOOPS_PER_PAGE..kept.len().min(at * LOOPS_PER_PAGE)];
     html! {
         h1 { "Loops" }
-        @if listed.is_empty() { p { "No loops to show." } }
+        nav.counts aria-label="By status" {
+            a href=(query.link(None, 1)) class=[query.status().is_none().then_some("on")] { "all " (listed.len()) }
+            @for (s, n) in &counts {
+                " " a href=(query.link(Some(s), 1)) class=[(query.status() == Some(s.as_str())).then_some("on")] {
+                    (s.replace('_', " ")) " " (n)
+                }
+            }
+        }
+        form.search method="get" action="/" role="search" {
+            @if let Some(s) = query.status() { input type="hidden" name="status" value=(s); }
+            label for="q" { "Search by name" }
+            input #q type="search" name="q" value=[query.q.as_deref()] placeholder="name";
+            button type="submit" { "Search" }
+        }
+        @if kept.is_empty() { p { "No loops to show." } }
+        @else { p.hint { "Loops " ((at - 1) * LOOPS_PER_PAGE + 1) "–" ((at - 1) * LOOPS_PER_PAGE + shown.len()) " of " (kept.len()) "." } }
+        (loops_table(shown))
+        @if pages > 1 {
+            nav.pages aria-label="Pages" {
+                @if at > 1 { a rel="prev" href=(query.link(query.status(), at - 1)) { "← Previous" } }
+                " Page " (at) " of " (pages) " "
+                @if at < pages { a rel="next" href=(query.link(query.status(), at + 1)) { "Next →" } }
+            }
+        }
+    }
+}
+
+fn loops_table(listed: &[&status::Listed]) -> Markup {
+    html! {
         table.loops {
             thead { tr { th { "Loop" } th { "Status" } th { "Next" } th { "Last" } } }
             tbody {
                 @for l in listed {
-                    @match l {
+                    @match *l {
                         status::Listed::Loop(v) => tr class=(v.state.status.as_str()) {
                             td { a href=(format!("/loops/{}", v.name)) { (v.name) } }
                             td { (badge(&v.shown_status()))
@@ -245,14 +397,16 @@ pub async fn one(
         let history = views::history::history(&ctx, &name, Some(EVENTS_SHOWN))?;
         let events: Vec<Line> = history.events.iter().rev().map(Line::of).collect();
         let actions = actions(&app, &me, dir.as_ref(), &view);
-        Ok(loop_body(&view, actions, &events))
+        let serving = daemon_serves(&app);
+        let required = dir.config().map_or(1, |c| c.approval.required);
+        let so_far = Approvals::of(&view.state, required, None);
+        let said = flash.message(&so_far, serving);
+        let banner = no_daemon(&app);
+        Ok(html! { (said) (banner) (loop_body(&view, actions, &events)) })
     })
     .await;
     match rendered {
-        Ok(body) => {
-            let body = html! { (flash.message()) (body) };
-            html_response(StatusCode::OK, page(&shown, Some(&who), Some(&shown), body))
-        }
+        Ok(body) => html_response(StatusCode::OK, page(&shown, Some(&who), Some(&shown), body)),
         Err(e) => error_page(Some(&who), e.into()),
     }
 }
@@ -265,9 +419,19 @@ pub struct Flash {
 }
 
 impl Flash {
-    fn message(&self) -> Markup {
+    /// What the change did; after an approval, whether the await has all
+    /// it needs (`so_far`) and when its tick runs (`serving`: a daemon
+    /// serves the root).
+    fn message(&self, so_far: &Approvals, serving: bool) -> Markup {
+        let short = so_far.given.len() < so_far.required as usize;
         let said = match self.done.as_deref().and_then(Verb::parse) {
-            Some(Verb::Approve) => "Approved. The page shows the loop as it is now.",
+            Some(Verb::Approve) if short => {
+                "Approved. It still awaits the other approvals it needs (see its review)."
+            }
+            Some(Verb::Approve) if serving => "Approved. The daemon serving this root starts its tick now.",
+            Some(Verb::Approve) => {
+                "Approved. No daemon serves this root: its tick runs when one starts, or at `automaton tick`."
+            }
             Some(Verb::Reject) => "Rejected. The page shows the loop as it is now.",
             Some(Verb::Pause) => "Paused.",
             Some(Verb::Resume) => "Resumed.",

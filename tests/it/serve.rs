@@ -973,6 +973,56 @@ fn the_console_offers_only_the_buttons_a_loops_state_allows_and_says_what_stoppe
 }
 
 #[test]
+fn the_loops_page_counts_filters_searches_and_pages_and_says_no_daemon_serves_the_root() {
+    let env = Env::new();
+    awaiting(&env, "waits", "");
+    for i in 1..=54 {
+        env.new_loop(&format!("plain-{i:02}"), "step = \"true\"\n");
+    }
+    env.ok(&["pause", "plain-07"]);
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, csrf) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call()).1;
+    let rows = |html: &str| html.matches("<tr class=").count();
+    let first = page("/");
+    assert!(
+        first.contains("all 55")
+            && first.contains("active 53")
+            && first.contains("paused 1")
+            && first.contains("awaiting approval 1")
+            && first.contains("Page 1 of 2"),
+        "{first}"
+    );
+    assert_eq!(rows(&first), 50, "{first}");
+    assert!(first.contains("No daemon serves this root"), "{first}");
+    let second = page("/?page=2");
+    assert!(
+        second.contains("Loops 51–55 of 55.") && second.contains("rel=\"prev\""),
+        "{second}"
+    );
+    assert_eq!(rows(&second), 5);
+    let paused = page("/?status=paused");
+    assert!(
+        paused.contains("/loops/plain-07") && rows(&paused) == 1,
+        "{paused}"
+    );
+    let found = page("/?q=PLAIN-1");
+    assert_eq!(rows(&found), 10, "{found}");
+    assert!(page("/?q=nothing-like-it").contains("No loops to show."));
+    let r = agent()
+        .post(s.url("/loops/waits/approve"))
+        .header("Cookie", &cookie)
+        .send_form([("csrf", csrf.as_str())])
+        .unwrap();
+    let to = r.headers()["location"].to_str().unwrap().to_owned();
+    let after = page(&to);
+    assert!(after.contains("Approved. No daemon serves this root"), "{after}");
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
     let env = Env::new();
     awaiting(&env, "demo", "");
