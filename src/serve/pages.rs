@@ -810,7 +810,10 @@ fn metrics(r: &Review) -> Markup {
 }
 
 /// `GET /loops/NAME/runs/N`: the tick's step output, standard output and
-/// standard error, as `logs` prints them; live while the tick runs.
+/// standard error, as `logs` prints them, with when it started, how long
+/// it ran and how it ended; while it runs, a Cancel button, and the
+/// script appends the output as it grows (`/output`). A tick the loop
+/// never reached is not found.
 pub async fn run(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
@@ -826,12 +829,14 @@ pub async fn run(
     let shown = name.clone();
     let rendered = blocking(move || {
         api::may_view(&app, &me.actor, &name)?;
-        let running = app
-            .stores
-            .get(&name)?
-            .load()?
-            .in_flight
-            .is_some_and(|f| f.tick == tick);
+        let dir = app.stores.get(&name)?;
+        let state = dir.load()?;
+        let running = state.in_flight.as_ref().filter(|f| f.tick == tick).cloned();
+        if running.is_none() && (tick == 0 || tick > state.tick) {
+            return Ok(None);
+        }
+        let rules = access::rules(dir.as_ref(), &app.root.settings().access);
+        let may_cancel = running.is_some() && access::check(&me.actor, Action::Cancel, &rules).is_ok();
         let out = |stderr| {
             let req = views::logs::Request {
                 tick: Some(tick),
@@ -839,28 +844,164 @@ pub async fn run(
                 stderr,
             };
             match views::logs::logs(&reader(&app, &me.actor), &name, req) {
-                Ok(o) if o.stderr_instead => String::new(),
-                Ok(o) => tail(&o.text),
-                Err(e) => format!("({})", crate::error::with_causes(&e)),
+                Ok(o) if o.stderr_instead => (String::new(), 0),
+                Ok(o) => (tail(&o.text), o.text.len()),
+                Err(e) => (format!("({})", crate::error::with_causes(&e)), 0),
             }
         };
-        Ok((out(false), out(true), running))
+        let last = state.last_tick.filter(|t| t.number == tick);
+        Ok(Some((out(false), out(true), running, last, may_cancel)))
     })
     .await;
-    let (stdout, stderr, running) = match rendered {
-        Ok(r) => r,
+    let (stdout, stderr, running, last, may_cancel) = match rendered {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            let e = ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_such_tick",
+                &format!("loop {shown} has no tick {tick}"),
+            );
+            return error_page(Some(&who), e);
+        }
         Err(e) => return error_page(Some(&who), e.into()),
     };
-    let body = html! {
-        h1 { a href=(format!("/loops/{shown}")) { (shown) } " tick " (tick) @if running { " " (badge("running")) } }
-        h2 { "Standard output" } pre.output { (stdout) }
-        h2 { "Standard error" } pre.output { (stderr) }
+    let output = |id: &str, (text, len): &(String, usize)| {
+        html! { pre.output id=(id) data-stream=(id) data-offset=(len) aria-live="off" { (text) } }
     };
-    let live = if running { "running" } else { shown.as_str() };
+    let body = html! {
+        h1 { a href=(format!("/loops/{shown}")) { (shown) } " tick " (tick) @if running.is_some() { " " (badge("running")) } }
+        dl.facts.run {
+            @if let Some(f) = &running {
+                dt { "Started" } dd { (time(f.started_at)) }
+                dt { "Running for" } dd #elapsed data-since=(f.started_at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()) { (elapsed(f.started_at, crate::clock::now())) }
+            }
+            @if let Some(t) = &last {
+                dt { "Started" } dd { (time(t.started_at)) }
+                dt { "Ran for" } dd { (elapsed(t.started_at, t.ended_at)) }
+                dt { "Outcome" } dd { (t.outcome.to_string()) }
+                @if let Some(p) = &t.step {
+                    dt { "Exit" } dd { @match (p.exit_code, p.signal) {
+                        (Some(c), _) => { "exit code " (c) },
+                        (None, Some(sig)) => { "ended by signal " (sig) },
+                        (None, None) => "–",
+                    } @if p.timed_out { " (timed out)" } }
+                }
+            }
+        }
+        @if may_cancel {
+            div.actions {
+                form.inline method="post" action=(format!("/loops/{shown}/cancel")) {
+                    (csrf(&who))
+                    button type="submit" { "Cancel tick" }
+                }
+            }
+        }
+        h2 { "Standard output" } (output("stdout", &stdout))
+        h2 { "Standard error" } (output("stderr", &stderr))
+    };
+    let live = if running.is_some() {
+        "running"
+    } else {
+        shown.as_str()
+    };
     html_response(
         StatusCode::OK,
         page(&format!("{shown} tick {tick}"), Some(&who), Some(live), body),
     )
+}
+
+/// `1h 2m 3s` from `from` to `to`.
+fn elapsed(from: jiff::Timestamp, to: jiff::Timestamp) -> String {
+    let secs = to.duration_since(from).as_secs().max(0);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m {}s", secs / 3600, secs / 60 % 60, secs % 60),
+    }
+}
+
+/// `GET /loops/NAME/runs/N/output?stream=stdout|stderr&from=OFFSET`.
+#[derive(Deserialize)]
+pub struct OutputQuery {
+    stream: Option<String>,
+    from: Option<u64>,
+}
+
+/// The most bytes one `/output` answer carries.
+const OUTPUT_CHUNK: u64 = 256 * 1024;
+
+/// `GET /loops/NAME/runs/N/output`: a tick's step output from byte `from`
+/// on (at most 256 KiB), as text; `x-next-offset` says where the next
+/// read starts, `x-running` whether the tick still runs. What a running
+/// tick's page fetches every 2 s instead of reloading itself.
+pub async fn output(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path((name, tick)): Path<(String, u64)>,
+    Query(q): Query<OutputQuery>,
+) -> Response {
+    let stderr = match q.stream.as_deref() {
+        Some("stdout") | None => false,
+        Some("stderr") => true,
+        Some(_) => return (StatusCode::BAD_REQUEST, "stream is stdout or stderr\n").into_response(),
+    };
+    let from = q.from.unwrap_or(0);
+    let me = who.clone();
+    let read = blocking(move || {
+        api::may_view(&app, &me.actor, &name)?;
+        let dir = app.stores.get(&name)?;
+        let running = dir.load()?.in_flight.is_some_and(|f| f.tick == tick);
+        Ok((read_from(dir.as_ref(), tick, stderr, from), running))
+    })
+    .await;
+    match read {
+        Ok((Some((bytes, next)), running)) => (
+            [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+                (header::CACHE_CONTROL, "no-store".to_owned()),
+                (header::HeaderName::from_static("x-next-offset"), next.to_string()),
+                (
+                    header::HeaderName::from_static("x-running"),
+                    u8::from(running).to_string(),
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Ok((None, _)) => (StatusCode::NOT_FOUND, "no such output\n").into_response(),
+        Err(e) => api_error_text(e.into()),
+    }
+}
+
+fn api_error_text(e: ApiError) -> Response {
+    (e.status, format!("{}\n", e.message)).into_response()
+}
+
+/// Tick `tick`'s step output from byte `from`, at most [`OUTPUT_CHUNK`]
+/// bytes, cut back to a whole character; the bytes and where the next read
+/// starts. `None` when the tick kept no output on this host.
+fn read_from(
+    dir: &dyn crate::store::LoopStore,
+    tick: u64,
+    stderr: bool,
+    from: u64,
+) -> Option<(Vec<u8>, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let run = crate::runs::Runs::open(dir.base_dir()).ok()??.run(tick).ok()??;
+    let Some((mut file, len)) = run.open_read(crate::runs::output_name("step", stderr)).ok()? else {
+        return Some((Vec::new(), 0));
+    };
+    let from = from.min(len);
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(from)).ok()?;
+    file.take(OUTPUT_CHUNK).read_to_end(&mut bytes).ok()?;
+    let whole = match std::str::from_utf8(&bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => bytes.len(),
+    };
+    bytes.truncate(whole);
+    Some((bytes.clone(), from + bytes.len() as u64))
 }
 
 /// The end of an output, as text.

@@ -37,6 +37,17 @@ const browser = await chromium.launch({
 });
 try {
   const page = await signIn(await browser.newContext(phone), approver);
+
+  // A running tick's page grows by itself, without loading again.
+  await page.goto(base + "/loops/slow/runs/1");
+  check(await page.locator("h1 .badge.running").count() === 1, "the run page says the tick runs");
+  check(await page.locator("button", { hasText: "Cancel tick" }).count() === 1, "an operator may cancel it from there");
+  check((await page.locator("dl.run").innerText()).includes("Running for"), "the run page says how long it has run");
+  await page.evaluate(() => { window.stillThisPage = true; });
+  const before = (await page.locator("#stdout").innerText()).split("\n").length;
+  await page.waitForFunction((n) => document.querySelector("#stdout").innerText.split("\n").length > n + 2, before, { timeout: 15000 });
+  check(await page.evaluate(() => window.stillThisPage === true), "the output was appended, the page not loaded again");
+  await page.goto(base + "/");
   const first = page.locator("table.loops tbody tr").first();
   check((await first.innerText()).includes("waiting"), "the awaiting loop is listed first");
   check(await first.locator(".badge.awaiting-approval").count() === 1, "it is shown awaiting approval");

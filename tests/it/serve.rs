@@ -1023,6 +1023,51 @@ fn the_loops_page_counts_filters_searches_and_pages_and_says_no_daemon_serves_th
 }
 
 #[test]
+fn a_run_page_says_how_its_tick_ended_serves_its_output_by_offset_and_a_tick_never_run_is_not_found() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let get_page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call());
+    let (status, missing) = get_page("/loops/demo/runs/9999");
+    assert!(status == 404 && missing.contains("has no tick 9999"), "{missing}");
+    let root = env.root.display().to_string();
+    assert!(!missing.contains(&root), "{missing}");
+    let (status, ran) = get_page("/loops/demo/runs/1");
+    assert!(
+        status == 200
+            && ran.contains("exit code 0")
+            && ran.contains("Ran for")
+            && ran.contains("data-offset=\"20\""),
+        "{ran}"
+    );
+    let output = |from: u64| {
+        let mut r = agent()
+            .get(s.url(&format!("/loops/demo/runs/1/output?stream=stdout&from={from}")))
+            .header("Cookie", &cookie)
+            .call()
+            .unwrap();
+        let head = |h: &str| r.headers()[h].to_str().unwrap().to_owned();
+        let (next, running) = (head("x-next-offset"), head("x-running"));
+        (r.body_mut().read_to_string().unwrap(), next, running)
+    };
+    assert_eq!(
+        output(0),
+        (
+            "hello from the step\n".to_owned(),
+            "20".to_owned(),
+            "0".to_owned()
+        )
+    );
+    assert_eq!(output(6).0, "from the step\n");
+    assert_eq!(output(20).0, "");
+    assert_eq!(get_page("/loops/demo/runs/9999/output").0, 404);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
     let env = Env::new();
     awaiting(&env, "demo", "");
