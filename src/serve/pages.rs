@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -95,19 +95,30 @@ pub fn signin(csrf: &str, error: Option<&str>) -> Response {
     html_response(StatusCode::OK, page("Sign in", None, None, body))
 }
 
-fn time(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+/// `<time datetime="2026-12-03T16:04:07Z">2026-12-03 16:04 UTC (3m
+/// ago)</time>`: read well without a script, which shows it in the
+/// viewer's own zone (`/assets/console.js`).
+fn time(t: jiff::Timestamp) -> Markup {
+    html! {
+        time datetime=(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()) title=(t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()) {
+            (t.strftime("%Y-%m-%d %H:%M UTC").to_string()) " (" (ago(t)) ")"
+        }
+    }
 }
 
-/// `3m ago`, `just now`.
+/// `3m ago`, `just now`, `in 5m`.
 fn ago(t: jiff::Timestamp) -> String {
-    let secs = crate::clock::now().duration_since(t).as_secs().max(0);
+    let secs = crate::clock::now().duration_since(t).as_secs();
+    let span = |s: i64| match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    };
     match secs {
-        0..5 => "just now".to_owned(),
-        5..60 => format!("{secs}s ago"),
-        60..3600 => format!("{}m ago", secs / 60),
-        3600..86_400 => format!("{}h ago", secs / 3600),
-        _ => format!("{}d ago", secs / 86_400),
+        -4..5 => "just now".to_owned(),
+        5.. => format!("{} ago", span(secs)),
+        _ => format!("in {}", span(-secs)),
     }
 }
 
@@ -119,17 +130,101 @@ fn awaiting(v: &status::LoopView) -> Option<&crate::state::Await> {
         .filter(|_| v.state.status == Status::AwaitingApproval)
 }
 
-/// `awaiting approval since 2026-12-03 14:02:11 UTC (3m ago)`.
-fn awaiting_since(a: &crate::state::Await) -> String {
-    format!("awaiting approval since {} ({})", time(a.since), ago(a.since))
+/// `awaiting approval since 2026-12-03 14:02 UTC (3m ago)`.
+fn awaiting_since(a: &crate::state::Await) -> Markup {
+    html! { "awaiting approval since " (time(a.since)) }
 }
 
 fn badge(status: &str) -> Markup {
     html! { span class=(format!("badge {}", status.replace('_', "-"))) { (status.replace('_', " ")) } }
 }
 
-/// `GET /`: the loops the user may see, awaiting approval first.
-pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Response {
+/// The most loops the loops page lists at once.
+const LOOPS_PER_PAGE: usize = 50;
+
+/// `GET /?status=S&q=TEXT&page=N`: which loops the loops page lists.
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    status: Option<String>,
+    q: Option<String>,
+    page: Option<String>,
+}
+
+impl ListQuery {
+    fn status(&self) -> Option<&str> {
+        self.status.as_deref().filter(|s| !s.is_empty())
+    }
+
+    fn search(&self) -> Option<String> {
+        self.q
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+            .map(str::to_lowercase)
+    }
+
+    /// The page asked for, from 1.
+    fn page(&self) -> usize {
+        self.page
+            .as_deref()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// This query's link, at page `page`.
+    fn link(&self, status: Option<&str>, page: usize) -> String {
+        let mut parts = Vec::new();
+        if let Some(s) = status {
+            parts.push(format!("status={}", encode(s)));
+        }
+        if let Some(q) = self.q.as_deref().filter(|q| !q.trim().is_empty()) {
+            parts.push(format!("q={}", encode(q.trim())));
+        }
+        if page > 1 {
+            parts.push(format!("page={page}"));
+        }
+        if parts.is_empty() {
+            "/".to_owned()
+        } else {
+            format!("/?{}", parts.join("&"))
+        }
+    }
+}
+
+/// `text` as a URL's query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A listed loop's status as the page counts and filters it.
+fn listed_status(l: &status::Listed) -> String {
+    match l {
+        status::Listed::Loop(v) => v.shown_status(),
+        status::Listed::Unreadable { .. } => "unreadable".to_owned(),
+    }
+}
+
+fn listed_name(l: &status::Listed) -> &str {
+    match l {
+        status::Listed::Loop(v) => &v.name,
+        status::Listed::Unreadable { name, .. } => name,
+    }
+}
+
+/// `GET /`: the loops the user may see, awaiting approval first: their
+/// counts by status, then those the filter and search keep, a page at a
+/// time; and a banner when no daemon serves the root.
+pub async fn list(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Query(query): Query<ListQuery>,
+) -> Response {
     let me = who.clone();
     let rendered = blocking(move || {
         let mut listed = views::status::list(&reader(&app, &me.actor))?.loops;
@@ -137,24 +232,92 @@ pub async fn list(State(app): State<Arc<App>>, PageUser(who): PageUser) -> Respo
             status::Listed::Loop(v) => v.state.status != Status::AwaitingApproval,
             status::Listed::Unreadable { .. } => true,
         });
-        Ok(loops_table(&listed))
+        let banner = no_daemon(&app);
+        Ok(html! { (banner) (loops_page(&listed, &query)) })
     })
     .await;
     match rendered {
-        Ok(table) => html_response(StatusCode::OK, page("Loops", Some(&who), Some("*"), table)),
+        Ok(body) => html_response(StatusCode::OK, page("Loops", Some(&who), Some("*"), body)),
         Err(e) => error_page(Some(&who), e.into()),
     }
 }
 
-fn loops_table(listed: &[status::Listed]) -> Markup {
+/// Whether a daemon serves the root now.
+fn daemon_serves(app: &App) -> bool {
+    crate::daemon::daemon_status(&app.root)
+        .ok()
+        .flatten()
+        .is_some_and(|d| d.serving)
+}
+
+/// The banner a page shows when no daemon serves the root.
+fn no_daemon(app: &App) -> Markup {
+    html! {
+        @if !daemon_serves(app) {
+            p.banner role="status" {
+                "No daemon serves this root: a loop's schedule and an approval's tick wait until "
+                code { "automaton daemon" } " runs (an OS schedule still fires its loop)."
+            }
+        }
+    }
+}
+
+/// The loops page: the counts by status (each a filter), the search, the
+/// loops `query` keeps, and the links to the other pages.
+fn loops_page(listed: &[status::Listed], query: &ListQuery) -> Markup {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for l in listed {
+        *counts.entry(listed_status(l)).or_default() += 1;
+    }
+    let search = query.search();
+    let kept: Vec<&status::Listed> = listed
+        .iter()
+        .filter(|l| query.status().is_none_or(|s| listed_status(l) == s))
+        .filter(|l| {
+            search
+                .as_ref()
+                .is_none_or(|q| listed_name(l).to_lowercase().contains(q))
+        })
+        .collect();
+    let pages = kept.len().div_ceil(LOOPS_PER_PAGE).max(1);
+    let at = query.page().min(pages);
+    let shown = &kept[(at - 1) * LOOPS_PER_PAGE..kept.len().min(at * LOOPS_PER_PAGE)];
     html! {
         h1 { "Loops" }
-        @if listed.is_empty() { p { "No loops to show." } }
+        nav.counts aria-label="By status" {
+            a href=(query.link(None, 1)) class=[query.status().is_none().then_some("on")] { "all " (listed.len()) }
+            @for (s, n) in &counts {
+                " " a href=(query.link(Some(s), 1)) class=[(query.status() == Some(s.as_str())).then_some("on")] {
+                    (s.replace('_', " ")) " " (n)
+                }
+            }
+        }
+        form.search method="get" action="/" role="search" {
+            @if let Some(s) = query.status() { input type="hidden" name="status" value=(s); }
+            label for="q" { "Search by name" }
+            input #q type="search" name="q" value=[query.q.as_deref()] placeholder="name";
+            button type="submit" { "Search" }
+        }
+        @if kept.is_empty() { p { "No loops to show." } }
+        @else { p.hint { "Loops " ((at - 1) * LOOPS_PER_PAGE + 1) "–" ((at - 1) * LOOPS_PER_PAGE + shown.len()) " of " (kept.len()) "." } }
+        (loops_table(shown))
+        @if pages > 1 {
+            nav.pages aria-label="Pages" {
+                @if at > 1 { a rel="prev" href=(query.link(query.status(), at - 1)) { "← Previous" } }
+                " Page " (at) " of " (pages) " "
+                @if at < pages { a rel="next" href=(query.link(query.status(), at + 1)) { "Next →" } }
+            }
+        }
+    }
+}
+
+fn loops_table(listed: &[&status::Listed]) -> Markup {
+    html! {
         table.loops {
             thead { tr { th { "Loop" } th { "Status" } th { "Next" } th { "Last" } } }
             tbody {
                 @for l in listed {
-                    @match l {
+                    @match *l {
                         status::Listed::Loop(v) => tr class=(v.state.status.as_str()) {
                             td { a href=(format!("/loops/{}", v.name)) { (v.name) } }
                             td { (badge(&v.shown_status()))
@@ -181,51 +344,101 @@ fn loops_table(listed: &[status::Listed]) -> Markup {
     }
 }
 
-/// The buttons `who` may press on a loop in `status`.
-fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, status: Status, running: bool) -> Markup {
+/// The buttons `who` may press on loop `v` as it stands: Pause on a loop
+/// that can run or awaits, Resume on one paused, halted or completed (with
+/// the budget's reset when the budget gate halted it), Cancel on a running
+/// tick; none the user's roles do not allow.
+fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, v: &status::LoopView) -> Markup {
     let rules = crate::store::access_rules(dir, &app.root.settings().access);
     let may = |a: Action| access::check(&who.actor, a, &rules).is_ok();
     let name = dir.name().as_str();
-    let button = |verb: &str, label: &str| {
+    let status = v.state.status;
+    let button = |verb: &str, label: &str, extra: Option<(&str, &str)>| {
         html! {
             form.inline method="post" action=(format!("/loops/{name}/{verb}")) {
                 (csrf(who))
+                @if let Some((k, val)) = extra { input type="hidden" name=(k) value=(val); }
                 button type="submit" name="verb" value=(verb) { (label) }
             }
         }
     };
+    let pausable = matches!(status, Status::Active | Status::AwaitingApproval);
+    let resumable = matches!(status, Status::Paused | Status::Halted | Status::Completed);
+    let budget = matches!(&v.stopped_by, Some((g, _, _)) if g == "stock:budget");
     html! {
         div.actions {
             @if status == Status::AwaitingApproval && may(Action::Approve) {
                 a.button href=(format!("/loops/{name}/review")) { "Review" }
             }
-            @if status != Status::Paused && may(Action::Pause) { (button("pause", "Pause")) }
-            @if status != Status::Active && may(Action::Resume) { (button("resume", "Resume")) }
-            @if running && may(Action::Cancel) { (button("cancel", "Cancel tick")) }
+            @if pausable && may(Action::Pause) { (button("pause", "Pause", None)) }
+            @if resumable && may(Action::Resume) {
+                (button("resume", "Resume", None))
+                @if budget { (button("resume", "Resume and reset the budget", Some(("reset_budget", "yes")))) }
+            }
+            @if v.state.in_flight.is_some() && may(Action::Cancel) { (button("cancel", "Cancel tick", None)) }
         }
     }
 }
 
 /// `GET /loops/NAME`: its status, the buttons its user may press, and its
 /// latest events.
-pub async fn one(State(app): State<Arc<App>>, PageUser(who): PageUser, Path(name): Path<String>) -> Response {
+pub async fn one(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path(name): Path<String>,
+    Query(flash): Query<Flash>,
+) -> Response {
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(move || {
         let ctx = reader(&app, &me.actor);
         let view = views::status::status(&ctx, &name)?;
         let dir = app.stores.get(&name)?;
-        let state = &view.state;
         let history = views::history::history(&ctx, &name, Some(EVENTS_SHOWN))?;
         let events: Vec<Line> = history.events.iter().rev().map(Line::of).collect();
-        let running = state.in_flight.is_some();
-        let actions = actions(&app, &me, dir.as_ref(), state.status, running);
-        Ok(loop_body(&view, actions, &events))
+        let actions = actions(&app, &me, dir.as_ref(), &view);
+        let serving = daemon_serves(&app);
+        let required = dir.config().map_or(1, |c| c.approval.required);
+        let so_far = Approvals::of(&view.state, required, None);
+        let said = flash.message(&so_far, serving);
+        let banner = no_daemon(&app);
+        Ok(html! { (said) (banner) (loop_body(&view, actions, &events)) })
     })
     .await;
     match rendered {
         Ok(body) => html_response(StatusCode::OK, page(&shown, Some(&who), Some(&shown), body)),
         Err(e) => error_page(Some(&who), e.into()),
+    }
+}
+
+/// The message a page shows after a change it redirected from
+/// (`?done=VERB`): fixed words by verb, nothing the link could make it say.
+#[derive(Deserialize, Default)]
+pub struct Flash {
+    done: Option<String>,
+}
+
+impl Flash {
+    /// What the change did; after an approval, whether the await has all
+    /// it needs (`so_far`) and when its tick runs (`serving`: a daemon
+    /// serves the root).
+    fn message(&self, so_far: &Approvals, serving: bool) -> Markup {
+        let short = so_far.given.len() < so_far.required as usize;
+        let said = match self.done.as_deref().and_then(Verb::parse) {
+            Some(Verb::Approve) if short => {
+                "Approved. It still awaits the other approvals it needs (see its review)."
+            }
+            Some(Verb::Approve) if serving => "Approved. The daemon serving this root starts its tick now.",
+            Some(Verb::Approve) => {
+                "Approved. No daemon serves this root: its tick runs when one starts, or at `automaton tick`."
+            }
+            Some(Verb::Reject) => "Rejected. The page shows the loop as it is now.",
+            Some(Verb::Pause) => "Paused.",
+            Some(Verb::Resume) => "Resumed.",
+            Some(Verb::Cancel) => "The running tick was cancelled.",
+            None => return html! {},
+        };
+        html! { p.flash role="status" { (said) } }
     }
 }
 
@@ -237,6 +450,12 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
         @if let Some(e) = &v.config_error { p.error { (e) } }
         @if v.unconfined { p.error { "Its step runs unconfined: " code { "[step] confine = \"off\"" } "." } }
         @if let Some(r) = &s.status_reason { p { "Why: " (r) } }
+        @if let Some((gate, phase, tick)) = &v.stopped_by {
+            dl.facts.stopped {
+                dt { "Stopped by" } dd { "gate " (gate) " (" (phase.to_string()) ", tick " (tick) ")" }
+                dt { "To clear" } dd { (crate::ops::views::status::clears(&v.name, gate)) }
+            }
+        }
         (actions)
         dl.facts {
             dt { "Tick" } dd { (s.tick) }
@@ -306,8 +525,10 @@ fn field(f: &Field) -> String {
     }
 }
 
-/// `GET /loops/NAME/review`: everything `review --json` says, and the
-/// Approve and Reject forms for an approver.
+/// `GET /loops/NAME/review`: everything `review --json --diff` says, the
+/// evidence first (the await, the ticks, the commits and the patch per
+/// file), then the approvals so far, and last the Approve and Reject forms
+/// for an approver.
 pub async fn review(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
@@ -316,16 +537,19 @@ pub async fn review(
     let me = who.clone();
     let shown = name.clone();
     let rendered = blocking(move || {
-        let r = views::review::review(&reader(&app, &me.actor), &name, false)?;
+        let r = views::review::review(&reader(&app, &me.actor), &name, true)?;
         let dir = app.stores.get(&name)?;
         let defaults = &app.root.settings().access;
+        let state = dir.load()?;
         // A change to the rules is approved under the rules before it.
-        let rules = match crate::rules::approvers_of_change(&dir.load()?, defaults) {
+        let rules = match crate::rules::approvers_of_change(&state, defaults) {
             Some(before) => before,
             None => crate::store::access_rules(dir.as_ref(), defaults),
         };
         let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
-        Ok(review_body(&name, &r, approver.then_some(&me)))
+        let required = dir.config().map_or(1, |c| c.approval.required);
+        let so_far = Approvals::of(&state, required, rules.approvers.clone());
+        Ok(review_body(&name, &r, &so_far, approver.then_some(&me)))
     })
     .await;
     match rendered {
@@ -337,7 +561,49 @@ pub async fn review(
     }
 }
 
-fn review_body(name: &str, r: &Review, approver: Option<&Who>) -> Markup {
+/// The approvals the pending await has so far, how many it needs, and who
+/// may give them.
+struct Approvals {
+    /// Who approved, when, with what note (the latest of each person).
+    given: Vec<crate::domain::Approval>,
+    required: u32,
+    /// The approvers; `None` when anyone who may use the root is one.
+    approvers: Option<Vec<String>>,
+}
+
+impl Approvals {
+    fn of(state: &crate::state::State, required: u32, approvers: Option<Vec<String>>) -> Approvals {
+        let target = state.awaiting.as_ref().map(|a| a.id.as_str());
+        let mut given: Vec<crate::domain::Approval> = Vec::new();
+        for a in state
+            .pending_approvals
+            .iter()
+            .filter(|a| a.await_id.as_deref() == target)
+        {
+            given.retain(|g| g.by != a.by);
+            given.push(a.clone());
+        }
+        Approvals {
+            given,
+            required,
+            approvers,
+        }
+    }
+
+    /// The approvers who have not approved yet.
+    fn others(&self) -> Option<Vec<&str>> {
+        let approvers = self.approvers.as_ref()?;
+        Some(
+            approvers
+                .iter()
+                .filter(|u| !self.given.iter().any(|g| &g.by == *u))
+                .map(String::as_str)
+                .collect(),
+        )
+    }
+}
+
+fn review_body(name: &str, r: &Review, so_far: &Approvals, approver: Option<&Who>) -> Markup {
     html! {
         h1 { "Review " a href=(format!("/loops/{name}")) { (name) } " " (badge(r.status.as_str())) }
         @match &r.awaiting {
@@ -348,7 +614,6 @@ fn review_body(name: &str, r: &Review, approver: Option<&Who>) -> Markup {
                     li { strong { (g.gate) } ": " (g.reason) }
                 } }
                 @if let Some(h) = &a.head { p { "On commit " code { (h) } } }
-                @if let Some(w) = approver { (decide(name, &a.id, w)) }
             },
             None => p { "No await is pending." },
         }
@@ -359,15 +624,100 @@ fn review_body(name: &str, r: &Review, approver: Option<&Who>) -> Markup {
         (metrics(r))
         h2 { "Config changes since the last approval" }
         (config_changes(r))
-        @if let Some(w) = &r.work {
-            h2 { "Work on " (w.range.branch) }
-            ul { @for c in &w.commits { li { code { (c) } } } }
-            pre.diffstat { (w.diffstat) }
-            @if !w.uncommitted.is_empty() {
-                h3 { "Uncommitted in the worktree (part of the work)" }
-                ul.uncommitted { @for d in &w.uncommitted { li { code { (d) } } } }
-                @if w.uncommitted_more > 0 { p { "And " (w.uncommitted_more) " more." } }
+        @if let Some(w) = &r.work { (work(w)) }
+        @if let Some(a) = &r.awaiting {
+            h2 #approvals { "Approvals" }
+            (approvals(so_far))
+            @if let Some(w) = approver { (decide(name, &a.id, w)) }
+        }
+    }
+}
+
+/// The work since the last approval: its commits, its diffstat, its patch
+/// per file, and what is uncommitted in the worktree.
+fn work(w: &views::review::Work) -> Markup {
+    html! {
+        h2 { "Work on " (w.range.branch) }
+        h3 { "Commits" }
+        @if w.commits.is_empty() { p { "None." } }
+        ul.commits { @for c in &w.commits { li { code { (c) } } } }
+        pre.diffstat { (w.diffstat) }
+        @if let Some(p) = &w.patch { (patch(p)) }
+        @if !w.uncommitted.is_empty() {
+            h3 { "Uncommitted in the worktree (part of the work)" }
+            ul.uncommitted { @for d in &w.uncommitted { li { code { (d) } } } }
+            @if w.uncommitted_more > 0 { p { "And " (w.uncommitted_more) " more." } }
+            @if let Some(p) = &w.uncommitted_patch { (patch(p)) }
+        }
+    }
+}
+
+/// A patch, one collapsed section per file; where the review cut it is
+/// said after the last.
+fn patch(text: &str) -> Markup {
+    let (files, cut) = per_file(text);
+    html! {
+        div.patch {
+            @for (file, diff) in &files {
+                details.file {
+                    summary { code { (file) } " " span.hint { (diff.lines().count()) " lines" } }
+                    pre.diff { (diff) }
+                }
             }
+            @if let Some(c) = cut { p.truncated { "The patch is truncated: " (c) } }
+        }
+    }
+}
+
+/// A patch split at each file's `diff --git a/X b/X` line: the file's name
+/// and its part; and the line that says where the patch was cut, if it was.
+fn per_file(text: &str) -> (Vec<(String, &str)>, Option<&str>) {
+    let mut body = text;
+    let mut cut = None;
+    let trimmed = text.trim_end_matches('\n');
+    let start = trimmed.rfind('\n').map_or(0, |i| i + 1);
+    let last = &trimmed[start..];
+    if last.starts_with("[truncated, ") || last.starts_with("[uncommitted patch cut at ") {
+        body = &text[..start];
+        cut = Some(last.trim_start_matches('[').trim_end_matches(']'));
+    }
+    let mut starts: Vec<usize> = body
+        .match_indices("diff --git ")
+        .map(|(i, _)| i)
+        .filter(|&i| i == 0 || body.as_bytes()[i - 1] == b'\n')
+        .collect();
+    if starts.first() != Some(&0) {
+        starts.insert(0, 0);
+    }
+    let mut files = Vec::new();
+    for (n, &s) in starts.iter().enumerate() {
+        let end = starts.get(n + 1).copied().unwrap_or(body.len());
+        let part = &body[s..end];
+        if part.trim().is_empty() {
+            continue;
+        }
+        let first = part.lines().next().unwrap_or("");
+        let file = first.rsplit_once(" b/").map_or(first, |(_, f)| f).to_owned();
+        files.push((file, part));
+    }
+    (files, cut)
+}
+
+/// `1 of 2 approvals so far, by ann (3m ago); bob or cy may still approve`.
+fn approvals(a: &Approvals) -> Markup {
+    html! {
+        p.approvals { (a.given.len()) " of " (a.required) " approvals so far"
+            @if a.given.is_empty() { "." } @else { ":" } }
+        @if !a.given.is_empty() {
+            ul.approvals { @for g in &a.given {
+                li { strong { (g.by) } " at " (time(g.at))
+                    @if let Some(n) = &g.note { ": " (n) } }
+            } }
+        }
+        @match a.others() {
+            Some(o) if o.is_empty() => p.hint { "No other approver remains." },
+            Some(o) => p.hint { "May still approve: " (o.join(", ")) "." },
+            None => p.hint { "Anyone who may use the root may approve." },
         }
     }
 }
@@ -385,9 +735,9 @@ fn decide(name: &str, await_id: &str, who: &Who) -> Markup {
             form.card method="post" action=(format!("/loops/{name}/reject")) {
                 (csrf(who))
                 input type="hidden" name="await" value=(await_id);
-                label for="reason" { "Reason" }
-                textarea #reason name="reason" rows="2" {}
-                button.reject type="submit" { "Reject" }
+                label for="reason" { "Reason (required)" }
+                textarea #reason name="reason" rows="2" required {}
+                button.reject type="submit" { "Reject…" }
             }
         }
     }
@@ -460,7 +810,10 @@ fn metrics(r: &Review) -> Markup {
 }
 
 /// `GET /loops/NAME/runs/N`: the tick's step output, standard output and
-/// standard error, as `logs` prints them; live while the tick runs.
+/// standard error, as `logs` prints them, with when it started, how long
+/// it ran and how it ended; while it runs, a Cancel button, and the
+/// script appends the output as it grows (`/output`). A tick the loop
+/// never reached is not found.
 pub async fn run(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
@@ -476,12 +829,14 @@ pub async fn run(
     let shown = name.clone();
     let rendered = blocking(move || {
         api::may_view(&app, &me.actor, &name)?;
-        let running = app
-            .stores
-            .get(&name)?
-            .load()?
-            .in_flight
-            .is_some_and(|f| f.tick == tick);
+        let dir = app.stores.get(&name)?;
+        let state = dir.load()?;
+        let running = state.in_flight.as_ref().filter(|f| f.tick == tick).cloned();
+        if running.is_none() && (tick == 0 || tick > state.tick) {
+            return Ok(None);
+        }
+        let rules = crate::store::access_rules(dir.as_ref(), &app.root.settings().access);
+        let may_cancel = running.is_some() && access::check(&me.actor, Action::Cancel, &rules).is_ok();
         let out = |stderr| {
             let req = views::logs::Request {
                 tick: Some(tick),
@@ -489,24 +844,69 @@ pub async fn run(
                 stderr,
             };
             match views::logs::logs(&reader(&app, &me.actor), &name, req) {
-                Ok(o) if o.stderr_instead => String::new(),
-                Ok(o) => tail(o),
-                Err(e) => format!("({})", crate::error::with_causes(&e)),
+                Ok(o) if o.stderr_instead => (String::new(), 0),
+                Ok(o) => {
+                    let bytes = usize::try_from(o.bytes).unwrap_or(usize::MAX);
+                    (tail(o), bytes)
+                }
+                Err(e) => (format!("({})", crate::error::with_causes(&e)), 0),
             }
         };
-        Ok((out(false), out(true), running))
+        let last = state.last_tick.filter(|t| t.number == tick);
+        Ok(Some((out(false), out(true), running, last, may_cancel)))
     })
     .await;
-    let (stdout, stderr, running) = match rendered {
-        Ok(r) => r,
+    let (stdout, stderr, running, last, may_cancel) = match rendered {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            let e = ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_such_tick",
+                &format!("loop {shown} has no tick {tick}"),
+            );
+            return error_page(Some(&who), e);
+        }
         Err(e) => return error_page(Some(&who), e.into()),
     };
-    let body = html! {
-        h1 { a href=(format!("/loops/{shown}")) { (shown) } " tick " (tick) @if running { " " (badge("running")) } }
-        h2 { "Standard output" } pre.output { (stdout) }
-        h2 { "Standard error" } pre.output { (stderr) }
+    let output = |id: &str, (text, len): &(String, usize)| {
+        html! { pre.output id=(id) data-stream=(id) data-offset=(len) aria-live="off" { (text) } }
     };
-    let live = if running { "running" } else { shown.as_str() };
+    let body = html! {
+        h1 { a href=(format!("/loops/{shown}")) { (shown) } " tick " (tick) @if running.is_some() { " " (badge("running")) } }
+        dl.facts.run {
+            @if let Some(f) = &running {
+                dt { "Started" } dd { (time(f.started_at)) }
+                dt { "Running for" } dd #elapsed data-since=(f.started_at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()) { (elapsed(f.started_at, crate::clock::now())) }
+            }
+            @if let Some(t) = &last {
+                dt { "Started" } dd { (time(t.started_at)) }
+                dt { "Ran for" } dd { (elapsed(t.started_at, t.ended_at)) }
+                dt { "Outcome" } dd { (t.outcome.to_string()) }
+                @if let Some(p) = &t.step {
+                    dt { "Exit" } dd { @match (p.exit_code, p.signal) {
+                        (Some(c), _) => { "exit code " (c) },
+                        (None, Some(sig)) => { "ended by signal " (sig) },
+                        (None, None) => "–",
+                    } @if p.timed_out { " (timed out)" } }
+                }
+            }
+        }
+        @if may_cancel {
+            div.actions {
+                form.inline method="post" action=(format!("/loops/{shown}/cancel")) {
+                    (csrf(&who))
+                    button type="submit" { "Cancel tick" }
+                }
+            }
+        }
+        h2 { "Standard output" } (output("stdout", &stdout))
+        h2 { "Standard error" } (output("stderr", &stderr))
+    };
+    let live = if running.is_some() {
+        "running"
+    } else {
+        shown.as_str()
+    };
     html_response(
         StatusCode::OK,
         page(&format!("{shown} tick {tick}"), Some(&who), Some(live), body),
@@ -521,6 +921,100 @@ fn tail(output: views::logs::Output) -> String {
     }
 }
 
+/// `1h 2m 3s` from `from` to `to`.
+fn elapsed(from: jiff::Timestamp, to: jiff::Timestamp) -> String {
+    let secs = to.duration_since(from).as_secs().max(0);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m {}s", secs / 3600, secs / 60 % 60, secs % 60),
+    }
+}
+
+/// `GET /loops/NAME/runs/N/output?stream=stdout|stderr&from=OFFSET`.
+#[derive(Deserialize)]
+pub struct OutputQuery {
+    stream: Option<String>,
+    from: Option<u64>,
+}
+
+/// The most bytes one `/output` answer carries.
+const OUTPUT_CHUNK: u64 = 256 * 1024;
+
+/// `GET /loops/NAME/runs/N/output`: a tick's step output from byte `from`
+/// on (at most 256 KiB), as text; `x-next-offset` says where the next
+/// read starts, `x-running` whether the tick still runs. What a running
+/// tick's page fetches every 2 s instead of reloading itself.
+pub async fn output(
+    State(app): State<Arc<App>>,
+    PageUser(who): PageUser,
+    Path((name, tick)): Path<(String, u64)>,
+    Query(q): Query<OutputQuery>,
+) -> Response {
+    let stderr = match q.stream.as_deref() {
+        Some("stdout") | None => false,
+        Some("stderr") => true,
+        Some(_) => return (StatusCode::BAD_REQUEST, "stream is stdout or stderr\n").into_response(),
+    };
+    let from = q.from.unwrap_or(0);
+    let me = who.clone();
+    let read = blocking(move || {
+        api::may_view(&app, &me.actor, &name)?;
+        let dir = app.stores.get(&name)?;
+        let running = dir.load()?.in_flight.is_some_and(|f| f.tick == tick);
+        Ok((read_from(dir.as_ref(), tick, stderr, from), running))
+    })
+    .await;
+    match read {
+        Ok((Some((bytes, next)), running)) => (
+            [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+                (header::CACHE_CONTROL, "no-store".to_owned()),
+                (header::HeaderName::from_static("x-next-offset"), next.to_string()),
+                (
+                    header::HeaderName::from_static("x-running"),
+                    u8::from(running).to_string(),
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Ok((None, _)) => (StatusCode::NOT_FOUND, "no such output\n").into_response(),
+        Err(e) => api_error_text(e.into()),
+    }
+}
+
+fn api_error_text(e: ApiError) -> Response {
+    (e.status, format!("{}\n", e.message)).into_response()
+}
+
+/// Tick `tick`'s step output from byte `from`, at most [`OUTPUT_CHUNK`]
+/// bytes, cut back to a whole character; the bytes and where the next read
+/// starts. `None` when the tick kept no output on this host.
+fn read_from(
+    dir: &dyn crate::store::LoopStore,
+    tick: u64,
+    stderr: bool,
+    from: u64,
+) -> Option<(Vec<u8>, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let run = crate::runs::Runs::open(dir.base_dir()).ok()??.run(tick).ok()??;
+    let Some((mut file, len)) = run.open_read(crate::runs::output_name("step", stderr)).ok()? else {
+        return Some((Vec::new(), 0));
+    };
+    let from = from.min(len);
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(from)).ok()?;
+    file.take(OUTPUT_CHUNK).read_to_end(&mut bytes).ok()?;
+    let whole = match std::str::from_utf8(&bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => bytes.len(),
+    };
+    bytes.truncate(whole);
+    Some((bytes.clone(), from + bytes.len() as u64))
+}
+
 #[derive(Deserialize)]
 pub struct ChangeForm {
     csrf: Option<String>,
@@ -528,6 +1022,10 @@ pub struct ChangeForm {
     reason: Option<String>,
     #[serde(rename = "await")]
     await_id: Option<String>,
+    /// `yes` on a confirmation's form: Reject and Cancel are done only so.
+    confirm: Option<String>,
+    /// `yes`: Resume starts the totals over (`resume --reset-budget`).
+    reset_budget: Option<String>,
 }
 
 /// `POST /loops/NAME/VERB`: a button pressed; back to the loop's page.
@@ -561,18 +1059,76 @@ pub async fn change(
         return error_page(Some(&who), e);
     }
     let text = |t: Option<String>| t.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    let confirmed = form.confirm.as_deref() == Some("yes");
     let change = Change {
         note: text(form.note).filter(|_| verb == Verb::Approve),
         reason: text(form.reason).filter(|_| matches!(verb, Verb::Reject | Verb::Pause)),
         await_id: text(form.await_id).filter(|_| matches!(verb, Verb::Approve | Verb::Reject)),
-        reset_budget: None,
+        reset_budget: (verb == Verb::Resume && form.reset_budget.as_deref() == Some("yes")).then_some(true),
     };
+    if verb == Verb::Reject && change.reason.is_none() {
+        let e = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "reason_required",
+            "a rejection needs a reason; go back and give one",
+        );
+        return error_page(Some(&who), e);
+    }
+    if matches!(verb, Verb::Reject | Verb::Cancel) && !confirmed {
+        return confirm_page(&who, &name, verb, &change);
+    }
     let target = name.clone();
     let actor = who.actor.clone();
     match blocking(move || api::apply(&app, actor, verb, &target, change)).await {
-        Ok(_) => Redirect::to(&format!("/loops/{name}")).into_response(),
+        Ok(_) => Redirect::to(&format!("/loops/{name}?done={}", verb_word(verb))).into_response(),
         Err(e) => error_page(Some(&who), e.into()),
     }
+}
+
+fn verb_word(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Approve => "approve",
+        Verb::Reject => "reject",
+        Verb::Pause => "pause",
+        Verb::Resume => "resume",
+        Verb::Cancel => "cancel",
+    }
+}
+
+/// The second step of Reject and Cancel: what is about to happen, and a
+/// form that does it (`confirm=yes`) or a link back; no script needed.
+fn confirm_page(who: &Who, name: &str, verb: Verb, change: &Change) -> Response {
+    let (title, what, yes, back) = match verb {
+        Verb::Reject => (
+            "Reject?",
+            format!(
+                "Reject {} of loop {name}: its approvals so far are dropped.",
+                change.await_id.as_deref().unwrap_or("the pending await")
+            ),
+            "Yes, reject",
+            format!("/loops/{name}/review"),
+        ),
+        _ => (
+            "Cancel the running tick?",
+            format!("Cancel the running tick of loop {name}: its step is stopped."),
+            "Yes, cancel the tick",
+            format!("/loops/{name}"),
+        ),
+    };
+    let body = html! {
+        h1 { (title) }
+        p { (what) }
+        @if let Some(r) = &change.reason { p { "Reason: " (r) } }
+        form.card method="post" action=(format!("/loops/{name}/{}", verb_word(verb))) {
+            (csrf(who))
+            input type="hidden" name="confirm" value="yes";
+            @if let Some(r) = &change.reason { input type="hidden" name="reason" value=(r); }
+            @if let Some(a) = &change.await_id { input type="hidden" name="await" value=(a); }
+            button.reject type="submit" { (yes) }
+        }
+        p { a href=(back) { "No, go back" } }
+    };
+    html_response(StatusCode::OK, page(title, Some(who), None, body))
 }
 
 /// `GET /assets/FILE`: the console's own script and style.
@@ -597,6 +1153,39 @@ pub async fn asset(Path(file): Path<String>) -> Response {
 mod tests {
     use crate::ops::views::review::{Review, Work};
     use crate::state::Status;
+
+    #[test]
+    fn a_time_reads_in_utc_with_its_age_and_carries_its_instant_for_the_script() {
+        let t: jiff::Timestamp = "2026-12-03T16:04:07.923975625Z".parse().unwrap();
+        let html = super::time(t).into_string();
+        assert!(
+            html.starts_with("<time datetime=\"2026-12-03T16:04:07Z\"")
+                && html.contains(">2026-12-03 16:04 UTC (")
+                && !html.contains(".923"),
+            "{html}"
+        );
+        let now = crate::clock::now();
+        let ten_minutes = jiff::SignedDuration::from_secs(630);
+        assert_eq!(super::ago(now.checked_sub(ten_minutes).unwrap()), "10m ago");
+        assert_eq!(super::ago(now.checked_add(ten_minutes).unwrap()), "in 10m");
+    }
+
+    #[test]
+    fn a_patch_is_split_per_file_and_its_cut_is_said() {
+        let patch = "diff --git a/src/a.rs b/src/a.rs\n+a\ndiff --git a/b.txt b/b.txt\n+b\n[truncated, 42 bytes more]\n";
+        let (files, cut) = super::per_file(patch);
+        let names: Vec<&str> = files.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(names, ["src/a.rs", "b.txt"]);
+        assert_eq!(files[1].1, "diff --git a/b.txt b/b.txt\n+b\n");
+        assert_eq!(cut, Some("truncated, 42 bytes more"));
+        let html = super::patch(patch).into_string();
+        assert_eq!(html.matches("<details class=\"file\">").count(), 2, "{html}");
+        assert!(
+            html.contains("The patch is truncated: truncated, 42 bytes more"),
+            "{html}"
+        );
+        assert_eq!(super::per_file("diff --git a/x b/x\n+x\n").1, None);
+    }
 
     #[test]
     fn the_review_page_lists_what_is_uncommitted_in_the_worktree() {
@@ -624,7 +1213,12 @@ mod tests {
             unrecorded_config: None,
             link: None,
         };
-        let html = super::review_body("x", &r, None).into_string();
+        let none = super::Approvals {
+            given: Vec::new(),
+            required: 1,
+            approvers: None,
+        };
+        let html = super::review_body("x", &r, &none, None).into_string();
         assert!(html.contains("Uncommitted in the worktree"), "{html}");
         assert!(
             html.contains("?? new.sh") && html.contains("And 3 more."),

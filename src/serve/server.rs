@@ -90,6 +90,7 @@ pub fn router(app: Arc<App>, timeout: Duration) -> Router {
         .route("/loops/{name}", get(pages::one))
         .route("/loops/{name}/review", get(pages::review))
         .route("/loops/{name}/runs/{tick}", get(pages::run))
+        .route("/loops/{name}/runs/{tick}/output", get(pages::output))
         .route("/loops/{name}/{verb}", post(pages::change))
         .route("/signin", get(auth::signin_page).post(auth::signin))
         .route("/signout", post(auth::signout))

@@ -9,7 +9,8 @@ const base = process.env.CONSOLE_URL;
 const approver = process.env.APPROVER_TOKEN;
 const viewer = process.env.VIEWER_TOKEN;
 const shots = process.env.SCREENSHOTS || "";
-const phone = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true };
+const phone = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, timezoneId: "Asia/Tokyo" };
+const desktop = { viewport: { width: 1280, height: 800 }, timezoneId: "Europe/Paris" };
 let passed = 0;
 
 function check(ok, what) {
@@ -36,19 +37,41 @@ const browser = await chromium.launch({
 });
 try {
   const page = await signIn(await browser.newContext(phone), approver);
+
+  // A running tick's page grows by itself, without loading again.
+  await page.goto(base + "/loops/slow/runs/1");
+  check(await page.locator("h1 .badge.running").count() === 1, "the run page says the tick runs");
+  check(await page.locator("button", { hasText: "Cancel tick" }).count() === 1, "an operator may cancel it from there");
+  check((await page.locator("dl.run").innerText()).includes("Running for"), "the run page says how long it has run");
+  await page.evaluate(() => { window.stillThisPage = true; });
+  const before = (await page.locator("#stdout").innerText()).split("\n").length;
+  await page.waitForFunction((n) => document.querySelector("#stdout").innerText.split("\n").length > n + 2, before, { timeout: 15000 });
+  check(await page.evaluate(() => window.stillThisPage === true), "the output was appended, the page not loaded again");
+  await page.goto(base + "/");
   const first = page.locator("table.loops tbody tr").first();
   check((await first.innerText()).includes("waiting"), "the awaiting loop is listed first");
   check(await first.locator(".badge.awaiting-approval").count() === 1, "it is shown awaiting approval");
   const wide = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   check(!wide, "the list fits a phone's width");
+  const since = await first.locator("time").first().innerText();
+  check(since.includes("Asia/Tokyo") && / \((just now|\d+[smhd] ago)\)$/.test(since) && !since.includes("UTC"),
+    "a time is shown in the viewer's zone with its age, not " + since);
   await shot(page, "loops");
 
   await Promise.all([page.waitForURL(/\/loops\/waiting\/review$/), first.locator("a", { hasText: "review" }).click()]);
   check(await page.locator("section.pending").isVisible(), "the review shows the pending await");
   check((await page.content()).includes("hello from the step"), "the review shows the tick's output");
+  const ticksAt = (await page.locator("h2", { hasText: "Ticks since the last approval" }).boundingBox()).y;
+  const approveAt = (await page.locator("button.approve").boundingBox()).y;
+  check(ticksAt < approveAt, "on a phone the evidence comes before the Approve button");
+  check((await page.locator("p.approvals").innerText()).includes("0 of 1 approvals so far"), "the review says the approvals so far");
   await shot(page, "review");
+  await page.click("button.reject");
+  check(new URL(page.url()).pathname.endsWith("/review"), "Reject with no reason is stopped by the browser");
+  check(await page.evaluate(() => !document.querySelector("#reason").validity.valid), "the reason is required");
   await page.fill("#note", "approved from a phone");
-  await Promise.all([page.waitForURL(base + "/loops/waiting"), page.click("button.approve")]);
+  await Promise.all([page.waitForURL(base + "/loops/waiting?done=approve"), page.click("button.approve")]);
+  check((await page.locator("p.flash").innerText()).includes("Approved."), "the page says the approval was given");
   check((await page.content()).includes("approved from a phone"), "the loop's history shows the approval and its note");
 
   // A change made elsewhere shows up without a reload by hand.
@@ -62,10 +85,11 @@ try {
   await page.waitForSelector("h1 .badge.paused", { timeout: 10000 });
   check(true, "the open page shows the pause by itself");
 
-  const seen = await signIn(await browser.newContext(phone), viewer);
+  const seen = await signIn(await browser.newContext(desktop), viewer);
   await seen.goto(base + "/loops/waiting/review");
   check(await seen.locator("section.pending").isVisible(), "a viewer sees the review");
   check(await seen.locator("button.approve, button.reject").count() === 0, "a viewer sees no Approve or Reject");
+  check((await seen.locator("section.pending time").first().innerText()).includes("Europe/Paris"), "a desktop shows its own zone");
   await seen.goto(base + "/loops/other");
   check(await seen.locator(".actions button").count() === 0, "a viewer sees no Pause, Resume or Cancel");
   await shot(seen, "viewer");

@@ -886,6 +886,283 @@ fn the_console_says_since_when_a_loop_awaits_and_why_its_last_tick_failed() {
 }
 
 #[test]
+fn the_review_page_shows_the_evidence_then_the_approvals_so_far_then_the_forms() {
+    let env = Env::new();
+    let (ann, bob) = (user(&env, "ann"), user(&env, "bob"));
+    user(&env, "cy");
+    awaiting(
+        &env,
+        "demo",
+        "[access]\napprovers = [\"ann\", \"bob\", \"cy\"]\n[approval]\nrequired = 2\n",
+    );
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &bob);
+    let cookie = format!("automaton_session={id}");
+    let page = || {
+        answer(
+            agent()
+                .get(s.url("/loops/demo/review"))
+                .header("Cookie", &cookie)
+                .call(),
+        )
+    };
+    let (status, before) = page();
+    assert_eq!(status, 200);
+    assert!(
+        before.contains("0 of 2 approvals so far") && before.contains("May still approve: ann, bob, cy."),
+        "{before}"
+    );
+    let (evidence, forms) = (
+        before.find("Ticks since the last approval").unwrap(),
+        before.find("action=\"/loops/demo/approve\"").unwrap(),
+    );
+    assert!(evidence < forms, "the buttons come after the evidence: {before}");
+    let (status, _) = post(&s, "/api/loops/demo/approve", &ann, r#"{"note":"ship it"}"#);
+    assert_eq!(status, 200);
+    let (_, after) = page();
+    assert!(
+        after.contains("1 of 2 approvals so far")
+            && after.contains("<strong>ann</strong>")
+            && after.contains("ship it")
+            && after.contains("May still approve: bob, cy."),
+        "{after}"
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn reject_and_cancel_ask_a_reason_and_a_confirmation_and_every_change_says_what_it_did() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, csrf) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let form = |path: &str, fields: &[(&str, &str)]| {
+        let mut fields = fields.to_vec();
+        fields.push(("csrf", csrf.as_str()));
+        let r = agent()
+            .post(s.url(path))
+            .header("Cookie", &cookie)
+            .send_form(fields)
+            .unwrap();
+        let to = r
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned());
+        (r.status().as_u16(), to, answer(Ok(r)).1)
+    };
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call()).1;
+    let review = page("/loops/demo/review");
+    assert!(review.contains("name=\"reason\" rows=\"2\" required"), "{review}");
+    let await_id = hidden(&review, "await");
+    let before = env.history("demo").len();
+    let (status, _, refused) = form("/loops/demo/reject", &[("await", &await_id), ("reason", " ")]);
+    assert!(status == 422 && refused.contains("needs a reason"), "{refused}");
+    let (status, _, asked) = form(
+        "/loops/demo/reject",
+        &[("await", &await_id), ("reason", "wrong branch")],
+    );
+    assert!(
+        status == 200 && asked.contains("Yes, reject") && asked.contains("wrong branch"),
+        "{asked}"
+    );
+    let (status, _, asked) = form("/loops/demo/cancel", &[]);
+    assert!(status == 200 && asked.contains("Yes, cancel the tick"), "{asked}");
+    assert_eq!(
+        env.history("demo").len(),
+        before,
+        "nothing is done before its confirmation"
+    );
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    let (status, to, _) = form(
+        "/loops/demo/reject",
+        &[
+            ("await", &await_id),
+            ("reason", "wrong branch"),
+            ("confirm", "yes"),
+        ],
+    );
+    assert_eq!((status, to.as_deref()), (303, Some("/loops/demo?done=reject")));
+    let rejected = env
+        .history("demo")
+        .into_iter()
+        .rev()
+        .find(|e| e["kind"] == "rejected")
+        .unwrap();
+    assert_eq!(rejected["reason"], "wrong branch");
+    let after = page("/loops/demo?done=reject");
+    assert!(
+        after.contains("Rejected.") && after.contains("badge halted"),
+        "{after}"
+    );
+    assert!(
+        after.contains("value=\"resume\"") && !after.contains("value=\"pause\""),
+        "{after}"
+    );
+    let (status, to, _) = form("/loops/demo/resume", &[]);
+    assert_eq!((status, to.as_deref()), (303, Some("/loops/demo?done=resume")));
+    let (status, to, _) = form("/loops/demo/pause", &[]);
+    assert_eq!((status, to.as_deref()), (303, Some("/loops/demo?done=pause")));
+    let paused = page("/loops/demo?done=pause");
+    assert!(
+        paused.contains("Paused.") && paused.contains("badge paused"),
+        "{paused}"
+    );
+    assert!(
+        paused.contains("value=\"resume\"") && !paused.contains("value=\"pause\""),
+        "{paused}"
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn the_console_offers_only_the_buttons_a_loops_state_allows_and_says_what_stopped_it() {
+    let env = Env::new();
+    awaiting(&env, "waits", "");
+    env.new_loop(
+        "spender",
+        "step = \"echo cost_usd=0.6 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+         [[gate]]\nstock = \"budget\"\nparams = { metric = \"cost_usd\", max = 1.0 }\n",
+    );
+    for _ in 0..3 {
+        env.run(&["tick", "spender"]);
+    }
+    assert_eq!(env.state("spender")["status"], "halted");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call()).1;
+    let waits = page("/loops/waits");
+    assert!(
+        waits.contains("value=\"pause\"") && !waits.contains("value=\"resume\""),
+        "{waits}"
+    );
+    let halted = page("/loops/spender");
+    assert!(
+        !halted.contains("value=\"pause\"") && halted.contains("value=\"resume\""),
+        "{halted}"
+    );
+    assert!(
+        halted.contains("Stopped by")
+            && halted.contains("gate stock:budget")
+            && halted.contains("--reset-budget")
+            && halted.contains("Resume and reset the budget"),
+        "{halted}"
+    );
+    let csrf = hidden(&halted, "csrf");
+    let r = agent()
+        .post(s.url("/loops/spender/resume"))
+        .header("Cookie", &cookie)
+        .send_form([("reset_budget", "yes"), ("csrf", csrf.as_str())])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(env.state("spender")["status"], "active");
+    assert!(
+        env.history("spender").iter().any(|e| e["kind"] == "totals-reset"),
+        "{:?}",
+        env.history("spender")
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn the_loops_page_counts_filters_searches_and_pages_and_says_no_daemon_serves_the_root() {
+    let env = Env::new();
+    awaiting(&env, "waits", "");
+    for i in 1..=54 {
+        env.new_loop(&format!("plain-{i:02}"), "step = \"true\"\n");
+    }
+    env.ok(&["pause", "plain-07"]);
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, csrf) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call()).1;
+    let rows = |html: &str| html.matches("<tr class=").count();
+    let first = page("/");
+    assert!(
+        first.contains("all 55")
+            && first.contains("active 53")
+            && first.contains("paused 1")
+            && first.contains("awaiting approval 1")
+            && first.contains("Page 1 of 2"),
+        "{first}"
+    );
+    assert_eq!(rows(&first), 50, "{first}");
+    assert!(first.contains("No daemon serves this root"), "{first}");
+    let second = page("/?page=2");
+    assert!(
+        second.contains("Loops 51–55 of 55.") && second.contains("rel=\"prev\""),
+        "{second}"
+    );
+    assert_eq!(rows(&second), 5);
+    let paused = page("/?status=paused");
+    assert!(
+        paused.contains("/loops/plain-07") && rows(&paused) == 1,
+        "{paused}"
+    );
+    let found = page("/?q=PLAIN-1");
+    assert_eq!(rows(&found), 10, "{found}");
+    assert!(page("/?q=nothing-like-it").contains("No loops to show."));
+    let r = agent()
+        .post(s.url("/loops/waits/approve"))
+        .header("Cookie", &cookie)
+        .send_form([("csrf", csrf.as_str())])
+        .unwrap();
+    let to = r.headers()["location"].to_str().unwrap().to_owned();
+    let after = page(&to);
+    assert!(after.contains("Approved. No daemon serves this root"), "{after}");
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
+fn a_run_page_says_how_its_tick_ended_serves_its_output_by_offset_and_a_tick_never_run_is_not_found() {
+    let env = Env::new();
+    awaiting(&env, "demo", "");
+    let token = user(&env, "ann");
+    let s = Server::start(&env, &[]);
+    let (id, _) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let get_page = |path: &str| answer(agent().get(s.url(path)).header("Cookie", &cookie).call());
+    let (status, missing) = get_page("/loops/demo/runs/9999");
+    assert!(status == 404 && missing.contains("has no tick 9999"), "{missing}");
+    let root = env.root.display().to_string();
+    assert!(!missing.contains(&root), "{missing}");
+    let (status, ran) = get_page("/loops/demo/runs/1");
+    assert!(
+        status == 200
+            && ran.contains("exit code 0")
+            && ran.contains("Ran for")
+            && ran.contains("data-offset=\"20\""),
+        "{ran}"
+    );
+    let output = |from: u64| {
+        let mut r = agent()
+            .get(s.url(&format!("/loops/demo/runs/1/output?stream=stdout&from={from}")))
+            .header("Cookie", &cookie)
+            .call()
+            .unwrap();
+        let head = |h: &str| r.headers()[h].to_str().unwrap().to_owned();
+        let (next, running) = (head("x-next-offset"), head("x-running"));
+        (r.body_mut().read_to_string().unwrap(), next, running)
+    };
+    assert_eq!(
+        output(0),
+        (
+            "hello from the step\n".to_owned(),
+            "20".to_owned(),
+            "0".to_owned()
+        )
+    );
+    assert_eq!(output(6).0, "from the step\n");
+    assert_eq!(output(20).0, "");
+    assert_eq!(get_page("/loops/demo/runs/9999/output").0, 404);
+    assert_eq!(s.stop(), Some(0));
+}
+
+#[test]
 fn a_browser_session_needs_its_csrf_token_and_ends_with_its_users_token() {
     let env = Env::new();
     awaiting(&env, "demo", "");

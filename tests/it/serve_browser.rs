@@ -2,7 +2,8 @@
 //! headless Chromium with playwright-core (pinned in
 //! tests/browser/package-lock.json) against the real `automaton serve`:
 //! sign in, the awaiting loop first, its review, an approval with a note
-//! from a phone-sized page, a change shown live, and a viewer who sees no
+//! from a phone-sized page, a running tick's output appended without a
+//! reload, a change shown live, and a viewer who sees no
 //! Approve button and whose forged POST is refused. Skipped, saying so,
 //! without Chromium or `npm ci` in tests/browser; failed instead when
 //! `AUTOMATON_REQUIRE_BROWSER=1` (as CI sets).
@@ -65,6 +66,15 @@ fn a_phone_signs_in_reviews_and_approves_and_a_viewer_cannot() {
         env.ok(&["tick", "waiting"]);
     }
     assert_eq!(env.status("waiting")["status"], "awaiting_approval");
+    // A tick that writes a line every half second while the browser looks.
+    env.new_loop(
+        "slow",
+        &format!("step = \"for i in $(seq 1 40); do echo line $i; sleep 0.5; done\"\n{roles}"),
+    );
+    let mut slow = env.cmd().args(["tick", "slow"]).spawn().unwrap();
+    while env.status("slow")["in_flight"].is_null() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let (ann, vic) = (token(&env, "ann"), token(&env, "vic"));
     let server = crate::serve::Server::start(&env, &[]);
     let out = Command::new("node")
@@ -80,6 +90,8 @@ fn a_phone_signs_in_reviews_and_approves_and_a_viewer_cannot() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let _ = slow.kill();
+    let _ = slow.wait();
     assert!(out.status.success(), "{said}\nserver log:\n{}", server.log());
     let history = env.history("waiting");
     let approved = history.iter().rev().find(|e| e["kind"] == "approved").unwrap();
