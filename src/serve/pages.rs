@@ -398,8 +398,10 @@ pub async fn one(
         let events: Vec<Line> = history.events.iter().rev().map(Line::of).collect();
         let actions = actions(&app, &me, dir.as_ref(), &view);
         let serving = daemon_serves(&app);
-        let required = dir.config().map_or(1, |c| c.approval.required);
-        let so_far = Approvals::of(&view.state, required, None);
+        let (required, bind) = dir.config().map_or((1, Default::default()), |c| {
+            (c.approval.required, c.approval.bind)
+        });
+        let so_far = Approvals::of(&view.state, required, bind, None);
         let said = flash.message(&so_far, serving);
         let banner = no_daemon(&app);
         Ok(html! { (said) (banner) (loop_body(&view, actions, &events)) })
@@ -547,8 +549,10 @@ pub async fn review(
             None => crate::store::access_rules(dir.as_ref(), defaults),
         };
         let approver = access::check(&me.actor, Action::Approve, &rules).is_ok();
-        let required = dir.config().map_or(1, |c| c.approval.required);
-        let so_far = Approvals::of(&state, required, rules.approvers.clone());
+        let (required, bind) = dir.config().map_or((1, Default::default()), |c| {
+            (c.approval.required, c.approval.bind)
+        });
+        let so_far = Approvals::of(&state, required, bind, rules.approvers.clone());
         Ok(review_body(&name, &r, &so_far, approver.then_some(&me)))
     })
     .await;
@@ -572,14 +576,28 @@ struct Approvals {
 }
 
 impl Approvals {
-    fn of(state: &crate::state::State, required: u32, approvers: Option<Vec<String>>) -> Approvals {
+    /// With `bind = "commit"`, only the approvals given on the worktree
+    /// the latest was given on count, as `approve` counts them.
+    fn of(
+        state: &crate::state::State,
+        required: u32,
+        bind: crate::config::Bind,
+        approvers: Option<Vec<String>>,
+    ) -> Approvals {
         let target = state.awaiting.as_ref().map(|a| a.id.as_str());
+        let for_target = || {
+            state
+                .pending_approvals
+                .iter()
+                .filter(move |a| a.await_id.as_deref() == target)
+        };
+        let latest = for_target().next_back();
+        let same_worktree = |a: &&crate::domain::Approval| {
+            bind == crate::config::Bind::Await
+                || latest.is_some_and(|l| a.head == l.head && a.snapshot == l.snapshot)
+        };
         let mut given: Vec<crate::domain::Approval> = Vec::new();
-        for a in state
-            .pending_approvals
-            .iter()
-            .filter(|a| a.await_id.as_deref() == target)
-        {
+        for a in for_target().filter(same_worktree) {
             given.retain(|g| g.by != a.by);
             given.push(a.clone());
         }
@@ -1153,6 +1171,37 @@ pub async fn asset(Path(file): Path<String>) -> Response {
 mod tests {
     use crate::ops::views::review::{Review, Work};
     use crate::state::Status;
+
+    #[test]
+    fn with_bind_commit_the_approvals_so_far_are_those_on_the_latest_worktree() {
+        let now = crate::clock::now();
+        let mut state = crate::state::State::new(now);
+        state.awaiting = Some(crate::state::Await {
+            id: "aw-3".into(),
+            since: now,
+            tick: 2,
+            gates: Vec::new(),
+            head: Some("h1".into()),
+            snapshot: Some("s1".into()),
+        });
+        let approval = |by: &str, snapshot: &str| crate::domain::Approval {
+            id: format!("ap-{by}"),
+            by: by.into(),
+            at: now,
+            note: None,
+            await_id: Some("aw-3".into()),
+            head: Some("h1".into()),
+            snapshot: Some(snapshot.into()),
+        };
+        // ann approved, then the worktree changed and bob approved it.
+        state.pending_approvals = vec![approval("ann", "s1"), approval("bob", "s2")];
+        let by = |bind| {
+            let a = super::Approvals::of(&state, 2, bind, None);
+            a.given.iter().map(|g| g.by.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(by(crate::config::Bind::Commit), ["bob"]);
+        assert_eq!(by(crate::config::Bind::Await), ["ann", "bob"]);
+    }
 
     #[test]
     fn a_time_reads_in_utc_with_its_age_and_carries_its_instant_for_the_script() {
