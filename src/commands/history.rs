@@ -12,10 +12,10 @@ use crate::history::Event;
 use crate::ops::Ctx;
 use crate::ops::views::history::{Field, Line, Query, query};
 use crate::root::Root;
-use crate::store::Stores;
+use crate::store::{Changes, Stores};
 
-/// How often `--follow` reads the history again.
-const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+/// How long `--follow` waits on the change feed at a time.
+const FOLLOW_WAIT: Duration = Duration::from_secs(60);
 
 pub fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
     let ctx = Ctx::new(root, stores, crate::who::actor());
@@ -24,52 +24,52 @@ pub fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write
         since: args.since,
         kinds: args.kind.clone(),
     };
+    // A follower listens before it reads, so no commit falls between.
+    let changes = match args.follow {
+        true => Some(stores.watch()?),
+        false => None,
+    };
     let view = query(&ctx, &args.name, &q)?;
-    if !args.follow {
+    let Some(changes) = changes else {
         if args.json.json {
             super::emit_json(out, &view)?;
         } else {
             super::emit(out, &text(&view.events))?;
         }
         return Ok(Exit::Ok);
-    }
-    let seen = last_version(&ctx, &args.name)?.max(view.events.last().map_or(0, |e| e.v));
+    };
     print(out, &view.events, args.json.json)?;
-    follow(&ctx, &args.name, &q, seen, args.json.json, out)
+    out.flush().map_err(Error::Output)?;
+    let seen = view.events.last().map_or(0, |e| e.v);
+    follow(&ctx, &args.name, &q, seen, changes, args.json.json, out)
 }
 
-/// The version of the loop's last event, whatever the query admits.
-fn last_version(ctx: &Ctx, name: &str) -> Result<u64> {
-    let all = query(
-        ctx,
-        name,
-        &Query {
-            limit: Some(1),
-            ..Query::default()
-        },
-    )?;
-    Ok(all.events.last().map_or(0, |e| e.v))
-}
-
-/// Prints the events `q` admits committed after version `seen`, as they
-/// come, until the process is interrupted (a commit's events are written
-/// together, so a version is printed whole).
-fn follow(ctx: &Ctx, name: &str, q: &Query, mut seen: u64, json: bool, out: &mut dyn Write) -> Result<Exit> {
+/// Prints the events `q` admits committed after version `seen`, as the
+/// store's change feed tells of the loop's commits, until the process is
+/// interrupted (a commit's events are written together, so a version is
+/// printed whole).
+fn follow(
+    ctx: &Ctx,
+    name: &str,
+    q: &Query,
+    mut seen: u64,
+    mut changes: Box<dyn Changes>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Exit> {
     let q = Query {
         limit: None,
         ..q.clone()
     };
     loop {
-        std::thread::sleep(FOLLOW_EVERY);
-        let newest = last_version(ctx, name)?;
-        if newest <= seen {
+        if !changes.wait(FOLLOW_WAIT)?.iter().any(|c| c.name == name) {
             continue;
         }
         let view = query(ctx, name, &q)?;
         let new: Vec<Event> = view.events.into_iter().filter(|e| e.v > seen).collect();
         print(out, &new, json)?;
         out.flush().map_err(Error::Output)?;
-        seen = newest;
+        seen = new.last().map_or(seen, |e| e.v);
     }
 }
 
