@@ -430,4 +430,31 @@ fn the_daemon_answers_metrics_with_its_own_figures_and_guards_other_hosts() {
         body.contains("automaton_loop_firings_total{loop=\"often\",kind=\"ran\",why=\"ran\"}"),
         "{body}"
     );
+    // Claims are timed where daemons share the store, and only there.
+    let claims = body.contains("automaton_daemon_claim_duration_seconds_count ");
+    assert_eq!(claims, env.pg.is_some(), "{body}");
+}
+
+#[test]
+fn the_example_alert_rules_pass_promtool_check_and_their_tests() {
+    let Some(promtool) = prometheus_tool("promtool") else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/prometheus");
+    for args in [
+        &["check", "rules", "alerts.yml"][..],
+        &["test", "rules", "alerts.test.yml"],
+    ] {
+        let out = Command::new(&promtool)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
