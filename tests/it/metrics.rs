@@ -89,6 +89,13 @@ fn every_state(env: &Env) {
     );
     assert_eq!(tick(env, "completed"), "ran");
     assert_eq!(tick(env, "completed"), "completed");
+    env.new_loop(
+        "approved",
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    assert_eq!(tick(env, "approved"), "ran");
+    assert_eq!(tick(env, "approved"), "awaiting-approval");
+    env.ok(&["approve", "approved"]);
     if env.pg.is_none() {
         env.new_loop("invalid", "step = \"true\"\n");
         std::fs::write(env.loop_dir("invalid").join("loop.toml"), "step = [\n").unwrap();
@@ -223,11 +230,21 @@ fn metrics_of_loops_in_every_state_pass_promtool_and_leave_out_what_was_never_me
         1,
         "{text}"
     );
-    // No await was approved: no approval histogram; no daemon: no lateness.
-    assert!(
-        !text.contains("automaton_loop_await_to_approval_seconds"),
+    // One await was approved; the other not yet: it has no approval times.
+    assert_eq!(
+        series(
+            &text,
+            "automaton_loop_await_to_approval_seconds_count{loop=\"approved\"} 1"
+        )
+        .len(),
+        1,
         "{text}"
     );
+    assert!(
+        !text.contains("automaton_loop_await_to_approval_seconds_count{loop=\"awaiting\"}"),
+        "{text}"
+    );
+    // No daemon fired anything: no lateness.
     assert!(!text.contains("automaton_loop_firing_lateness_seconds"), "{text}");
 }
 
