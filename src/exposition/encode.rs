@@ -238,14 +238,16 @@ fn loop_families(loops: &[LoopFigures]) -> Vec<Family> {
         if let Some(i) = f.expected_interval {
             interval.push(l.clone(), Value::Gauge(i));
         }
-        if f.lateness.count > 0 {
-            lateness.push(l.clone(), Value::Histogram(f.lateness.clone()));
-        }
-        for ((kind, why), n) in &f.firings {
-            firings.push(
-                with(&with(l, "kind", kind), "why", why),
-                Value::Counter(*n as f64),
-            );
+        if let Some(fires) = &f.fires {
+            if fires.lateness.count > 0 {
+                lateness.push(l.clone(), Value::Histogram(fires.lateness.clone()));
+            }
+            for ((kind, why), n) in &fires.firings {
+                firings.push(
+                    with(&with(l, "kind", kind), "why", why),
+                    Value::Counter(*n as f64),
+                );
+            }
         }
         if let Some(n) = f.consecutive_failures {
             failures.push(l.clone(), Value::Gauge(f64::from(n)));

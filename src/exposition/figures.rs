@@ -150,12 +150,49 @@ impl HistoryFigures {
     }
 }
 
-/// The history figures of each loop, by name, with the state version
-/// they were read at: kept by a long-lived server or daemon between
-/// scrapes.
+/// What a loop's ledger of firings says, as `/metrics` counts it.
+#[derive(Debug, Clone)]
+pub struct FireFigures {
+    /// Firings by kind and why.
+    pub firings: BTreeMap<(&'static str, String), u64>,
+    /// How late each firing the daemon ran started after it fell due.
+    pub lateness: Hist,
+    /// When the last firing that was not missed fell due.
+    pub last_firing: Option<Timestamp>,
+}
+
+impl FireFigures {
+    fn of(fires: &[Fire]) -> FireFigures {
+        let mut f = FireFigures {
+            firings: BTreeMap::new(),
+            lateness: Hist::new(SLOW_BUCKETS),
+            last_firing: None,
+        };
+        for r in fires {
+            *f.firings.entry((r.kind.as_str(), r.why.clone())).or_default() += r.count;
+            if let (Kind::Ran, Some(started)) = (r.kind, r.started) {
+                f.lateness.observe(seconds_between(r.at, started));
+            }
+            if r.kind != Kind::Missed {
+                f.last_firing = f.last_firing.max(Some(r.last_at()));
+            }
+        }
+        f
+    }
+}
+
+/// What each loop's history and ledger gave, by loop name, with what they
+/// were read at (the state's version, the ledger's mark): kept by a
+/// long-lived server or daemon between scrapes.
 #[derive(Debug, Default)]
 pub struct Cache {
-    loops: Mutex<HashMap<String, (u64, Arc<HistoryFigures>)>>,
+    loops: Mutex<HashMap<String, Kept>>,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    history: Option<(u64, Arc<HistoryFigures>)>,
+    fires: Option<(String, Arc<FireFigures>)>,
 }
 
 impl Cache {
@@ -164,7 +201,7 @@ impl Cache {
     /// a warning); the next scrape tries again.
     fn history(&self, dir: &dyn LoopStore, version: u64) -> Option<Arc<HistoryFigures>> {
         let name = dir.name().to_string();
-        if let Some((v, f)) = self.lock().get(&name)
+        if let Some((v, f)) = self.lock().get(&name).and_then(|k| k.history.as_ref())
             && *v == version
         {
             return Some(Arc::clone(f));
@@ -176,8 +213,29 @@ impl Cache {
                 return None;
             }
         };
-        self.lock().insert(name, (version, Arc::clone(&figures)));
+        self.lock().entry(name).or_default().history = Some((version, Arc::clone(&figures)));
         Some(figures)
+    }
+
+    /// The ledger figures of `dir` whose ledger has mark `mark`: those
+    /// kept for that mark, or read now (without a mark, read every time).
+    fn fires(&self, dir: &dyn LoopStore, mark: Option<String>) -> Arc<FireFigures> {
+        let name = dir.name().to_string();
+        if let Some(mark) = &mark
+            && let Some((m, f)) = self.lock().get(&name).and_then(|k| k.fires.as_ref())
+            && m == mark
+        {
+            return Arc::clone(f);
+        }
+        let fires = dir.fires(None).unwrap_or_else(|e| {
+            tracing::warn!("/metrics: loop {name:?}: {}", crate::error::with_causes(&e));
+            Vec::new()
+        });
+        let figures = Arc::new(FireFigures::of(&fires));
+        if let Some(mark) = mark {
+            self.lock().entry(name).or_default().fires = Some((mark, Arc::clone(&figures)));
+        }
+        figures
     }
 
     /// Forgets the loops not among `names` (removed since).
@@ -185,7 +243,7 @@ impl Cache {
         self.lock().retain(|n, _| names.contains(n.as_str()));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Arc<HistoryFigures>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
         self.loops.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -206,10 +264,7 @@ pub struct LoopFigures {
     pub awaiting_since: Option<Timestamp>,
     /// The step's metric totals.
     pub totals: BTreeMap<String, f64>,
-    /// Firings in the ledger, by kind and why.
-    pub firings: BTreeMap<(&'static str, String), u64>,
-    /// How late each firing the daemon ran started after it fell due.
-    pub lateness: Hist,
+    pub fires: Option<Arc<FireFigures>>,
     pub history: Option<Arc<HistoryFigures>>,
 }
 
@@ -228,14 +283,31 @@ pub const STATUSES: &[&str] = &[
 pub fn read(ctx: &Ctx, cache: &Cache) -> Result<Vec<LoopFigures>> {
     let seen = crate::ops::views::status::read_all(ctx)?;
     let now = crate::clock::now();
-    let figures: Vec<LoopFigures> = seen.iter().map(|s| of_loop(s, cache, now)).collect();
+    let marks = match ctx.stores.fires_marks() {
+        Some(Ok(marks)) => Some(marks),
+        Some(Err(e)) => {
+            tracing::warn!("/metrics: {}", crate::error::with_causes(&e));
+            None
+        }
+        None => None,
+    };
+    let figures: Vec<LoopFigures> = seen
+        .iter()
+        .map(|s| {
+            let mark = match &marks {
+                Some(m) => m.get(s.dir.name().as_str()).cloned(),
+                None => s.dir.fires_mark(),
+            };
+            of_loop(s, cache, mark, now)
+        })
+        .collect();
     let names = seen.iter().map(|s| s.dir.name().as_str()).collect();
     cache.keep_only(&names);
     Ok(figures)
 }
 
 /// The figures of one loop as the listing read it.
-fn of_loop(seen: &Seen, cache: &Cache, now: Timestamp) -> LoopFigures {
+fn of_loop(seen: &Seen, cache: &Cache, fires_mark: Option<String>, now: Timestamp) -> LoopFigures {
     let dir = seen.dir.as_ref();
     let mut f = LoopFigures {
         labels: labels(dir.name().as_str(), seen.config.as_ref()),
@@ -248,19 +320,16 @@ fn of_loop(seen: &Seen, cache: &Cache, now: Timestamp) -> LoopFigures {
         awaits_open: None,
         awaiting_since: None,
         totals: BTreeMap::new(),
-        firings: BTreeMap::new(),
-        lateness: Hist::new(SLOW_BUCKETS),
+        fires: None,
         history: None,
     };
     let Listed::Loop(view) = &seen.listed else {
         return f;
     };
-    let fires = dir.fires(None).unwrap_or_else(|e| {
-        tracing::warn!("/metrics: loop {}: {}", dir.name(), crate::error::with_causes(&e));
-        Vec::new()
-    });
     from_view(&mut f, view);
-    from_fires(&mut f, &fires);
+    let fires = cache.fires(dir, fires_mark);
+    f.last_firing = f.last_firing.max(fires.last_firing);
+    f.fires = Some(fires);
     f.history = cache.history(dir, view.state.version);
     let history_success = f.history.as_ref().and_then(|h| h.last_success);
     f.last_success = f.last_success.max(history_success);
@@ -293,21 +362,6 @@ fn from_view(f: &mut LoopFigures, view: &LoopView) {
         f.consecutive_failures = Some(state.consecutive_failures);
         if t.outcome == Outcome::Ran {
             f.last_success = Some(t.ended_at);
-        }
-    }
-}
-
-/// What the ledger of firings says: the count of each kind and why, the
-/// lateness of each firing the daemon ran, and when the last firing that
-/// was not missed fell due.
-fn from_fires(f: &mut LoopFigures, fires: &[Fire]) {
-    for r in fires {
-        *f.firings.entry((r.kind.as_str(), r.why.clone())).or_default() += r.count;
-        if let (Kind::Ran, Some(started)) = (r.kind, r.started) {
-            f.lateness.observe(seconds_between(r.at, started));
-        }
-        if r.kind != Kind::Missed {
-            f.last_firing = f.last_firing.max(Some(r.last_at()));
         }
     }
 }

@@ -437,6 +437,27 @@ fn the_daemon_answers_metrics_with_its_own_figures_and_guards_other_hosts() {
         assert!(Instant::now() < deadline, "the daemon never answered its figures");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The ledger read again once it grew: a later scrape counts more runs.
+    let ran = |body: &str| -> u64 {
+        let prefix = "automaton_loop_firings_total{loop=\"often\",kind=\"ran\",why=\"ran\"} ";
+        body.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let first = ran(&body);
+    assert!(first > 0, "{body}");
+    loop {
+        if let Some((200, later)) = try_get(&url)
+            && ran(&later) > first
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a later scrape never counted more runs than {first}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let other = try_get(&format!("http://127.0.0.1:{port}/other"));
     let _ = daemon.kill();
     let _ = daemon.wait();
