@@ -7,8 +7,9 @@
 # PostgreSQL too (the same loops, moved there by `migrate`, into a schema
 # of their own, dropped at the end). Prints the first scrape (the server
 # reads every history), then the median and p95 of the rest (histories
-# kept: only state, config and ledger read), with the answer's size and
-# its count of series.
+# kept: only state, config and ledger mark read) with the server's CPU
+# time per scrape (the figure that holds on a loaded machine), the
+# answer's size and its count of series.
 #
 # usage: bench/metrics.sh [BIN [URL]]
 #   e.g. bench/metrics.sh target/debug/automaton 'postgresql://automaton@/postgres?host=/tmp/pg'
@@ -60,7 +61,13 @@ for i in $(seq -w 1 "$loops"); do
 done
 token=$("$bin" user add bench --json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
 
-# scrape LABEL ROOT [STORE]: serve on ROOT, its figures printed.
+# The server's CPU time (user and system), in clock ticks.
+ticks_per_s=$(getconf CLK_TCK)
+cpu() { awk '{ print $14 + $15 }' "/proc/$server/stat"; }
+
+# scrape LABEL ROOT [STORE]: serve on ROOT, its figures printed: the
+# first scrape's time, then the median and p95 of the others' (curl's
+# time_total), and the median of the server's CPU time per scrape (ms).
 scrape() {
   local label=$1 root=$2 store=${3:-} base line
   local args=(--root "$root")
@@ -71,16 +78,33 @@ scrape() {
   line=$(head -n 1 "$work/serve-$label.out")
   base=${line#listening on }
   : > "$work/times-$label"
+  : > "$work/cpu-$label"
   for r in $(seq 0 "$rounds"); do
+    c0=$(cpu)
     curl -sf -o "$work/body-$label" -w '%{time_total}\n' -H "Authorization: Bearer $token" "$base/metrics" > "$work/t"
-    if [ "$r" = 0 ]; then first=$(cat "$work/t"); else cat "$work/t" >> "$work/times-$label"; fi
+    c1=$(cpu)
+    if [ "$r" = 0 ]; then first=$(cat "$work/t"); else
+      cat "$work/t" >> "$work/times-$label"
+      echo $(( (c1 - c0) * 1000 / ticks_per_s )) >> "$work/cpu-$label"
+    fi
   done
+  # The listing's own cost on the same server, for comparison.
+  : > "$work/list-cpu-$label"
+  for r in $(seq "$rounds"); do
+    c0=$(cpu)
+    curl -sf -o /dev/null -H "Authorization: Bearer $token" "$base/api/loops"
+    c1=$(cpu)
+    echo $(( (c1 - c0) * 1000 / ticks_per_s )) >> "$work/list-cpu-$label"
+  done
+  list_cpu=$(sort -n "$work/list-cpu-$label" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }')
   kill "$server"; wait "$server" 2>/dev/null || true; server=""
-  sort -n "$work/times-$label" | awk -v what="$label" -v first="$first" \
+  cpu_median=$(sort -n "$work/cpu-$label" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }')
+  sort -n "$work/times-$label" | awk -v what="$label" -v first="$first" -v cpu="$cpu_median" \
     -v bytes="$(wc -c < "$work/body-$label")" -v series="$(grep -vc '^#' "$work/body-$label")" \
     '{ t[NR] = $1 * 1000 } END {
-      printf "%-12s first %.0f ms  then n %d  median %.1f ms  p95 %.1f ms  (%d bytes, %d series)\n",
-        what, first * 1000, NR, t[int((NR + 1) / 2)], t[int((NR * 95 + 99) / 100)], bytes, series }'
+      printf "%-12s first %.0f ms  then n %d  median %.1f ms  p95 %.1f ms  server CPU %d ms a scrape  (%d bytes, %d series)\n",
+        what, first * 1000, NR, t[int((NR + 1) / 2)], t[int((NR * 95 + 99) / 100)], cpu, bytes, series }'
+  echo "             GET /api/loops on the same server: CPU $list_cpu ms a request (median)"
 }
 
 echo "## /metrics over $loops loops ($ticks ticks each), $(basename "$bin") $(uname -m)"

@@ -3,14 +3,37 @@
 //! collector that holds one scrape's families. A family with no series is
 //! left out whole.
 
+use std::sync::Arc;
+
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabel, EncodeLabelSet, LabelSetEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::Format;
 use super::daemon::DaemonRead;
 use super::figures::{Hist, Labels, LoopFigures, STATUSES, epoch_seconds};
+
+/// A series' labels: the loop's (`loop` and its `[labels]`, shared by
+/// all its series), then the series' own.
+#[derive(Debug)]
+struct Series {
+    base: Arc<Labels>,
+    own: Vec<(&'static str, String)>,
+}
+
+impl EncodeLabelSet for Series {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let base = self.base.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let own = self.own.iter().map(|(k, v)| (*k, v.as_str()));
+        for label in base.chain(own) {
+            label.encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
+}
 
 /// A series' value.
 #[derive(Debug)]
@@ -28,7 +51,7 @@ struct Family {
     help: &'static str,
     unit: Option<Unit>,
     kind: MetricType,
-    series: Vec<(Labels, Value)>,
+    series: Vec<(Series, Value)>,
 }
 
 impl Family {
@@ -42,7 +65,7 @@ impl Family {
         }
     }
 
-    fn push(&mut self, labels: Labels, value: Value) {
+    fn push(&mut self, labels: Series, value: Value) {
         self.series.push((labels, value));
     }
 }
@@ -99,11 +122,25 @@ pub fn encode(loops: Vec<LoopFigures>, daemon: Option<DaemonRead>, format: Forma
     out
 }
 
-/// `labels` with one more.
-fn with(labels: &Labels, name: &str, value: &str) -> Labels {
-    let mut l = labels.clone();
-    l.push((name.to_owned(), value.to_owned()));
-    l
+/// No labels (a daemon's series).
+fn none() -> Series {
+    just(&Arc::default())
+}
+
+/// The loop's labels alone.
+fn just(base: &Arc<Labels>) -> Series {
+    Series {
+        base: Arc::clone(base),
+        own: Vec::new(),
+    }
+}
+
+/// The loop's labels and the series' own.
+fn with<const N: usize>(base: &Arc<Labels>, own: [(&'static str, &str); N]) -> Series {
+    Series {
+        base: Arc::clone(base),
+        own: own.into_iter().map(|(k, v)| (k, v.to_owned())).collect(),
+    }
 }
 
 fn loop_families(loops: &[LoopFigures]) -> Vec<Family> {
@@ -213,16 +250,16 @@ fn loop_families(loops: &[LoopFigures]) -> Vec<Family> {
     );
     let now = crate::clock::now();
     for f in loops {
-        let l = &f.labels;
+        let l = &Arc::new(f.labels.clone());
         for st in STATUSES {
             status.push(
-                with(l, "status", st),
+                with(l, [("status", st)]),
                 Value::Gauge(f64::from(u8::from(f.status == *st))),
             );
         }
         let stamp = |fam: &mut Family, t: Option<jiff::Timestamp>| {
             if let Some(t) = t {
-                fam.push(l.clone(), Value::Gauge(epoch_seconds(t)));
+                fam.push(just(l), Value::Gauge(epoch_seconds(t)));
             }
         };
         stamp(&mut next, f.next_firing);
@@ -230,52 +267,46 @@ fn loop_families(loops: &[LoopFigures]) -> Vec<Family> {
         stamp(&mut success, f.last_success);
         stamp(&mut await_since, f.awaiting_since);
         if let Some(since) = f.awaiting_since {
-            await_age.push(
-                l.clone(),
-                Value::Gauge(super::figures::seconds_between(since, now)),
-            );
+            await_age.push(just(l), Value::Gauge(super::figures::seconds_between(since, now)));
         }
         if let Some(i) = f.expected_interval {
-            interval.push(l.clone(), Value::Gauge(i));
+            interval.push(just(l), Value::Gauge(i));
         }
         if let Some(fires) = &f.fires {
             if fires.lateness.count > 0 {
-                lateness.push(l.clone(), Value::Histogram(fires.lateness.clone()));
+                lateness.push(just(l), Value::Histogram(fires.lateness.clone()));
             }
             for ((kind, why), n) in &fires.firings {
-                firings.push(
-                    with(&with(l, "kind", kind), "why", why),
-                    Value::Counter(*n as f64),
-                );
+                firings.push(with(l, [("kind", kind), ("why", why)]), Value::Counter(*n as f64));
             }
         }
         if let Some(n) = f.consecutive_failures {
-            failures.push(l.clone(), Value::Gauge(f64::from(n)));
+            failures.push(just(l), Value::Gauge(f64::from(n)));
         }
         if let Some(n) = f.awaits_open {
-            awaits.push(l.clone(), Value::Gauge(f64::from(n)));
+            awaits.push(just(l), Value::Gauge(f64::from(n)));
         }
         for (metric, v) in &f.totals {
-            totals.push(with(l, "metric", metric), Value::Counter(*v));
+            totals.push(with(l, [("metric", metric)]), Value::Counter(*v));
         }
         let Some(h) = &f.history else { continue };
         for (outcome, n) in &h.ticks {
-            ticks.push(with(l, "outcome", outcome), Value::Counter(*n as f64));
+            ticks.push(with(l, [("outcome", outcome)]), Value::Counter(*n as f64));
         }
         for ((gate, decision), n) in &h.gate_decisions {
             decisions.push(
-                with(&with(l, "gate", gate), "decision", decision),
+                with(l, [("gate", gate), ("decision", decision)]),
                 Value::Counter(*n as f64),
             );
         }
         for (gate, n) in &h.gate_errors {
-            gate_errors.push(with(l, "gate", gate), Value::Counter(*n as f64));
+            gate_errors.push(with(l, [("gate", gate)]), Value::Counter(*n as f64));
         }
         for (gate, hist) in &h.gate_seconds {
-            gate_time.push(with(l, "gate", gate), Value::Histogram(hist.clone()));
+            gate_time.push(with(l, [("gate", gate)]), Value::Histogram(hist.clone()));
         }
         if h.await_to_approval.count > 0 {
-            approval.push(l.clone(), Value::Histogram(h.await_to_approval.clone()));
+            approval.push(just(l), Value::Histogram(h.await_to_approval.clone()));
         }
     }
     vec![
@@ -303,12 +334,12 @@ fn daemon_families(d: DaemonRead) -> Vec<Family> {
     use MetricType::{Counter, Gauge, Histogram};
     let gauge = |name, help, v: u64| {
         let mut f = Family::new(name, Gauge, None, help);
-        f.push(Vec::new(), Value::Gauge(v as f64));
+        f.push(none(), Value::Gauge(v as f64));
         f
     };
     let counter = |name, help, v: u64| {
         let mut f = Family::new(name, Counter, None, help);
-        f.push(Vec::new(), Value::Counter(v as f64));
+        f.push(none(), Value::Counter(v as f64));
         f
     };
     let mut claims = Family::new(
@@ -318,7 +349,7 @@ fn daemon_families(d: DaemonRead) -> Vec<Family> {
         "How long each claim of due firings took the shared store (PostgreSQL only).",
     );
     if let Some(h) = d.claims {
-        claims.push(Vec::new(), Value::Histogram(h));
+        claims.push(none(), Value::Histogram(h));
     }
     vec![
         gauge(

@@ -39,8 +39,9 @@ pub const SLOW_BUCKETS: &[f64] = &[
     7.0 * 86400.0,
 ];
 
-/// The upper bounds of the gate evaluation time histogram: 100 µs to 10 s.
-pub const GATE_BUCKETS: &[f64] = &[0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
+/// The upper bounds of the gate evaluation time histogram: 1 ms to 10 s,
+/// a bucket a factor of ten (few buckets: every loop has a histogram a gate).
+pub const GATE_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 1.0, 10.0];
 
 /// A histogram of observations, bucketed as they are taken in.
 #[derive(Debug, Clone)]
