@@ -45,8 +45,10 @@ impl Format {
             a.split(',').any(|part| {
                 let mut params = part.split(';').map(str::trim);
                 let media = params.next().unwrap_or("");
-                let weight_zero = params.any(|p| p.replace(' ', "") == "q=0" || p.starts_with("q=0.0"));
-                media.eq_ignore_ascii_case("application/openmetrics-text") && !weight_zero
+                let refused = params
+                    .filter_map(|p| p.strip_prefix("q="))
+                    .any(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0));
+                media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
             })
         });
         match asks {

@@ -19,16 +19,16 @@ use crate::exposition::{self, Format};
 /// `Accept` header asks for it.
 pub async fn metrics(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
     let (mut parts, _) = req.into_parts();
-    let header = |name| {
+    let value = |name| {
         parts
             .headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let format = Format::from_accept(header(header::ACCEPT).as_deref());
+    let format = Format::from_accept(value(header::ACCEPT).as_deref());
     let scrape = &app.root.settings().metrics;
-    let actor = match scrape.anonymous || scrape.token_matches(header(header::AUTHORIZATION).as_deref()) {
+    let actor = match scrape.anonymous || scrape.token_matches(value(header::AUTHORIZATION).as_deref()) {
         // A scraper the root trusts reads every loop, as the server's own
         // user does.
         true => crate::who::actor(),

@@ -496,3 +496,17 @@ fn the_example_alert_rules_pass_promtool_check_and_their_tests() {
         );
     }
 }
+
+#[test]
+fn bad_labels_are_refused_naming_the_file_line_and_cause() {
+    let env = Env::new();
+    let file = env.scratch().join("loop.toml");
+    std::fs::write(&file, "step = \"true\"\n\n[labels]\n\"team-name\" = \"infra\"\n").unwrap();
+    let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
+    assert!(err.contains("loop.toml:3"), "{err}");
+    assert!(err.contains("`team-name` is not a label name"), "{err}");
+    std::fs::write(&file, "step = \"true\"\n[labels]\nstatus = \"x\"\n").unwrap();
+    let err = env.fails(5, &["new", "bad", "--from", file.to_str().unwrap()]);
+    assert!(err.contains("automaton's own series"), "{err}");
+    assert!(env.run(&["status", "bad"]).status.code() != Some(0));
+}
