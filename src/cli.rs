@@ -316,6 +316,11 @@ pub struct DaemonArgs {
     /// (1 when none does)
     #[arg(long)]
     pub status: bool,
+    /// Answer Prometheus's scrapes of `/metrics` on ADDR (`127.0.0.1:9187`);
+    /// another host's only with automaton.toml's [metrics] token_sha256 or
+    /// `anonymous = true`
+    #[arg(long, value_name = "ADDR", conflicts_with = "status")]
+    pub metrics: Option<String>,
     #[command(flatten)]
     pub json: JsonArg,
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 use crate::domain::{GateSource, Limits, OnError, Phase};
 
 pub mod notify;
+pub mod scrape;
 
 use self::notify::Notify;
 
@@ -63,6 +64,10 @@ pub struct LoopConfig {
     /// inherit.
     #[serde(default)]
     pub pass_env: Vec<String>,
+    /// `[labels]`: names and values added to each of the loop's series on
+    /// `/metrics` (docs/metrics.md): a few, named by Prometheus's rules.
+    #[serde(default)]
+    pub labels: Labels,
     /// The text it was read from, with its sha256: what the record of the
     /// rules compares (not a key of loop.toml).
     #[serde(skip)]
@@ -94,6 +99,68 @@ impl Runner {
     pub fn allows(&self, host: &str) -> bool {
         self.hosts.is_empty() || self.hosts.iter().any(|h| h == host)
     }
+}
+
+/// The most `[labels]` a loop may set: each is a label on every one of
+/// its series, so the count of series stays bounded.
+pub const MAX_LABELS: usize = 8;
+
+/// The longest value of a `[labels]` entry, in bytes.
+pub const MAX_LABEL_VALUE: usize = 128;
+
+/// The label names automaton's own series use, which `[labels]` may not.
+pub const RESERVED_LABELS: &[&str] = &[
+    "loop", "status", "outcome", "why", "kind", "gate", "decision", "metric", "le", "quantile", "instance",
+    "job",
+];
+
+/// A loop's `[labels]`: label name to value, checked as they are read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(pub std::collections::BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
+        let map = std::collections::BTreeMap::<String, String>::deserialize(d)?;
+        check_labels(&map).map_err(serde::de::Error::custom)?;
+        Ok(Labels(map))
+    }
+}
+
+/// Why `[labels]` may not be used: too many, a name Prometheus refuses or
+/// automaton's own series use, a value too long.
+fn check_labels(map: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
+    if map.len() > MAX_LABELS {
+        return Err(format!(
+            "[labels] sets {} labels; at most {MAX_LABELS}",
+            map.len()
+        ));
+    }
+    for (name, value) in map {
+        let mut chars = name.chars();
+        let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "[labels] `{name}` is not a label name: a letter or `_`, then letters, digits and `_`"
+            ));
+        }
+        if name.starts_with("__") {
+            return Err(format!(
+                "[labels] `{name}`: names starting with `__` are Prometheus's own"
+            ));
+        }
+        if RESERVED_LABELS.contains(&name.as_str()) {
+            return Err(format!(
+                "[labels] `{name}` is a label of automaton's own series; pick another name"
+            ));
+        }
+        if value.len() > MAX_LABEL_VALUE {
+            return Err(format!(
+                "[labels] `{name}` is longer than {MAX_LABEL_VALUE} bytes"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn default_workdir() -> PathBuf {
@@ -802,6 +869,25 @@ mod tests {
             } => (line, column, message),
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn labels_are_read_and_bad_ones_refused_with_their_line() {
+        let c = parse("step = \"true\"\n[labels]\nteam = \"infra\"\ntier = \"1\"\n").unwrap();
+        assert_eq!(c.labels.0.get("team").map(String::as_str), Some("infra"));
+        for (bad, says) in [
+            ("\"9lives\" = \"x\"", "not a label name"),
+            ("\"a-b\" = \"x\"", "not a label name"),
+            ("__meta = \"x\"", "Prometheus's own"),
+            ("loop = \"x\"", "automaton's own"),
+        ] {
+            let (line, _, message) = err(&format!("step = \"true\"\n[labels]\n{bad}\n"));
+            assert!(line >= 2, "{bad}: line {line}");
+            assert!(message.contains(says), "{bad}: {message}");
+        }
+        let many: String = (0..=MAX_LABELS).map(|i| format!("l{i} = \"v\"\n")).collect();
+        let (_, _, message) = err(&format!("step = \"true\"\n[labels]\n{many}"));
+        assert!(message.contains("at most"), "{message}");
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub enum Error {
     #[error("serve: {reason}")]
     ServeSetup { reason: String },
 
+    /// `daemon --metrics ADDR` that may not listen as asked.
+    #[error("daemon --metrics: {reason}")]
+    MetricsSetup { reason: String },
+
     #[error("cannot listen on {addr}")]
     Listen {
         addr: String,
@@ -459,7 +463,7 @@ impl Error {
             Error::NoSuchUser { .. } | Error::NoSuchDelegate { .. } => Class::NotFound,
             Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,
             Error::Signals(_) | Error::DaemonThread { .. } => Class::Failed,
-            Error::Tls { .. } | Error::ServeSetup { .. } => Class::Usage,
+            Error::Tls { .. } | Error::ServeSetup { .. } | Error::MetricsSetup { .. } => Class::Usage,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => Class::NotFound,
             Error::LockNotObtained { .. } => Class::Busy,
             Error::Config(_)

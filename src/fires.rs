@@ -136,6 +136,11 @@ pub struct Fire {
     /// of them the daemon's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fired_by: Option<FiredBy>,
+    /// When the daemon started the tick that ran it (`ran` only): how late
+    /// it started after `at` is the firing's lateness (`/metrics`). None
+    /// in records written before it was kept, and for OS schedulers'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Timestamp>,
 }
 
 fn one() -> u64 {
@@ -180,6 +185,7 @@ impl Fire {
             schedule: schedule.to_owned(),
             by: by.to_owned(),
             fired_by: Some(fired_by),
+            started: None,
         }
     }
 
@@ -303,6 +309,7 @@ impl Fire {
             schedule: "every = \"1m\"".into(),
             by: "h pid 1".into(),
             fired_by: None,
+            started: None,
         }
     }
 }

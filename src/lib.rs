@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod domain;
 pub mod duration;
 pub mod error;
+pub mod exposition;
 pub mod fires;
 pub mod fsx;
 pub mod gate;

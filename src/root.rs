@@ -36,6 +36,8 @@ pub struct Settings {
     pub admins: Option<Vec<String>>,
     /// Where people reach the console, for every loop that does not say.
     pub server: crate::config::notify::Server,
+    /// `[metrics]`: who may scrape `/metrics` besides the console's users.
+    pub metrics: crate::config::scrape::ScrapeAccess,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -238,6 +240,9 @@ struct RootConfig {
     /// The console's address, for the links notifications carry.
     #[serde(default)]
     server: crate::config::notify::Server,
+    /// Who may scrape `/metrics` besides the console's users.
+    #[serde(default)]
+    metrics: crate::config::scrape::ScrapeAccess,
 }
 
 /// The root's `[access]`: a loop's roles, and `admins`, which only a root
@@ -275,6 +280,7 @@ impl RootConfig {
             },
             admins,
             server: self.server,
+            metrics: self.metrics,
         }
     }
 }

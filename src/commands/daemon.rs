@@ -18,6 +18,7 @@ pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<Exit> 
         &Options {
             max_concurrent: usize::from(args.max_concurrent),
             grace: args.grace,
+            metrics: args.metrics.clone(),
             ..Options::default()
         },
     )?;

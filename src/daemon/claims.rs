@@ -100,7 +100,9 @@ impl<'a> Dispatcher<'a> {
             return;
         }
         let (me, host) = (c.me.clone(), c.host.clone());
+        let asked = Instant::now();
         let claimed = claims.claim(&me, free, &host);
+        self.figures.claimed_in(asked.elapsed());
         let now = crate::clock::now();
         let mut next = Instant::now() + MAX_SLEEP;
         let claimed = match claimed {

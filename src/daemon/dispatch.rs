@@ -57,6 +57,8 @@ pub(super) struct Dispatcher<'a> {
     pub(super) busy: u64,
     /// What writes the ledger of firings.
     pub(super) ledger: Writer,
+    /// The figures `--metrics` answers (src/exposition/daemon.rs).
+    pub(super) figures: Arc<crate::exposition::DaemonFigures>,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -86,6 +88,7 @@ impl<'a> Dispatcher<'a> {
             claimant: stores.claims().map(|_| Claimant::new()),
             busy: 0,
             ledger: Writer::new(crate::clock::now()),
+            figures: Arc::default(),
         }
     }
 
@@ -149,6 +152,7 @@ impl<'a> Dispatcher<'a> {
             self.report();
             self.next_report = Instant::now() + self.opts.report;
         }
+        self.figures.set_ticks(self.running.len(), self.ticks, self.busy);
     }
 
     /// Acts on a message; the phase after it.
@@ -340,7 +344,12 @@ impl<'a> Dispatcher<'a> {
         };
         let key = schedule_key(s);
         let at = stands_for(when, at, entry.started.unwrap_or(at));
-        let mut fire = Some(this(&self.ledger, at, &key));
+        let mut fire = Some(this(&self.ledger, at, &key)).map(|mut f| {
+            if f.kind == crate::fires::Kind::Ran {
+                f.started = entry.started;
+            }
+            f
+        });
         let written = entry.dir.record_fires(&mut |last| {
             let mut out = last
                 .map(|l| self.ledger.gap(when, &key, l, at, crashed))

@@ -117,6 +117,7 @@ impl Writer {
             by: self.by.clone(),
             // A missed firing was fired by nothing.
             fired_by: (kind != Kind::Missed).then_some(FiredBy::Daemon),
+            started: None,
         }
     }
 

@@ -72,6 +72,8 @@ pub struct Options {
     pub rescan: Duration,
     /// How often the daemon publishes its record and judges its lag.
     pub report: Duration,
+    /// `--metrics ADDR`: where `/metrics` is answered (src/exposition/listen.rs).
+    pub metrics: Option<String>,
 }
 
 impl Default for Options {
@@ -81,6 +83,7 @@ impl Default for Options {
             grace: Duration::from_secs(30),
             rescan: Duration::from_secs(2),
             report: Duration::from_secs(15),
+            metrics: None,
         }
     }
 }
@@ -124,6 +127,15 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let signals = listen_for_signals(&handoff)?;
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
+    let metrics = match &opts.metrics {
+        Some(addr) => Some(crate::exposition::listen::Listener::bind(
+            addr,
+            &root.settings().metrics,
+        )?),
+        None => None,
+    };
+    let figures = std::sync::Arc::new(crate::exposition::DaemonFigures::default());
+    let stop_metrics = std::sync::atomic::AtomicBool::new(false);
     let presence = Presence::claim(root);
     // Webhooks are delivered off the workers, and given a moment at the end.
     let _webhooks = crate::notify::webhook::Queue::start();
@@ -154,7 +166,24 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
                     source,
                 })?;
         }
+        if let Some(listener) = &metrics {
+            let (stores, figures, stop) = (&stores, &*figures, &stop_metrics);
+            if let Some(addr) = listener.local_addr() {
+                tracing::info!("answering /metrics on http://{addr}/metrics");
+            }
+            let name = "metrics";
+            thread::Builder::new()
+                .name(name.into())
+                .spawn_scoped(scope, move || listener.serve(root, stores, figures, stop))
+                .map_err(|source| Error::DaemonThread {
+                    name: name.into(),
+                    source,
+                })?;
+        }
+        // However the dispatcher ends, the listener stops with it.
+        let _stop = StopOnDrop(&stop_metrics);
         let mut d = Dispatcher::new(root, &stores, opts, max, presence);
+        d.figures = std::sync::Arc::clone(&figures);
         d.run(&handoff, &inbox);
         tracing::info!(
             "{} ticks started, {} of them busy (the loop's lock was held)",
@@ -167,6 +196,15 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     signals.close();
     tracing::info!("daemon stopped");
     result
+}
+
+/// Sets its flag when dropped: the `/metrics` listener's stop.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// One gate host for every tick; if it cannot be built, each tick of a

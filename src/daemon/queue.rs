@@ -30,6 +30,11 @@ impl<K: Clone + Ord + std::hash::Hash> Default for Queue<K> {
 }
 
 impl<K: Clone + Ord + std::hash::Hash> Queue<K> {
+    /// How many keys are due at some time.
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
     /// `key` is due at `at`, replacing any earlier due time of it.
     pub fn set(&mut self, key: K, at: Timestamp) {
         self.next_generation += 1;

@@ -63,6 +63,8 @@ impl<'a> Dispatcher<'a> {
         record.busy = self.busy;
         record.overdue = overdue.len();
         record.behind_ms = behind;
+        self.figures
+            .set_queue(record.scheduled, self.queue.len(), record.overdue);
         record.window_secs = self.last_report.elapsed().as_secs();
         self.last_report = Instant::now();
         record.window_ticks = lags.millis.len() as u64;

@@ -17,6 +17,7 @@ mod conns;
 mod live;
 mod pages;
 pub mod ports;
+mod scrape;
 mod server;
 mod tls;
 
@@ -43,6 +44,8 @@ pub struct App {
     pub lock_wait: Duration,
     /// The refusals recorded lately: one a minute per user and loop is.
     pub refusals: crate::ops::refusal::Refusals,
+    /// What `/metrics` keeps between scrapes (src/exposition/figures.rs).
+    pub metrics: crate::exposition::Cache,
 }
 
 pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
@@ -95,6 +98,7 @@ pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
         auth,
         lock_wait: args.request_timeout / 2,
         refusals: Default::default(),
+        metrics: Default::default(),
     });
     runtime.block_on(async {
         let (listener, line, port) = listen(args, unix, tls.is_some()).await?;

@@ -80,6 +80,7 @@ pub fn router(app: Arc<App>, timeout: Duration) -> Router {
     let bounded = Router::new()
         .route("/healthz", get(healthz))
         .route("/api/openapi.json", get(api::openapi))
+        .route("/metrics", get(super::scrape::metrics))
         .route("/api/loops", get(api::list))
         .route("/api/loops/{name}", get(api::one))
         .route("/api/loops/{name}/history", get(api::history))

@@ -129,6 +129,14 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// A mark of each loop's ledger of firings, read at once for every
+    /// loop, that moves whenever a record is added to or folded into it:
+    /// `/metrics` reads a ledger again only when its mark moved. `None`
+    /// where each loop's own ([`LoopStore::fires_mark`]) is as cheap.
+    fn fires_marks(&self) -> Option<Result<std::collections::HashMap<String, String>>> {
+        None
+    }
+
     /// The console's users ([`crate::users`]), sorted by name.
     fn users(&self) -> Result<Vec<crate::users::User>>;
 
@@ -393,6 +401,13 @@ pub trait LoopStore: Send + Sync {
     /// The loop's ledger of firings ([`crate::fires`]), folded, oldest
     /// first: the records whose last firing fell at or after `since`.
     fn fires(&self, since: Option<jiff::Timestamp>) -> Result<Vec<crate::fires::Fire>>;
+
+    /// A mark of the ledger of firings that moves whenever a record is
+    /// added to or folded into it ([`Store::fires_marks`]); `None` when
+    /// there is none to read cheaply.
+    fn fires_mark(&self) -> Option<String> {
+        None
+    }
 
     /// Adds to the ledger the records `make` makes, given its last record
     /// (from which the firings missed since are counted), folded into it

@@ -23,6 +23,7 @@ mod kept_gates;
 mod listing;
 mod locking;
 mod loops;
+mod metrics;
 mod netns;
 mod notify;
 mod operator;

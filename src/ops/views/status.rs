@@ -103,14 +103,14 @@ impl LoopView {
 
 /// The view of loop `dir` in `state`, as a listing shows it.
 pub fn view(dir: &dyn LoopStore, state: &State) -> LoopView {
-    view_read(dir, state.clone(), dir.config(), LoopStore::holder(dir))
+    view_read(dir, state.clone(), &dir.config(), LoopStore::holder(dir))
 }
 
 /// The view of a loop whose config and lock holder were read already.
 fn view_read(
     dir: &dyn LoopStore,
     state: State,
-    config: Result<crate::config::LoopConfig>,
+    config: &Result<crate::config::LoopConfig>,
     lock: Option<Holder>,
 ) -> LoopView {
     let (config, config_error) = match config {
@@ -124,13 +124,10 @@ fn view_read(
         .filter(|p| p.is_dir());
     let mut v = LoopView {
         name: dir.name().to_string(),
-        description: config.as_ref().and_then(|c| c.description.clone()),
+        description: config.and_then(|c| c.description.clone()),
         config_error,
         state,
-        schedule: config
-            .as_ref()
-            .and_then(|c| c.schedule.as_ref())
-            .map(describe_schedule),
+        schedule: config.and_then(|c| c.schedule.as_ref()).map(describe_schedule),
         next_due: None,
         last_run_dir,
         lock,
@@ -140,15 +137,13 @@ fn view_read(
         last_missed: None,
         refused_firings: None,
         os_schedule: None,
-        access: config.as_ref().map(|c| c.access()),
+        access: config.map(|c| c.access()),
         unrecorded_config: None,
         config_changes: Vec::new(),
         last_output: Default::default(),
-        unconfined: config
-            .as_ref()
-            .is_some_and(|c| c.step.confine == crate::config::Confine::Off),
+        unconfined: config.is_some_and(|c| c.step.confine == crate::config::Confine::Off),
     };
-    if let Some(schedule) = config.as_ref().and_then(|c| c.schedule.as_ref()) {
+    if let Some(schedule) = config.and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
         match next_due(schedule, &v.state, running, crate::clock::now()) {
             Ok(Due { next, overdue }) => {
@@ -258,11 +253,35 @@ pub fn list(ctx: &Ctx) -> Result<Listing> {
         loops: Vec::new(),
         first_error: None,
     };
+    for seen in read_all(ctx)? {
+        listing.loops.push(seen.listed);
+        if let Some(e) = seen.error {
+            listing.first_error.get_or_insert(e);
+        }
+    }
+    Ok(listing)
+}
+
+/// A loop the context's actor may see, as a listing read it: its store,
+/// its view (or why its state could not be read), its config when that
+/// loads, and the error its state gave.
+pub struct Seen {
+    pub dir: Box<dyn LoopStore>,
+    pub listed: Listed,
+    pub config: Option<crate::config::LoopConfig>,
+    pub error: Option<Error>,
+}
+
+/// Every loop the context's actor may see, read once: what `list` shows,
+/// with the store and config each was read from (`/metrics` reads on from
+/// them).
+pub fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
     let defaults = &ctx.root.settings().access;
+    let mut out = Vec::new();
     for r in ctx.stores.read_all()? {
         let (listed, error) = match r.state {
             Ok(state) => (
-                Listed::Loop(Box::new(view_read(r.dir.as_ref(), state, r.config, r.holder))),
+                Listed::Loop(Box::new(view_read(r.dir.as_ref(), state, &r.config, r.holder))),
                 None,
             ),
             Err(e) => {
@@ -272,13 +291,15 @@ pub fn list(ctx: &Ctx) -> Result<Listing> {
             }
         };
         if sees(ctx, defaults, &listed) {
-            listing.loops.push(listed);
-            if let Some(e) = error {
-                listing.first_error.get_or_insert(e);
-            }
+            out.push(Seen {
+                dir: r.dir,
+                listed,
+                config: r.config.ok(),
+                error,
+            });
         }
     }
-    Ok(listing)
+    Ok(out)
 }
 
 /// The most lines of each output of a failed tick `status` shows.

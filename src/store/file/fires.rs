@@ -51,6 +51,23 @@ impl LoopDir {
         })
     }
 
+    /// The file's inode, length and modification time: appended to or
+    /// rewritten, it moves. `"none"` while there is no file.
+    pub(super) fn read_fires_mark(&self) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::symlink_metadata(self.fires_path()) {
+            Ok(m) => Some(format!(
+                "{} {} {}.{}",
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec()
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("none".into()),
+            Err(_) => None,
+        }
+    }
+
     /// The last record appended, read from the file's end.
     pub(super) fn read_last_fire(&self) -> Result<Option<Fire>> {
         let path = self.fires_path();

@@ -272,6 +272,10 @@ impl LoopStore for LoopDir {
         self.read_fires(since)
     }
 
+    fn fires_mark(&self) -> Option<String> {
+        self.read_fires_mark()
+    }
+
     fn record_fires(
         &self,
         make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,

@@ -23,6 +23,23 @@ fn to_text(r: &Fire) -> String {
     serde_json::to_string(r).unwrap_or_default()
 }
 
+impl super::Database {
+    /// Each loop's mark of its ledger, in one query: the sequence number
+    /// and `last_at` of its last record (a record folded into changes its
+    /// `last_at`), empty for a loop with none.
+    pub(super) fn read_fires_marks(&self) -> Result<std::collections::HashMap<String, String>> {
+        let rows = self.with(None, "cannot read the ledgers of firings", |c| {
+            c.query(
+                "SELECT l.name, coalesce((SELECT f.seq::text || ' ' || f.last_at::text FROM fires f
+                     WHERE f.loop = l.name ORDER BY f.seq DESC LIMIT 1), '')
+                 FROM loops l",
+                &[],
+            )
+        })?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+}
+
 impl PgLoop {
     pub(super) fn read_fires(&self, since: Option<Timestamp>) -> Result<Vec<Fire>> {
         let since = since.map(|t| t.to_string());

@@ -371,6 +371,10 @@ impl Store for Arc<Database> {
         true
     }
 
+    fn fires_marks(&self) -> Option<Result<std::collections::HashMap<String, String>>> {
+        Some(self.read_fires_marks())
+    }
+
     fn claims(&self) -> Option<&dyn super::Claims> {
         Some(self.as_ref())
     }
