@@ -34,6 +34,7 @@ mod pg_bounds;
 mod pg_claims;
 mod pg_lease;
 mod pg_outcome;
+mod pg_restart;
 mod quickstart;
 mod refusals;
 mod resume;

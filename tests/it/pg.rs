@@ -841,7 +841,8 @@ impl Cluster {
         self.run("pg_ctl", &all);
     }
 
-    fn up(&self) {
+    /// Starts the server again after [`Cluster::crash`], with the options it had.
+    pub fn up(&self) {
         let opts = match self.tcp {
             Some(addr) => format!(
                 "-k {} -c listen_addresses='{addr}' -p {TCP_PORT} -c fsync=off",
