@@ -504,3 +504,41 @@ fn a_network_cut_makes_the_runner_kill_its_step_before_another_takes_the_lock() 
     assert_eq!(r.state()["tick"], 3);
     assert!(r.state()["lock"].is_null());
 }
+
+/// The runner is stopped (SIGSTOP) while its step runs, and its step is
+/// not: nothing renews the lease, which runs out for the other runner.
+/// The step's guard, a process of its own that the stop does not reach,
+/// kills the step at the deadline the last renewal set, a quarter of a
+/// lease before the server may give the lock away: the two steps never
+/// overlap, and both ticks are accounted for.
+#[test]
+fn a_stopped_runner_does_not_let_its_step_outlive_the_lease() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Some(r) = Runners::on_suite_server(SHORT_TTL) else {
+        return;
+    };
+    let marks = tempfile::tempdir().unwrap();
+    let log = marks.path().join("steps.log");
+    r.new_loop("solo", &marked_step(&log, 20));
+    let a = r.tick(&mut r.cmd("host-a"));
+    let a_step = wait_started(marks.path());
+    until("the first step sleeps", || asleep(a_step));
+    let runner = Pid::from_raw(a.id() as i32);
+    kill(runner, Signal::SIGSTOP).unwrap();
+    step_takes(&log, 1);
+    let b = r.tick(&mut r.cmd("host-b"));
+    let (b_code, b_err) = finish(b);
+    kill(runner, Signal::SIGCONT).unwrap();
+    let (a_code, a_err) = finish(a);
+    assert_eq!(b_code, Some(0), "{b_err}");
+    assert_ne!(a_code, Some(0), "the stopped runner lost its lock: {a_err}");
+    let steps = intervals(&log);
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!(steps[0].pid, a_step as u32, "{steps:?}");
+    assert!(
+        steps[0].end.is_none(),
+        "the stopped runner's step was killed: {steps:?}"
+    );
+    two_ticks_accounted_for(&r);
+}

@@ -19,7 +19,10 @@
 //! the length past it. Three quarters of the length past it with no
 //! renewal since, the watchdog declares the lock lost ([`LockWatch`]),
 //! which kills the step's group at once: a quarter of the length before
-//! the server could give the lock to anyone else.
+//! the server could give the lock to anyone else. Each such deadline is
+//! also handed to the step's guard ([`LockWatch::renewed`]), which kills
+//! the group at it on a clock that counts suspend, whatever becomes of
+//! this process (stopped, suspended, starved).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -168,6 +171,7 @@ impl Lease {
             wake: Condvar::new(),
             conn: Mutex::new(None),
         });
+        shared.watch.renewed(taken + ttl - ttl / 4);
         let watchdog = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("lease-watchdog".into())
@@ -281,7 +285,9 @@ impl Shared {
                 let mut state = self.lock();
                 state.renewed = state.renewed.max(sent);
                 state.error = None;
+                let kill_at = state.renewed + self.ttl - self.ttl / 4;
                 drop(state);
+                self.watch.renewed(kill_at);
                 *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(client);
             }
             Ok(None) => {
