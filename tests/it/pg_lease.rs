@@ -542,3 +542,55 @@ fn a_stopped_runner_does_not_let_its_step_outlive_the_lease() {
     );
     two_ticks_accounted_for(&r);
 }
+
+/// Two runners with one host name, the second in a PID namespace of its
+/// own (where the first one's pid names no process, as on another machine
+/// of the same name). The first one's sessions are terminated while its
+/// step runs, so the advisory lock is free and only the lease holds the
+/// loop: the second waits for it to be let go instead of taking it from a
+/// holder it cannot see, and the two steps never overlap. Needs root (for
+/// the namespace); skipped without, unless `AUTOMATON_REQUIRE_USERS=1`.
+#[test]
+fn two_runners_with_one_host_name_never_overlap() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("AUTOMATON_REQUIRE_USERS").as_deref() != Ok("1"),
+            "AUTOMATON_REQUIRE_USERS=1, but a PID namespace needs root"
+        );
+        eprintln!("skipped: a PID namespace needs root");
+        return;
+    }
+    let Some(r) = Runners::on_suite_server(LONG_TTL) else {
+        return;
+    };
+    let marks = tempfile::tempdir().unwrap();
+    let log = marks.path().join("steps.log");
+    r.new_loop("solo", &marked_step(&log, 4));
+    let app = format!("runner-one-{}", std::process::id());
+    let a_url = format!("{}&application_name={app}", r.url);
+    let a = r.tick(&mut r.cmd_with("one-name", &a_url));
+    let a_step = wait_started(marks.path());
+    until("the first step sleeps", || asleep(a_step));
+
+    let pg = r.env.as_ref().unwrap().pg.as_ref().unwrap();
+    let cut = pg
+        .client()
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap();
+    assert!(!cut.is_empty(), "the first runner's sessions were terminated");
+    let mut unshare = Command::new("unshare");
+    unshare.args(["--pid", "--fork", "--mount-proc", BIN]);
+    let b = r.tick(r.runner(&mut unshare, "one-name", &r.url));
+
+    let (a_code, a_err) = finish(a);
+    let (b_code, b_err) = finish(b);
+    let steps = intervals(&log);
+    assert_eq!(a_code, Some(0), "the first runner recorded its tick: {a_err}");
+    assert_eq!(b_code, Some(0), "{b_err}");
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(steps.iter().all(|s| s.end.is_some()), "{steps:?}");
+    two_ticks_accounted_for(&r);
+}

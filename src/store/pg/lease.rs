@@ -5,7 +5,7 @@
 //! the holder and its step live on. So the lock is also a row of `leases`
 //! with a fence and an expiry set by the server's clock: the lock is taken
 //! only once the last lease has run out (or was let go, or its holder is a
-//! process of this host that is gone), and with the next fence; a commit
+//! process of this machine, boot and PID namespace that is gone), and with the next fence; a commit
 //! is accepted only under its holder's fence and an unexpired lease. The
 //! lease decides, not the advisory lock: a holder cut off from the server
 //! leaves a session there that keeps the advisory lock until the server
@@ -49,10 +49,11 @@ pub fn ttl() -> Duration {
 
 /// Takes the lease of loop `name` for `me`, if it may be taken: no lease,
 /// one run out or let go by the server's clock, or one whose holder is a
-/// process of this host that is gone (its step died with it). Returns the
-/// new fence and an instant before the server set the expiry, or `None`
-/// when a live lease stands. Call it holding the loop's advisory lock, or
-/// having seen no live lease: the upsert alone decides between takers.
+/// process this one can see (same machine, boot and PID namespace) that
+/// is gone (its step died with it). Returns the new fence and an instant
+/// before the server set the expiry, or `None` when a live lease stands.
+/// Call it holding the loop's advisory lock, or having seen no live lease:
+/// the upsert alone decides between takers.
 pub fn take(
     client: &mut Client,
     name: &str,
@@ -63,22 +64,55 @@ pub fn take(
         return Ok(Some(taken));
     }
     let row = client.query_opt(
-        "SELECT fence, pid, host FROM leases WHERE loop = $1 AND expires_at > clock_timestamp()",
+        "SELECT fence, process FROM leases WHERE loop = $1 AND expires_at > clock_timestamp()",
         &[&name],
     )?;
     let Some(row) = row else {
         // Run out since the first look.
         return upsert(client, name, me, ttl, None);
     };
-    let holder = Holder {
-        pid: u32::try_from(row.get::<_, i64>(1)).unwrap_or(0),
-        host: row.get(2),
-        ..me.clone()
-    };
-    if holder.host == me.host && !holder.is_alive() {
+    if row.get::<_, Option<String>>(1).is_some_and(|p| gone(&p)) {
         return upsert(client, name, me, ttl, Some(row.get(0)));
     }
     Ok(None)
+}
+
+/// Process `pid` of this machine as a lease names its holder:
+/// `<machine-id> <boot-id> <pid namespace> <pid> <start>`; `None` where
+/// `/proc` or the machine id cannot say.
+fn process(pid: u32) -> Option<String> {
+    let start = crate::procfs::stat(i32::try_from(pid).ok()?)?.start;
+    Some(format!(
+        "{} {} {} {pid} {start}",
+        crate::procfs::machine_id()?,
+        crate::procfs::boot_id()?,
+        crate::procfs::pid_namespace()?
+    ))
+}
+
+/// Whether the lease holder `named` (as [`process`] writes it) is known
+/// to be gone: a process of this machine's earlier boot, or one of this
+/// boot and PID namespace that no longer runs (its pid gone or reused).
+/// A holder of another machine, or of a namespace this one cannot see
+/// into, is taken at its word until its lease runs out.
+fn gone(named: &str) -> bool {
+    let f: Vec<&str> = named.split(' ').collect();
+    let ([machine, boot, ns, pid, start], Some(mine)) = (f.as_slice(), crate::procfs::machine_id()) else {
+        return false;
+    };
+    if *machine != mine {
+        return false;
+    }
+    if Some(*boot) != crate::procfs::boot_id() {
+        return true;
+    }
+    if Some(*ns) != crate::procfs::pid_namespace() {
+        return false;
+    }
+    let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    crate::procfs::stat(pid).is_none_or(|s| s.start != start)
 }
 
 /// The lease row made or taken over for `me` with the next fence, when it
@@ -92,10 +126,10 @@ fn upsert(
 ) -> Result<Option<(i64, Instant)>, PgError> {
     let sent = Instant::now();
     let row = client.query_opt(
-        "INSERT INTO leases AS l (loop, fence, pid, host, expires_at)
-         VALUES ($1, 1, $2, $3, clock_timestamp() + $4::float8 * interval '1 second')
+        "INSERT INTO leases AS l (loop, fence, pid, host, expires_at, process)
+         VALUES ($1, 1, $2, $3, clock_timestamp() + $4::float8 * interval '1 second', $6)
          ON CONFLICT (loop) DO UPDATE SET fence = l.fence + 1, pid = EXCLUDED.pid,
-             host = EXCLUDED.host, expires_at = EXCLUDED.expires_at
+             host = EXCLUDED.host, expires_at = EXCLUDED.expires_at, process = EXCLUDED.process
          WHERE l.expires_at <= clock_timestamp() OR l.fence = $5
          RETURNING fence",
         &[
@@ -104,6 +138,7 @@ fn upsert(
             &me.host,
             &ttl.as_secs_f64(),
             &dead.unwrap_or(0),
+            &process(me.pid),
         ],
     )?;
     Ok(row.map(|r| (r.get(0), sent)))
