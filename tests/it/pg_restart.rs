@@ -188,3 +188,87 @@ fn every_loop_fires_again_after_fast_and_immediate_server_restarts_under_load() 
         "still claimed after the daemons stopped: {claimed:?}"
     );
 }
+
+/// The server's sessions of application `app` now.
+fn sessions(url: &str, app: &str) -> i64 {
+    client(url)
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// The most sessions a daemon with `workers` workers holds while each of
+/// them runs a long step, sampled until it stops.
+fn sessions_of_a_busy_daemon(workers: usize) -> i64 {
+    let Some(cluster) = Cluster::start() else {
+        return -1;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let app = format!("busy-{workers}");
+    let url = format!("{}&application_name={app}", cluster.url());
+    let root = dir.path().join("root-host-a");
+    ok(cmd(&root, &url, "host-a").arg("init"));
+    let marks = dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    for i in 0..workers {
+        let file = dir.path().join("l.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "step = \"touch '{}/'$AUTOMATON_LOOP; sleep 6\"\n[schedule]\nevery = \"1s\"\n",
+                marks.display()
+            ),
+        )
+        .unwrap();
+        ok(cmd(&root, &url, "host-a")
+            .args(["new", &format!("l{i}"), "--from"])
+            .arg(&file));
+    }
+    let mut daemon = cmd(&root, &url, "host-a")
+        .args(["daemon", "--max-concurrent", &workers.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&marks).unwrap().count() < workers {
+        assert!(Instant::now() < deadline, "not every worker started a step");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Through the steps, their renewals (a quarter of the 2 s lease) and
+    // their ends.
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        most = most.max(sessions(&cluster.url(), &app));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+    daemon.wait().unwrap();
+    most
+}
+
+/// A daemon's running ticks keep their leases without a connection each:
+/// every lease it holds is renewed on one connection, so a busy daemon
+/// holds a session per running tick (its lock) and a few of its own, not
+/// two per tick.
+#[test]
+fn a_running_tick_needs_no_connection_of_its_own_for_its_lease() {
+    const WORKERS: usize = 8;
+    let most = sessions_of_a_busy_daemon(WORKERS);
+    if most < 0 {
+        return;
+    }
+    eprintln!("{WORKERS} workers, each running a step: at most {most} sessions");
+    // A lock session per tick, the listener, the renewals, and the few
+    // the claims and the ledger share (a connection per tick for its
+    // lease made it 2 × 8 + 2).
+    let workers = WORKERS as i64;
+    assert!(
+        most <= workers + 2 + workers / 2,
+        "{most} sessions for {WORKERS} running ticks"
+    );
+}

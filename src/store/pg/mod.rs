@@ -66,6 +66,8 @@ pub struct Database {
     /// Where this host keeps each loop's local files.
     loops_dir: PathBuf,
     idle: Mutex<Vec<Client>>,
+    /// The renewals of the leases this process holds: one connection.
+    renewals: lease::Renewals,
 }
 
 impl Database {
@@ -77,6 +79,7 @@ impl Database {
         let connector = conn::config(url, &shown, bound)?;
         let db = Database {
             url: shown,
+            renewals: lease::Renewals::new(connector.clone()),
             connector,
             loops_dir,
             idle: Mutex::new(Vec::new()),
@@ -783,7 +786,7 @@ impl LoopStore for PgLoop {
             key,
             holder,
             version: None,
-            lease: lease::Lease::start(name, fence, ttl, self.db.connector.clone(), taken_at),
+            lease: lease::Lease::start(name, fence, ttl, &self.db.renewals, taken_at),
             tick_unsaid: None,
         };
         // The loop may have been removed while we waited.
