@@ -706,6 +706,61 @@ fn a_daemon_whose_notifications_were_cut_reads_every_loop_again() {
     assert!(log.contains("listening for changes again"), "{log}");
 }
 
+/// A DBA's `idle_session_timeout` (here 300 ms, in the URL's options)
+/// does not end the daemon's notification connection, which idles by
+/// design: the daemon neither listens again nor reads every loop's config
+/// again each time, and a step longer than the timeout keeps its lease
+/// (renewed on a connection that idles between rounds).
+#[test]
+fn an_idle_session_timeout_ends_neither_the_daemons_listening_nor_its_renewals() {
+    let Some(env) = Env::postgres() else { return };
+    let pg = env.pg.as_ref().unwrap();
+    let version: i32 = pg
+        .client()
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .unwrap()
+        .get(0);
+    if version < 140000 {
+        eprintln!("skipped: the server has no idle_session_timeout (PostgreSQL 14 and later)");
+        return;
+    }
+    assert!(pg.url.contains("options=-c%20search_path"), "{}", pg.url);
+    let url = format!("{}%20-c%20idle_session_timeout%3D300", pg.url);
+    let marks = env.scratch();
+    env.new_loop(
+        "slow",
+        &format!(
+            "step = \"sleep 3; touch '{}/done'\"\n[schedule]\nevery = \"1h\"\n",
+            marks.display()
+        ),
+    );
+    let log = env.root.with_file_name("daemon.log");
+    let mut daemon = on_host(&env, "runner-1")
+        .env("AUTOMATON_STORE", &url)
+        .env("AUTOMATON_LEASE_TTL", "4s")
+        .arg("-v")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    until(&log, "the first tick", || {
+        env.state("slow")["tick"].as_u64() == Some(1)
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(marks.join("done").exists(), "the step ran to its end: {log}");
+    let state = env.state("slow");
+    assert_eq!(state["last_tick"]["outcome"], "ran", "{state}\n{log}");
+    assert!(!log.contains("listening for changes again"), "{log}");
+    assert!(!log.contains("lease was not renewed"), "{log}");
+}
+
 /// Waits until `cond` holds, or fails the test with the daemon's log.
 fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

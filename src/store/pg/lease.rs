@@ -240,6 +240,19 @@ impl Renewer {
         }
     }
 
+    /// The renewals' connection, made within `bound`, which the server's
+    /// `idle_session_timeout` does not end between rounds.
+    fn connect(&self, bound: Duration) -> Result<Client, String> {
+        let mut client = self
+            .connector
+            .connect_within(bound)
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        client
+            .batch_execute(super::NEVER_IDLE_OUT)
+            .map_err(|e| crate::error::with_causes(&e))?;
+        Ok(client)
+    }
+
     /// One round: every lease in `held` renewed in one statement, on the
     /// renewals' connection (made anew, within `bound`, when there is none
     /// or it broke); each lease told what became of it.
@@ -247,9 +260,9 @@ impl Renewer {
         let kept = relock(&self.conn).take();
         let mut client = match kept.filter(|c| !c.is_closed()) {
             Some(c) => c,
-            None => match self.connector.connect_within(bound) {
+            None => match self.connect(bound) {
                 Ok(c) => c,
-                Err(e) => return held.iter().for_each(|l| l.failed(format!("cannot connect: {e}"))),
+                Err(why) => return held.iter().for_each(|l| l.failed(why.clone())),
             },
         };
         let names: Vec<&str> = held.iter().map(|l| l.name.as_str()).collect();

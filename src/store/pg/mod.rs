@@ -55,6 +55,11 @@ const WAITING_KEY: &str = "hashtextextended('automaton:waiting:' || current_sche
 /// The notification channel: a loop's name, sent on every create, config
 /// change and removal; `NAME state` on every commit of its state.
 pub const CHANNEL: &str = "automaton_loops";
+/// Keeps a connection that idles by design (the listener, the lease
+/// renewals') from being ended by the server's `idle_session_timeout`,
+/// where the server has one and it is set (a DBA's default).
+const NEVER_IDLE_OUT: &str = "SELECT set_config('idle_session_timeout', '0', false)
+     WHERE coalesce(current_setting('idle_session_timeout', true), '0') <> '0'";
 /// What follows a loop's name in a commit's notification.
 const STATE_ONLY: &str = " state";
 
@@ -308,6 +313,9 @@ impl Database {
     /// A connection listening for changes to loops.
     pub fn listen(self: &Arc<Self>) -> Result<Listener> {
         let mut client = self.connect(None)?;
+        client
+            .batch_execute(NEVER_IDLE_OUT)
+            .map_err(self.fail(None, "cannot listen for changes"))?;
         client
             .batch_execute(&format!("LISTEN {CHANNEL}"))
             .map_err(self.fail(None, "cannot listen for changes"))?;
