@@ -506,6 +506,26 @@ fn migrate_moves_loops_to_postgres_and_back_keeping_state_history_and_versions()
     );
 }
 
+/// `migrate` moves loops, not the console's users: it says which users of
+/// the source the target lacks, and how to add them there.
+#[test]
+fn migrate_says_which_console_users_it_leaves_behind() {
+    let Some(pg) = Env::postgres() else { return };
+    let url = pg.pg.as_ref().unwrap().url.clone();
+    let files = Env::file();
+    let dir = files.root.to_str().unwrap();
+    files.new_loop("nightly", "step = \"true\"\n");
+    files.ok(&["user", "add", "ann"]);
+    let out = files.run(&["migrate", "--from", dir, "--to", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("console users are not moved: ann") && err.contains("user add"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
 /// A loop whose lock is held (a tick is running) is refused, in either
 /// direction, and stays where it was, untouched; once free it moves.
 #[test]
