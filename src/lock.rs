@@ -405,7 +405,10 @@ pub fn is_held(path: &Path) -> bool {
 /// PostgreSQL store's lease) that it has lost it: the store calls
 /// [`LockWatch::lose`] once it can no longer prove it holds the lock, in
 /// time for what runs under the lock to be stopped before anyone else may
-/// take it. A tick hangs the killing of its step on [`LockWatch::on_lost`].
+/// take it. A tick hangs the killing of its step on [`LockWatch::on_lost`],
+/// and hands each deadline the store sets ([`LockWatch::renewed`]) to the
+/// step's guard ([`LockWatch::on_renewed`]), which kills the step at it
+/// even when the runner is stopped.
 #[derive(Clone, Default)]
 pub struct LockWatch(std::sync::Arc<std::sync::Mutex<WatchState>>);
 
@@ -413,6 +416,11 @@ pub struct LockWatch(std::sync::Arc<std::sync::Mutex<WatchState>>);
 struct WatchState {
     lost: bool,
     hooks: Vec<Box<dyn Fn() + Send>>,
+    /// When what runs under the lock must be stopped unless the lock is
+    /// renewed before: a quarter of a lease before the server may give
+    /// the lock to another.
+    deadline: Option<std::time::Instant>,
+    renewals: Vec<Box<dyn Fn(std::time::Instant) + Send>>,
 }
 
 impl LockWatch {
@@ -420,9 +428,12 @@ impl LockWatch {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the lock is lost.
+    /// Whether the lock is lost: said so, or its deadline has passed (the
+    /// step's guard may have killed the step at it a moment before the
+    /// store's watchdog says so).
     pub fn is_lost(&self) -> bool {
-        self.state().lost
+        let s = self.state();
+        s.lost || s.deadline.is_some_and(|d| std::time::Instant::now() >= d)
     }
 
     /// Runs `hook` when the lock is lost (at once if it is already).
@@ -434,6 +445,31 @@ impl LockWatch {
             hook();
         } else {
             s.hooks.push(Box::new(hook));
+        }
+    }
+
+    /// Runs `hook` with each new deadline (at once with the current one):
+    /// what runs under the lock must be stopped by then unless a later
+    /// deadline comes. Hooks must be quick and must not wait.
+    pub fn on_renewed(&self, hook: impl Fn(std::time::Instant) + Send + 'static) {
+        let mut s = self.state();
+        if let Some(at) = s.deadline {
+            hook(at);
+        }
+        s.renewals.push(Box::new(hook));
+    }
+
+    /// The lock holds until `at` at least, unless renewed again. A
+    /// deadline passed stays passed: what ran under it may be killed.
+    pub fn renewed(&self, at: std::time::Instant) {
+        let mut s = self.state();
+        let passed = |d: std::time::Instant| d >= at || std::time::Instant::now() >= d;
+        if s.lost || s.deadline.is_some_and(passed) {
+            return;
+        }
+        s.deadline = Some(at);
+        for hook in &s.renewals {
+            hook(at);
         }
     }
 

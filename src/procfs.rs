@@ -58,6 +58,35 @@ pub fn boot_id() -> Option<&'static str> {
     .as_deref()
 }
 
+/// This machine's id (`/etc/machine-id`, else `/var/lib/dbus/machine-id`),
+/// which two machines given one host name do not share.
+pub fn machine_id() -> Option<&'static str> {
+    static ID: OnceLock<Option<String>> = OnceLock::new();
+    ID.get_or_init(|| {
+        ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+            .iter()
+            .find_map(|p| {
+                let id = std::fs::read_to_string(p).ok()?;
+                let id = id.trim();
+                (!id.is_empty() && id.len() <= 64 && !id.contains(' ')).then(|| id.to_owned())
+            })
+    })
+    .as_deref()
+}
+
+/// The PID namespace this process sees pids in (`/proc/self/ns/pid`'s
+/// target, `pid:[4026531836]`): a pid means the same process only to
+/// processes of the same namespace.
+pub fn pid_namespace() -> Option<&'static str> {
+    static NS: OnceLock<Option<String>> = OnceLock::new();
+    NS.get_or_init(|| {
+        let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+        let ns = ns.to_str()?;
+        (!ns.is_empty() && ns.len() <= 64 && !ns.contains(' ')).then(|| ns.to_owned())
+    })
+    .as_deref()
+}
+
 /// When process `pid` started, on this boot: what the tick records of its
 /// step's group leader so that `cancel` can tell it from any other.
 pub fn start_of(pid: i32) -> Option<ProcessStart> {

@@ -101,6 +101,7 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         true => super::emit_json(out, &report)?,
         false => super::emit(out, &human(&report, &source, &target))?,
     }
+    say_users_left(&source, &target);
     // Every loop was tried; each that could not move is named once, and
     // the first one's is the exit status.
     match errors.len() {
@@ -130,6 +131,30 @@ fn human(report: &[Moved], source: &Stores, target: &Stores) -> String {
         text += &format!("no loops in {}\n", source.describe());
     }
     text
+}
+
+/// Says which console users of the source the target lacks: `migrate`
+/// moves loops, never users (their tokens are the source's), so a move
+/// to a new store leaves the console's sign-ins behind unless they are
+/// added there.
+fn say_users_left(source: &Stores, target: &Stores) {
+    let (Ok(theirs), Ok(ours)) = (source.users(), target.users()) else {
+        return;
+    };
+    let left: Vec<&str> = theirs
+        .iter()
+        .filter(|u| !ours.iter().any(|o| o.name == u.name))
+        .map(|u| u.name.as_str())
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        "console users are not moved: {} stay in {} only; add them in {} with `automaton user add NAME` (each gets a new token)",
+        left.join(", "),
+        source.describe(),
+        target.describe()
+    );
 }
 
 /// The one check: `actor` must be one of loop `name`'s operators (its

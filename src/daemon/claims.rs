@@ -8,6 +8,7 @@
 //! schedule (the first daemon to read one writes its first firing) and
 //! computes each next firing; its own timer queue stays empty.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,13 @@ pub(super) struct Claimant {
     next_claim: Instant,
     /// When the claims of running ticks are next renewed.
     next_renew: Instant,
+    /// Ticks ended whose claim was not let go (the server did not answer,
+    /// or its answer was lost), each with the next firing to write: tried
+    /// again with each renewal until the server answers.
+    unsettled: BTreeMap<String, Option<Firing>>,
+    /// A claim's answer was lost: the store may hold claims of this daemon
+    /// it never learnt of, let go by the next renewal the server answers.
+    unsure: bool,
 }
 
 impl Claimant {
@@ -38,6 +46,8 @@ impl Claimant {
             host,
             next_claim: Instant::now(),
             next_renew: Instant::now(),
+            unsettled: BTreeMap::new(),
+            unsure: false,
         }
     }
 }
@@ -110,6 +120,9 @@ impl<'a> Dispatcher<'a> {
             Err(e) => {
                 tracing::warn!("{}", with_causes(&e));
                 self.set_next_claim(next);
+                if let Some(c) = &mut self.claimant {
+                    c.unsure = true;
+                }
                 return;
             }
         };
@@ -121,6 +134,10 @@ impl<'a> Dispatcher<'a> {
         }
         self.set_next_claim(next);
         for (name, nominal) in claimed.loops {
+            // Claimed again: a settling still to be tried is past.
+            if let Some(c) = &mut self.claimant {
+                c.unsettled.remove(&name);
+            }
             let known = self.loops.get_key_value(name.as_str());
             let Some(name) = known
                 .filter(|(_, e)| e.schedule.is_some())
@@ -174,12 +191,14 @@ impl<'a> Dispatcher<'a> {
         let later = crate::clock::now()
             .checked_add(jiff::SignedDuration::try_from(self.opts.rescan).unwrap_or_default())
             .unwrap_or(nominal);
+        let next = Firing { nominal, due: later };
         let result = match unscheduled {
             true => claims.withdraw(name),
-            false => claims.settle(me, name, Some(Firing { nominal, due: later })),
+            false => claims.settle(me, name, Some(next)),
         };
         if let Err(e) = result {
             tracing::warn!("{}", with_causes(&e));
+            self.unsettled(name, (!unscheduled).then_some(next));
         }
         self.scanner.relist();
         self.scanner.now();
@@ -208,6 +227,7 @@ impl<'a> Dispatcher<'a> {
         let due = next.as_ref().map_or(now, |f| f.due);
         if let Err(e) = claims.settle(&me, name, next) {
             tracing::warn!("{}", with_causes(&e));
+            self.unsettled(name, next);
         }
         let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
         self.claim_by(Instant::now() + until + CLAIM_GATHER);
@@ -220,21 +240,62 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    /// Renews the claims of the ticks running, every quarter of a lease.
+    /// A claim not let go when its tick ended, to be settled with `next`
+    /// once the server answers.
+    fn unsettled(&mut self, name: &str, next: Option<Firing>) {
+        if let Some(c) = &mut self.claimant {
+            c.unsettled.insert(name.to_owned(), next);
+        }
+    }
+
+    /// Every quarter of a lease, while a tick runs or the store may hold a
+    /// claim of this daemon that no tick runs under: the claims not let go
+    /// are settled, then the claims of the ticks running renewed and every
+    /// other claim of this daemon let go. So a claim lasts at most one
+    /// lease past its tick, whatever answers were lost.
     pub(super) fn renew_claims(&mut self) {
         let Some(claims) = self.claims() else { return };
         let Some(c) = self.claimant.as_ref() else { return };
-        if self.running.is_empty() || Instant::now() < c.next_renew {
+        let idle = self.running.is_empty() && c.unsettled.is_empty() && !c.unsure;
+        if idle || Instant::now() < c.next_renew {
             return;
         }
         let me = c.me.clone();
         let every = claims.claim_ttl() / 4;
-        if let Err(e) = claims.renew(&me) {
-            tracing::warn!("{}", with_causes(&e));
-        }
         if let Some(c) = &mut self.claimant {
             c.next_renew = Instant::now() + every;
         }
+        if let Err(e) = self.settle_unsettled(claims, &me) {
+            return tracing::warn!("{}", with_causes(&e));
+        }
+        let running: Vec<String> = self.running.keys().map(|n| n.to_string()).collect();
+        let unsettled: Vec<String> = self
+            .claimant
+            .as_ref()
+            .map(|c| c.unsettled.keys().cloned().collect())
+            .unwrap_or_default();
+        match claims.renew(&me, &running, &unsettled) {
+            Ok(()) => {
+                if let Some(c) = &mut self.claimant {
+                    c.unsure = false;
+                }
+            }
+            Err(e) => tracing::warn!("{}", with_causes(&e)),
+        }
+    }
+
+    /// Settles the claims not let go, in name order, until one fails.
+    fn settle_unsettled(&mut self, claims: &dyn Claims, me: &str) -> crate::error::Result<()> {
+        let Some(c) = &mut self.claimant else {
+            return Ok(());
+        };
+        while let Some((name, next)) = c.unsettled.pop_first() {
+            if let Err(e) = claims.settle(me, &name, next) {
+                c.unsettled.insert(name, next);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Fires `name` now through the store (an approval released it), once

@@ -23,6 +23,16 @@
 //! instruction on; only SIGKILL ends it. It holds no other descriptor and
 //! runs in `/`.
 //!
+//! The cloned guard also keeps a deadline, when the runner gives it one
+//! ([`Deadline`]: the lock's lease, which only its holder can renew): each
+//! message on the pipe is the time left, in milliseconds, and the guard
+//! arms a timer on `CLOCK_BOOTTIME` (a clock that counts the time the host
+//! was suspended) for it. When the timer fires before the next message the
+//! guard kills the group, whatever became of the runner: stopped with
+//! SIGSTOP, suspended, or too starved to renew, the step never outlives
+//! the lease. The shell guard keeps no deadline (the runner's own
+//! watchdog still kills the step when it can).
+//!
 //! Because the guard leads the group and is reaped last, the group's id stays
 //! valid (it cannot be reused by an unrelated group) for as long as the
 //! runner signals it, even after the step itself has exited.
@@ -31,6 +41,8 @@ use std::io;
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use nix::errno::Errno;
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
@@ -59,8 +71,9 @@ pub(super) fn runs_as_guard(pid: i32, runner: u32) -> bool {
 /// A running guard; dropping it kills the whole group and reaps the guard.
 pub(super) struct Guard {
     pid: Pid,
-    /// The write end of the pipe; the guard sees EOF once every copy is closed.
-    pipe: Option<OwnedFd>,
+    /// The write end of the pipe; the guard sees EOF once every copy is
+    /// closed. [`Deadline`]s hold it weakly: never open past the guard.
+    pipe: Option<Arc<OwnedFd>>,
     /// The stack the cloned guard runs on; once the guard is reaped it
     /// serves the thread's next guard.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -76,7 +89,7 @@ impl Guard {
         let (pid, stack) = cloned::spawn(&read, &write)?;
         Ok(Guard {
             pid,
-            pipe: Some(write),
+            pipe: Some(Arc::new(write)),
             stack: Some(stack),
         })
     }
@@ -89,13 +102,18 @@ impl Guard {
         let pid = shell::spawn_guard(read.as_raw_fd())?;
         Ok(Guard {
             pid,
-            pipe: Some(write),
+            pipe: Some(Arc::new(write)),
         })
     }
 
     /// The id of the process group the step must join.
     pub(super) fn pgid(&self) -> Pid {
         self.pid
+    }
+
+    /// A handle that gives the guard its deadline.
+    pub(super) fn deadline(&self) -> Deadline {
+        Deadline(self.pipe.as_ref().map_or_else(Weak::new, Arc::downgrade))
     }
 
     /// Sends `signal` to every process in the group.
@@ -130,6 +148,29 @@ impl Drop for Guard {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         let _ = reaped;
+    }
+}
+
+/// Gives a step's guard the deadline by which it kills the group unless
+/// given a later one; it does nothing once the guard is gone, and nothing
+/// where the guard is the shell.
+#[derive(Debug, Clone)]
+pub struct Deadline(Weak<OwnedFd>);
+
+impl Deadline {
+    /// The group is killed at `at` (by `CLOCK_BOOTTIME` from now) unless
+    /// a later deadline comes first.
+    pub fn until(&self, at: Instant) {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        if let Some(pipe) = self.0.upgrade() {
+            let left = at.saturating_duration_since(Instant::now());
+            let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+            // One write of 8 bytes (under PIPE_BUF): the guard reads whole
+            // messages. A guard gone already (EPIPE) needs no deadline.
+            let _ = nix::unistd::write(&*pipe, &ms.to_ne_bytes());
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        let _ = (at, &self.0);
     }
 }
 
@@ -320,6 +361,51 @@ mod cloned {
         ret
     }
 
+    /// Arms `timer` (a timerfd) to fire once, `ms` milliseconds from now.
+    /// Raw system calls only.
+    ///
+    /// # Safety
+    /// `timer` must be a timerfd of the calling process.
+    unsafe fn arm(timer: usize, ms: u64) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (ms / 1000).min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: a timerfd of ours and a value on this stack.
+        unsafe { sys4(libc::SYS_timerfd_settime, timer, 0, &spec as *const _ as usize, 0) };
+    }
+
+    /// [`sys`] with a fourth argument.
+    ///
+    /// # Safety
+    /// The call and its arguments must be valid for the calling context.
+    #[inline(always)]
+    unsafe fn sys4(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the x86_64 Linux system call convention (the fourth
+        // argument in r10); rcx and r11 are clobbered by `syscall`.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") n as isize => ret,
+                in("rdi") a,
+                in("rsi") b,
+                in("rdx") c,
+                in("r10") d,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
     /// The guard's whole life. Raw system calls only (see the module's note).
     extern "C" fn guard_main(arg: *mut c_void) -> c_int {
         // SAFETY: `arg` points at the `Args` written on this stack before the
@@ -345,11 +431,49 @@ mod cloned {
                     }
                 }
             }
+            // The lease's deadline, on a clock that counts suspend; none
+            // (-1, which poll passes over) where the kernel has no such timer.
+            let timer = sys(
+                libc::SYS_timerfd_create,
+                libc::CLOCK_BOOTTIME as usize,
+                libc::TFD_CLOEXEC as usize,
+                0,
+            );
+            let mut fds = [
+                libc::pollfd {
+                    fd: fd as c_int,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: if timer < 0 { -1 } else { timer as c_int },
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // Whole messages of 8 bytes: the time left, in milliseconds.
             let mut buf = [0u8; 16];
             loop {
+                let n = sys(libc::SYS_poll, fds.as_mut_ptr() as usize, 2, usize::MAX);
+                if n < 0 && n != -(libc::EINTR as isize) {
+                    break;
+                }
+                if fds[1].revents != 0 {
+                    break;
+                }
+                if fds[0].revents == 0 {
+                    continue;
+                }
                 let n = sys(libc::SYS_read, fd, buf.as_mut_ptr() as usize, buf.len());
                 if n == 0 || (n < 0 && n != -(libc::EINTR as isize)) {
                     break;
+                }
+                if n >= 8 && timer >= 0 {
+                    // The last whole message read (n is at most 16): a
+                    // plain load, nothing that could panic or call out.
+                    let last = ((n as usize) & !7) - 8;
+                    let ms = std::ptr::read_unaligned(buf.as_ptr().add(last).cast::<u64>());
+                    arm(timer as usize, ms);
                 }
             }
             sys(libc::SYS_kill, 0, libc::SIGKILL as usize, 0);

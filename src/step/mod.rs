@@ -10,6 +10,7 @@
 
 pub mod confine;
 mod guard;
+pub use guard::Deadline;
 mod output;
 mod supervise;
 #[cfg(test)]
@@ -73,9 +74,16 @@ pub struct Started {
     /// The process group the step runs in.
     pub pgid: i32,
     canceller: Canceller,
+    deadline: Deadline,
 }
 
 impl Started {
+    /// A handle that gives the step's guard the deadline by which it kills
+    /// the step's group, whatever becomes of the runner.
+    pub fn deadline(&self) -> Deadline {
+        self.deadline.clone()
+    }
+
     /// A handle that can stop the step from another thread.
     pub fn canceller(&self) -> Canceller {
         self.canceller.clone()
@@ -228,6 +236,7 @@ pub fn run_in(
         pid,
         pgid: guard.pgid().as_raw(),
         canceller: canceller.clone(),
+        deadline: guard.deadline(),
     });
 
     let mut buf = buffer::take();

@@ -194,8 +194,12 @@ pub trait Claims: Send + Sync {
     /// ran out and another took it) is left as it is.
     fn settle(&self, me: &str, name: &str, next: Option<Firing>) -> Result<()>;
 
-    /// Renews every claim `me` holds for one more lease.
-    fn renew(&self, me: &str) -> Result<()>;
+    /// Renews `me`'s claims of the loops in `running` (the ticks it runs
+    /// now) for one more lease, and lets go every other claim `me` holds
+    /// but those of `unsettled` (ticks ended whose settling is to be tried
+    /// again): a claim whose answer was lost, so `me` never ran its tick,
+    /// is due again at once. A claim is never renewed past its tick.
+    fn renew(&self, me: &str, running: &[String], unsettled: &[String]) -> Result<()>;
 
     /// How long a claim lasts past its taking or last renewal.
     fn claim_ttl(&self) -> std::time::Duration;

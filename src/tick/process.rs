@@ -439,6 +439,8 @@ impl Runner<'_> {
             if let Some(lost) = self.lost {
                 let canceller = started.canceller();
                 lost.on_lost(move || canceller.kill());
+                let deadline = started.deadline();
+                lost.on_renewed(move |at| deadline.until(at));
             }
             if !announced {
                 let start = crate::procfs::start_of(started.pgid);

@@ -35,6 +35,7 @@ mod pg_bounds;
 mod pg_claims;
 mod pg_lease;
 mod pg_outcome;
+mod pg_restart;
 mod quickstart;
 mod refusals;
 mod resume;

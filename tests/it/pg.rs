@@ -506,6 +506,26 @@ fn migrate_moves_loops_to_postgres_and_back_keeping_state_history_and_versions()
     );
 }
 
+/// `migrate` moves loops, not the console's users: it says which users of
+/// the source the target lacks, and how to add them there.
+#[test]
+fn migrate_says_which_console_users_it_leaves_behind() {
+    let Some(pg) = Env::postgres() else { return };
+    let url = pg.pg.as_ref().unwrap().url.clone();
+    let files = Env::file();
+    let dir = files.root.to_str().unwrap();
+    files.new_loop("nightly", "step = \"true\"\n");
+    files.ok(&["user", "add", "ann"]);
+    let out = files.run(&["migrate", "--from", dir, "--to", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("console users are not moved: ann") && err.contains("user add"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
 /// A loop whose lock is held (a tick is running) is refused, in either
 /// direction, and stays where it was, untouched; once free it moves.
 #[test]
@@ -706,6 +726,61 @@ fn a_daemon_whose_notifications_were_cut_reads_every_loop_again() {
     assert!(log.contains("listening for changes again"), "{log}");
 }
 
+/// A DBA's `idle_session_timeout` (here 300 ms, in the URL's options)
+/// does not end the daemon's notification connection, which idles by
+/// design: the daemon neither listens again nor reads every loop's config
+/// again each time, and a step longer than the timeout keeps its lease
+/// (renewed on a connection that idles between rounds).
+#[test]
+fn an_idle_session_timeout_ends_neither_the_daemons_listening_nor_its_renewals() {
+    let Some(env) = Env::postgres() else { return };
+    let pg = env.pg.as_ref().unwrap();
+    let version: i32 = pg
+        .client()
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .unwrap()
+        .get(0);
+    if version < 140000 {
+        eprintln!("skipped: the server has no idle_session_timeout (PostgreSQL 14 and later)");
+        return;
+    }
+    assert!(pg.url.contains("options=-c%20search_path"), "{}", pg.url);
+    let url = format!("{}%20-c%20idle_session_timeout%3D300", pg.url);
+    let marks = env.scratch();
+    env.new_loop(
+        "slow",
+        &format!(
+            "step = \"sleep 3; touch '{}/done'\"\n[schedule]\nevery = \"1h\"\n",
+            marks.display()
+        ),
+    );
+    let log = env.root.with_file_name("daemon.log");
+    let mut daemon = on_host(&env, "runner-1")
+        .env("AUTOMATON_STORE", &url)
+        .env("AUTOMATON_LEASE_TTL", "4s")
+        .arg("-v")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    until(&log, "the first tick", || {
+        env.state("slow")["tick"].as_u64() == Some(1)
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(marks.join("done").exists(), "the step ran to its end: {log}");
+    let state = env.state("slow");
+    assert_eq!(state["last_tick"]["outcome"], "ran", "{state}\n{log}");
+    assert!(!log.contains("listening for changes again"), "{log}");
+    assert!(!log.contains("lease was not renewed"), "{log}");
+}
+
 /// Waits until `cond` holds, or fails the test with the daemon's log.
 fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -841,7 +916,8 @@ impl Cluster {
         self.run("pg_ctl", &all);
     }
 
-    fn up(&self) {
+    /// Starts the server again after [`Cluster::crash`], with the options it had.
+    pub fn up(&self) {
         let opts = match self.tcp {
             Some(addr) => format!(
                 "-k {} -c listen_addresses='{addr}' -p {TCP_PORT} -c fsync=off",

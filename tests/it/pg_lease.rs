@@ -504,3 +504,93 @@ fn a_network_cut_makes_the_runner_kill_its_step_before_another_takes_the_lock() 
     assert_eq!(r.state()["tick"], 3);
     assert!(r.state()["lock"].is_null());
 }
+
+/// The runner is stopped (SIGSTOP) while its step runs, and its step is
+/// not: nothing renews the lease, which runs out for the other runner.
+/// The step's guard, a process of its own that the stop does not reach,
+/// kills the step at the deadline the last renewal set, a quarter of a
+/// lease before the server may give the lock away: the two steps never
+/// overlap, and both ticks are accounted for.
+#[test]
+fn a_stopped_runner_does_not_let_its_step_outlive_the_lease() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Some(r) = Runners::on_suite_server(SHORT_TTL) else {
+        return;
+    };
+    let marks = tempfile::tempdir().unwrap();
+    let log = marks.path().join("steps.log");
+    r.new_loop("solo", &marked_step(&log, 20));
+    let a = r.tick(&mut r.cmd("host-a"));
+    let a_step = wait_started(marks.path());
+    until("the first step sleeps", || asleep(a_step));
+    let runner = Pid::from_raw(a.id() as i32);
+    kill(runner, Signal::SIGSTOP).unwrap();
+    step_takes(&log, 1);
+    let b = r.tick(&mut r.cmd("host-b"));
+    let (b_code, b_err) = finish(b);
+    kill(runner, Signal::SIGCONT).unwrap();
+    let (a_code, a_err) = finish(a);
+    assert_eq!(b_code, Some(0), "{b_err}");
+    assert_ne!(a_code, Some(0), "the stopped runner lost its lock: {a_err}");
+    let steps = intervals(&log);
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!(steps[0].pid, a_step as u32, "{steps:?}");
+    assert!(
+        steps[0].end.is_none(),
+        "the stopped runner's step was killed: {steps:?}"
+    );
+    two_ticks_accounted_for(&r);
+}
+
+/// Two runners with one host name, the second in a PID namespace of its
+/// own (where the first one's pid names no process, as on another machine
+/// of the same name). The first one's sessions are terminated while its
+/// step runs, so the advisory lock is free and only the lease holds the
+/// loop: the second waits for it to be let go instead of taking it from a
+/// holder it cannot see, and the two steps never overlap. Needs root (for
+/// the namespace); skipped without, unless `AUTOMATON_REQUIRE_USERS=1`.
+#[test]
+fn two_runners_with_one_host_name_never_overlap() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("AUTOMATON_REQUIRE_USERS").as_deref() != Ok("1"),
+            "AUTOMATON_REQUIRE_USERS=1, but a PID namespace needs root"
+        );
+        eprintln!("skipped: a PID namespace needs root");
+        return;
+    }
+    let Some(r) = Runners::on_suite_server(LONG_TTL) else {
+        return;
+    };
+    let marks = tempfile::tempdir().unwrap();
+    let log = marks.path().join("steps.log");
+    r.new_loop("solo", &marked_step(&log, 4));
+    let app = format!("runner-one-{}", std::process::id());
+    let a_url = format!("{}&application_name={app}", r.url);
+    let a = r.tick(&mut r.cmd_with("one-name", &a_url));
+    let a_step = wait_started(marks.path());
+    until("the first step sleeps", || asleep(a_step));
+
+    let pg = r.env.as_ref().unwrap().pg.as_ref().unwrap();
+    let cut = pg
+        .client()
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap();
+    assert!(!cut.is_empty(), "the first runner's sessions were terminated");
+    let mut unshare = Command::new("unshare");
+    unshare.args(["--pid", "--fork", "--mount-proc", BIN]);
+    let b = r.tick(r.runner(&mut unshare, "one-name", &r.url));
+
+    let (a_code, a_err) = finish(a);
+    let (b_code, b_err) = finish(b);
+    let steps = intervals(&log);
+    assert_eq!(a_code, Some(0), "the first runner recorded its tick: {a_err}");
+    assert_eq!(b_code, Some(0), "{b_err}");
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(steps.iter().all(|s| s.end.is_some()), "{steps:?}");
+    two_ticks_accounted_for(&r);
+}

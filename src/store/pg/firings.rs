@@ -140,12 +140,14 @@ impl Claims for Database {
         })
     }
 
-    fn renew(&self, me: &str) -> Result<()> {
+    fn renew(&self, me: &str, running: &[String], unsettled: &[String]) -> Result<()> {
         self.with(None, "cannot renew the daemon's claims", |c| {
             c.execute(
-                "UPDATE firings SET claim_expires = clock_timestamp() + $2::float8 * interval '1 second'
-                 WHERE owner = $1",
-                &[&me, &ttl_secs()],
+                "UPDATE firings SET owner = CASE WHEN loop = ANY ($2) THEN owner END,
+                     claim_expires = CASE WHEN loop = ANY ($2)
+                         THEN clock_timestamp() + $4::float8 * interval '1 second' END
+                 WHERE owner = $1 AND NOT (loop = ANY ($3))",
+                &[&me, &running, &unsettled, &ttl_secs()],
             )
             .map(drop)
         })

@@ -55,6 +55,11 @@ const WAITING_KEY: &str = "hashtextextended('automaton:waiting:' || current_sche
 /// The notification channel: a loop's name, sent on every create, config
 /// change and removal; `NAME state` on every commit of its state.
 pub const CHANNEL: &str = "automaton_loops";
+/// Keeps a connection that idles by design (the listener, the lease
+/// renewals') from being ended by the server's `idle_session_timeout`,
+/// where the server has one and it is set (a DBA's default).
+const NEVER_IDLE_OUT: &str = "SELECT set_config('idle_session_timeout', '0', false)
+     WHERE coalesce(current_setting('idle_session_timeout', true), '0') <> '0'";
 /// What follows a loop's name in a commit's notification.
 const STATE_ONLY: &str = " state";
 
@@ -66,6 +71,8 @@ pub struct Database {
     /// Where this host keeps each loop's local files.
     loops_dir: PathBuf,
     idle: Mutex<Vec<Client>>,
+    /// The renewals of the leases this process holds: one connection.
+    renewals: lease::Renewals,
 }
 
 impl Database {
@@ -77,6 +84,7 @@ impl Database {
         let connector = conn::config(url, &shown, bound)?;
         let db = Database {
             url: shown,
+            renewals: lease::Renewals::new(connector.clone()),
             connector,
             loops_dir,
             idle: Mutex::new(Vec::new()),
@@ -305,6 +313,9 @@ impl Database {
     /// A connection listening for changes to loops.
     pub fn listen(self: &Arc<Self>) -> Result<Listener> {
         let mut client = self.connect(None)?;
+        client
+            .batch_execute(NEVER_IDLE_OUT)
+            .map_err(self.fail(None, "cannot listen for changes"))?;
         client
             .batch_execute(&format!("LISTEN {CHANNEL}"))
             .map_err(self.fail(None, "cannot listen for changes"))?;
@@ -787,7 +798,7 @@ impl LoopStore for PgLoop {
             key,
             holder,
             version: None,
-            lease: lease::Lease::start(name, fence, ttl, self.db.connector.clone(), taken_at),
+            lease: lease::Lease::start(name, fence, ttl, &self.db.renewals, taken_at),
             tick_unsaid: None,
         };
         // The loop may have been removed while we waited.
