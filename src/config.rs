@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::domain::{GateSource, Limits, OnError, Phase};
+use crate::domain::{GateSource, Limits, Mode, OnError, Phase};
 
 pub mod notify;
 
@@ -463,6 +463,9 @@ pub struct GateConfig {
     params_at: Option<usize>,
     pub on_error: OnError,
     pub limits: Limits,
+    /// `enforce` (the default) or `shadow`: evaluated and recorded beside
+    /// the live gates, never enforced.
+    pub mode: Mode,
 }
 
 impl GateConfig {
@@ -492,6 +495,8 @@ struct RawGate {
     on_error: OnError,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    mode: Mode,
 }
 
 #[derive(Deserialize, Default)]
@@ -552,6 +557,7 @@ impl TryFrom<RawGate> for GateConfig {
             params_at,
             on_error: r.on_error,
             limits,
+            mode: r.mode,
         })
     }
 }

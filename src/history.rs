@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Action, Role};
-use crate::domain::{Context, Verdict};
+use crate::domain::{Context, ShadowVerdict, Verdict};
 use crate::state::{Await, Head, Outcome, ProcessOutcome, Status};
 use crate::who::Actor;
 
@@ -153,12 +153,15 @@ pub enum EventKind {
         host: String,
         started_at: Timestamp,
     },
-    /// One gate's evaluation, with the context it saw (for `gate replay`).
+    /// One gate's evaluation, with the context it saw (for `gate replay`),
+    /// and the shadow gates evaluated beside it.
     Gate {
         tick: u64,
         #[serde(flatten)]
         verdict: Verdict,
         context: Box<Context>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shadow: Vec<ShadowVerdict>,
     },
     /// Approvals a tick used to release an await.
     ApprovalsUsed {
@@ -365,19 +368,31 @@ mod tests {
     fn gate_events_round_trip_with_their_context() {
         use crate::domain::{Decision, Phase};
         for decision in [Decision::Proceed, Decision::Halt("too much".into())] {
+            let verdict = Verdict {
+                gate: "stock:budget".into(),
+                version: Some("0.1.0".into()),
+                name: Some("budget".into()),
+                sha256: Some("ab".repeat(32)),
+                phase: Phase::AfterStep,
+                decision,
+                micros: 42,
+                error: None,
+                logs: Vec::new(),
+            };
+            let shadow = ShadowVerdict {
+                verdict: Verdict {
+                    gate: "gates/budget.wasm".into(),
+                    decision: Decision::Halt("over".into()),
+                    ..verdict.clone()
+                },
+                agrees: false,
+            };
             let e = Event::now(
                 EventKind::Gate {
                     tick: 3,
-                    verdict: Verdict {
-                        gate: "stock:budget".into(),
-                        version: None,
-                        phase: Phase::AfterStep,
-                        decision,
-                        micros: 42,
-                        error: None,
-                        logs: Vec::new(),
-                    },
+                    verdict,
                     context: Box::default(),
+                    shadow: vec![shadow],
                 },
                 &ann(),
             );
@@ -386,6 +401,12 @@ mod tests {
             assert_eq!(v["kind"], "gate");
             assert_eq!(v["gate"], "stock:budget");
             assert!(v["decision"].is_string(), "{v}");
+            assert_eq!(
+                (v["name"].as_str(), v["version"].as_str()),
+                (Some("budget"), Some("0.1.0"))
+            );
+            assert_eq!(v["shadow"][0]["decision"], "halt", "{v}");
+            assert_eq!(v["shadow"][0]["agrees"], false);
             let back: Event = serde_json::from_slice(&line).unwrap();
             assert_eq!(back, e);
         }

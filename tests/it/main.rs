@@ -42,6 +42,7 @@ mod schedule;
 mod self_approval;
 mod serve;
 mod serve_browser;
+mod shadow_gates;
 mod shared_root;
 mod snapshots;
 mod stock_gates;
