@@ -773,6 +773,8 @@ pub enum GateCommand {
     List(JsonArg),
     /// Evaluate a loop's recorded gate contexts again with another gate, and
     /// show where its decisions would differ
+    ///
+    /// Exits 0 when no decision would differ, 11 when one would.
     Replay(ReplayArgs),
 }
 
@@ -791,8 +793,13 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub last: Option<usize>,
     /// Only evaluations of this gate as recorded (e.g. stock:budget)
+    /// [default: the recorded gate of the same name as --gate's]
     #[arg(long, value_name = "GATE")]
     pub of: Option<String>,
+    /// Only the rows whose decision or reason would differ (the summary
+    /// still counts them all)
+    #[arg(long)]
+    pub diff_only: bool,
     #[command(flatten)]
     pub json: JsonArg,
 }
