@@ -192,6 +192,13 @@ pub enum EventKind {
         path: std::path::PathBuf,
         branch: String,
     },
+    /// `gate promote` made a shadow gate live: who, the gate it replaced
+    /// and what became of it, and the evidence (its agreeing evaluations,
+    /// its disagreements), or that it was forced.
+    GatePromoted {
+        #[serde(flatten)]
+        promotion: Promotion,
+    },
     /// `check-gate --apply` recorded a decision without running the step.
     CheckGate {
         by: String,
@@ -239,6 +246,38 @@ pub enum EventKind {
     },
 }
 
+/// What became of the gate a promoted one replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Replaced {
+    /// It runs on as a shadow.
+    Shadow,
+    /// It was removed from loop.toml.
+    Removed,
+}
+
+/// The promotion made: the `gate-promoted` event's fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub by: String,
+    pub gate: String,
+    /// The live gate it replaces, when it was recorded beside one of its
+    /// name; none for a gate that replaces none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<Replaced>,
+    /// Its evaluations counted, and those that agreed.
+    pub evaluations: usize,
+    pub agreed: usize,
+    /// The disagreements among them (tick, phase, both decisions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disagreements: Vec<crate::domain::Disagreement>,
+    /// Promoted without enough agreeing evaluations.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
+}
+
 /// Why approvals stopped counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -278,6 +317,7 @@ pub const KINDS: &[&str] = &[
     "config-changed",
     "metrics-warning",
     "worktree-created",
+    "gate-promoted",
     "check-gate",
     "tick",
 ];
@@ -301,6 +341,7 @@ impl EventKind {
             EventKind::ConfigChanged { .. } => "config-changed",
             EventKind::MetricsWarning { .. } => "metrics-warning",
             EventKind::WorktreeCreated { .. } => "worktree-created",
+            EventKind::GatePromoted { .. } => "gate-promoted",
             EventKind::CheckGate { .. } => "check-gate",
             EventKind::Tick { .. } => "tick",
         }

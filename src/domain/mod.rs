@@ -10,4 +10,4 @@ pub use types::{
     Approval, Asker, Commits, Context, Decision, GateSource, Limits, Mode, OnError, PendingAwait, Phase,
     RunResult,
 };
-pub use verdict::{LOG_LINES, ShadowVerdict, Verdict};
+pub use verdict::{Disagreement, LOG_LINES, ShadowVerdict, Verdict};

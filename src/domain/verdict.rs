@@ -46,6 +46,18 @@ pub struct ShadowVerdict {
     pub agrees: bool,
 }
 
+/// One evaluation where a shadow gate and the live side decided apart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Disagreement {
+    pub tick: u64,
+    pub at: jiff::Timestamp,
+    pub phase: Phase,
+    /// The live gate it was recorded with.
+    pub live_gate: String,
+    pub live: Decision,
+    pub shadow: Decision,
+}
+
 impl Verdict {
     /// The name a shadow gate is paired by: the one the gate says, else
     /// a stock gate's name or a component file's stem.

@@ -818,7 +818,7 @@ fn config_changes(r: &Review) -> Markup {
             details.config open {
                 summary {
                     (time(c.at)) ": "
-                    @match c.change.via { Via::Edit => "edited by ", Via::Outside => "changed outside automaton, found by " }
+                    @match c.change.via { Via::Edit => "edited by ", Via::Promote => "a gate promoted by ", Via::Outside => "changed outside automaton, found by " }
                     strong { (c.actor.as_deref().unwrap_or("")) }
                     @if c.change.awaits { " (awaits approval)" }
                 }

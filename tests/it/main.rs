@@ -16,6 +16,7 @@ mod example_gates;
 mod gate_author;
 mod gate_fixtures;
 mod gate_host;
+mod gate_promote;
 mod gate_replay;
 mod gate_versions;
 mod git_guard;

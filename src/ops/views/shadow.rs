@@ -3,10 +3,9 @@
 //! live side and where they did not. `status`, the console's loop page,
 //! `gate promote` and the notice of a first disagreement read it from here.
 
-use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::domain::{Decision, Phase};
+pub use crate::domain::Disagreement;
 use crate::history::{Event, EventKind};
 
 /// How many of a shadow gate's latest evaluations its evidence counts.
@@ -29,18 +28,6 @@ pub struct Evidence {
     /// records them; `status` shows the last).
     #[serde(skip)]
     pub disagreements: Vec<Disagreement>,
-}
-
-/// One evaluation where a shadow gate and the live side decided apart.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Disagreement {
-    pub tick: u64,
-    pub at: Timestamp,
-    pub phase: Phase,
-    /// The live gate it was recorded with.
-    pub live_gate: String,
-    pub live: Decision,
-    pub shadow: Decision,
 }
 
 /// The evidence of shadow gate `gate` in `events` (oldest first), over
