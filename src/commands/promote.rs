@@ -26,13 +26,14 @@ pub fn run(root: &Root, args: &PromoteArgs, out: &mut dyn Write) -> Result<Exit>
         req,
         &mut |p| match args.json.json {
             true => super::emit_json(out, p),
-            false => super::emit(out, &safe(&line(&args.name, p))),
+            false => super::emit(out, &said(&args.name, p)),
         },
     )?;
     Ok(Exit::Ok)
 }
 
-fn line(name: &str, p: &Promotion) -> String {
+/// The promotion in lines, each as [`safe`] shows text.
+fn said(name: &str, p: &Promotion) -> String {
     let mut text = format!(
         "promoted gate {} of loop {name}: {} of its last {} evaluations agreed",
         p.gate, p.agreed, p.evaluations
@@ -45,15 +46,18 @@ fn line(name: &str, p: &Promotion) -> String {
         (Some(r), _) => text += &format!("; {r} is a shadow now"),
         (None, _) => text += "; it replaces no gate",
     }
-    text += "\n";
+    let mut text = format!("{}\n", safe(&text));
     for d in &p.disagreements {
         text += &format!(
-            "  disagreed at tick {} ({}): {} said {}, it said {}\n",
-            d.tick,
-            d.phase,
-            d.live_gate,
-            d.live.name(),
-            d.shadow.name()
+            "  {}\n",
+            safe(&format!(
+                "disagreed at tick {} ({}): {} said {}, it said {}",
+                d.tick,
+                d.phase,
+                d.live_gate,
+                d.live.name(),
+                d.shadow.name()
+            ))
         );
     }
     text

@@ -113,3 +113,38 @@ fn promotion_is_refused_without_evidence_and_recorded_with_it() {
         "the old budget is live again"
     );
 }
+
+/// `examples/shadow/run.sh`, the worked example of docs/writing-gates.md,
+/// runs to its end: replay exits 11, the promotion is made, the next tick
+/// halts under the promoted budget.
+#[test]
+fn the_shadow_example_runs_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/shadow/run.sh");
+    let mut cmd = std::process::Command::new("sh");
+    crate::common::isolate(&mut cmd);
+    let out = cmd
+        .arg(&script)
+        .arg(&root)
+        .env("BIN", crate::common::BIN)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("proceed→halt ×2") && stdout.contains("exit 11"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("promoted gate stock:budget of loop spend"),
+        "{stdout}"
+    );
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("loops/spend/.state.loop")).unwrap()).unwrap();
+    assert_eq!(state["status"], "halted");
+}
