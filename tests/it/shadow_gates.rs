@@ -112,6 +112,33 @@ fn a_failing_shadow_gate_applies_no_on_error_to_the_loop() {
 }
 
 #[test]
+fn a_shadow_gate_that_times_out_is_recorded_once_under_its_own_limit() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[[gate]]\nstock = \"max-ticks\"\nparams = { max = 100 }\n\
+         [[gate]]\npath = \"gates/spin.wasm\"\nmode = \"shadow\"\nlimits = { timeout = \"100ms\" }\n",
+    );
+    let gates = env.loop_dir("demo").join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    std::fs::write(gates.join("spin.wasm"), crate::gate_fixtures::infinite_loop()).unwrap();
+    for _ in 0..2 {
+        let out = env.ok(&["tick", "demo", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["outcome"], "ran", "{v}");
+    }
+    let events = gate_events(&env, "demo");
+    assert_eq!(events.len(), 2);
+    for e in &events {
+        let shadow = e["shadow"].as_array().unwrap();
+        assert_eq!(shadow.len(), 1, "recorded once a tick, not tried again: {e}");
+        let error = shadow[0]["error"].as_str().unwrap();
+        assert!(error.contains("timed out after 100ms"), "its own limit: {error}");
+        assert_eq!(e["decision"], "proceed");
+    }
+}
+
+#[test]
 fn gate_events_name_the_build_that_decided() {
     let env = Env::new();
     env.new_loop(
