@@ -4,6 +4,7 @@
 //! version and sha256 of the build that decided in every gate event.
 
 use crate::common::{Env, wait_for};
+use crate::serve;
 
 /// A step that reports one dollar spent, a live budget of 100 and a
 /// shadow budget of 1.5: the shadow halts from the third tick on.
@@ -77,6 +78,26 @@ fn a_shadow_gate_that_halts_never_halts_the_loop_yet_is_recorded_on_every_tick()
     assert_eq!(e["last_disagreement"]["shadow"]["decision"], "halt");
     let human = env.ok(&["status", "spend"]);
     assert!(human.contains("2 of the last 5 evaluations agreed"), "{human}");
+    // The console's API and loop page say the same.
+    let token = serve::user(&env, "ann");
+    let s = serve::Server::start(&env, &[]);
+    let (_, api) = serve::get(&s, "/api/loops/spend", &token);
+    let api: serde_json::Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(api["shadows"], status["shadows"]);
+    let (id, _) = serve::sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let (code, page) = serve::answer(
+        serve::agent()
+            .get(s.url("/loops/spend"))
+            .header("Cookie", &cookie)
+            .call(),
+    );
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("Shadow gates") && page.contains("2 of the last 5"),
+        "{page}"
+    );
+    drop(s);
     // One notice, on the first disagreement only.
     wait_for(&log);
     let notices = std::fs::read_to_string(&log).unwrap();
