@@ -207,34 +207,7 @@ pub fn evaluate_gate(
         .map_err(|e| e.labelled(label.clone()));
     let took = took.unwrap_or_else(|| started.elapsed());
     let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-    let (decision, error, logs) = match result {
-        Ok(eval) => {
-            let lines: Vec<&str> = eval.logs.iter().map(|l| l.message.as_str()).collect();
-            let new = said == Said::Info && said_anew(name, &label, &lines);
-            for line in lines {
-                if new {
-                    tracing::info!("loop {name:?}: gate {label}: {line}");
-                } else {
-                    tracing::debug!("loop {name:?}: gate {label}: {line}");
-                }
-            }
-            (eval.decision, None, gate::kept_logs(&eval.logs))
-        }
-        Err(err) => {
-            // The tick reports it (and records it); the daemon logs it.
-            if said == Said::Info {
-                tracing::info!("loop {name:?}: {err}");
-            } else {
-                tracing::debug!("loop {name:?}: shadow {err}");
-            }
-            let logs = gate::kept_logs(err.logs());
-            (
-                gate::decide_on_error(g.on_error, &err),
-                Some(err.to_string()),
-                logs,
-            )
-        }
-    };
+    let (decision, error, logs) = said.outcome(name, &label, g, result);
     Verdict {
         gate: crate::bounds::text(label),
         version: build.version,
@@ -245,6 +218,48 @@ pub fn evaluate_gate(
         micros,
         error: crate::bounds::opt_text(error),
         logs,
+    }
+}
+
+impl Said {
+    /// A gate's evaluation as a verdict's decision, error and kept logs:
+    /// its logs said (a live gate's at `info` when they change), its error
+    /// turned into a decision by its `on_error` policy.
+    fn outcome(
+        self,
+        name: &str,
+        label: &str,
+        g: &GateConfig,
+        result: Result<gate::Evaluation, GateError>,
+    ) -> (Decision, Option<String>, Vec<String>) {
+        match result {
+            Ok(eval) => {
+                let lines: Vec<&str> = eval.logs.iter().map(|l| l.message.as_str()).collect();
+                let new = self == Said::Info && said_anew(name, label, &lines);
+                for line in lines {
+                    if new {
+                        tracing::info!("loop {name:?}: gate {label}: {line}");
+                    } else {
+                        tracing::debug!("loop {name:?}: gate {label}: {line}");
+                    }
+                }
+                (eval.decision, None, gate::kept_logs(&eval.logs))
+            }
+            Err(err) => {
+                // The tick reports it (and records it); the daemon logs it.
+                if self == Said::Info {
+                    tracing::info!("loop {name:?}: {err}");
+                } else {
+                    tracing::debug!("loop {name:?}: shadow {err}");
+                }
+                let logs = gate::kept_logs(err.logs());
+                (
+                    gate::decide_on_error(g.on_error, &err),
+                    Some(err.to_string()),
+                    logs,
+                )
+            }
+        }
     }
 }
 
