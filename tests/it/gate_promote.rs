@@ -13,6 +13,30 @@ const LOOP: &str = "step = \"echo cost_usd=1 > \\\"$AUTOMATON_METRICS\\\"\"\n\
     [[gate]]\nstock = \"budget\"\nmode = \"shadow\" # until promoted\n\
     params = { metric = \"cost_usd\", max = 1.5 }\n";
 
+/// The loop's loop.toml as its store holds it.
+fn config_text(env: &Env) -> String {
+    match &env.pg {
+        Some(pg) => pg
+            .client()
+            .query_one("SELECT config FROM loops WHERE name = 'spend'", &[])
+            .unwrap()
+            .get(0),
+        None => std::fs::read_to_string(env.loop_dir("spend").join("loop.toml")).unwrap(),
+    }
+}
+
+/// Replaces the loop's loop.toml behind automaton's back.
+fn set_config(env: &Env, text: &str) {
+    match &env.pg {
+        Some(pg) => {
+            pg.client()
+                .execute("UPDATE loops SET config = $1 WHERE name = 'spend'", &[&text])
+                .unwrap();
+        }
+        None => std::fs::write(env.loop_dir("spend").join("loop.toml"), text).unwrap(),
+    }
+}
+
 fn promotions(env: &Env) -> Vec<serde_json::Value> {
     env.history("spend")
         .into_iter()
@@ -27,27 +51,21 @@ fn promotion_is_refused_without_evidence_and_recorded_with_it() {
     for _ in 0..4 {
         env.ok(&["tick", "spend"]);
     }
-    let config = env.loop_dir("spend").join("loop.toml");
-    let before = std::fs::read_to_string(&config).unwrap();
+    let before = config_text(&env);
     let err = env.fails(1, &["gate", "promote", "spend", "stock:budget", "--min", "3"]);
     assert!(err.contains("2 agreeing evaluations of its last 4"), "{err}");
     assert!(err.contains("--force"), "{err}");
-    assert_eq!(
-        std::fs::read_to_string(&config).unwrap(),
-        before,
-        "nothing changed"
-    );
+    assert_eq!(config_text(&env), before, "nothing changed");
     assert!(promotions(&env).is_empty());
 
     // Only an operator may promote.
-    std::fs::write(
-        &config,
-        format!("{before}[access]\noperators = [\"nobody-else\"]\n"),
-    )
-    .unwrap();
+    set_config(
+        &env,
+        &format!("{before}[access]\noperators = [\"nobody-else\"]\n"),
+    );
     let err = env.fails(10, &["gate", "promote", "spend", "stock:budget", "--min", "2"]);
     assert!(err.contains("gate promote"), "{err}");
-    std::fs::write(&config, &before).unwrap();
+    set_config(&env, &before);
 
     let out = env.ok(&["gate", "promote", "spend", "stock:budget", "--min", "2", "--json"]);
     let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -55,7 +73,7 @@ fn promotion_is_refused_without_evidence_and_recorded_with_it() {
         (answer["agreed"].as_u64(), answer["evaluations"].as_u64()),
         (Some(2), Some(4))
     );
-    let after = std::fs::read_to_string(&config).unwrap();
+    let after = config_text(&env);
     assert!(
         after.contains("# the budget in force") && after.contains("# the stricter one"),
         "{after}"
@@ -104,7 +122,7 @@ fn promotion_is_refused_without_evidence_and_recorded_with_it() {
         (Some(true), Some("removed")),
         "{p}"
     );
-    let doc: toml::Table = std::fs::read_to_string(&config).unwrap().parse().unwrap();
+    let doc: toml::Table = config_text(&env).parse().unwrap();
     let gates = doc["gate"].as_array().unwrap();
     assert_eq!(gates.len(), 1);
     assert_eq!(
