@@ -166,3 +166,26 @@ fn the_shadow_example_runs_to_its_end() {
         serde_json::from_slice(&std::fs::read(root.join("loops/spend/.state.loop")).unwrap()).unwrap();
     assert_eq!(state["status"], "halted");
 }
+
+/// With `[approval] config_changes = "await"`, a promotion is a change of
+/// the rules the next tick awaits an approval of before any gate runs.
+#[test]
+fn a_loop_that_awaits_config_changes_awaits_an_approval_of_a_promotion() {
+    let env = Env::new();
+    env.new_loop(
+        "spend",
+        &format!("{LOOP}[approval]\nconfig_changes = \"await\"\n"),
+    );
+    for _ in 0..2 {
+        env.ok(&["tick", "spend"]);
+    }
+    env.ok(&["gate", "promote", "spend", "stock:budget", "--min", "2"]);
+    let out = env.ok(&["tick", "spend", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"], "awaiting-approval", "{v}");
+    assert!(v["decisions"].as_array().unwrap().is_empty(), "no gate ran: {v}");
+    env.ok(&["approve", "spend"]);
+    // Approved, the promoted budget is in force: 2 spent of 1.5.
+    env.fails(7, &["tick", "spend"]);
+    assert_eq!(env.state("spend")["status"], "halted");
+}
