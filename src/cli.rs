@@ -831,6 +831,11 @@ pub struct ReplayArgs {
     /// still counts them all)
     #[arg(long)]
     pub diff_only: bool,
+    /// Only the summary: the rows, those that differ, each transition,
+    /// the reason-only changes and the counterfactual rows (with --json,
+    /// an object of them instead of the rows)
+    #[arg(long)]
+    pub summary: bool,
     #[command(flatten)]
     pub json: JsonArg,
 }

@@ -40,11 +40,12 @@ struct Row {
     counterfactual: bool,
 }
 
-/// The rows' counts, as the last lines say them.
-#[derive(Default)]
+/// The rows' counts, as the last lines say them (and `--summary --json`).
+#[derive(Default, Serialize)]
 struct Summary {
     rows: usize,
     differ: usize,
+    #[serde(rename = "reason_only")]
     reasons: usize,
     counterfactual: usize,
     transitions: BTreeMap<String, usize>,
@@ -83,7 +84,12 @@ pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<Exit> {
     if req.diff_only {
         rows.retain(|r| r.differs || r.reason_changed);
     }
-    if req.json.json {
+    if req.summary {
+        rows.clear();
+    }
+    if req.json.json && req.summary {
+        super::emit_json(out, &summary)?;
+    } else if req.json.json {
         super::emit_json(out, &rows)?;
     } else {
         super::emit(out, &render(&rows, &summary, &source.to_string()))?;
@@ -221,7 +227,9 @@ fn render(rows: &[Row], summary: &Summary, with: &str) -> String {
             mark.to_owned(),
         ]);
     }
-    let mut text = if rows.is_empty() {
+    let mut text = if rows.is_empty() && summary.rows > 0 {
+        String::new()
+    } else if rows.is_empty() {
         "no recorded gate evaluations to show\n".to_owned()
     } else {
         table(&cells)

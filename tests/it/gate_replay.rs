@@ -84,6 +84,24 @@ fn replay_on_a_two_gate_loop_replays_only_the_gate_it_replaces_and_exits_11_when
     assert!(human.contains("2 of 4 decisions would differ"), "{human}");
     let shown = human.lines().filter(|l| l.contains("before-step")).count();
     assert_eq!(shown, 2, "--diff-only: {human}");
+    let (code, out, _) = replay(
+        &env,
+        &[
+            "--gate",
+            "stock:max-ticks",
+            "--params",
+            "{\"max\": 2}",
+            "--summary",
+            "--json",
+        ],
+    );
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(code, 11);
+    assert_eq!(
+        summary,
+        serde_json::json!({"rows": 4, "differ": 2, "reason_only": 0, "counterfactual": 1,
+                           "transitions": {"proceed→complete": 2}})
+    );
     let (code, out, _) = replay(&env, &["--gate", "stock:max-ticks", "--params", "{\"max\": 50}"]);
     assert_eq!(code, 0, "nothing differs: {out}");
     assert!(out.contains("0 of 4 decisions would differ"), "{out}");
