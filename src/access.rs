@@ -86,6 +86,8 @@ pub enum Action {
     Migrate,
     /// Repairing the loop's record (`doctor --fix`), which commits.
     DoctorFix,
+    /// Making a shadow gate live (`gate promote`).
+    Promote,
     View,
 }
 
@@ -104,6 +106,7 @@ impl Action {
             Action::CheckGateApply => "check-gate --apply",
             Action::Migrate => "migrate",
             Action::DoctorFix => "doctor --fix",
+            Action::Promote => "gate promote",
             Action::View => "view",
         }
     }

@@ -778,7 +778,40 @@ pub enum GateCommand {
     List(JsonArg),
     /// Evaluate a loop's recorded gate contexts again with another gate, and
     /// show where its decisions would differ
+    ///
+    /// Exits 0 when no decision would differ, 11 when one would.
     Replay(ReplayArgs),
+    /// Make a shadow gate live, on its evidence: the live gate of its name
+    /// becomes a shadow (or goes, with --remove)
+    ///
+    /// Refused unless enough of its last 50 evaluations agreed with the
+    /// live gates (--min), or --force, which is recorded. Recorded in the
+    /// loop's history with who promoted it and the evidence; loop.toml is
+    /// edited in place, its comments kept. Operators may promote.
+    Promote(PromoteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The loop
+    #[arg(add = loop_names())]
+    pub name: String,
+    /// The shadow gate, as loop.toml writes it (a component's path, or stock:NAME)
+    #[arg(value_name = "GATE")]
+    pub gate: String,
+    /// Remove the gate it replaces instead of keeping it as a shadow
+    #[arg(long)]
+    pub remove: bool,
+    /// Promote it without enough agreeing evaluations (recorded as forced)
+    #[arg(long)]
+    pub force: bool,
+    /// The agreeing evaluations, of its last 50, a promotion needs
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub min: usize,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    #[command(flatten)]
+    pub json: JsonArg,
 }
 
 #[derive(Debug, Args)]
@@ -796,8 +829,18 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub last: Option<usize>,
     /// Only evaluations of this gate as recorded (e.g. stock:budget)
+    /// [default: the recorded gate of the same name as --gate's]
     #[arg(long, value_name = "GATE")]
     pub of: Option<String>,
+    /// Only the rows whose decision or reason would differ (the summary
+    /// still counts them all)
+    #[arg(long)]
+    pub diff_only: bool,
+    /// Only the summary: the rows, those that differ, each transition,
+    /// the reason-only changes and the counterfactual rows (with --json,
+    /// an object of them instead of the rows)
+    #[arg(long)]
+    pub summary: bool,
     #[command(flatten)]
     pub json: JsonArg,
 }

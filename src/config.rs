@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::domain::{GateSource, Limits, OnError, Phase};
+use crate::domain::{GateSource, Limits, Mode, OnError, Phase};
 
 pub mod notify;
 pub mod scrape;
@@ -530,6 +530,9 @@ pub struct GateConfig {
     params_at: Option<usize>,
     pub on_error: OnError,
     pub limits: Limits,
+    /// `enforce` (the default) or `shadow`: evaluated and recorded beside
+    /// the live gates, never enforced.
+    pub mode: Mode,
 }
 
 impl GateConfig {
@@ -559,6 +562,8 @@ struct RawGate {
     on_error: OnError,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    mode: Mode,
 }
 
 #[derive(Deserialize, Default)]
@@ -619,6 +624,7 @@ impl TryFrom<RawGate> for GateConfig {
             params_at,
             on_error: r.on_error,
             limits,
+            mode: r.mode,
         })
     }
 }

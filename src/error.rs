@@ -376,6 +376,8 @@ pub enum Exit {
     /// The tick, or a decision `check-gate --apply` recorded, halted the
     /// loop.
     Halted,
+    /// `gate replay`: a decision would differ.
+    Differs,
 }
 
 impl Exit {
@@ -386,6 +388,7 @@ impl Exit {
             Exit::Wanting => 1,
             Exit::StepFailed => 6,
             Exit::Halted => 7,
+            Exit::Differs => 11,
         }
     }
 }

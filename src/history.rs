@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Action, Role};
-use crate::domain::{Context, Verdict};
+use crate::domain::{Context, ShadowVerdict, Verdict};
 use crate::state::{Await, Head, Outcome, ProcessOutcome, Status};
 use crate::who::Actor;
 
@@ -153,12 +153,15 @@ pub enum EventKind {
         host: String,
         started_at: Timestamp,
     },
-    /// One gate's evaluation, with the context it saw (for `gate replay`).
+    /// One gate's evaluation, with the context it saw (for `gate replay`),
+    /// and the shadow gates evaluated beside it.
     Gate {
         tick: u64,
         #[serde(flatten)]
         verdict: Verdict,
         context: Box<Context>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shadow: Vec<ShadowVerdict>,
     },
     /// Approvals a tick used to release an await.
     ApprovalsUsed {
@@ -188,6 +191,13 @@ pub enum EventKind {
     WorktreeCreated {
         path: std::path::PathBuf,
         branch: String,
+    },
+    /// `gate promote` made a shadow gate live: who, the gate it replaced
+    /// and what became of it, and the evidence (its agreeing evaluations,
+    /// its disagreements), or that it was forced.
+    GatePromoted {
+        #[serde(flatten)]
+        promotion: Promotion,
     },
     /// `check-gate --apply` recorded a decision without running the step.
     CheckGate {
@@ -236,6 +246,38 @@ pub enum EventKind {
     },
 }
 
+/// What became of the gate a promoted one replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Replaced {
+    /// It runs on as a shadow.
+    Shadow,
+    /// It was removed from loop.toml.
+    Removed,
+}
+
+/// The promotion made: the `gate-promoted` event's fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub by: String,
+    pub gate: String,
+    /// The live gate it replaces, when it was recorded beside one of its
+    /// name; none for a gate that replaces none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<Replaced>,
+    /// Its evaluations counted, and those that agreed.
+    pub evaluations: usize,
+    pub agreed: usize,
+    /// The disagreements among them (tick, phase, both decisions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disagreements: Vec<crate::domain::Disagreement>,
+    /// Promoted without enough agreeing evaluations.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
+}
+
 /// Why approvals stopped counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -275,6 +317,7 @@ pub const KINDS: &[&str] = &[
     "config-changed",
     "metrics-warning",
     "worktree-created",
+    "gate-promoted",
     "check-gate",
     "tick",
 ];
@@ -298,6 +341,7 @@ impl EventKind {
             EventKind::ConfigChanged { .. } => "config-changed",
             EventKind::MetricsWarning { .. } => "metrics-warning",
             EventKind::WorktreeCreated { .. } => "worktree-created",
+            EventKind::GatePromoted { .. } => "gate-promoted",
             EventKind::CheckGate { .. } => "check-gate",
             EventKind::Tick { .. } => "tick",
         }
@@ -365,19 +409,31 @@ mod tests {
     fn gate_events_round_trip_with_their_context() {
         use crate::domain::{Decision, Phase};
         for decision in [Decision::Proceed, Decision::Halt("too much".into())] {
+            let verdict = Verdict {
+                gate: "stock:budget".into(),
+                version: Some("0.1.0".into()),
+                name: Some("budget".into()),
+                sha256: Some("ab".repeat(32)),
+                phase: Phase::AfterStep,
+                decision,
+                micros: 42,
+                error: None,
+                logs: Vec::new(),
+            };
+            let shadow = ShadowVerdict {
+                verdict: Verdict {
+                    gate: "gates/budget.wasm".into(),
+                    decision: Decision::Halt("over".into()),
+                    ..verdict.clone()
+                },
+                agrees: false,
+            };
             let e = Event::now(
                 EventKind::Gate {
                     tick: 3,
-                    verdict: Verdict {
-                        gate: "stock:budget".into(),
-                        version: None,
-                        phase: Phase::AfterStep,
-                        decision,
-                        micros: 42,
-                        error: None,
-                        logs: Vec::new(),
-                    },
+                    verdict,
                     context: Box::default(),
+                    shadow: vec![shadow],
                 },
                 &ann(),
             );
@@ -386,6 +442,12 @@ mod tests {
             assert_eq!(v["kind"], "gate");
             assert_eq!(v["gate"], "stock:budget");
             assert!(v["decision"].is_string(), "{v}");
+            assert_eq!(
+                (v["name"].as_str(), v["version"].as_str()),
+                (Some("budget"), Some("0.1.0"))
+            );
+            assert_eq!(v["shadow"][0]["decision"], "halt", "{v}");
+            assert_eq!(v["shadow"][0]["agrees"], false);
             let back: Event = serde_json::from_slice(&line).unwrap();
             assert_eq!(back, e);
         }

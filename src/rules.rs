@@ -262,6 +262,8 @@ pub fn names(rules: &[Rule]) -> String {
 pub enum Via {
     /// `automaton edit`.
     Edit,
+    /// `automaton gate promote`.
+    Promote,
     /// Written outside automaton, and found by a command that commits.
     Outside,
 }

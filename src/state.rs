@@ -286,6 +286,11 @@ pub struct State {
     /// it; cleared by a tick whose gates all answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_error: Option<GateFailure>,
+    /// The shadow gates (as loop.toml writes them) that have disagreed with
+    /// the live side since they were added or last promoted: the first
+    /// disagreement of each is notified (`[notify] on = ["shadow"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadows_disagreed: Vec<String>,
     /// The config last recorded (its files' sha256 and loop.toml's text),
     /// which the next change is told against; and a change to the rules
     /// that awaits an approval.
@@ -324,6 +329,7 @@ impl State {
             in_flight: None,
             worktree: None,
             gate_error: None,
+            shadows_disagreed: Vec::new(),
             recorded_config: None,
         }
     }

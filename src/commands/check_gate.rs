@@ -95,16 +95,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
 /// await it opens or the approvals it ends, and the check-gate event.
 fn applied(result: &PhaseResult, state: &mut crate::state::State, by: &str) -> Vec<EventKind> {
     state.apply(&result.combined, Moment::Recorded);
-    let mut events: Vec<EventKind> = result
-        .verdicts
-        .iter()
-        .zip(&result.contexts)
-        .map(|(v, ctx)| EventKind::Gate {
-            tick: state.tick + 1,
-            verdict: v.clone(),
-            context: Box::new(ctx.clone()),
-        })
-        .collect();
+    let mut events = gates::events(result, state.tick + 1);
     let head = state
         .worktree
         .as_ref()

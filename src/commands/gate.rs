@@ -92,6 +92,7 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exi
             render_list(&r, json.json, out).map_err(Error::Output)?;
         }
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
+        GateCommand::Promote(args) => return super::promote::run(&Root::open(root)?, &args, out),
     }
     Ok(Exit::Ok)
 }

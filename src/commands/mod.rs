@@ -18,6 +18,7 @@ pub(crate) mod logs;
 mod migrate;
 mod new;
 mod ops;
+mod promote;
 mod render;
 mod replay;
 pub(crate) mod review;

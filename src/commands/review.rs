@@ -34,6 +34,7 @@ pub(crate) fn change_line(c: &ConfigChangeReview) -> String {
     let who = c.actor.as_deref().unwrap_or("someone");
     let how = match c.change.via {
         Via::Edit => format!("changed with `automaton edit` by {who}"),
+        Via::Promote => format!("changed with `automaton gate promote` by {who}"),
         Via::Outside => format!("changed outside automaton (found by {who})"),
     };
     let rules = match c.change.rules.as_slice() {

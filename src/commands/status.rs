@@ -231,6 +231,7 @@ fn detail(v: &LoopView) -> String {
     rows.ticks(v);
     rows.approvals(&v.state);
     rows.holdings(v);
+    rows.shadows(v);
     let mut text = table(&rows.0);
     text += &config_record(v);
     text
@@ -271,7 +272,34 @@ pub const UNCONFINED: &str = "unconfined ([step] confine = \"off\"): it runs wit
 #[derive(Default)]
 struct Rows(Vec<Vec<String>>);
 
+/// A shadow gate's evidence in a line: `12 of 12 agreed`, and its last
+/// disagreement.
+pub fn shadow_line(e: &crate::ops::views::shadow::Evidence) -> String {
+    let mut line = format!(
+        "{}: {} of the last {} evaluations agreed",
+        e.gate, e.agreed, e.evaluations
+    );
+    if let Some(d) = &e.last_disagreement {
+        line += &format!(
+            "; last disagreed at tick {} ({}): {} said {}, it said {}",
+            d.tick,
+            d.phase,
+            d.live_gate,
+            d.live.name(),
+            d.shadow.name()
+        );
+    }
+    line
+}
+
 impl Rows {
+    /// Each shadow gate's evidence.
+    fn shadows(&mut self, v: &LoopView) {
+        for e in &v.shadows {
+            self.row("shadow gate", safe(&shadow_line(e)).into_owned());
+        }
+    }
+
     fn row(&mut self, key: &str, value: String) {
         self.0.push(vec![key.to_owned(), value]);
     }

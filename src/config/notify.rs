@@ -20,6 +20,8 @@ pub enum Kind {
     Failure,
     /// Someone paused, resumed, approved, rejected or cancelled the loop.
     Operator,
+    /// A shadow gate disagreed with the live side for the first time.
+    Shadow,
 }
 
 impl Kind {
@@ -30,6 +32,7 @@ impl Kind {
             Kind::Complete => "complete",
             Kind::Failure => "failure",
             Kind::Operator => "operator",
+            Kind::Shadow => "shadow",
         }
     }
 }

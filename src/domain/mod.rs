@@ -7,6 +7,7 @@ mod types;
 mod verdict;
 
 pub use types::{
-    Approval, Asker, Commits, Context, Decision, GateSource, Limits, OnError, PendingAwait, Phase, RunResult,
+    Approval, Asker, Commits, Context, Decision, GateSource, Limits, Mode, OnError, PendingAwait, Phase,
+    RunResult,
 };
-pub use verdict::{LOG_LINES, Verdict};
+pub use verdict::{Disagreement, LOG_LINES, ShadowVerdict, Verdict};

@@ -132,6 +132,16 @@ pub enum OnError {
     Proceed,
 }
 
+/// Whether a gate's decision counts (`mode` in loop.toml): `enforce`, or
+/// `shadow`, evaluated beside the live gates and recorded, never enforced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Shadow,
+}
+
 /// Where a gate's component comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -16,7 +16,8 @@
 //! of a run of failures: a loop failing all night is heard of once, and
 //! again only after a tick that did not fail). A tick that is several of
 //! these sends one notice, of the first the loop's `on` lists in the
-//! order halt, complete, await, failure. `operator`: a pause, resume,
+//! order halt, complete, await, failure, shadow (a shadow gate's first
+//! disagreement with the live gates, since it was added or promoted). `operator`: a pause, resume,
 //! approval, rejection or cancel that changed something.
 
 mod command;
@@ -57,7 +58,14 @@ pub fn after_tick(root: &Root, store: &dyn LoopStore, report: &TickReport) {
     let Some(kind) = kinds.into_iter().find(|k| on.contains(k)) else {
         return;
     };
-    let mut notice = Notice::new(kind, name, (**facts).clone(), report.reason.clone(), root.path());
+    let reason = match kind {
+        Kind::Shadow => Some(format!(
+            "shadow gate {} disagreed with the live gates for the first time (`automaton status {name}`)",
+            report.first_disagreed.join(", ")
+        )),
+        _ => report.reason.clone(),
+    };
+    let mut notice = Notice::new(kind, name, (**facts).clone(), reason, root.path());
     notice.tick = report.tick;
     send(root, store, &config, notice);
 }
@@ -75,6 +83,9 @@ fn tick_kinds(report: &TickReport, facts: &Facts) -> Vec<Kind> {
     }
     if report.failed() && facts.consecutive_failures == 1 {
         kinds.push(Kind::Failure);
+    }
+    if !report.first_disagreed.is_empty() {
+        kinds.push(Kind::Shadow);
     }
     kinds
 }
@@ -160,6 +171,7 @@ mod tests {
             crashed_started: None,
             started_waiting: false,
             facts: None,
+            first_disagreed: Vec::new(),
         };
         (report, Facts::of(&state))
     }

@@ -16,6 +16,7 @@ pub mod approve;
 pub mod cancel;
 pub mod check;
 pub mod pause;
+pub mod promote;
 pub mod refusal;
 pub mod reject;
 pub mod resume;

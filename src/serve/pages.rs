@@ -478,6 +478,29 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
             }
             @if let Some(h) = &v.lock { dt { "Lock" } dd { (h.describe()) } }
         }
+        @if !v.shadows.is_empty() {
+            h2 { "Shadow gates" }
+            table.shadows {
+                thead { tr { th { "Gate" } th { "Agreed" } th { "Last disagreement" } } }
+                tbody {
+                    @for e in &v.shadows {
+                        tr {
+                            td { (e.gate) }
+                            td { (e.agreed) " of the last " (e.evaluations) }
+                            td {
+                                @match &e.last_disagreement {
+                                    Some(d) => {
+                                        a href=(format!("/loops/{}/runs/{}", v.name, d.tick)) { "tick " (d.tick) }
+                                        " (" (d.phase.to_string()) "): " (d.live_gate) " said " (d.live.name()) ", it said " (d.shadow.name())
+                                    }
+                                    None => "none",
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         @if !v.last_output.is_empty() {
             h2 { "Last tick's output" }
             @for (file, lines) in &v.last_output {
@@ -795,7 +818,7 @@ fn config_changes(r: &Review) -> Markup {
             details.config open {
                 summary {
                     (time(c.at)) ": "
-                    @match c.change.via { Via::Edit => "edited by ", Via::Outside => "changed outside automaton, found by " }
+                    @match c.change.via { Via::Edit => "edited by ", Via::Promote => "a gate promoted by ", Via::Outside => "changed outside automaton, found by " }
                     strong { (c.actor.as_deref().unwrap_or("")) }
                     @if c.change.awaits { " (awaits approval)" }
                 }

@@ -1,7 +1,8 @@
 //! Evaluating one phase's gates: the context each gate sees, its decision
 //! (or its error turned into a decision by its `on_error` policy), and the
-//! record kept in history so `gate replay` can evaluate it again; what a
-//! gate logs is said once, and again when it changes.
+//! record kept in history so `gate replay` can evaluate it again, naming
+//! the build that decided (name, version, sha256); what a gate logs is
+//! said once, and again when it changes.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,14 +12,19 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
-use crate::domain::{Asker, Commits, Context, Decision, PendingAwait, Phase, RunResult, Verdict};
+use crate::domain::{
+    Asker, Commits, Context, Decision, Mode, PendingAwait, Phase, RunResult, ShadowVerdict, Verdict,
+};
 use crate::gate::{self, GateError, GateErrorKind, GateHost};
+use crate::history::EventKind;
 use crate::state::{LastTick, State};
 
 /// A phase's verdicts, their combination, and the contexts they saw.
 pub struct PhaseResult {
     pub verdicts: Vec<Verdict>,
     pub contexts: Vec<Context>,
+    /// Beside each live verdict, the shadow gates recorded with it.
+    pub shadows: Vec<Vec<ShadowVerdict>>,
     pub combined: Decision,
 }
 
@@ -122,8 +128,10 @@ fn to_json(value: &impl Serialize) -> serde_json::Value {
 }
 
 /// Evaluates the gates of `config` that run in `phase`, in config order.
-/// A gate that fails (it cannot load, traps, times out, refuses) decides
-/// by its `on_error` policy; the error is kept in its verdict.
+/// A live gate that fails (it cannot load, traps, times out, refuses)
+/// decides by its `on_error` policy; the error is kept in its verdict. The
+/// shadow gates of the phase are evaluated after them, when any live gate
+/// runs in it, and recorded beside them (`super::shadow`).
 pub fn evaluate_phase(
     host: &GateHost,
     name: &str,
@@ -135,27 +143,99 @@ pub fn evaluate_phase(
     let now = crate::clock::now();
     let mut verdicts = Vec::new();
     let mut contexts = Vec::new();
-    for g in config.gates.iter().filter(|g| g.phases.contains(&phase)) {
+    let live = config
+        .gates
+        .iter()
+        .filter(|g| g.mode == Mode::Enforce && g.phases.contains(&phase));
+    for g in live {
         let ctx = context(name, state, g, phase, now);
-        let source = g.resolved_source(loop_dir);
-        let label = g.source.to_string();
-        let started = std::time::Instant::now();
-        let mut version = None;
-        // Errors name the gate as loop.toml writes it, not its resolved path.
-        let result = host
-            .load(&source)
-            .and_then(|gate| {
-                let eval = host
-                    .evaluate(&gate, &ctx, &g.limits)
-                    .map_err(|e| explain_refusal(host, &gate, g, e));
-                version = gate.version().map(|v| crate::bounds::name(v.to_owned()));
-                eval
-            })
-            .map_err(|e| e.labelled(label.clone()));
-        let (decision, error, logs) = match result {
+        verdicts.push(evaluate_gate(host, name, loop_dir, g, &ctx, Said::Info));
+        contexts.push(ctx);
+    }
+    let combined = Decision::combine(verdicts.iter().map(|v| &v.decision));
+    let at = super::shadow::At {
+        name,
+        loop_dir,
+        state,
+        phase,
+        now,
+    };
+    let shadows = super::shadow::evaluate(host, &at, config, &verdicts);
+    PhaseResult {
+        verdicts,
+        contexts,
+        shadows,
+        combined,
+    }
+}
+
+/// How loudly a gate's logs are said: a live gate's at `info` (when they
+/// change), a shadow gate's at `debug`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Said {
+    Info,
+    Debug,
+}
+
+/// One gate's verdict against `ctx`: its decision, or its error turned into
+/// one by its `on_error` policy, with the name, version and sha256 of the
+/// build that decided.
+pub fn evaluate_gate(
+    host: &GateHost,
+    name: &str,
+    loop_dir: &Path,
+    g: &GateConfig,
+    ctx: &Context,
+    said: Said,
+) -> Verdict {
+    let source = g.resolved_source(loop_dir);
+    let label = g.source.to_string();
+    let started = std::time::Instant::now();
+    let mut build = Build::default();
+    let mut took = None;
+    // Errors name the gate as loop.toml writes it, not its resolved path.
+    let result = host
+        .load(&source)
+        .and_then(|gate| {
+            let eval = host
+                .evaluate(&gate, ctx, &g.limits)
+                .map_err(|e| explain_refusal(host, &gate, g, e));
+            took = Some(started.elapsed());
+            build = Build::of(host, &gate);
+            eval
+        })
+        .map_err(|e| e.labelled(label.clone()));
+    let took = took.unwrap_or_else(|| started.elapsed());
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    let (decision, error, logs) = said.outcome(name, &label, g, result);
+    Verdict {
+        gate: crate::bounds::text(label),
+        version: build.version,
+        name: build.name,
+        sha256: build.sha256,
+        phase: ctx.phase,
+        decision: bounded(decision),
+        micros,
+        error: crate::bounds::opt_text(error),
+        logs,
+    }
+}
+
+impl Said {
+    /// A gate's evaluation as a verdict's decision, error and kept logs:
+    /// its logs said (a live gate's at `info` when they change), its error
+    /// turned into a decision by its `on_error` policy.
+    fn outcome(
+        self,
+        name: &str,
+        label: &str,
+        g: &GateConfig,
+        result: Result<gate::Evaluation, GateError>,
+    ) -> (Decision, Option<String>, Vec<String>) {
+        match result {
             Ok(eval) => {
                 let lines: Vec<&str> = eval.logs.iter().map(|l| l.message.as_str()).collect();
-                let new = said_anew(name, &label, &lines);
+                let new = self == Said::Info && said_anew(name, label, &lines);
                 for line in lines {
                     if new {
                         tracing::info!("loop {name:?}: gate {label}: {line}");
@@ -167,7 +247,11 @@ pub fn evaluate_phase(
             }
             Err(err) => {
                 // The tick reports it (and records it); the daemon logs it.
-                tracing::info!("loop {name:?}: {err}");
+                if self == Said::Info {
+                    tracing::info!("loop {name:?}: {err}");
+                } else {
+                    tracing::debug!("loop {name:?}: shadow {err}");
+                }
                 let logs = gate::kept_logs(err.logs());
                 (
                     gate::decide_on_error(g.on_error, &err),
@@ -175,23 +259,27 @@ pub fn evaluate_phase(
                     logs,
                 )
             }
-        };
-        verdicts.push(Verdict {
-            gate: crate::bounds::text(label),
-            version,
-            phase,
-            decision: bounded(decision),
-            micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            error: crate::bounds::opt_text(error),
-            logs,
-        });
-        contexts.push(ctx);
+        }
     }
-    let combined = Decision::combine(verdicts.iter().map(|v| &v.decision));
-    PhaseResult {
-        verdicts,
-        contexts,
-        combined,
+}
+
+/// Which build of a gate decided: the name and version it says (asked
+/// once per process and component), and its component's sha256.
+#[derive(Default)]
+struct Build {
+    name: Option<String>,
+    version: Option<String>,
+    sha256: Option<String>,
+}
+
+impl Build {
+    fn of(host: &GateHost, gate: &gate::Gate) -> Build {
+        let info = host.describe(gate).ok();
+        Build {
+            name: info.as_ref().map(|i| crate::bounds::name(i.name.clone())),
+            version: info.map(|i| crate::bounds::name(i.version)),
+            sha256: Some(gate.sha256().to_owned()),
+        }
     }
 }
 
@@ -228,12 +316,31 @@ fn bounded(decision: Decision) -> Decision {
     }
 }
 
+/// The phase's gate events for history: one a live gate, with the context
+/// it saw and the shadow gates recorded beside it.
+pub fn events(result: &PhaseResult, tick: u64) -> Vec<EventKind> {
+    let no_shadows = Vec::new();
+    result
+        .verdicts
+        .iter()
+        .zip(&result.contexts)
+        .enumerate()
+        .map(|(i, (verdict, context))| EventKind::Gate {
+            tick,
+            verdict: verdict.clone(),
+            context: Box::new(context.clone()),
+            shadow: result.shadows.get(i).unwrap_or(&no_shadows).clone(),
+        })
+        .collect()
+}
+
 impl PhaseResult {
     /// The result of a phase no gate runs in.
     pub fn empty() -> PhaseResult {
         PhaseResult {
             verdicts: Vec::new(),
             contexts: Vec::new(),
+            shadows: Vec::new(),
             combined: Decision::Proceed,
         }
     }

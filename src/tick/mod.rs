@@ -13,6 +13,7 @@ mod line;
 mod process;
 mod report;
 mod rules;
+pub mod shadow;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,6 +127,7 @@ pub fn run_configured(
         actor: opts.actor.cloned().unwrap_or_else(who::actor),
         events: Vec::new(),
         verdicts: Vec::new(),
+        first_disagreed: Vec::new(),
         current: crate::rules::Current::of(root.path(), config),
     };
     let report = tick.run(session);
@@ -153,6 +155,7 @@ fn busy(store: &dyn LoopStore, holder: Option<Holder>) -> Result<TickReport> {
         crashed_started: None,
         started_waiting: false,
         facts: None,
+        first_disagreed: Vec::new(),
     })
 }
 
@@ -179,6 +182,8 @@ struct Tick<'a> {
     /// The events of the next commit.
     events: Vec<EventKind>,
     verdicts: Vec<Verdict>,
+    /// The shadow gates that disagreed for the first time in this tick.
+    first_disagreed: Vec<String>,
     /// The config this tick runs with: what the record of the rules
     /// compares and the tick's event names.
     current: crate::rules::Current,
@@ -236,6 +241,7 @@ impl Tick<'_> {
                 crashed_started: self.recovered.map(|(_, at)| at),
                 started_waiting: false,
                 facts: None,
+                first_disagreed: Vec::new(),
             });
         }
         let session = &mut *session;
@@ -248,6 +254,7 @@ impl Tick<'_> {
             Before::Ended(report) => report,
         };
         report.started_waiting = report.outcome == Outcome::AwaitingApproval && !was_awaiting;
+        report.first_disagreed = std::mem::take(&mut self.first_disagreed);
         report.facts = Some(Box::new(crate::notify::Facts::of(&state)));
         Ok(report)
     }
@@ -464,6 +471,7 @@ impl Tick<'_> {
             crashed_started: self.recovered.map(|(_, at)| at),
             started_waiting: false,
             facts: None,
+            first_disagreed: Vec::new(),
         })
     }
 
@@ -544,20 +552,17 @@ impl Tick<'_> {
     }
 
     /// Evaluates one phase's gates and keeps their verdicts and contexts.
-    fn gates(&mut self, state: &State, phase: Phase) -> Result<gates::PhaseResult> {
+    fn gates(&mut self, state: &mut State, phase: Phase) -> Result<gates::PhaseResult> {
         let (name, base) = (self.store.name().as_str(), self.store.base_dir());
         let config = self.config;
         let result = match self.host_for(phase)? {
             None => return Ok(gates::PhaseResult::empty()),
             Some(host) => gates::evaluate_phase(host, name, base, config, state, phase),
         };
-        for (v, ctx) in result.verdicts.iter().zip(&result.contexts) {
-            self.events.push(EventKind::Gate {
-                tick: state.tick + u64::from(phase == Phase::BeforeStep),
-                verdict: v.clone(),
-                context: Box::new(ctx.clone()),
-            });
-        }
+        let tick = state.tick + u64::from(phase == Phase::BeforeStep);
+        self.events.extend(gates::events(&result, tick));
+        let first = shadow::first_disagreed(&result, &mut state.shadows_disagreed);
+        self.first_disagreed.extend(first);
         self.verdicts.extend(result.verdicts.iter().cloned());
         Ok(result)
     }
@@ -813,6 +818,7 @@ impl Tick<'_> {
             crashed_started: self.recovered.map(|(_, at)| at),
             started_waiting: false,
             facts: None,
+            first_disagreed: Vec::new(),
         }))
     }
 }

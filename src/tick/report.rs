@@ -40,6 +40,10 @@ pub struct TickReport {
     /// tick found the lock held).
     #[serde(skip)]
     pub facts: Option<Box<Facts>>,
+    /// The shadow gates that disagreed with the live side for the first
+    /// time in this tick (`[notify] on = ["shadow"]`).
+    #[serde(skip)]
+    pub first_disagreed: Vec<String>,
 }
 
 impl TickReport {

@@ -796,7 +796,7 @@ fn a_request_for_a_host_name_not_the_consoles_is_refused() {
 
 /// Signs in with the form as a browser does; the session cookie and the
 /// page's CSRF token.
-fn sign_in(s: &Server, token: &str) -> (String, String) {
+pub(crate) fn sign_in(s: &Server, token: &str) -> (String, String) {
     let mut form = agent().get(s.url("/signin")).call().unwrap();
     let pre = set_cookie(&form, "automaton_signin");
     let page = form.body_mut().read_to_string().unwrap();

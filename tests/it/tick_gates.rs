@@ -255,7 +255,7 @@ fn replaying_a_stricter_gate_shows_where_decisions_differ() {
     for _ in 0..4 {
         assert_eq!(outcome(&env, "demo"), "ran");
     }
-    let out = env.ok(&[
+    let out = env.run(&[
         "gate",
         "replay",
         "demo",
@@ -265,7 +265,8 @@ fn replaying_a_stricter_gate_shows_where_decisions_differ() {
         "{\"max\": 2}",
         "--json",
     ]);
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(out.status.code(), Some(11), "a decision differs");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows.len(), 4);
     let differs: Vec<u64> = rows
         .iter()
@@ -278,7 +279,7 @@ fn replaying_a_stricter_gate_shows_where_decisions_differ() {
         "a limit of 2 would have completed the loop before ticks 3 and 4"
     );
     assert!(rows.iter().all(|r| r["recorded"]["decision"] == "proceed"));
-    let human = env.ok(&[
+    let out = env.run(&[
         "gate",
         "replay",
         "demo",
@@ -287,6 +288,8 @@ fn replaying_a_stricter_gate_shows_where_decisions_differ() {
         "--params",
         "{\"max\": 2}",
     ]);
+    assert_eq!(out.status.code(), Some(11));
+    let human = String::from_utf8_lossy(&out.stdout);
     assert!(human.contains("2 of 4 decisions would differ"), "{human}");
 }
 

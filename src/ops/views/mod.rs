@@ -8,6 +8,7 @@ pub mod fires;
 pub mod history;
 pub mod logs;
 pub mod review;
+pub mod shadow;
 pub mod status;
 
 use super::Ctx;

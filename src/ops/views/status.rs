@@ -80,6 +80,10 @@ pub struct LoopView {
     /// present, as `true`, when it does.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub unconfined: bool,
+    /// Each shadow gate's evidence: of its last evaluations, how many
+    /// agreed with the live side, and its last disagreement (`status NAME`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<super::shadow::Evidence>,
 }
 
 impl LoopView {
@@ -142,6 +146,7 @@ fn view_read(
         config_changes: Vec::new(),
         last_output: Default::default(),
         unconfined: config.is_some_and(|c| c.step.confine == crate::config::Confine::Off),
+        shadows: Vec::new(),
     };
     if let Some(schedule) = config.and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
@@ -358,13 +363,15 @@ pub fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
         .map(|r| r.backend);
     v.last_output = failed_output(dir, &state);
     v.unrecorded_config = super::review::unrecorded(root, dir, &state);
-    v.config_changes = match dir.history() {
-        Ok(h) => super::review::config_changes(&h.events),
-        Err(e) => {
-            tracing::warn!("{e}");
-            Vec::new()
+    match dir.history() {
+        Ok(h) => {
+            v.config_changes = super::review::config_changes(&h.events);
+            if let Ok(config) = dir.config() {
+                v.shadows = super::shadow::of_config(&config, &h.events);
+            }
         }
-    };
+        Err(e) => tracing::warn!("{e}"),
+    }
     Ok(v)
 }
 
