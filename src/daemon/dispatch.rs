@@ -211,7 +211,7 @@ impl<'a> Dispatcher<'a> {
             }
             entry.fired = entry.nominal.take().or(Some(now));
             entry.started = Some(now);
-            if let Some(detail) = entry.refusal() {
+            if let Some(detail) = entry.refusal(self.stores.me()) {
                 // Its user may not tick it: the firing is recorded as
                 // refused, and the next one queued.
                 reschedule(&mut self.queue, &name, entry, now);

@@ -132,13 +132,13 @@ impl Entry {
         }
     }
 
-    /// What a firing refused records: who the daemon runs as, and who
-    /// may tick the loop. `None` when the daemon's user may.
-    pub(super) fn refusal(&self) -> Option<String> {
+    /// What a firing refused records: who the daemon runs as (`me`), and
+    /// who may tick the loop. `None` when the daemon's user may.
+    pub(super) fn refusal(&self, me: &crate::who::Actor) -> Option<String> {
         self.refused.as_ref().map(|d| {
             format!(
                 "the daemon runs as {}, and a tick needs one of its {} ({})",
-                crate::who::user(),
+                me.user,
                 d.role.as_str(),
                 d.holders.join(", ")
             )
@@ -224,7 +224,7 @@ impl<'a> Dispatcher<'a> {
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
         let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
-        let actor = crate::who::actor();
+        let actor = self.stores.me();
         for (name, entry) in self.loops.iter_mut() {
             if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
                 continue;
@@ -235,7 +235,7 @@ impl<'a> Dispatcher<'a> {
             }
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
-            let read = read_config(name, entry.dir.as_ref(), &actor, &self.root.settings().access);
+            let read = read_config(name, entry.dir.as_ref(), actor, &self.root.settings().access);
             // One scheduler per loop: one an OS scheduler fires is not the
             // daemon's to fire.
             let installed = installed_schedule(self.root, name);
@@ -243,7 +243,7 @@ impl<'a> Dispatcher<'a> {
             entry.os_scheduled = installed;
             let schedule = read.schedule.filter(|_| installed.is_none());
             entry.hosts = read.hosts;
-            say_refused(name, &entry.refused, &read.refused);
+            say_refused(name, &actor.user, &entry.refused, &read.refused);
             entry.refused = read.refused;
             if first && schedule.is_some() {
                 // Found awaiting approval (before this daemon started, or
@@ -471,13 +471,14 @@ pub(super) fn read_config(
 }
 
 /// Says in the log, once, that the daemon's user may not tick loop
-/// `name` (or, once, that it may again), when a config read changes it.
-fn say_refused(name: &str, was: &Option<Denied>, now: &Option<Denied>) {
+/// `name` (or, once, that it may again), when a config read changes it;
+/// the daemon runs as `me`.
+fn say_refused(name: &str, me: &str, was: &Option<Denied>, now: &Option<Denied>) {
     match (was, now) {
         (_, Some(d)) if was.as_ref() != Some(d) => tracing::warn!(
             "loop {name:?} is not ticked by this daemon: it runs as {}, and a tick needs one of its {} ({}); \
              its firings are recorded as refused",
-            crate::who::user(),
+            me,
             d.role.as_str(),
             d.holders.join(", ")
         ),

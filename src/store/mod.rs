@@ -78,14 +78,15 @@ pub trait Store: Send + Sync {
             .collect())
     }
 
-    /// Makes a loop from its config text, first state and first events;
-    /// fails if it exists.
+    /// Makes a loop from its config text, first state and first events,
+    /// recorded as `by`'s; fails if it exists.
     fn create(
         &self,
         name: &LoopName,
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
+        by: &Actor,
     ) -> Result<Box<dyn LoopStore>>;
 
     /// Takes in a loop moved here from another store, with its config,
@@ -250,32 +251,59 @@ pub struct Change {
 
 /// The store a root uses (`--store`, `$AUTOMATON_STORE`, or `store` in
 /// `<root>/automaton.toml`): the one way commands find, list, create and
-/// remove loops, whichever store it is.
+/// remove loops, whichever store it is; and this process's own actor, as
+/// the store says who it is ([`Stores::me`]).
 #[derive(Clone)]
-pub struct Stores(Arc<dyn Store>);
+pub struct Stores {
+    store: Arc<dyn Store>,
+    me: Arc<Actor>,
+}
 
 impl Stores {
     /// Opens the root's store: for PostgreSQL, connects and brings the
     /// schema up to date. A process that serves many requests (`serve`)
-    /// opens it once and hands it to what each request runs.
-    /// The delegates this process honours are those the store records
-    /// ([`crate::admin::honour_delegates`]).
+    /// opens it once and hands it to what each request runs. This
+    /// process's actor is resolved here, once: the delegates it honours
+    /// are those the store records ([`crate::admin::honoured_delegates`]),
+    /// and a PostgreSQL store's role is recorded beside it.
     pub fn open(root: &Root) -> Result<Stores> {
-        let stores = Stores(match root.store() {
-            StoreChoice::File => Arc::new(FileStore::new(root)),
+        let (store, role): (Arc<dyn Store>, Option<String>) = match root.store() {
+            StoreChoice::File => (Arc::new(FileStore::new(root)), None),
             StoreChoice::Postgres(url) => {
-                Arc::new(pg::Database::open(url, root.loops_dir(), root.server_bound())?)
+                let db = pg::Database::open(url, root.loops_dir(), root.server_bound())?;
+                let role = db.role().to_owned();
+                (Arc::new(db), Some(role))
             }
-        });
-        crate::admin::honour_delegates(root, &*stores)?;
-        Ok(stores)
+        };
+        let delegates = crate::admin::honoured_delegates(root, &*store)?;
+        let me = Arc::new(crate::who::own(&delegates, role.as_deref()));
+        Ok(Stores { store, me })
+    }
+
+    /// This process's own actor: its OS user, or the person a recorded
+    /// delegate acts for, with the store's database role. What the
+    /// process's own commands, its scheduler and its recoveries of dead
+    /// ticks are recorded as.
+    pub fn me(&self) -> &Actor {
+        &self.me
+    }
+
+    /// The database role of the store's connections, if it is on a server.
+    pub fn db_role(&self) -> Option<&str> {
+        self.me.db_role.as_deref()
+    }
+
+    /// The OS user of this process as the actor, whoever `$AUTOMATON_USER`
+    /// names: who does an admin's acts ([`crate::admin`]).
+    pub fn os_actor(&self) -> Actor {
+        crate::who::os_actor(self.db_role())
     }
 
     /// Moves loop `name` from this store to `to` with its config, state and
     /// history (each event keeps its version), under the loop's lock here:
     /// a loop whose lock is held is refused. A tick that died mid-way is
-    /// recorded first. Returns the events moved.
-    pub fn move_loop(&self, to: &Stores, name: &str) -> Result<usize> {
+    /// recorded first, as `by` found it. Returns the events moved.
+    pub fn move_loop(&self, to: &Stores, name: &str, by: &Actor) -> Result<usize> {
         let src = self.get(name)?;
         let mut session = src.lock(Holder::me("migrate"), Wait::No).map_err(|e| match e {
             crate::Error::LockNotObtained { name, holder } => crate::Error::NotMoved {
@@ -290,7 +318,7 @@ impl Stores {
             },
             e => e,
         })?;
-        let state = session.load()?.state;
+        let state = session.load(by)?.state;
         let history = src.history()?;
         if let Some(bad) = history.bad.first() {
             return Err(crate::Error::NotMoved {
@@ -314,7 +342,7 @@ impl std::ops::Deref for Stores {
     type Target = dyn Store;
 
     fn deref(&self) -> &(dyn Store + 'static) {
-        self.0.as_ref()
+        self.store.as_ref()
     }
 }
 
@@ -536,11 +564,13 @@ pub trait Session {
     fn use_config(&mut self, _config: &LoopConfig) {}
 
     /// Recovers what a dead holder left, then returns the committed state.
-    /// A tick found dead mid-way is recorded as crashed (a commit of its
-    /// own, made before this returns) and returned in [`Loaded::recovered`].
+    /// A tick found dead mid-way is recorded as crashed, as `by` found it
+    /// (the loading process's own actor, [`Stores::me`]: not the person a
+    /// server acts for), in a commit of its own made before this returns,
+    /// and returned in [`Loaded::recovered`].
     /// A store may skip looking for what nobody can have left (the file
     /// store, when the last holder let go with the files whole).
-    fn load(&mut self) -> Result<Loaded>;
+    fn load(&mut self, by: &Actor) -> Result<Loaded>;
 
     /// Makes the next [`load`](Session::load) look for what a dead holder
     /// left whatever the last holder said (`doctor --fix`).
@@ -634,8 +664,13 @@ impl Next {
 
 /// Records the tick that `state` says is in flight, whose holder is gone
 /// (the caller holds the lock), as crashed, in a commit of its own through
-/// `session`; returns it. Every store's `load` ends here.
-fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Result<Option<InFlight>> {
+/// `session`, as `by` found it; returns it. Every store's `load` ends here.
+fn recover(
+    session: &mut dyn Session,
+    name: &LoopName,
+    state: &mut State,
+    by: &Actor,
+) -> Result<Option<InFlight>> {
     let Some(dead) = state.in_flight.take() else {
         return Ok(None);
     };
@@ -647,11 +682,10 @@ fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Res
         dead.host
     );
     let event = record_crash(state, &dead);
-    // Found by whoever loaded the loop: this process's own actor, not the
-    // person a server acts for. A commit whose directory sync failed is
-    // the crash's record only: the command that found it goes no further
-    // and must not say its own change was made.
-    let committed = session.commit(&crate::who::actor(), state, vec![event], Durability::Full);
+    // A commit whose directory sync failed is the crash's record only: the
+    // command that found it goes no further and must not say its own
+    // change was made.
+    let committed = session.commit(by, state, vec![event], Durability::Full);
     match committed {
         Err(crate::error::Error::NotDurable {
             name,
@@ -686,5 +720,63 @@ fn record_crash(state: &mut State, dead: &InFlight) -> EventKind {
         pid: dead.pid,
         host: dead.host.clone(),
         started_at: dead.started_at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::who::identify;
+
+    /// A file store with one loop, made as `by`'s.
+    fn made(by: &Actor) -> (tempfile::TempDir, Box<dyn LoopStore>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = Root::at(tmp.path());
+        init_root(&root).unwrap();
+        let name = LoopName::new("l").unwrap();
+        let config = "[step]\ncommand = \"true\"\n";
+        let mut state = State::new(crate::clock::now());
+        state.version = 1;
+        let created = EventKind::Created { by: by.user.clone() };
+        let dir = FileStore::new(&root)
+            .create(&name, config, &state, vec![created], by)
+            .unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn records_name_the_actor_they_are_given_and_a_dead_tick_its_finder() {
+        let (ann, zed) = (identify("ann", None, &[]), identify("zed", None, &[]));
+        let (_tmp, dir) = made(&ann);
+        {
+            let mut session = dir.lock(Holder::me("tick"), Wait::No).unwrap();
+            let mut state = session.load(&ann).unwrap().state;
+            state.in_flight = Some(InFlight {
+                tick: 1,
+                pid: std::process::id(),
+                host: crate::who::host(),
+                started_at: crate::clock::now(),
+                group: None,
+                group_start: None,
+            });
+            session
+                .commit(&ann, &mut state, Vec::new(), Durability::Relaxed)
+                .unwrap();
+        }
+        let mut session = dir.lock(Holder::me("pause"), Wait::No).unwrap();
+        let loaded = session.load(&zed).unwrap();
+        assert_eq!(loaded.recovered.map(|f| f.tick), Some(1));
+        drop(session);
+        let events = dir.history().unwrap().events;
+        let by: Vec<(&str, Option<&str>)> = events
+            .iter()
+            .map(|e| match &e.kind {
+                EventKind::Created { .. } => "created",
+                EventKind::Crashed { .. } => "crashed",
+                _ => "other",
+            })
+            .zip(events.iter().map(|e| e.actor.as_ref().map(|a| a.user.as_str())))
+            .collect();
+        assert_eq!(by, [("created", Some("ann")), ("crashed", Some("zed"))]);
     }
 }

@@ -43,6 +43,7 @@ use crate::history::{Event, EventKind, History};
 use crate::lock::{self, Holder, Wait};
 use crate::root::{LoopName, Root};
 use crate::state::State;
+use crate::who::Actor;
 pub use check::check_loops_dir;
 pub use create::init_root;
 use create::{adopt_loop, create_loop};
@@ -477,6 +478,7 @@ impl Store for FileStore {
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
+        by: &Actor,
     ) -> Result<Box<dyn LoopStore>> {
         Ok(Box::new(create_loop(
             &self.root,
@@ -484,6 +486,7 @@ impl Store for FileStore {
             config_text,
             state,
             events,
+            by,
         )?))
     }
 

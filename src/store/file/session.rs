@@ -123,7 +123,7 @@ impl Session for FileSession<'_> {
         self.whole = false;
     }
 
-    fn load(&mut self) -> Result<Loaded> {
+    fn load(&mut self, by: &Actor) -> Result<Loaded> {
         let mut state = self.dir.read_state()?;
         if let (true, Some(own)) = (self.whole, &self.pending) {
             // This session's own `in_flight` commit, on top of the state.
@@ -154,7 +154,7 @@ impl Session for FileSession<'_> {
         }
         self.version = Some(state.version);
         let dir = self.dir;
-        let recovered = crate::store::recover(self, &dir.name, &mut state)?;
+        let recovered = crate::store::recover(self, &dir.name, &mut state, by)?;
         Ok(Loaded { state, recovered })
     }
 
