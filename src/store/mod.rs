@@ -102,24 +102,23 @@ pub trait Store: Send + Sync {
     fn watch(&self) -> Result<Box<dyn Changes>>;
 
     /// Whether the store's server tells [`Store::watch`] of changes, at no
-    /// cost per loop; else the feed looks at every loop, and a caller that
-    /// needs only a few loops' changes (the daemon) may look at those.
+    /// cost per loop, as they happen (a caller may wait on the feed in a
+    /// thread of its own); else the feed looks for them when it is waited
+    /// on, and a caller that needs only a few loops' changes (the daemon)
+    /// asks for those ([`Store::watch_few`]).
     fn notifies(&self) -> bool {
         false
     }
 
-    /// Where a daemon that polls learns of approvals given in the root
-    /// ([`LoopStore::say_approved`]): a file replaced with each, whose
-    /// inode or modification time moves; `None` for a store whose
-    /// notifications ([`Store::watch`]) tell of every approval.
-    fn approvals_marker(&self) -> Option<PathBuf> {
-        None
-    }
-
-    /// The approvals said lately ([`Store::approvals_marker`]), oldest
-    /// first: each loop's name and the state version its approval made.
-    fn approvals_said(&self) -> Vec<(String, u64)> {
-        Vec::new()
+    /// The change feed of a caller that follows a few loops only (the
+    /// daemon, the loops awaiting approval): every approval given in the
+    /// root, and every change to the loops it follows
+    /// ([`Changes::follow`]), from now on. A store that looks for changes
+    /// itself looks at so much only (the file store: the root's record of
+    /// approvals, and the followed loops' commits); one whose server
+    /// tells of every change gives its whole feed.
+    fn watch_few(&self) -> Result<Box<dyn Changes>> {
+        self.watch()
     }
 
     /// Where daemons sharing the store claim due firings between them, so
@@ -236,9 +235,20 @@ pub struct Listing {
 
 /// Changes to loops as a store tells of them ([`Store::watch`]).
 pub trait Changes: Send {
-    /// Waits up to `timeout` for changes; the loops named.
+    /// Waits up to `timeout` for changes; the loops named. A zero
+    /// `timeout` looks once.
     fn wait(&mut self, timeout: std::time::Duration) -> Result<Vec<Change>>;
+
+    /// Follows loop `name`'s changes from now on (`on`), or no longer, in
+    /// a feed of [`Store::watch_few`]; a feed that tells of every loop
+    /// anyway has nothing to do.
+    fn follow(&mut self, _name: &str, _on: bool) {}
 }
+
+/// A sign of a loop's last commit, read cheaply ([`LoopStore::stamp`]):
+/// equal stamps, no commit in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(std::time::SystemTime);
 
 /// A loop that changed, as a store told of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,19 +386,11 @@ pub trait LoopStore: Send + Sync {
         self.base_dir().display().to_string()
     }
 
-    /// A file whose modification time moves with every commit, for
-    /// watchers that poll (the daemon); `None` for a store that notifies
-    /// instead ([`Store::notifies`]).
-    fn commit_marker(&self) -> Option<PathBuf> {
+    /// A sign of the loop's last commit, for a caller that asks again and
+    /// again whether the loop changed (the daemon, of a loop it found
+    /// paused): `None` where asking costs as much as reading the state.
+    fn stamp(&self) -> Option<Stamp> {
         None
-    }
-
-    /// Says, for a daemon that polls ([`Store::approvals_marker`]), that
-    /// the loop was approved and its state is now at `version`, so the
-    /// tick the approval releases starts at once. Outside the commit, and
-    /// best effort: a store whose commits notify says nothing more.
-    fn say_approved(&self, _version: u64) -> Result<()> {
-        Ok(())
     }
 
     /// The loop's config, read and validated.
@@ -778,5 +780,70 @@ mod tests {
             .zip(events.iter().map(|e| e.actor.as_ref().map(|a| a.user.as_str())))
             .collect();
         assert_eq!(by, [("created", Some("ann")), ("crashed", Some("zed"))]);
+    }
+
+    /// Commits `events` to `dir` as `by`.
+    fn commit(dir: &dyn LoopStore, by: &Actor, events: Vec<EventKind>) {
+        let mut session = dir.lock(Holder::me("approve"), Wait::No).unwrap();
+        let mut state = session.load(by).unwrap().state;
+        session.commit(by, &mut state, events, Durability::Full).unwrap();
+    }
+
+    #[test]
+    fn the_few_loops_feed_tells_of_approvals_committed_and_of_followed_loops_only() {
+        let ann = identify("ann", None, &[]);
+        let (tmp, dir) = made(&ann);
+        let store = FileStore::new(&Root::at(tmp.path()));
+        let mut feed = store.watch_few().unwrap();
+        let zero = std::time::Duration::ZERO;
+        let names = |feed: &mut Box<dyn Changes>| -> Vec<String> {
+            feed.wait(zero).unwrap().into_iter().map(|c| c.name).collect()
+        };
+        assert!(names(&mut feed).is_empty());
+        // A commit to a loop not followed, with no approval: not told.
+        commit(
+            &*dir,
+            &ann,
+            vec![EventKind::Paused {
+                by: "ann".into(),
+                reason: None,
+            }],
+        );
+        assert!(names(&mut feed).is_empty());
+        // An approval is told, whichever loop it is for.
+        let approved = EventKind::Approved {
+            by: "ann".into(),
+            id: "a1".into(),
+            note: None,
+            await_id: None,
+            head: None,
+            snapshot: None,
+        };
+        commit(&*dir, &ann, vec![approved]);
+        assert_eq!(names(&mut feed), ["l"]);
+        assert!(names(&mut feed).is_empty());
+        // A followed loop's commit is told; once unfollowed, no more.
+        feed.follow("l", true);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        commit(
+            &*dir,
+            &ann,
+            vec![EventKind::Resumed {
+                by: "ann".into(),
+                from: crate::state::Status::Paused,
+            }],
+        );
+        assert_eq!(names(&mut feed), ["l"]);
+        feed.follow("l", false);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        commit(
+            &*dir,
+            &ann,
+            vec![EventKind::Paused {
+                by: "ann".into(),
+                reason: None,
+            }],
+        );
+        assert!(names(&mut feed).is_empty());
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::flight::{self, Flight, Found};
 use super::state_file::state_bytes;
-use super::{LoopDir, REMOVED_PREFIX, SPARE, journal, rotation};
+use super::{LoopDir, REMOVED_PREFIX, SPARE, approved, journal, rotation};
 use crate::config::{HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
 use crate::fsx::{self, Written, sync_dir};
@@ -165,10 +165,15 @@ impl Session for FileSession<'_> {
         events: Vec<EventKind>,
         durability: Durability,
     ) -> Result<()> {
+        let approval = events.iter().any(|e| matches!(e, EventKind::Approved { .. }));
         let committed = self.commit_files(by, state, events, durability);
-        if committed.is_err() {
+        match &committed {
             // Whatever it left is for the next holder to look at.
-            self.whole = false;
+            Err(_) => self.whole = false,
+            // A daemon serving the root hears of it and starts the tick it
+            // releases at once, as a store's notification would tell.
+            Ok(()) if approval => approved::say_of(self.dir, state.version),
+            Ok(()) => {}
         }
         committed
     }
