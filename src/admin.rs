@@ -125,11 +125,12 @@ fn list(names: &[String]) -> String {
     }
 }
 
-/// A new entry: now, by this process's OS user.
-pub fn entry(change: Change) -> Entry {
+/// A new entry: now, by `by` (the process's OS user,
+/// [`crate::store::Stores::os_actor`]).
+pub fn entry(by: Actor, change: Change) -> Entry {
     Entry {
         at: crate::clock::now(),
-        by: who::os_actor(),
+        by,
         change,
     }
 }
@@ -181,20 +182,23 @@ pub fn admins(root: &Root) -> Result<Admins> {
 }
 
 /// Checks that this process's OS user is one of the root's admins before
-/// `action`; returns the actor its entry records. A refusal changes
-/// nothing but the admin record, where it is kept as a `refused` entry
-/// when the one refused may write it (the message says whether it is),
-/// and exits 10.
-pub fn require(root: &Root, action: Action) -> Result<Actor> {
+/// `action`, before the store is opened. A refusal changes nothing but the
+/// admin record, where it is kept as a `refused` entry when the one
+/// refused may write it (the message says whether it is), and exits 10.
+pub fn require(root: &Root, action: Action) -> Result<()> {
     let admins = admins(root)?;
-    let me = who::os_actor();
+    // Checked before any store is open: no database role to record yet.
+    let me = who::os_actor(None);
     if admins.holders.contains(&me.user) {
-        return Ok(me);
+        return Ok(());
     }
-    let refused = entry(Change::Refused {
-        command: action.command().to_owned(),
-        holders: admins.holders.clone(),
-    });
+    let refused = entry(
+        me.clone(),
+        Change::Refused {
+            command: action.command().to_owned(),
+            holders: admins.holders.clone(),
+        },
+    );
     let record = match Stores::open(root).and_then(|s| s.record_admin(&refused)) {
         Ok(()) => crate::access::Record::Kept,
         Err(e) => crate::access::Record::Failed(e.to_string()),
@@ -215,12 +219,12 @@ pub fn require(root: &Root, action: Action) -> Result<Actor> {
     })
 }
 
-/// Sets the delegates this process honours to those the store's record
-/// holds, when they matter (`$AUTOMATON_USER` names someone else); says
-/// so when automaton.toml lists others.
-pub fn honour_delegates(root: &Root, store: &dyn Store) -> Result<()> {
+/// The delegates this process honours: those the store's record holds,
+/// read when they matter (`$AUTOMATON_USER` names someone else; else
+/// none); says so when automaton.toml lists others.
+pub fn honoured_delegates(root: &Root, store: &dyn Store) -> Result<Vec<String>> {
     if !who::wants_delegation() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let recorded = store.delegates()?;
     if let Some(diff) = difference(&root.settings().delegates, &recorded) {
@@ -229,8 +233,7 @@ pub fn honour_delegates(root: &Root, store: &dyn Store) -> Result<()> {
             root.config_file().display()
         );
     }
-    who::set_delegates(&recorded);
-    Ok(())
+    Ok(recorded)
 }
 
 /// How automaton.toml's `delegates` differ from the recorded ones, if they

@@ -7,11 +7,13 @@
 //! in the environment changes who that is. `$AUTOMATON_USER` names a
 //! person a bot acts for; it is recorded as "on behalf of", and counts as
 //! that person only when the OS user is one of the root's delegates as an
-//! admin recorded them (`automaton delegate add`, src/admin.rs), which the
-//! store sets when it is opened. A server names its users by a token or a
-//! trusted proxy; [`Via`] has room for both.
+//! admin recorded them (`automaton delegate add`, src/admin.rs): the
+//! front-end resolves its actor once, from the store it opens
+//! ([`crate::store::Stores::me`]), and passes it to what it calls; nothing
+//! here keeps it. A server names its users by a token or a trusted proxy;
+//! [`Via`] has room for both.
 
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -77,39 +79,16 @@ impl Actor {
     }
 }
 
-/// The root's `delegates`, set when the root is opened.
-static DELEGATES: RwLock<Vec<String>> = RwLock::new(Vec::new());
-/// The PostgreSQL store's role, set when the store is opened.
-static DB_ROLE: RwLock<Option<String>> = RwLock::new(None);
-
-/// Records the OS users who may act for the person `$AUTOMATON_USER`
-/// names (the root's recorded delegates).
-pub fn set_delegates(delegates: &[String]) {
-    if let Ok(mut d) = DELEGATES.write() {
-        *d = delegates.to_vec();
-    }
-}
-
-/// Records the database role this process's PostgreSQL connections use.
-pub fn set_db_role(role: String) {
-    if let Ok(mut r) = DB_ROLE.write() {
-        *r = Some(crate::bounds::name(role));
-    }
-}
-
-/// The database role this process's PostgreSQL connections use, if any.
-pub fn db_role() -> Option<String> {
-    DB_ROLE.read().ok().and_then(|r| r.clone())
-}
-
-/// The actor of this process's own commands: the OS user (or the person
-/// a delegate acts for), with the store's database role. A front-end that
-/// acts for others (a server's signed-in user) passes them in instead
-/// ([`crate::ops::Ctx`]); nothing here knows of them.
-pub fn actor() -> Actor {
-    let delegates = DELEGATES.read().map(|d| d.clone()).unwrap_or_default();
-    let mut actor = identify(&os_user(), requested().as_deref(), &delegates);
-    actor.db_role = db_role();
+/// The actor of this process's own commands: the OS user, or the person
+/// `$AUTOMATON_USER` names when the OS user is one of `delegates` (those
+/// the root's admin record honours), with the database role of the
+/// store's connection. The front-end resolves it once, when it opens the
+/// root's store ([`crate::store::Stores::me`]); a front-end that acts for
+/// others (a server's signed-in user) passes them in instead
+/// ([`crate::ops::Ctx`]).
+pub fn own(delegates: &[String], db_role: Option<&str>) -> Actor {
+    let mut actor = identify(&os_user(), requested().as_deref(), delegates);
+    actor.db_role = db_role.map(str::to_owned);
     actor
 }
 
@@ -159,17 +138,12 @@ pub fn wants_delegation() -> bool {
 }
 
 /// The OS user of the process as the actor, whoever `$AUTOMATON_USER`
-/// names (kept as "on behalf of"): who does what only a person may do
-/// in person, an admin's acts.
-pub fn os_actor() -> Actor {
+/// names (kept as "on behalf of"), with the store's database role: who
+/// does what only a person may do in person, an admin's acts.
+pub fn os_actor(db_role: Option<&str>) -> Actor {
     let mut actor = identify(&os_user(), requested().as_deref(), &[]);
-    actor.db_role = db_role();
+    actor.db_role = db_role.map(str::to_owned);
     actor
-}
-
-/// The name that counts for this process: see [`actor`].
-pub fn user() -> String {
-    actor().user
 }
 
 /// The person `$AUTOMATON_USER` names, if any.

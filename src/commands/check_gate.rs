@@ -13,11 +13,12 @@ use crate::error::{Exit, Result};
 use crate::gate::GateHost;
 use crate::history::EventKind;
 use crate::lock::Holder;
+use crate::ops::Ctx;
 use crate::root::Root;
 use crate::state::{Moment, Status};
 use crate::store::Durability;
+use crate::store::Stores;
 use crate::tick::gates::{self, PhaseResult};
-use crate::who;
 
 #[derive(Serialize)]
 struct Report {
@@ -32,19 +33,13 @@ struct Report {
 
 pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
-    let dir = crate::store::open(root, &t.name)?;
-    let by = match args.apply {
-        true => {
-            super::allowed(
-                root,
-                dir.as_ref(),
-                crate::access::Action::CheckGateApply,
-                t.wait.wait(),
-            )?
-            .user
-        }
-        false => who::user(),
-    };
+    let stores = Stores::open(root)?;
+    let dir = stores.get(&t.name)?;
+    let ctx = Ctx::own(root, &stores);
+    if args.apply {
+        ctx.allowed_on(dir.as_ref(), crate::access::Action::CheckGateApply, t.wait.wait())?;
+    }
+    let by = ctx.actor.user.clone();
     let config = dir.config()?;
     let host = match config.gates.is_empty() {
         true => None,
@@ -52,7 +47,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
     };
     let report = {
         let mut session = dir.lock(Holder::me("check-gate"), t.wait.wait())?;
-        let mut state = session.load()?.state;
+        let mut state = session.load(stores.me())?.state;
         let result = match &host {
             Some(h) => gates::evaluate_phase(
                 h,
@@ -66,7 +61,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
         };
         if args.apply {
             let events = applied(&result, &mut state, &by);
-            session.commit(&who::actor(), &mut state, events, Durability::Full)?;
+            session.commit(&ctx.actor, &mut state, events, Durability::Full)?;
         }
         Report {
             loop_name: dir.name().to_string(),

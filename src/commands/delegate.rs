@@ -29,7 +29,8 @@ pub fn run(root: &Root, cmd: &DelegateCommand, out: &mut dyn Write) -> Result<Ex
 fn change(root: &Root, args: &DelegateArgs, add: bool, out: &mut dyn Write) -> Result<Exit> {
     crate::users::check_name(&args.name)?;
     let stores = Stores::open(root)?;
-    let entry = stores.change_delegates(&mut |current| changed(current, &args.name, add))?;
+    let by = stores.os_actor();
+    let entry = stores.change_delegates(&mut |current| changed(by.clone(), current, &args.name, add))?;
     let delegates = match entry.as_ref().map(|e| &e.change) {
         Some(Change::DelegateAdded { delegates, .. } | Change::DelegateRemoved { delegates, .. }) => {
             delegates.clone()
@@ -60,27 +61,30 @@ fn change(root: &Root, args: &DelegateArgs, add: bool, out: &mut dyn Write) -> R
     super::emit(out, &text).map(|()| Exit::Ok)
 }
 
-/// The entry that adds (`add`) or removes `name` from the `current`
-/// delegates; `None` when it is already in (or out).
-fn changed(mut current: Vec<String>, name: &str, add: bool) -> Option<admin::Entry> {
+/// The entry, by `by`, that adds (`add`) or removes `name` from the
+/// `current` delegates; `None` when it is already in (or out).
+fn changed(by: crate::who::Actor, mut current: Vec<String>, name: &str, add: bool) -> Option<admin::Entry> {
     if current.iter().any(|d| d == name) == add {
         return None;
     }
     current.retain(|d| d != name);
     let name = name.to_owned();
-    Some(admin::entry(match add {
-        true => {
-            current.push(name.clone());
-            Change::DelegateAdded {
+    Some(admin::entry(
+        by,
+        match add {
+            true => {
+                current.push(name.clone());
+                Change::DelegateAdded {
+                    name,
+                    delegates: current,
+                }
+            }
+            false => Change::DelegateRemoved {
                 name,
                 delegates: current,
-            }
-        }
-        false => Change::DelegateRemoved {
-            name,
-            delegates: current,
+            },
         },
-    }))
+    ))
 }
 
 /// `list`: the recorded delegates, and how automaton.toml's list differs.

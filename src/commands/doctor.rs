@@ -25,10 +25,12 @@ use crate::config::LoopConfig;
 use crate::domain::GateSource;
 use crate::error::{Exit, Result};
 use crate::lock::{Holder, Wait};
+use crate::ops::Ctx;
 use crate::root::Root;
 use crate::schedule::{self, record};
 use crate::store::edits::{self, Left};
 use crate::store::{self, Finding, Level, LoopStore};
+use crate::who::Actor;
 
 pub(super) mod modes;
 
@@ -52,9 +54,10 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> 
     };
     let mut loops = Vec::new();
     let mut refused = None;
+    let ctx = Ctx::own(root, &stores);
     for dir in &dirs {
         let dir = dir.as_ref();
-        let (findings, refusal) = check_and_fix(root, dir, args.fix);
+        let (findings, refusal) = check_and_fix(&ctx, dir, args.fix);
         refused = refused.or(refusal);
         loops.push(LoopReport {
             name: dir.name().to_string(),
@@ -93,14 +96,15 @@ pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> 
 /// What is wrong with the loop `dir`, and with `fix`, what is left once
 /// what is safe is repaired: by one of its operators only (else the
 /// refusal, recorded, is returned beside what was found).
-fn check_and_fix(root: &Root, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>, Option<crate::Error>) {
+fn check_and_fix(ctx: &Ctx<'_>, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>, Option<crate::Error>) {
+    let root = ctx.root;
     let mut findings = check_loop(root, dir);
     let needs_fix = findings.iter().chain(&check_edits(dir, false)).any(|f| f.fixable);
     if !fix || !needs_fix {
         findings.extend(check_edits(dir, false));
         return (findings, None);
     }
-    if let Err(e) = super::allowed(root, dir, Action::DoctorFix, Wait::Forever) {
+    if let Err(e) = ctx.allowed_on(dir, Action::DoctorFix, Wait::Forever) {
         findings.extend(check_edits(dir, false));
         let action = format!(
             "one of its operators may run `automaton doctor {} --fix`",
@@ -115,7 +119,7 @@ fn check_and_fix(root: &Root, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>, 
         return (findings, Some(e));
     }
     if findings.iter().any(|f| f.fixable) {
-        findings = match repair(dir) {
+        findings = match repair(dir, ctx.stores.me()) {
             Ok(()) => {
                 let mut after = check_loop(root, dir);
                 after.push(Finding::ok("fix", "recovered under the loop's lock"));
@@ -134,12 +138,12 @@ fn check_and_fix(root: &Root, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>, 
 
 /// Takes the loop's lock and loads it: the recovery every locking command
 /// runs (cut an unfinished commit, remove temporary files, record a dead
-/// tick); then mends what an older build left (rotated history files with
-/// a gap), and nothing else.
-fn repair(dir: &dyn LoopStore) -> Result<()> {
+/// tick, as `me` found it); then mends what an older build left (rotated
+/// history files with a gap), and nothing else.
+fn repair(dir: &dyn LoopStore, me: &Actor) -> Result<()> {
     let mut session = dir.lock(Holder::me("doctor"), Wait::For(Duration::from_secs(10)))?;
     session.check_all();
-    session.load()?;
+    session.load(me)?;
     session.mend()
 }
 

@@ -17,6 +17,7 @@ use crate::cli::EditArgs;
 use crate::config::LoopConfig;
 use crate::error::{Error, Exit, Result};
 use crate::history::EventKind;
+use crate::ops::Ctx;
 use crate::ops::check::check_config;
 use crate::root::Root;
 use crate::rules::{self, Current, Via};
@@ -26,8 +27,8 @@ use crate::store::{LoopStore, Stores};
 pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = Stores::open(root)?;
     let dir = stores.get(&args.name)?;
-    let actor = super::allowed(
-        root,
+    let ctx = Ctx::own(root, &stores);
+    ctx.allowed_on(
         dir.as_ref(),
         crate::access::Action::Edit,
         crate::lock::Wait::For(std::time::Duration::from_secs(10)),
@@ -56,7 +57,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
             }
         }
     };
-    if !save(root, dir.as_ref(), &original, &edited, actor.user)? {
+    if !save(&ctx, dir.as_ref(), &original, &edited)? {
         // Someone else changed it meanwhile: theirs is not overwritten.
         let kept = keep(copy)?;
         return Err(Error::Editor {
@@ -70,11 +71,12 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
 
 /// Under the loop's lock (waiting for a running tick to end), replaces
 /// loop.toml with `edited` if it still holds `original`, and records the
-/// change as `by`'s edit, after any change made outside automaton before
-/// it. Whether it was saved.
-fn save(root: &Root, dir: &dyn LoopStore, original: &[u8], edited: &[u8], by: String) -> Result<bool> {
+/// change as the actor's edit, after any change made outside automaton
+/// before it. Whether it was saved.
+fn save(ctx: &Ctx<'_>, dir: &dyn LoopStore, original: &[u8], edited: &[u8]) -> Result<bool> {
     let mut saved = false;
-    super::update_loop(root, dir, "edit", crate::lock::Wait::Forever, |state| {
+    let (root, by) = (ctx.root, ctx.actor.user.clone());
+    ctx.update(dir, "edit", crate::lock::Wait::Forever, |state| {
         if dir.config_bytes()? != original {
             return Ok(Vec::new());
         }

@@ -13,7 +13,7 @@ use crate::store::Stores;
 
 pub fn run(root: &Root, stores: &Stores, args: &FiresArgs, out: &mut dyn Write) -> Result<Exit> {
     let since = args.since;
-    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let ctx = Ctx::own(root, stores);
     let view = fires(&ctx, &args.name, since, args.limit)?;
     if args.json.json {
         super::emit_json(out, &view)?;

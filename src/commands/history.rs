@@ -18,7 +18,7 @@ use crate::store::{Changes, Stores};
 const FOLLOW_WAIT: Duration = Duration::from_secs(60);
 
 pub fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
-    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let ctx = Ctx::own(root, stores);
     let q = Query {
         limit: args.limit,
         since: args.since,

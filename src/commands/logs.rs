@@ -20,7 +20,7 @@ pub fn run(root: &Root, stores: &Stores, args: &LogsArgs, out: &mut dyn Write) -
         let dir = stores.get(&args.name)?;
         return gate_lines(dir.as_ref(), args.tick, out);
     }
-    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let ctx = Ctx::own(root, stores);
     let req = Request {
         tick: args.tick,
         verifier: args.verifier,

@@ -66,8 +66,12 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
         }
     };
     let (source, target) = (open(&from)?, open(&to)?);
-    // After the stores are open: they say whom a delegate may act for.
-    let actor = crate::who::actor();
+    // The stores say whom a delegate may act for (the target's record, as
+    // it is opened last) and the role of the one on a server.
+    let mut actor = target.me().clone();
+    if actor.db_role.is_none() {
+        actor.db_role = source.db_role().map(str::to_owned);
+    }
     let names: Vec<String> = match args.names.is_empty() {
         true => source.list()?.iter().map(|l| l.name().to_string()).collect(),
         false => args.names.clone(),
@@ -75,7 +79,8 @@ pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Res
     let mut report = Vec::new();
     let mut errors = Vec::new();
     for name in names {
-        let moved = may_move(&source, &local, &actor, &name).and_then(|()| source.move_loop(&target, &name));
+        let moved =
+            may_move(&source, &local, &actor, &name).and_then(|()| source.move_loop(&target, &name, &actor));
         match moved {
             Ok(events) => {
                 tracing::info!("moved loop {name} ({events} events)");
@@ -162,6 +167,6 @@ fn say_users_left(source: &Stores, target: &Stores) {
 /// which stays where it is.
 fn may_move(source: &Stores, root: &Root, actor: &Actor, name: &str) -> Result<()> {
     let dir = source.get(name)?;
-    let rules = crate::store::access_rules(dir.as_ref(), &root.settings().access);
-    crate::ops::refusal::require(dir.as_ref(), actor, Action::Migrate, &rules, Wait::Forever, None)
+    let ctx = crate::ops::Ctx::new(root, source, actor.clone());
+    ctx.allowed_on(dir.as_ref(), Action::Migrate, Wait::Forever)
 }

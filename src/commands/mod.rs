@@ -33,11 +33,8 @@ use std::io::Write;
 
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Exit, Result};
-use crate::history::EventKind;
-use crate::lock::Wait;
 use crate::root::{Flags, Root};
-use crate::state::State;
-use crate::store::{LoopStore, Stores};
+use crate::store::Stores;
 
 /// What a command's `--timeout` bounds besides the wait for the loop's
 /// lock: every wait on a shared store's server.
@@ -146,31 +143,6 @@ fn hint_name(e: Error, root: Flags<'_>) -> Error {
             hint,
         },
     }
-}
-
-/// [`crate::ops::update_loop`] as this process's actor, for the commands
-/// not yet in the core (`edit`).
-pub(crate) fn update_loop(
-    root: &Root,
-    store: &dyn LoopStore,
-    command: &str,
-    wait: Wait,
-    change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
-) -> Result<State> {
-    crate::ops::update_loop(root, store, &crate::who::actor(), command, wait, change)
-}
-
-/// [`crate::ops::allowed`] for this process's actor, for the commands not
-/// yet in the core (`edit`, `doctor`, `check-gate`); returns the actor.
-pub(crate) fn allowed(
-    root: &Root,
-    store: &dyn LoopStore,
-    action: crate::access::Action,
-    bound: Wait,
-) -> Result<crate::who::Actor> {
-    let actor = crate::who::actor();
-    crate::ops::allowed(root, store, &actor, action, bound)?;
-    Ok(actor)
 }
 
 /// Writes to stdout, turning a failure into an error main can report (a

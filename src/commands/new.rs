@@ -9,7 +9,7 @@ use crate::history::EventKind;
 use crate::ops::check::{MissingGate, check_gates};
 use crate::root::{LoopName, Root};
 use crate::state::State;
-use crate::{store, who};
+use crate::store;
 
 pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let name = LoopName::new(&args.name)?;
@@ -46,8 +46,9 @@ pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let first = crate::rules::Current::of(root.path(), &config);
     let policy = config.approval.config_changes;
     crate::rules::take_in(&mut state, &first, policy, crate::rules::Via::Outside, None);
-    let created = EventKind::Created { by: who::user() };
-    let dir = stores.create(&name, &text, &state, vec![created])?;
+    let me = stores.me();
+    let created = EventKind::Created { by: me.user.clone() };
+    let dir = stores.create(&name, &text, &state, vec![created], me)?;
     if args.json.json {
         super::emit_json(out, &super::status::view(dir.as_ref(), &state))?;
     } else {

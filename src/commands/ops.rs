@@ -17,7 +17,7 @@ use crate::store::Stores;
 /// The core's context on the command line: this process's actor (its OS
 /// user, or the person a recorded delegate acts for).
 pub(super) fn ctx<'a>(root: &'a Root, stores: &'a Stores) -> Ctx<'a> {
-    Ctx::new(root, stores, crate::who::actor())
+    Ctx::own(root, stores)
 }
 
 /// The command's line (what it quotes, a reason or a user, shown as

@@ -19,7 +19,7 @@ use crate::store::Stores;
 const WIDTH: usize = 80;
 
 pub fn run(root: &Root, stores: &Stores, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
-    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let ctx = Ctx::own(root, stores);
     let review = review(&ctx, &args.name, args.diff)?;
     if args.json.json {
         super::emit_json(out, &review)?;

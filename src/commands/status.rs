@@ -18,7 +18,7 @@ use crate::state::{Outcome, State};
 use crate::store;
 
 pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
-    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let ctx = Ctx::own(root, stores);
     let v = views::status(&ctx, name)?;
     if json {
         super::emit_json(out, &v)?;
@@ -52,7 +52,7 @@ pub fn all(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<Exit> {
-    let ctx = Ctx::new(root, stores, crate::who::actor());
+    let ctx = Ctx::own(root, stores);
     let views::Listing { loops, first_error } = views::list(&ctx)?;
     let none = loops.is_empty();
     let listed: Vec<Listed> = loops

@@ -88,7 +88,7 @@ fn add(stores: &Stores, args: &UserArgs, rotate: bool, out: &mut dyn Write) -> R
         true => Change::UserRotated { name, os_user },
         false => Change::UserAdded { name, os_user },
     };
-    stores.put_user(&user, &admin::entry(change))?;
+    stores.put_user(&user, &admin::entry(stores.os_actor(), change))?;
     if args.json.json {
         super::emit_json(out, &serde_json::json!({ "name": user.name, "token": token }))?;
     } else {
@@ -106,9 +106,12 @@ fn add(stores: &Stores, args: &UserArgs, rotate: bool, out: &mut dyn Write) -> R
 }
 
 fn remove(stores: &Stores, args: &UserArgs, out: &mut dyn Write) -> Result<Exit> {
-    let entry = admin::entry(Change::UserRemoved {
-        name: args.name.clone(),
-    });
+    let entry = admin::entry(
+        stores.os_actor(),
+        Change::UserRemoved {
+            name: args.name.clone(),
+        },
+    );
     if !stores.remove_user(&args.name, &entry)? {
         return Err(no_such(stores, &args.name));
     }

@@ -1,65 +1,75 @@
 //! Released at once: an approval committed to a loop the daemon schedules
 //! starts its tick now rather than at its next firing, whoever opened the
 //! await (the daemon's own tick, a hand-run one, `approve --run`, another
-//! host). The daemon hears of approvals by the store's change
-//! notification (a shared store), or on the file store by the root's
-//! `approved` file that `approve` rewrites, looked at every
-//! [`AWAIT_POLL`] (one `stat`); a loop its own tick left awaiting is also
-//! watched by its commit marker. Whether the approvals given release the
-//! await is the tick's to decide, under the lock, as at any firing: the
-//! daemon only fires it early, and a tick they do not release records
-//! nothing new.
+//! host). The daemon hears of approvals by its store's change feed: told
+//! by the store's server (a shared store, on the daemon's listening
+//! thread), or looked for every [`AWAIT_POLL`] on a store that has none
+//! ([`crate::store::Store::watch_few`], which also tells of the commits to
+//! the loops awaiting approval, followed here). Whether the approvals
+//! given release the await is the tick's to decide, under the lock, as at
+//! any firing: the daemon only fires it early, and a tick they do not
+//! release records nothing new.
 
-use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use super::dispatch::Dispatcher;
-use super::scan::mtime;
 use crate::state::Status;
-use crate::store::Stores;
+use crate::store::{Changes, Stores};
 
-/// How often the commit markers of loops awaiting approval are looked at.
+/// How often the feed of a store with no server to tell is looked at.
 pub(super) const AWAIT_POLL: Duration = Duration::from_millis(250);
 
 /// The daemon's part that watches approvals: the loops awaiting one, when
-/// they are next looked at, the loops an approval released, and the
-/// approvals said in the root. Its state is its own; the dispatcher asks
-/// it, and fires what it releases.
+/// they are next looked at, the loops an approval released, and the feed
+/// they are heard of by. Its state is its own; the dispatcher asks it, and
+/// fires what it releases.
 pub(super) struct Awaits {
-    /// The loops a tick left awaiting approval, with their commit
-    /// marker's mtime then (`None` for a store that notifies instead).
-    watched: HashMap<Arc<str>, Option<SystemTime>>,
-    /// When the loops awaiting approval are next looked at.
+    /// The loops awaiting approval, followed by the feed.
+    watched: HashSet<Arc<str>>,
+    /// When the feed is next looked at.
     next_poll: Instant,
     /// Loops an approval released, until their tick is handed out: that
     /// tick waits a moment for a lock the approving command still holds.
     released: HashSet<Arc<str>>,
-    /// The approvals said in the root, on a store that does not notify.
-    said: Said,
+    /// The feed looked at every [`AWAIT_POLL`]: `None` on a store whose
+    /// server tells the daemon's listening thread of every change.
+    feed: Option<Box<dyn Changes>>,
 }
 
 impl Awaits {
     pub(super) fn new(stores: &Stores) -> Awaits {
+        let feed = match stores.notifies() {
+            true => None,
+            false => stores
+                .watch_few()
+                .map_err(|e| tracing::warn!("approvals are acted on at the loops' next firings: {e}"))
+                .ok(),
+        };
         Awaits {
-            watched: HashMap::new(),
+            watched: HashSet::new(),
             next_poll: Instant::now(),
             released: HashSet::new(),
-            said: Said::new(stores),
+            feed,
         }
     }
 
-    /// Watches loop `name`, found awaiting approval with its commit
-    /// marker at `marker`.
-    pub(super) fn watch(&mut self, name: &Arc<str>, marker: Option<SystemTime>) {
-        self.watched.insert(Arc::clone(name), marker);
+    /// Follows loop `name`, found awaiting approval, from now on.
+    pub(super) fn watch(&mut self, name: &Arc<str>) {
+        self.watched.insert(Arc::clone(name));
+        if let Some(feed) = &mut self.feed {
+            feed.follow(name, true);
+        }
     }
 
     /// Watches `name` no longer: it is not awaiting approval.
     pub(super) fn forget(&mut self, name: &str) {
-        self.watched.remove(name);
+        if self.watched.remove(name)
+            && let Some(feed) = &mut self.feed
+        {
+            feed.follow(name, false);
+        }
     }
 
     /// Whether an approval released `name` (asked once, as its tick is
@@ -68,58 +78,33 @@ impl Awaits {
         self.released.remove(name)
     }
 
-    /// When the next look is due, while approvals are watched by polling.
+    /// When the next look is due, while the feed is looked at.
     pub(super) fn next_look(&self) -> Option<Instant> {
-        self.polling().then_some(self.next_poll)
-    }
-
-    /// Whether approvals are watched by polling (the dispatcher then
-    /// sleeps no longer than [`AWAIT_POLL`]).
-    fn polling(&self) -> bool {
-        self.said.marker.is_some() || self.watched.values().any(Option::is_some)
+        self.feed.is_some().then_some(self.next_poll)
     }
 }
 
 impl Dispatcher<'_> {
-    /// Looks at the loops that await approval, when a look is due: each
-    /// whose record changed since its tick and now holds an approval is
-    /// fired now.
+    /// Looks at the feed, when a look is due: each loop approved, or
+    /// awaiting and changed, is looked at now ([`Dispatcher::heard_of`]).
     pub(super) fn poll_awaits(&mut self) {
         if Instant::now() < self.awaits.next_poll {
             return;
         }
         self.awaits.next_poll = Instant::now() + AWAIT_POLL;
-        let start = !self.awaits.said.read_once;
-        for (name, version) in self.awaits.said.news(self.stores) {
-            // At start the file holds approvals long acted on: only those
-            // that made the loop's state as it is now are news.
-            if start && !self.unacted(&name, version) {
-                continue;
+        let Some(feed) = &mut self.awaits.feed else {
+            return;
+        };
+        let changed = match feed.wait(Duration::ZERO) {
+            Ok(changed) => changed,
+            Err(e) => {
+                tracing::warn!("{}", crate::error::with_causes(&e));
+                return;
             }
-            self.heard_of(&name);
+        };
+        for change in changed {
+            self.heard_of(&change.name);
         }
-        let changed: Vec<Arc<str>> = self
-            .awaits
-            .watched
-            .iter()
-            .filter(|(name, seen)| {
-                let marker = self.loops.get(*name).and_then(|e| e.state_path.as_deref());
-                seen.is_some() && marker.and_then(mtime) != **seen
-            })
-            .map(|(name, _)| Arc::clone(name))
-            .collect();
-        for name in changed {
-            self.release_if_approved(&name);
-        }
-    }
-
-    /// Whether loop `name`'s state is still the one its approval made at
-    /// `version`: nothing (a tick, an operator) has acted since.
-    fn unacted(&self, name: &str, version: u64) -> bool {
-        self.loops
-            .get(name)
-            .and_then(|e| e.dir.load().ok())
-            .is_some_and(|s| s.version == version)
     }
 
     /// Loop `name` was approved (the store said so): if the daemon
@@ -133,7 +118,7 @@ impl Dispatcher<'_> {
             return;
         }
         let name = Arc::clone(name);
-        self.awaits.watched.entry(Arc::clone(&name)).or_insert(None);
+        self.awaits.watched.insert(Arc::clone(&name));
         self.release_if_approved(&name);
     }
 
@@ -144,14 +129,14 @@ impl Dispatcher<'_> {
             self.awaits.forget(name);
             return;
         };
-        if !self.awaits.watched.contains_key(name)
+        if !self.awaits.watched.contains(name)
             || self.running.contains_key(name)
             || self.awaits.released.contains(name)
         {
             return;
         }
-        // Watched again from this record on, if nothing fires below.
-        let marker = entry.state_path.as_deref().and_then(mtime);
+        // Followed from this record on, if nothing fires below.
+        self.awaits.watch(name);
         let state = match entry.dir.load() {
             Ok(s) => s,
             Err(e) => {
@@ -163,7 +148,6 @@ impl Dispatcher<'_> {
             self.awaits.forget(name);
             return;
         }
-        self.awaits.watch(name, marker);
         if state.pending_approvals.is_empty() || entry.schedule.is_none() {
             return;
         }
@@ -174,57 +158,4 @@ impl Dispatcher<'_> {
             self.queue.set(Arc::clone(name), crate::clock::now());
         }
     }
-}
-
-/// The approvals said in the root, as a daemon on a store that does not
-/// notify learns of them ([`crate::store::Store::approvals_marker`]).
-#[derive(Default)]
-pub(super) struct Said {
-    /// The file to look at; `None` for a store that notifies.
-    pub(super) marker: Option<PathBuf>,
-    /// Its inode and modification time when last read.
-    seen: Option<(u64, SystemTime)>,
-    /// What it held then.
-    known: HashSet<(String, u64)>,
-    /// Whether it was read at all (the first read is the daemon's start).
-    pub(super) read_once: bool,
-}
-
-impl Said {
-    pub(super) fn new(stores: &Stores) -> Said {
-        Said {
-            marker: stores.approvals_marker(),
-            ..Said::default()
-        }
-    }
-
-    /// The loops approved since the last look, each once with the version
-    /// its newest approval made: none unless the file was replaced (one
-    /// `stat`), else those of the lines new to it.
-    fn news(&mut self, stores: &Stores) -> Vec<(String, u64)> {
-        let Some(marker) = &self.marker else {
-            return Vec::new();
-        };
-        let now = identity(marker);
-        if now == self.seen && self.read_once {
-            return Vec::new();
-        }
-        self.seen = now;
-        self.read_once = true;
-        let all: HashSet<(String, u64)> = stores.approvals_said().into_iter().collect();
-        let mut newest: HashMap<String, u64> = HashMap::new();
-        for (name, version) in all.difference(&self.known) {
-            let v = newest.entry(name.clone()).or_insert(*version);
-            *v = (*v).max(*version);
-        }
-        self.known = all;
-        newest.into_iter().collect()
-    }
-}
-
-/// A file's inode and modification time: a file replaced by a rename has
-/// a new inode, whatever the clock's grain.
-fn identity(path: &Path) -> Option<(u64, SystemTime)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.ino(), meta.modified().ok()?))
 }

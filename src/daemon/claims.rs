@@ -152,7 +152,7 @@ impl<'a> Dispatcher<'a> {
             }
             // A loop its user may not tick: recorded, and its next firing
             // written, as a tick's would be.
-            if let Some(detail) = self.loops.get(&name).and_then(|e| e.refusal()) {
+            if let Some(detail) = self.loops.get(&name).and_then(|e| e.refusal(self.stores.me())) {
                 self.record(&name, None, |w, at, key| w.of_refused(at, key, detail));
                 self.settle(&name);
                 continue;

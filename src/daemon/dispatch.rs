@@ -18,7 +18,7 @@ use super::phase::Phase;
 use super::presence::Presence;
 use super::queue::Queue;
 use super::report::Lags;
-use super::scan::{Entry, Scanner, mtime};
+use super::scan::{Entry, Scanner};
 use super::workers::{Handoff, Inbox, Job, Woken};
 use super::{GATHER, MAX_SLEEP, Options};
 use crate::error::Result;
@@ -215,17 +215,14 @@ impl<'a> Dispatcher<'a> {
             }
             entry.fired = entry.nominal.take().or(Some(now));
             entry.started = Some(now);
-            if let Some(detail) = entry.refusal() {
+            if let Some(detail) = entry.refusal(self.stores.me()) {
                 // Its user may not tick it: the firing is recorded as
                 // refused, and the next one queued.
                 reschedule(&mut self.queue, &name, entry, now);
                 self.record(&name, None, |w, at, key| w.of_refused(at, key, detail));
                 continue;
             }
-            if entry
-                .inactive
-                .is_some_and(|m| entry.state_path.as_deref().and_then(mtime) == Some(m))
-            {
+            if entry.inactive.is_some_and(|m| entry.dir.stamp() == Some(m)) {
                 // Paused, halted or completed, and unchanged since a tick
                 // said so: nothing to fire. Look again at the next firing.
                 reschedule(&mut self.queue, &name, entry, now);
@@ -310,14 +307,11 @@ impl<'a> Dispatcher<'a> {
         let now = crate::clock::now();
         if let Some(entry) = self.loops.get_mut(&name) {
             entry.inactive = match result {
-                Ok(r) if r.outcome == Outcome::Inactive => entry.state_path.as_deref().and_then(mtime),
+                Ok(r) if r.outcome == Outcome::Inactive => entry.dir.stamp(),
                 _ => None,
             };
             match result {
-                Ok(r) if r.outcome == Outcome::AwaitingApproval => {
-                    let marker = entry.state_path.as_deref().and_then(mtime);
-                    self.awaits.watch(&name, marker);
-                }
+                Ok(r) if r.outcome == Outcome::AwaitingApproval => self.awaits.watch(&name),
                 _ => {
                     self.awaits.forget(&name);
                 }

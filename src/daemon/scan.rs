@@ -90,10 +90,10 @@ pub(super) struct Entry {
     pub(super) started: Option<Timestamp>,
     /// The firing queued, before jitter.
     pub(super) nominal: Option<Timestamp>,
-    /// The state file's mtime when a tick found the loop paused, halted or
-    /// completed: until the state changes, a firing is passed over without
-    /// a tick.
-    pub(super) inactive: Option<SystemTime>,
+    /// The loop's commit stamp ([`crate::store::LoopStore::stamp`]) when
+    /// a tick found it paused, halted or completed: until the state
+    /// changes, a firing is passed over without a tick.
+    pub(super) inactive: Option<crate::store::Stamp>,
     /// The scan that last saw the loop.
     pub(super) seen: u64,
     /// The hosts its config lets run it (empty: any), as last read.
@@ -108,15 +108,12 @@ pub(super) struct Entry {
     /// (`automaton schedule install`): it fires the loop, and the daemon
     /// does not.
     pub(super) os_scheduled: Option<crate::schedule::Backend>,
-    /// A file whose mtime moves with every commit (the file store).
-    pub(super) state_path: Option<PathBuf>,
 }
 
 impl Entry {
     pub(super) fn new(dir: Box<dyn LoopStore>) -> Entry {
         Entry {
             config_path: dir.config_path(),
-            state_path: dir.commit_marker(),
             dir,
             config_mtime: None,
             schedule: None,
@@ -132,13 +129,13 @@ impl Entry {
         }
     }
 
-    /// What a firing refused records: who the daemon runs as, and who
-    /// may tick the loop. `None` when the daemon's user may.
-    pub(super) fn refusal(&self) -> Option<String> {
+    /// What a firing refused records: who the daemon runs as (`me`), and
+    /// who may tick the loop. `None` when the daemon's user may.
+    pub(super) fn refusal(&self, me: &crate::who::Actor) -> Option<String> {
         self.refused.as_ref().map(|d| {
             format!(
                 "the daemon runs as {}, and a tick needs one of its {} ({})",
-                crate::who::user(),
+                me.user,
                 d.role.as_str(),
                 d.holders.join(", ")
             )
@@ -224,7 +221,8 @@ impl<'a> Dispatcher<'a> {
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
         let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
-        let actor = crate::who::actor();
+        let actor = self.stores.me();
+        let mut approved: Vec<Arc<str>> = Vec::new();
         for (name, entry) in self.loops.iter_mut() {
             if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
                 continue;
@@ -235,7 +233,7 @@ impl<'a> Dispatcher<'a> {
             }
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
-            let read = read_config(name, entry.dir.as_ref(), &actor, &self.root.settings().access);
+            let read = read_config(name, entry.dir.as_ref(), actor, &self.root.settings().access);
             // One scheduler per loop: one an OS scheduler fires is not the
             // daemon's to fire.
             let installed = installed_schedule(self.root, name);
@@ -243,18 +241,20 @@ impl<'a> Dispatcher<'a> {
             entry.os_scheduled = installed;
             let schedule = read.schedule.filter(|_| installed.is_none());
             entry.hosts = read.hosts;
-            say_refused(name, &entry.refused, &read.refused);
+            say_refused(name, &actor.user, &entry.refused, &read.refused);
             entry.refused = read.refused;
             if first && schedule.is_some() {
                 // Found awaiting approval (before this daemon started, or
-                // by another's tick): watched, so an approval starts it.
-                let marker = entry.state_path.as_deref().and_then(mtime);
-                if entry
-                    .dir
-                    .load()
-                    .is_ok_and(|s| s.status == Status::AwaitingApproval)
-                {
-                    self.awaits.watch(name, marker);
+                // by another's tick): watched, so an approval starts it;
+                // one approved before the daemon started starts now.
+                self.awaits.watch(name);
+                match entry.dir.load() {
+                    Ok(s) if s.status == Status::AwaitingApproval => {
+                        if scan == 1 && !s.pending_approvals.is_empty() {
+                            approved.push(Arc::clone(name));
+                        }
+                    }
+                    _ => self.awaits.forget(name),
                 }
             }
             let same = match (&entry.schedule, &schedule) {
@@ -275,6 +275,9 @@ impl<'a> Dispatcher<'a> {
                 }
                 First::Queued => scheduled.push(Arc::clone(name)),
             }
+        }
+        for name in approved {
+            self.heard_of(&name);
         }
         (starting, scheduled)
     }
@@ -471,13 +474,14 @@ pub(super) fn read_config(
 }
 
 /// Says in the log, once, that the daemon's user may not tick loop
-/// `name` (or, once, that it may again), when a config read changes it.
-fn say_refused(name: &str, was: &Option<Denied>, now: &Option<Denied>) {
+/// `name` (or, once, that it may again), when a config read changes it;
+/// the daemon runs as `me`.
+fn say_refused(name: &str, me: &str, was: &Option<Denied>, now: &Option<Denied>) {
     match (was, now) {
         (_, Some(d)) if was.as_ref() != Some(d) => tracing::warn!(
             "loop {name:?} is not ticked by this daemon: it runs as {}, and a tick needs one of its {} ({}); \
              its firings are recorded as refused",
-            crate::who::user(),
+            me,
             d.role.as_str(),
             d.holders.join(", ")
         ),

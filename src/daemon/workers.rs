@@ -243,7 +243,7 @@ pub(super) fn worker(root: &Root, stores: &Stores, host: Option<&GateHost>, hand
         // done: a halt or completion disables the loop's OS schedule, and
         // the notify command hears of it, on the store the tick used.
         let result = stores.handle(&name).and_then(|dir| {
-            let report = tick::run_on(root, dir.as_ref(), &opts)?;
+            let report = tick::run_on(root, dir.as_ref(), stores.me(), &opts)?;
             tick::after::follow(root, tick::after::Change::Ticked(&report, dir.as_ref()));
             Ok(report)
         });

@@ -73,7 +73,7 @@ impl Listener {
     /// Answers scrapes until `stop` is set.
     pub fn serve(&self, root: &Root, stores: &Stores, figures: &DaemonFigures, stop: &AtomicBool) {
         let cache = Cache::default();
-        let ctx = Ctx::new(root, stores, crate::who::actor());
+        let ctx = Ctx::new(root, stores, stores.me().clone());
         while !stop.load(Ordering::Relaxed) {
             if !self.readable() {
                 continue;

@@ -82,8 +82,6 @@ pub fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Res
         Ok(events)
     })?;
     let given = given.expect("an approval was given");
-    // Outside the lock: a daemon serving the root starts the tick now.
-    ctx.follow(Change::Approved(&*dir, state.version));
     let mut notice = ctx.operated(&*dir, &state, "approve");
     (notice.reason, notice.await_id) = (given.note.clone(), given.await_id.clone());
     let approved = Approved {

@@ -76,7 +76,11 @@ pub fn cancel(ctx: &Ctx<'_>, req: Cancel, answer: Answer<'_, Cancelled>) -> Resu
         return Ok(report);
     };
     report.tick = Some(flight.tick);
-    let target = Target { dir, flight: &flight };
+    let target = Target {
+        dir,
+        flight: &flight,
+        me: ctx.stores.me(),
+    };
     target.check_host()?;
     // A group the record names is proved before anything is written.
     if let Some(Found::Refuted(why)) = target.named() {
@@ -128,6 +132,9 @@ enum Found {
 struct Target<'a> {
     dir: &'a dyn LoopStore,
     flight: &'a InFlight,
+    /// This process's own actor: who records the tick crashed when its
+    /// runner died.
+    me: &'a crate::who::Actor,
 }
 
 impl Target<'_> {
@@ -209,7 +216,7 @@ impl Target<'_> {
             return Ok(false);
         }
         match self.dir.lock(Holder::me("cancel"), Wait::No) {
-            Ok(mut session) => session.load().map(|_| true),
+            Ok(mut session) => session.load(self.me).map(|_| true),
             Err(Error::LockNotObtained { .. }) => Ok(false),
             Err(e) => Err(e),
         }

@@ -60,7 +60,7 @@ impl<'a> Ctx<'a> {
     /// store's database role beside a server's user, as beside the CLI's.
     pub fn new(root: &'a Root, stores: &'a Stores, mut actor: Actor) -> Ctx<'a> {
         if actor.db_role.is_none() {
-            actor.db_role = crate::who::db_role();
+            actor.db_role = stores.db_role().map(str::to_owned);
         }
         Ctx {
             root,
@@ -68,6 +68,12 @@ impl<'a> Ctx<'a> {
             actor,
             refusals: None,
         }
+    }
+
+    /// A context acting as this process's own actor ([`Stores::me`]): the
+    /// command line's.
+    pub fn own(root: &'a Root, stores: &'a Stores) -> Ctx<'a> {
+        Ctx::new(root, stores, stores.me().clone())
     }
 
     /// This context, its refusals kept to one recorded a minute per person
@@ -91,18 +97,38 @@ impl<'a> Ctx<'a> {
     /// The actor must hold the role `action` needs under `rules`
     /// ([`refusal::require`]).
     fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access, bound: Wait) -> Result<()> {
-        refusal::require(dir, &self.actor, action, rules, bound, self.refusals)
+        refusal::require(self, dir, action, rules, bound)
     }
 
-    /// [`update_loop`] as the actor.
-    fn update(
+    /// The one check before a change to the loop `store`, for a front-end
+    /// that found the loop itself: the actor must hold the role `action`
+    /// needs (a refusal is kept and returned as [`refusal::require`]
+    /// says). `bound` is the front-end's own bound on waiting for the lock
+    /// (`--timeout`, `--no-wait`; `Wait::Forever` when it sets none).
+    pub(crate) fn allowed_on(&self, store: &dyn LoopStore, action: Action, bound: Wait) -> Result<()> {
+        let rules = crate::store::access_rules(store, &self.root.settings().access);
+        self.require(store, action, &rules, bound)
+    }
+
+    /// Loads the loop's state under its lock, lets `change` modify it and
+    /// say what happened, and commits both as the next version, as the
+    /// actor. A change that returns no events changed nothing, and nothing
+    /// is committed.
+    pub(crate) fn update(
         &self,
-        dir: &dyn LoopStore,
+        store: &dyn LoopStore,
         command: &str,
         wait: Wait,
         change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
     ) -> Result<State> {
-        update_loop(self.root, dir, &self.actor, command, wait, change)
+        let mut session = store.lock(Holder::me(command), wait)?;
+        let mut state = session.load(self.stores.me())?.state;
+        let mut events = config_found(self.root, store, &mut state);
+        events.extend(change(&mut state)?);
+        if !events.is_empty() {
+            session.commit(&self.actor, &mut state, events, Durability::Full)?;
+        }
+        Ok(state)
     }
 
     /// What the actor did, for the loop's people (`[notify] on =
@@ -119,43 +145,6 @@ impl<'a> Ctx<'a> {
     fn follow(&self, change: Change<'_>) {
         after::follow(self.root, change);
     }
-}
-
-/// The one check before a change to a loop, for a front-end that keeps no
-/// count of refusals: `actor` must hold the role `action` needs (a
-/// refusal is kept and returned as [`refusal::require`] says). `bound` is
-/// the front-end's own bound on waiting for the lock (`--timeout`,
-/// `--no-wait`; `Wait::Forever` when it sets none).
-pub(crate) fn allowed(
-    root: &Root,
-    store: &dyn LoopStore,
-    actor: &Actor,
-    action: Action,
-    bound: Wait,
-) -> Result<()> {
-    let rules = crate::store::access_rules(store, &root.settings().access);
-    refusal::require(store, actor, action, &rules, bound, None)
-}
-
-/// Loads the loop's state under its lock, lets `change` modify it and say
-/// what happened, and commits both as the next version, as `by`. A change
-/// that returns no events changed nothing, and nothing is committed.
-pub(crate) fn update_loop(
-    root: &Root,
-    store: &dyn LoopStore,
-    by: &Actor,
-    command: &str,
-    wait: Wait,
-    change: impl FnOnce(&mut State) -> Result<Vec<EventKind>>,
-) -> Result<State> {
-    let mut session = store.lock(Holder::me(command), wait)?;
-    let mut state = session.load()?.state;
-    let mut events = config_found(root, store, &mut state);
-    events.extend(change(&mut state)?);
-    if !events.is_empty() {
-        session.commit(by, &mut state, events, Durability::Full)?;
-    }
-    Ok(state)
 }
 
 /// A config changed since the loop last recorded one, as a change that

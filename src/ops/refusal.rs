@@ -15,12 +15,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::Ctx;
 use crate::access::{self, Access, Action, Denied, Record};
 use crate::error::{Error, Result};
 use crate::history::EventKind;
 use crate::lock::{Holder, Wait};
 use crate::store::{Durability, LoopStore};
-use crate::who::Actor;
 
 /// How long a refusal waits for the loop's lock to be recorded when its
 /// front-end sets no bound of its own (`--timeout`): a tick that holds the
@@ -97,25 +97,29 @@ impl Refusals {
     }
 }
 
-/// The one role check before a change: `actor` must hold the role
-/// `action` needs under `rules`. A refusal is returned as
-/// [`Error::NotAllowed`], kept as the module says; `bound` is the
-/// front-end's own bound on waiting for the lock (`Wait::Forever` when it
-/// sets none), which a record waits for at most ([`record_wait`]).
+/// The one role check before a change: the context's actor must hold the
+/// role `action` needs under `rules`. A refusal is returned as
+/// [`Error::NotAllowed`], kept as the module says (one a minute where the
+/// context keeps [`Refusals`]); `bound` is the front-end's own bound on
+/// waiting for the lock (`Wait::Forever` when it sets none), which a
+/// record waits for at most ([`record_wait`]).
 pub(crate) fn require(
+    ctx: &Ctx<'_>,
     store: &dyn LoopStore,
-    actor: &Actor,
     action: Action,
     rules: &Access,
     bound: Wait,
-    limit: Option<&Refusals>,
 ) -> Result<()> {
+    let actor = &ctx.actor;
     let Err(denied) = access::check(actor, action, rules) else {
         return Ok(());
     };
     let name = store.name().as_str();
     let viewer = access::check(actor, Action::View, rules).is_ok();
-    let record = match (viewer, limit.map(|l| l.admit(&actor.user, name, Instant::now()))) {
+    let record = match (
+        viewer,
+        ctx.refusals.map(|l| l.admit(&actor.user, name, Instant::now())),
+    ) {
         (false, _) => {
             tracing::warn!(
                 "loop {name:?}: refused {} `{}`: they may not view the loop; logged, not recorded",
@@ -131,8 +135,8 @@ pub(crate) fn require(
             );
             Record::Counted
         }
-        (true, Some(Admit::Record(unrecorded))) => kept(store, actor, &denied, unrecorded, bound),
-        (true, None) => kept(store, actor, &denied, 0, bound),
+        (true, Some(Admit::Record(unrecorded))) => kept(ctx, store, &denied, unrecorded, bound),
+        (true, None) => kept(ctx, store, &denied, 0, bound),
     };
     Err(Error::NotAllowed {
         name: name.to_owned(),
@@ -145,17 +149,20 @@ pub(crate) fn require(
 }
 
 /// Records the refusal under the loop's lock, if it comes in time.
-fn kept(store: &dyn LoopStore, actor: &Actor, denied: &Denied, unrecorded: u32, bound: Wait) -> Record {
-    match record(store, actor, denied, unrecorded, record_wait(bound)) {
+fn kept(ctx: &Ctx<'_>, store: &dyn LoopStore, denied: &Denied, unrecorded: u32, bound: Wait) -> Record {
+    match record(ctx, store, denied, unrecorded, record_wait(bound)) {
         Ok(()) => Record::Kept,
         Err(Error::LockNotObtained { holder, .. }) => Record::Busy(holder),
         Err(e) => Record::Failed(e.to_string()),
     }
 }
 
-fn record(store: &dyn LoopStore, actor: &Actor, denied: &Denied, unrecorded: u32, wait: Wait) -> Result<()> {
+/// The refusal's commit, as the refused actor's; a dead tick found on the
+/// way is recorded as this process's own finding.
+fn record(ctx: &Ctx<'_>, store: &dyn LoopStore, denied: &Denied, unrecorded: u32, wait: Wait) -> Result<()> {
+    let actor = &ctx.actor;
     let mut session = store.lock(Holder::me("refused"), wait)?;
-    let mut state = session.load()?.state;
+    let mut state = session.load(ctx.stores.me())?.state;
     let event = EventKind::Refused {
         by: actor.user.clone(),
         action: denied.action,

@@ -28,7 +28,7 @@ pub fn rm(ctx: &Ctx<'_>, req: Rm, answer: Answer<'_, Removed>) -> Result<Removed
     let dir = ctx.allowed(&req.name, Action::Rm, req.wait)?;
     let mut session = dir.lock(Holder::me("rm"), req.wait)?;
     if !req.force {
-        let state = session.load()?.state;
+        let state = session.load(ctx.stores.me())?.state;
         if state.status.is_runnable() {
             return Err(Error::Refused {
                 name: dir.name().to_string(),

@@ -62,6 +62,7 @@ pub(crate) fn here(
         ctx.root,
         store,
         config,
+        ctx.stores.me(),
         &Options {
             timeout: req.timeout,
             process_exits: req.process_exits,

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -125,6 +125,39 @@ fn classify(e: &Error) -> (StatusCode, &'static str) {
         e if e.class() == Class::InvalidState => (StatusCode::INTERNAL_SERVER_ERROR, "invalid_state"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }
+}
+
+/// A JSON request body: axum's `Json` extractor (the body buffered up to
+/// the router's limit, its `Content-Type` checked, its fields read), whose
+/// rejection is the API's own error.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct JsonBody<T>(pub T);
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> ApiError {
+        match r {
+            JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "not_json",
+                "send the body as Content-Type: application/json",
+            ),
+            JsonRejection::JsonDataError(_) | JsonRejection::JsonSyntaxError(_) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", &r.body_text())
+            }
+            r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+            r => ApiError::new(StatusCode::BAD_REQUEST, "bad_body", &r.body_text()),
+        }
+    }
+}
+
+/// A body past [`super::BODY_LIMIT`], refused.
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        &format!("the body is larger than {} bytes", super::BODY_LIMIT),
+    )
 }
 
 /// A view as a JSON response, printed as the command line's `--json`
@@ -280,15 +313,28 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// Every verb the API takes.
+    pub const ALL: [Verb; 5] = [
+        Verb::Approve,
+        Verb::Reject,
+        Verb::Pause,
+        Verb::Resume,
+        Verb::Cancel,
+    ];
+
+    /// The verb as a path names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Approve => "approve",
+            Verb::Reject => "reject",
+            Verb::Pause => "pause",
+            Verb::Resume => "resume",
+            Verb::Cancel => "cancel",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Verb> {
-        Some(match s {
-            "approve" => Verb::Approve,
-            "reject" => Verb::Reject,
-            "pause" => Verb::Pause,
-            "resume" => Verb::Resume,
-            "cancel" => Verb::Cancel,
-            _ => return None,
-        })
+        Verb::ALL.into_iter().find(|v| v.as_str() == s)
     }
 
     /// The fields of [`Change`] it takes.
@@ -381,7 +427,7 @@ pub async fn change(
     ApiUser(who): ApiUser,
     Path((name, verb)): Path<(String, String)>,
     headers: HeaderMap,
-    body: axum::body::Body,
+    body: Result<JsonBody<Change>, ApiError>,
 ) -> Result<Response, ApiError> {
     let verb = Verb::parse(&verb)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint"))?;
@@ -393,58 +439,47 @@ pub async fn change(
             "a request signed in by cookie must carry its X-CSRF-Token",
         ));
     }
-    let change = parse_body(&headers, read_body(&headers, body).await?, verb)?;
+    let change = match body {
+        Ok(JsonBody(change)) => checked(verb, change)?,
+        Err(_) if no_body(&headers) => Change::default(),
+        Err(e) => return Err(e),
+    };
     let body = blocking(move || apply(&app, who.actor, verb, &name, change)).await?;
     Ok(json(body))
 }
 
-/// A request's body, up to [`super::BODY_LIMIT`] bytes: one that says it
-/// is longer is refused before any of it is read.
-async fn read_body(headers: &HeaderMap, body: axum::body::Body) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            &format!("the body is larger than {} bytes", super::BODY_LIMIT),
-        )
-    };
-    let declared = headers
+/// Refuses a request whose body says it is longer than
+/// [`super::BODY_LIMIT`] before any of it is read (a body extractor would
+/// wait for bytes a client never sends).
+pub async fn refuse_declared_too_large(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+        .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > super::BODY_LIMIT as u64) {
-        return Err(too_large());
+        return too_large().into_response();
     }
-    axum::body::to_bytes(body, super::BODY_LIMIT).await.map_err(|e| {
-        match std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
-            true => too_large(),
-            false => ApiError::new(StatusCode::BAD_REQUEST, "bad_body", &e.to_string()),
-        }
-    })
+    next.run(req).await
 }
 
-/// The body of a change: none, or a JSON object of the fields its verb takes.
-fn parse_body(headers: &HeaderMap, body: Bytes, verb: Verb) -> Result<Change, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Change::default());
-    }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
+/// Whether the request carries no body: a change may come with none.
+fn no_body(headers: &HeaderMap) -> bool {
+    let length = headers
+        .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-        });
-    if !is_json {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "not_json",
-            "send the body as Content-Type: application/json",
-        ));
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match length {
+        Some(n) => n == 0,
+        None => !headers.contains_key(header::TRANSFER_ENCODING),
     }
-    let change: Change = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", &e.to_string()))?;
+}
+
+/// A verb's body: its fields, each of which it must take.
+fn checked(verb: Verb, change: Change) -> Result<Change, ApiError> {
     verb.takes(&change).map_err(|field| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -28,6 +28,7 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -326,16 +327,27 @@ impl Auth {
         }
     }
 
-    fn cookie(&self, name: &str, value: Option<&str>, max_age: Duration) -> String {
-        let secure = if self.secure { "; Secure" } else { "" };
-        let name = self.cookie_name(name);
-        match value {
-            Some(v) => format!(
-                "{name}={v}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-                max_age.as_secs()
-            ),
-            None => format!("{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"),
-        }
+    /// The cookie `name` holding `value` for `max_age` (with `None`, its
+    /// removal): for the whole site, never read by scripts, never sent
+    /// from another site, and under TLS only over HTTPS.
+    fn cookie(&self, name: &str, value: Option<&str>, max_age: Duration) -> Cookie<'static> {
+        let (value, age) = match value {
+            Some(v) => (v.to_owned(), max_age),
+            None => (String::new(), Duration::ZERO),
+        };
+        let secs = i64::try_from(age.as_secs()).unwrap_or(i64::MAX);
+        Cookie::build((self.cookie_name(name), value))
+            .path("/")
+            .http_only(true)
+            .same_site(SameSite::Strict)
+            .secure(self.secure)
+            .max_age(cookie::time::Duration::seconds(secs))
+            .build()
+    }
+
+    /// The value of the cookie `name` (as sent) in `jar`.
+    fn cookie_value(&self, jar: &CookieJar, name: &str) -> Option<String> {
+        jar.get(&self.cookie_name(name)).map(|c| c.value().to_owned())
     }
 }
 
@@ -350,18 +362,6 @@ pub enum NoUser {
     Limited,
     /// The users could not be read.
     Failed(crate::Error),
-}
-
-/// A cookie's value from the request's `Cookie` headers.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
 }
 
 /// Who the request comes from: see the module's header for the order.
@@ -408,9 +408,11 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
         auth.failed(client);
         return Err(NoUser::Bad);
     }
-    let Some(id) = cookie(&parts.headers, &auth.cookie_name(SESSION)) else {
+    let jar = CookieJar::from_headers(&parts.headers);
+    let Some(id) = auth.cookie_value(&jar, SESSION) else {
         return Err(NoUser::Missing);
     };
+    let id = id.as_str();
     let (user, hash, csrf) = auth.session(id).ok_or(NoUser::Bad)?;
     let users = read_users(app).await?;
     // A user removed, or its token rotated, since: the session is over.
@@ -528,9 +530,9 @@ fn signin_form(app: &App, status: StatusCode, error: Option<&str>) -> Response {
     let Ok(value) = users::new_token() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let cookie = app.auth.cookie(PRE, Some(&value), Duration::from_secs(600));
+    let jar = CookieJar::new().add(app.auth.cookie(PRE, Some(&value), Duration::from_secs(600)));
     let page = super::pages::signin(&value, error);
-    (status, [(header::SET_COOKIE, cookie)], page).into_response()
+    (status, jar, page).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -543,6 +545,7 @@ pub async fn signin(
     State(app): State<Arc<App>>,
     peer: Option<axum::Extension<Peer>>,
     headers: HeaderMap,
+    jar: CookieJar,
     form: std::result::Result<axum::Form<SigninForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let ip = app.auth.client(peer.map(|p| p.0), &headers);
@@ -553,7 +556,7 @@ pub async fn signin(
             Some("the form was not filled in"),
         );
     };
-    let pre = cookie(&headers, &app.auth.cookie_name(PRE)).unwrap_or("");
+    let pre = app.auth.cookie_value(&jar, PRE).unwrap_or_default();
     if pre.is_empty() || !users::same(pre.as_bytes(), form.csrf.as_bytes()) {
         return signin_form(
             &app,
@@ -578,15 +581,10 @@ pub async fn signin(
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     tracing::info!("{} signed in from {ip}", user.name);
-    let set = app.auth.cookie(SESSION, Some(&id), app.auth.ttl);
-    let clear = app.auth.cookie(PRE, None, Duration::ZERO);
-    let mut response = Redirect::to("/").into_response();
-    for c in [set, clear] {
-        if let Ok(v) = c.parse() {
-            response.headers_mut().append(header::SET_COOKIE, v);
-        }
-    }
-    response
+    let jar = jar
+        .add(app.auth.cookie(SESSION, Some(&id), app.auth.ttl))
+        .add(app.auth.cookie(PRE, None, Duration::ZERO));
+    (jar, Redirect::to("/")).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -598,7 +596,7 @@ pub struct CsrfForm {
 pub async fn signout(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
-    headers: HeaderMap,
+    jar: CookieJar,
     axum::Form(form): axum::Form<CsrfForm>,
 ) -> Response {
     if !who.csrf_ok(form.csrf.as_deref()) {
@@ -608,16 +606,14 @@ pub async fn signout(
         )
             .into_response();
     }
-    if let Some(id) = cookie(&headers, &app.auth.cookie_name(SESSION)) {
-        app.auth.close(id);
+    if let Some(id) = app.auth.cookie_value(&jar, SESSION) {
+        app.auth.close(&id);
     }
-    let clear = app.auth.cookie(SESSION, None, Duration::ZERO);
+    let jar = jar.add(app.auth.cookie(SESSION, None, Duration::ZERO));
     (
         StatusCode::SEE_OTHER,
-        [
-            (header::SET_COOKIE, clear),
-            (header::LOCATION, "/signin".to_owned()),
-        ],
+        jar,
+        [(header::LOCATION, "/signin".to_owned())],
     )
         .into_response()
 }

@@ -60,13 +60,9 @@ fn csrf(who: &Who) -> Markup {
     html! { @if let Some(t) = &who.csrf { input type="hidden" name="csrf" value=(t); } }
 }
 
+/// A page, answered with `status` (maud's answer: HTML, in UTF-8).
 fn html_response(status: StatusCode, markup: Markup) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        markup.into_string(),
-    )
-        .into_response()
+    (status, markup).into_response()
 }
 
 /// An error as a page.

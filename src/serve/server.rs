@@ -19,10 +19,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request};
+use axum::handler::Handler;
+use axum::http::Method;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter, get, on, post};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
@@ -75,18 +77,43 @@ pub fn bind_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::
     Ok(listener)
 }
 
+/// One route of the API: its method, its path, and what answers it.
+type ApiRoute = (Method, &'static str, MethodRouter<Arc<App>>);
+
+/// The route `method` `path`, answered by `handler`.
+fn api_route<H, T>(method: Method, path: &'static str, handler: H) -> ApiRoute
+where
+    H: Handler<T, Arc<App>>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).expect("a method a route can take");
+    (method, path, on(filter, handler))
+}
+
+/// The API's routes (and the liveness check): what its OpenAPI document
+/// (`/api/openapi.json`) describes, and a test holds the two to each
+/// other both ways, methods too.
+fn api_routes() -> Vec<ApiRoute> {
+    vec![
+        api_route(Method::GET, "/healthz", healthz),
+        api_route(Method::GET, "/api/openapi.json", api::openapi),
+        api_route(Method::GET, "/api/loops", api::list),
+        api_route(Method::GET, "/api/loops/{name}", api::one),
+        api_route(Method::GET, "/api/loops/{name}/history", api::history),
+        api_route(Method::GET, "/api/loops/{name}/review", api::review),
+        api_route(Method::GET, "/api/loops/{name}/runs/{tick}/logs", api::logs),
+        api_route(Method::POST, "/api/loops/{name}/{verb}", api::change),
+    ]
+}
+
 /// Every route, in one place.
 pub fn router(app: Arc<App>, timeout: Duration) -> Router {
-    let bounded = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/api/openapi.json", get(api::openapi))
+    let api = api_routes()
+        .into_iter()
+        .fold(Router::new(), |r, (_, path, method)| r.route(path, method))
+        .route_layer(middleware::from_fn(api::refuse_declared_too_large));
+    let bounded = api
         .route("/metrics", get(super::scrape::metrics))
-        .route("/api/loops", get(api::list))
-        .route("/api/loops/{name}", get(api::one))
-        .route("/api/loops/{name}/history", get(api::history))
-        .route("/api/loops/{name}/review", get(api::review))
-        .route("/api/loops/{name}/runs/{tick}/logs", get(api::logs))
-        .route("/api/loops/{name}/{verb}", post(api::change))
         .route("/", get(pages::list))
         .route("/loops/{name}", get(pages::one))
         .route("/loops/{name}/review", get(pages::review))
@@ -320,5 +347,63 @@ async fn wait_for_signal(
     tokio::select! {
         _ = term => {}
         _ = int => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::api_routes;
+    use crate::serve::api::Verb;
+
+    /// Whether the route `path` (whose `{x}` segments take any one) serves
+    /// the documented `doc`; a `{verb}` segment only the verbs the API
+    /// takes.
+    fn serves(path: &str, doc: &str) -> bool {
+        let (route, doc): (Vec<&str>, Vec<&str>) = (path.split('/').collect(), doc.split('/').collect());
+        route.len() == doc.len()
+            && route.iter().zip(&doc).all(|(r, d)| match *r {
+                "{verb}" => Verb::parse(d).is_some(),
+                r if r.starts_with('{') => d.starts_with('{'),
+                r => r == *d,
+            })
+    }
+
+    #[test]
+    fn the_openapi_document_describes_every_route_and_no_other() {
+        let doc: serde_json::Value = serde_json::from_str(include_str!("openapi.json")).unwrap();
+        let documented: BTreeSet<(String, String)> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, ops)| {
+                let methods = ops.as_object().unwrap().keys();
+                methods.map(move |m| (m.to_uppercase(), path.clone()))
+            })
+            .collect();
+        let routes: Vec<(String, &str)> = api_routes()
+            .into_iter()
+            .map(|(m, path, _)| (m.as_str().to_owned(), path))
+            .collect();
+        for (method, path) in &documented {
+            assert!(
+                routes.iter().any(|(m, r)| m == method && serves(r, path)),
+                "{method} {path} is documented, and no route serves it"
+            );
+        }
+        for (method, route) in &routes {
+            let mut verbs = Verb::ALL.iter().map(|v| route.replace("{verb}", v.as_str()));
+            let wanted: Vec<String> = match route.contains("{verb}") {
+                true => verbs.by_ref().collect(),
+                false => vec![(*route).to_owned()],
+            };
+            for path in wanted {
+                assert!(
+                    documented.contains(&(method.clone(), path.clone())),
+                    "{method} {path} is served, and the document does not describe it"
+                );
+            }
+        }
     }
 }

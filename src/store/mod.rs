@@ -78,14 +78,15 @@ pub trait Store: Send + Sync {
             .collect())
     }
 
-    /// Makes a loop from its config text, first state and first events;
-    /// fails if it exists.
+    /// Makes a loop from its config text, first state and first events,
+    /// recorded as `by`'s; fails if it exists.
     fn create(
         &self,
         name: &LoopName,
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
+        by: &Actor,
     ) -> Result<Box<dyn LoopStore>>;
 
     /// Takes in a loop moved here from another store, with its config,
@@ -101,24 +102,23 @@ pub trait Store: Send + Sync {
     fn watch(&self) -> Result<Box<dyn Changes>>;
 
     /// Whether the store's server tells [`Store::watch`] of changes, at no
-    /// cost per loop; else the feed looks at every loop, and a caller that
-    /// needs only a few loops' changes (the daemon) may look at those.
+    /// cost per loop, as they happen (a caller may wait on the feed in a
+    /// thread of its own); else the feed looks for them when it is waited
+    /// on, and a caller that needs only a few loops' changes (the daemon)
+    /// asks for those ([`Store::watch_few`]).
     fn notifies(&self) -> bool {
         false
     }
 
-    /// Where a daemon that polls learns of approvals given in the root
-    /// ([`LoopStore::say_approved`]): a file replaced with each, whose
-    /// inode or modification time moves; `None` for a store whose
-    /// notifications ([`Store::watch`]) tell of every approval.
-    fn approvals_marker(&self) -> Option<PathBuf> {
-        None
-    }
-
-    /// The approvals said lately ([`Store::approvals_marker`]), oldest
-    /// first: each loop's name and the state version its approval made.
-    fn approvals_said(&self) -> Vec<(String, u64)> {
-        Vec::new()
+    /// The change feed of a caller that follows a few loops only (the
+    /// daemon, the loops awaiting approval): every approval given in the
+    /// root, and every change to the loops it follows
+    /// ([`Changes::follow`]), from now on. A store that looks for changes
+    /// itself looks at so much only (the file store: the root's record of
+    /// approvals, and the followed loops' commits); one whose server
+    /// tells of every change gives its whole feed.
+    fn watch_few(&self) -> Result<Box<dyn Changes>> {
+        self.watch()
     }
 
     /// Where daemons sharing the store claim due firings between them, so
@@ -247,9 +247,20 @@ pub struct Listing {
 
 /// Changes to loops as a store tells of them ([`Store::watch`]).
 pub trait Changes: Send {
-    /// Waits up to `timeout` for changes; the loops named.
+    /// Waits up to `timeout` for changes; the loops named. A zero
+    /// `timeout` looks once.
     fn wait(&mut self, timeout: std::time::Duration) -> Result<Vec<Change>>;
+
+    /// Follows loop `name`'s changes from now on (`on`), or no longer, in
+    /// a feed of [`Store::watch_few`]; a feed that tells of every loop
+    /// anyway has nothing to do.
+    fn follow(&mut self, _name: &str, _on: bool) {}
 }
+
+/// A sign of a loop's last commit, read cheaply ([`LoopStore::stamp`]):
+/// equal stamps, no commit in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(std::time::SystemTime);
 
 /// A loop that changed, as a store told of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,32 +273,59 @@ pub struct Change {
 
 /// The store a root uses (`--store`, `$AUTOMATON_STORE`, or `store` in
 /// `<root>/automaton.toml`): the one way commands find, list, create and
-/// remove loops, whichever store it is.
+/// remove loops, whichever store it is; and this process's own actor, as
+/// the store says who it is ([`Stores::me`]).
 #[derive(Clone)]
-pub struct Stores(Arc<dyn Store>);
+pub struct Stores {
+    store: Arc<dyn Store>,
+    me: Arc<Actor>,
+}
 
 impl Stores {
     /// Opens the root's store: for PostgreSQL, connects and brings the
     /// schema up to date. A process that serves many requests (`serve`)
-    /// opens it once and hands it to what each request runs.
-    /// The delegates this process honours are those the store records
-    /// ([`crate::admin::honour_delegates`]).
+    /// opens it once and hands it to what each request runs. This
+    /// process's actor is resolved here, once: the delegates it honours
+    /// are those the store records ([`crate::admin::honoured_delegates`]),
+    /// and a PostgreSQL store's role is recorded beside it.
     pub fn open(root: &Root) -> Result<Stores> {
-        let stores = Stores(match root.store() {
-            StoreChoice::File => Arc::new(FileStore::new(root)),
+        let (store, role): (Arc<dyn Store>, Option<String>) = match root.store() {
+            StoreChoice::File => (Arc::new(FileStore::new(root)), None),
             StoreChoice::Postgres(url) => {
-                Arc::new(pg::Database::open(url, root.loops_dir(), root.server_bound())?)
+                let db = pg::Database::open(url, root.loops_dir(), root.server_bound())?;
+                let role = db.role().to_owned();
+                (Arc::new(db), Some(role))
             }
-        });
-        crate::admin::honour_delegates(root, &*stores)?;
-        Ok(stores)
+        };
+        let delegates = crate::admin::honoured_delegates(root, &*store)?;
+        let me = Arc::new(crate::who::own(&delegates, role.as_deref()));
+        Ok(Stores { store, me })
+    }
+
+    /// This process's own actor: its OS user, or the person a recorded
+    /// delegate acts for, with the store's database role. What the
+    /// process's own commands, its scheduler and its recoveries of dead
+    /// ticks are recorded as.
+    pub fn me(&self) -> &Actor {
+        &self.me
+    }
+
+    /// The database role of the store's connections, if it is on a server.
+    pub fn db_role(&self) -> Option<&str> {
+        self.me.db_role.as_deref()
+    }
+
+    /// The OS user of this process as the actor, whoever `$AUTOMATON_USER`
+    /// names: who does an admin's acts ([`crate::admin`]).
+    pub fn os_actor(&self) -> Actor {
+        crate::who::os_actor(self.db_role())
     }
 
     /// Moves loop `name` from this store to `to` with its config, state and
     /// history (each event keeps its version), under the loop's lock here:
     /// a loop whose lock is held is refused. A tick that died mid-way is
-    /// recorded first. Returns the events moved.
-    pub fn move_loop(&self, to: &Stores, name: &str) -> Result<usize> {
+    /// recorded first, as `by` found it. Returns the events moved.
+    pub fn move_loop(&self, to: &Stores, name: &str, by: &Actor) -> Result<usize> {
         let src = self.get(name)?;
         let mut session = src.lock(Holder::me("migrate"), Wait::No).map_err(|e| match e {
             crate::Error::LockNotObtained { name, holder } => crate::Error::NotMoved {
@@ -302,7 +340,7 @@ impl Stores {
             },
             e => e,
         })?;
-        let state = session.load()?.state;
+        let state = session.load(by)?.state;
         let history = src.history()?;
         if let Some(bad) = history.bad.first() {
             return Err(crate::Error::NotMoved {
@@ -326,7 +364,7 @@ impl std::ops::Deref for Stores {
     type Target = dyn Store;
 
     fn deref(&self) -> &(dyn Store + 'static) {
-        self.0.as_ref()
+        self.store.as_ref()
     }
 }
 
@@ -360,19 +398,11 @@ pub trait LoopStore: Send + Sync {
         self.base_dir().display().to_string()
     }
 
-    /// A file whose modification time moves with every commit, for
-    /// watchers that poll (the daemon); `None` for a store that notifies
-    /// instead ([`Store::notifies`]).
-    fn commit_marker(&self) -> Option<PathBuf> {
+    /// A sign of the loop's last commit, for a caller that asks again and
+    /// again whether the loop changed (the daemon, of a loop it found
+    /// paused): `None` where asking costs as much as reading the state.
+    fn stamp(&self) -> Option<Stamp> {
         None
-    }
-
-    /// Says, for a daemon that polls ([`Store::approvals_marker`]), that
-    /// the loop was approved and its state is now at `version`, so the
-    /// tick the approval releases starts at once. Outside the commit, and
-    /// best effort: a store whose commits notify says nothing more.
-    fn say_approved(&self, _version: u64) -> Result<()> {
-        Ok(())
     }
 
     /// The loop's config, read and validated.
@@ -555,11 +585,13 @@ pub trait Session {
     fn use_config(&mut self, _config: &LoopConfig) {}
 
     /// Recovers what a dead holder left, then returns the committed state.
-    /// A tick found dead mid-way is recorded as crashed (a commit of its
-    /// own, made before this returns) and returned in [`Loaded::recovered`].
+    /// A tick found dead mid-way is recorded as crashed, as `by` found it
+    /// (the loading process's own actor, [`Stores::me`]: not the person a
+    /// server acts for), in a commit of its own made before this returns,
+    /// and returned in [`Loaded::recovered`].
     /// A store may skip looking for what nobody can have left (the file
     /// store, when the last holder let go with the files whole).
-    fn load(&mut self) -> Result<Loaded>;
+    fn load(&mut self, by: &Actor) -> Result<Loaded>;
 
     /// Makes the next [`load`](Session::load) look for what a dead holder
     /// left whatever the last holder said (`doctor --fix`).
@@ -653,8 +685,13 @@ impl Next {
 
 /// Records the tick that `state` says is in flight, whose holder is gone
 /// (the caller holds the lock), as crashed, in a commit of its own through
-/// `session`; returns it. Every store's `load` ends here.
-fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Result<Option<InFlight>> {
+/// `session`, as `by` found it; returns it. Every store's `load` ends here.
+fn recover(
+    session: &mut dyn Session,
+    name: &LoopName,
+    state: &mut State,
+    by: &Actor,
+) -> Result<Option<InFlight>> {
     let Some(dead) = state.in_flight.take() else {
         return Ok(None);
     };
@@ -666,11 +703,10 @@ fn recover(session: &mut dyn Session, name: &LoopName, state: &mut State) -> Res
         dead.host
     );
     let event = record_crash(state, &dead);
-    // Found by whoever loaded the loop: this process's own actor, not the
-    // person a server acts for. A commit whose directory sync failed is
-    // the crash's record only: the command that found it goes no further
-    // and must not say its own change was made.
-    let committed = session.commit(&crate::who::actor(), state, vec![event], Durability::Full);
+    // A commit whose directory sync failed is the crash's record only: the
+    // command that found it goes no further and must not say its own
+    // change was made.
+    let committed = session.commit(by, state, vec![event], Durability::Full);
     match committed {
         Err(crate::error::Error::NotDurable {
             name,
@@ -705,5 +741,128 @@ fn record_crash(state: &mut State, dead: &InFlight) -> EventKind {
         pid: dead.pid,
         host: dead.host.clone(),
         started_at: dead.started_at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::who::identify;
+
+    /// A file store with one loop, made as `by`'s.
+    fn made(by: &Actor) -> (tempfile::TempDir, Box<dyn LoopStore>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = Root::at(tmp.path());
+        init_root(&root).unwrap();
+        let name = LoopName::new("l").unwrap();
+        let config = "[step]\ncommand = \"true\"\n";
+        let mut state = State::new(crate::clock::now());
+        state.version = 1;
+        let created = EventKind::Created { by: by.user.clone() };
+        let dir = FileStore::new(&root)
+            .create(&name, config, &state, vec![created], by)
+            .unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn records_name_the_actor_they_are_given_and_a_dead_tick_its_finder() {
+        let (ann, zed) = (identify("ann", None, &[]), identify("zed", None, &[]));
+        let (_tmp, dir) = made(&ann);
+        {
+            let mut session = dir.lock(Holder::me("tick"), Wait::No).unwrap();
+            let mut state = session.load(&ann).unwrap().state;
+            state.in_flight = Some(InFlight {
+                tick: 1,
+                pid: std::process::id(),
+                host: crate::who::host(),
+                started_at: crate::clock::now(),
+                group: None,
+                group_start: None,
+            });
+            session
+                .commit(&ann, &mut state, Vec::new(), Durability::Relaxed)
+                .unwrap();
+        }
+        let mut session = dir.lock(Holder::me("pause"), Wait::No).unwrap();
+        let loaded = session.load(&zed).unwrap();
+        assert_eq!(loaded.recovered.map(|f| f.tick), Some(1));
+        drop(session);
+        let events = dir.history().unwrap().events;
+        let by: Vec<(&str, Option<&str>)> = events
+            .iter()
+            .map(|e| match &e.kind {
+                EventKind::Created { .. } => "created",
+                EventKind::Crashed { .. } => "crashed",
+                _ => "other",
+            })
+            .zip(events.iter().map(|e| e.actor.as_ref().map(|a| a.user.as_str())))
+            .collect();
+        assert_eq!(by, [("created", Some("ann")), ("crashed", Some("zed"))]);
+    }
+
+    /// Commits `events` to `dir` as `by`.
+    fn commit(dir: &dyn LoopStore, by: &Actor, events: Vec<EventKind>) {
+        let mut session = dir.lock(Holder::me("approve"), Wait::No).unwrap();
+        let mut state = session.load(by).unwrap().state;
+        session.commit(by, &mut state, events, Durability::Full).unwrap();
+    }
+
+    #[test]
+    fn the_few_loops_feed_tells_of_approvals_committed_and_of_followed_loops_only() {
+        let ann = identify("ann", None, &[]);
+        let (tmp, dir) = made(&ann);
+        let store = FileStore::new(&Root::at(tmp.path()));
+        let mut feed = store.watch_few().unwrap();
+        let zero = std::time::Duration::ZERO;
+        let names = |feed: &mut Box<dyn Changes>| -> Vec<String> {
+            feed.wait(zero).unwrap().into_iter().map(|c| c.name).collect()
+        };
+        assert!(names(&mut feed).is_empty());
+        // A commit to a loop not followed, with no approval: not told.
+        commit(
+            &*dir,
+            &ann,
+            vec![EventKind::Paused {
+                by: "ann".into(),
+                reason: None,
+            }],
+        );
+        assert!(names(&mut feed).is_empty());
+        // An approval is told, whichever loop it is for.
+        let approved = EventKind::Approved {
+            by: "ann".into(),
+            id: "a1".into(),
+            note: None,
+            await_id: None,
+            head: None,
+            snapshot: None,
+        };
+        commit(&*dir, &ann, vec![approved]);
+        assert_eq!(names(&mut feed), ["l"]);
+        assert!(names(&mut feed).is_empty());
+        // A followed loop's commit is told; once unfollowed, no more.
+        feed.follow("l", true);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        commit(
+            &*dir,
+            &ann,
+            vec![EventKind::Resumed {
+                by: "ann".into(),
+                from: crate::state::Status::Paused,
+            }],
+        );
+        assert_eq!(names(&mut feed), ["l"]);
+        feed.follow("l", false);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        commit(
+            &*dir,
+            &ann,
+            vec![EventKind::Paused {
+                by: "ann".into(),
+                reason: None,
+            }],
+        );
+        assert!(names(&mut feed).is_empty());
     }
 }

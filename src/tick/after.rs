@@ -1,6 +1,7 @@
 //! What follows a change to a loop's course, outside its lock: the one
 //! place that keeps the loop's OS schedule and its notifications in step
-//! with what happened, and that wakes a daemon to an approval. Every path
+//! with what happened. (A daemon hears of an approval from its store's
+//! change feed, [`crate::store::Store::watch_few`].) Every path
 //! that can stop, start again or end a tick calls [`follow`] once the
 //! lock is let go (and a command once its output is written): `tick`, the
 //! daemon's workers, `check-gate --apply`, `pause`, `resume`, `approve`,
@@ -25,11 +26,6 @@ pub enum Change<'a> {
     /// The loop may run again (`resume`): a schedule a stop disabled is
     /// enabled.
     Resumed(&'a LoopName),
-    /// An approval was committed, making the state `version`: a daemon
-    /// that serves the root hears of it and starts the tick it releases
-    /// at once, whoever opened the await (its own tick, a hand-run one,
-    /// another host's).
-    Approved(&'a dyn LoopStore, u64),
     /// An operator changed the loop (`pause`, `resume`, `approve`,
     /// `reject`, `cancel`): its people hear of it, if its `[notify] on`
     /// lists `operator`.
@@ -47,14 +43,6 @@ pub fn follow(root: &Root, change: Change<'_>) {
         }
         Change::Stopped(name) => crate::schedule::loop_stopped(root, name.as_str()),
         Change::Resumed(name) => crate::schedule::loop_resumed(root, name),
-        Change::Approved(store, version) => {
-            if let Err(e) = store.say_approved(version) {
-                tracing::warn!(
-                    "loop {:?}: a daemon hears of the approval at its next firing only: {e}",
-                    store.name().as_str()
-                );
-            }
-        }
         Change::Operated(store, notice) => crate::notify::operated(root, store, *notice),
     }
 }

@@ -63,31 +63,29 @@ pub struct Options<'a> {
     /// a CLI tick's CPU, spent after the work is done).
     pub process_exits: bool,
     /// Who runs the tick (the person who asked for it by hand, or through
-    /// a console); else this process's own actor (a scheduler, the daemon).
+    /// a console); else the process's own actor the tick is given (a
+    /// scheduler, the daemon).
     pub actor: Option<&'a Actor>,
     /// What fired the tick, as its history records.
     pub fired_by: crate::fires::FiredBy,
 }
 
-/// Runs one tick of loop `name`.
-pub fn run(root: &Root, name: &str, opts: &Options<'_>) -> Result<TickReport> {
-    let dir = crate::store::open(root, name)?;
-    run_on(root, dir.as_ref(), opts)
-}
-
-/// Runs one tick of the loop `store`.
-pub fn run_on(root: &Root, store: &dyn LoopStore, opts: &Options<'_>) -> Result<TickReport> {
+/// Runs one tick of the loop `store` in the process whose own actor is
+/// `me` ([`crate::store::Stores::me`]).
+pub fn run_on(root: &Root, store: &dyn LoopStore, me: &Actor, opts: &Options<'_>) -> Result<TickReport> {
     let config = store.config()?;
-    run_configured(root, store, &config, opts)
+    run_configured(root, store, &config, me, opts)
 }
 
 /// Runs one tick of the loop `store`, whose config the caller has read:
 /// loop.toml is read once per tick, and the state once when the lock is
-/// free.
+/// free. `me` is the process's own actor: it records a tick found dead,
+/// and runs this one unless `opts.actor` names who does.
 pub fn run_configured(
     root: &Root,
     store: &dyn LoopStore,
     config: &LoopConfig,
+    me: &Actor,
     opts: &Options<'_>,
 ) -> Result<TickReport> {
     // A daemon's clock may have jumped since it started.
@@ -124,7 +122,8 @@ pub fn run_configured(
         fired_by: opts.fired_by,
         number: 0,
         recovered: None,
-        actor: opts.actor.cloned().unwrap_or_else(who::actor),
+        me,
+        actor: opts.actor.unwrap_or(me).clone(),
         events: Vec::new(),
         verdicts: Vec::new(),
         first_disagreed: Vec::new(),
@@ -177,6 +176,8 @@ struct Tick<'a> {
     /// A tick found dead mid-way and recorded by this one's session: its
     /// number and when it started.
     recovered: Option<(u64, Timestamp)>,
+    /// The process's own actor: who records a tick found dead.
+    me: &'a Actor,
     /// Who runs it: the records of its commits name them.
     actor: Actor,
     /// The events of the next commit.
@@ -220,7 +221,7 @@ impl Tick<'_> {
         // by the session, in a commit of its own, before anything else
         // happens (docs/ticks.md lists the phases in order).
         session.use_config(self.config);
-        let Loaded { mut state, recovered } = session.load()?;
+        let Loaded { mut state, recovered } = session.load(self.me)?;
         self.recovered = recovered.map(|dead| (dead.tick, dead.started_at));
         self.number = state.tick + 1;
         self.take_in_config(&mut state);

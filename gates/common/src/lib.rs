@@ -72,6 +72,39 @@ mod tests {
         assert_eq!(schema["type"], "object", "{}", G::NAME);
         assert_eq!(schema["additionalProperties"], false, "{}", G::NAME);
         assert!(!G::DESCRIPTION.is_empty());
+        let mut described: Vec<String> = schema["properties"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        described.sort();
+        assert_eq!(
+            described,
+            fields::<G>(),
+            "{}: the schema's properties are not the params' fields",
+            G::NAME
+        );
+    }
+
+    /// The fields `G::Params` takes, as its parser names them when it
+    /// refuses one it does not know (`deny_unknown_fields`): the names
+    /// the schema must describe, so that neither drifts from the other.
+    fn fields<G: Gate>() -> Vec<String> {
+        let refused = match serde_json::from_str::<G::Params>(r#"{"no such field": 0}"#) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{}: an unknown field was taken", G::NAME),
+        };
+        let expected = refused
+            .split_once("expected ")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("{}: {refused}", G::NAME));
+        let mut names: Vec<String> = expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(String::from)
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! `<root>/approved`: the last approvals given in the root, one line each
 //! (`<version> <loop>`, the state version the approval made), so a daemon
 //! learns of an approval by a `stat` of one file, whichever loop it is
-//! for, and fires the tick it releases at once. `approve` rewrites it
-//! atomically under `approved.lock` (two approvals at once both stay),
-//! keeping the newest [`KEPT`]; the daemon reads it when its inode or
-//! modification time moves. It is a wake-up, not a record: losing it
-//! loses nothing but the early start.
+//! for, and fires the tick it releases at once. A commit that records an
+//! approval rewrites it atomically under `approved.lock` (two approvals at
+//! once both stay), keeping the newest [`KEPT`]; the store's feed
+//! ([`super::watch::Few`]) reads it when its inode or modification time
+//! moves. It is a wake-up, not a record: losing it loses nothing but the
+//! early start.
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +40,22 @@ pub fn read(root: &Path) -> Vec<(String, u64)> {
             Some((name.to_owned(), version.parse().ok()?))
         })
         .collect()
+}
+
+/// Adds the approval just committed to loop `dir`, which made `version`,
+/// to its root's file. Best effort: a daemon that does not hear of it
+/// fires the loop at its next firing.
+pub(super) fn say_of(dir: &super::LoopDir, version: u64) {
+    // `<root>/loops/<name>`: the root is two levels up.
+    let Some(root) = dir.path().parent().and_then(Path::parent) else {
+        return;
+    };
+    if let Err(e) = say(root, dir.name.as_str(), version) {
+        tracing::warn!(
+            "loop {:?}: a daemon hears of the approval at its next firing only: {e}",
+            dir.name.as_str()
+        );
+    }
 }
 
 /// Adds loop `name`'s approval, which made `version`, to the file.

@@ -11,6 +11,7 @@ use crate::fsx::{Modes, create_dirs, sync_dir, write_file};
 use crate::history::{Event, EventKind};
 use crate::root::{LoopName, Root};
 use crate::state::State;
+use crate::who::Actor;
 
 /// Makes the root's directories.
 pub fn init_root(root: &Root) -> Result<bool> {
@@ -22,13 +23,14 @@ pub fn init_root(root: &Root) -> Result<bool> {
 
 /// Builds a new loop in a temporary directory beside the others and renames
 /// it into place; fails if the loop exists. No lock file is made. `events`
-/// are the loop's first history, committed with `state`.
+/// are the loop's first history, committed with `state` as `by`'s.
 pub fn create_loop(
     root: &Root,
     name: &LoopName,
     config_text: &str,
     state: &State,
     events: Vec<EventKind>,
+    by: &Actor,
 ) -> Result<LoopDir> {
     let target = LoopDir::new(root, name.clone());
     let exists = || Error::LoopExists {
@@ -64,7 +66,7 @@ pub fn create_loop(
             .and_then(|()| f.sync_data())
             .map_err(Error::io("writing", &path))
     };
-    let history: Vec<u8> = crate::store::stamp(events, state.version, state.updated_at, &crate::who::actor())
+    let history: Vec<u8> = crate::store::stamp(events, state.version, state.updated_at, by)
         .iter()
         .flat_map(Event::to_line)
         .collect();

@@ -43,6 +43,7 @@ use crate::history::{Event, EventKind, History};
 use crate::lock::{self, Holder, Wait};
 use crate::root::{LoopName, Root};
 use crate::state::State;
+use crate::who::Actor;
 pub use check::check_loops_dir;
 pub use create::init_root;
 use create::{adopt_loop, create_loop};
@@ -252,16 +253,9 @@ impl LoopStore for LoopDir {
         LoopDir::config_path(self)
     }
 
-    fn commit_marker(&self) -> Option<PathBuf> {
-        Some(self.state_path())
-    }
-
-    fn say_approved(&self, version: u64) -> Result<()> {
-        // `<root>/loops/<name>`: the root is two levels up.
-        match self.dir.parent().and_then(Path::parent) {
-            Some(root) => approved::say(root, self.name.as_str(), version),
-            None => Ok(()),
-        }
+    /// The state file's modification time: it moves with every commit.
+    fn stamp(&self) -> Option<super::Stamp> {
+        watch::stamp(&self.state_path())
     }
 
     fn config(&self) -> Result<LoopConfig> {
@@ -456,12 +450,8 @@ impl Store for FileStore {
         Ok(Box::new(watch::Poll::start(&self.root)?))
     }
 
-    fn approvals_marker(&self) -> Option<PathBuf> {
-        Some(approved::path(self.root.path()))
-    }
-
-    fn approvals_said(&self) -> Vec<(String, u64)> {
-        approved::read(self.root.path())
+    fn watch_few(&self) -> Result<Box<dyn super::Changes>> {
+        Ok(Box::new(watch::Few::start(&self.root)))
     }
 
     fn get(&self, name: &str) -> Result<Box<dyn LoopStore>> {
@@ -481,6 +471,7 @@ impl Store for FileStore {
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
+        by: &Actor,
     ) -> Result<Box<dyn LoopStore>> {
         Ok(Box::new(create_loop(
             &self.root,
@@ -488,6 +479,7 @@ impl Store for FileStore {
             config_text,
             state,
             events,
+            by,
         )?))
     }
 

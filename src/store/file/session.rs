@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::flight::{self, Flight, Found};
 use super::state_file::state_bytes;
-use super::{LoopDir, REMOVED_PREFIX, SPARE, journal, rotation};
+use super::{LoopDir, REMOVED_PREFIX, SPARE, approved, journal, rotation};
 use crate::config::{HistoryLimits, LoopConfig};
 use crate::error::{Error, Result};
 use crate::fsx::{self, Written, sync_dir};
@@ -123,7 +123,7 @@ impl Session for FileSession<'_> {
         self.whole = false;
     }
 
-    fn load(&mut self) -> Result<Loaded> {
+    fn load(&mut self, by: &Actor) -> Result<Loaded> {
         let mut state = self.dir.read_state()?;
         if let (true, Some(own)) = (self.whole, &self.pending) {
             // This session's own `in_flight` commit, on top of the state.
@@ -154,7 +154,7 @@ impl Session for FileSession<'_> {
         }
         self.version = Some(state.version);
         let dir = self.dir;
-        let recovered = crate::store::recover(self, &dir.name, &mut state)?;
+        let recovered = crate::store::recover(self, &dir.name, &mut state, by)?;
         Ok(Loaded { state, recovered })
     }
 
@@ -165,10 +165,15 @@ impl Session for FileSession<'_> {
         events: Vec<EventKind>,
         durability: Durability,
     ) -> Result<()> {
+        let approval = events.iter().any(|e| matches!(e, EventKind::Approved { .. }));
         let committed = self.commit_files(by, state, events, durability);
-        if committed.is_err() {
+        match &committed {
             // Whatever it left is for the next holder to look at.
-            self.whole = false;
+            Err(_) => self.whole = false,
+            // A daemon serving the root hears of it and starts the tick it
+            // releases at once, as a store's notification would tell.
+            Ok(()) if approval => approved::say_of(self.dir, state.version),
+            Ok(()) => {}
         }
         committed
     }

@@ -38,6 +38,7 @@ use crate::history::{BadLine, Event, EventKind, History};
 use crate::lock::{self, Holder, Wait};
 use crate::root::LoopName;
 use crate::state::State;
+use crate::who::Actor;
 use session::PgSession;
 
 /// The longest pause between two attempts to take a held lock (each is a
@@ -73,6 +74,8 @@ pub struct Database {
     idle: Mutex<Vec<Client>>,
     /// The renewals of the leases this process holds: one connection.
     renewals: lease::Renewals,
+    /// Who the database knows this process as, recorded beside its actor.
+    role: String,
 }
 
 impl Database {
@@ -82,22 +85,27 @@ impl Database {
     pub fn open(url: &str, loops_dir: PathBuf, bound: Option<Duration>) -> Result<Arc<Database>> {
         let shown = crate::root::redact(url);
         let connector = conn::config(url, &shown, bound)?;
-        let db = Database {
+        let mut db = Database {
             url: shown,
             renewals: lease::Renewals::new(connector.clone()),
             connector,
             loops_dir,
             idle: Mutex::new(Vec::new()),
+            role: String::new(),
         };
         let mut client = db.connect(None)?;
         schema::ensure(&mut client, &db.url)?;
-        // Who the database knows this process as, recorded beside its actor.
         let role = client
             .query_one("SELECT current_user::text", &[])
             .map_err(db.fail(None, "cannot read the connection's role"))?;
-        crate::who::set_db_role(role.get(0));
+        db.role = crate::bounds::name(role.get(0));
         db.put_back(client);
         Ok(Arc::new(db))
+    }
+
+    /// The role the database knows this process's connections as.
+    pub fn role(&self) -> &str {
+        &self.role
     }
 
     /// The redacted URL.
@@ -244,9 +252,10 @@ impl Database {
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
+        by: &Actor,
     ) -> Result<PgLoop> {
         let lp = self.handle(name.clone());
-        let events = super::stamp(events, state.version, state.updated_at, &crate::who::actor());
+        let events = super::stamp(events, state.version, state.updated_at, by);
         let check = format!("automaton status {name}");
         let what = ("cannot create the loop", "the loop's creation", check.as_str());
         let made = self.write(Some(name.as_str()), what, |c| {
@@ -360,6 +369,7 @@ impl Store for Arc<Database> {
         config_text: &str,
         state: &State,
         events: Vec<EventKind>,
+        by: &Actor,
     ) -> Result<Box<dyn LoopStore>> {
         Ok(Box::new(Database::create(
             self,
@@ -367,6 +377,7 @@ impl Store for Arc<Database> {
             config_text,
             state,
             events,
+            by,
         )?))
     }
 

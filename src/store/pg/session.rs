@@ -201,14 +201,14 @@ impl Session for PgSession<'_> {
         self.tick_unsaid = Some(tick);
     }
 
-    fn load(&mut self) -> Result<Loaded> {
+    fn load(&mut self, by: &Actor) -> Result<Loaded> {
         let lp = self.lp;
         let text = lp
             .read(self.client())
             .map_err(lp.db.fail(lp.n(), "cannot read the state"))?;
         let mut state = lp.parse(text)?;
         self.version = Some(state.version);
-        let recovered = recover(self, &lp.name, &mut state)?;
+        let recovered = recover(self, &lp.name, &mut state, by)?;
         Ok(Loaded { state, recovered })
     }
 
