@@ -233,6 +233,9 @@ pub enum EventKind {
         /// (none in lines written before it was recorded).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fired_by: Option<crate::fires::FiredBy>,
+        /// Who cancelled it (`automaton cancel`), and why, when someone did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cancelled: Option<crate::state::Cancellation>,
     },
 }
 

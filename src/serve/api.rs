@@ -298,7 +298,7 @@ impl Verb {
             Verb::Reject => (false, true, true, false),
             Verb::Pause => (false, true, false, false),
             Verb::Resume => (false, false, false, true),
-            Verb::Cancel => (false, false, false, false),
+            Verb::Cancel => (false, true, false, false),
         };
         let given = [
             ("note", c.note.is_some(), note),
@@ -367,6 +367,7 @@ pub fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) ->
         Verb::Cancel => {
             let req = ops::cancel::Cancel {
                 name,
+                reason: change.reason,
                 grace: app.lock_wait / 3,
                 timeout: Some(app.lock_wait),
             };
