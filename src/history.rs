@@ -307,6 +307,25 @@ impl EventKind {
     }
 }
 
+/// The committed `events` with the `refusals` kept apart from them merged
+/// in (both oldest first): a refusal, stamped with the version it saw,
+/// comes after the events of that version.
+pub fn merge(events: Vec<Event>, refusals: Vec<Event>) -> Vec<Event> {
+    if refusals.is_empty() {
+        return events;
+    }
+    let mut merged = Vec::with_capacity(events.len() + refusals.len());
+    let mut refusals = refusals.into_iter().peekable();
+    for e in events {
+        while let Some(r) = refusals.next_if(|r| r.v < e.v) {
+            merged.push(r);
+        }
+        merged.push(e);
+    }
+    merged.extend(refusals);
+    merged
+}
+
 /// A history line that could not be read, kept so readers can say so.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadLine {

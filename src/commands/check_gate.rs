@@ -34,15 +34,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
     let t = &args.target;
     let dir = crate::store::open(root, &t.name)?;
     let by = match args.apply {
-        true => {
-            super::allowed(
-                root,
-                dir.as_ref(),
-                crate::access::Action::CheckGateApply,
-                t.wait.wait(),
-            )?
-            .user
-        }
+        true => super::allowed(root, dir.as_ref(), crate::access::Action::CheckGateApply)?.user,
         false => who::user(),
     };
     let config = dir.config()?;

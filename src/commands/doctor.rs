@@ -100,7 +100,7 @@ fn check_and_fix(root: &Root, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>, 
         findings.extend(check_edits(dir, false));
         return (findings, None);
     }
-    if let Err(e) = super::allowed(root, dir, Action::DoctorFix, Wait::Forever) {
+    if let Err(e) = super::allowed(root, dir, Action::DoctorFix) {
         findings.extend(check_edits(dir, false));
         let action = format!(
             "one of its operators may run `automaton doctor {} --fix`",

@@ -13,7 +13,6 @@ use serde::Serialize;
 use crate::access::Action;
 use crate::cli::MigrateArgs;
 use crate::error::{Error, Exit, Result};
-use crate::lock::Wait;
 use crate::root::{Flags, Root, StoreChoice};
 use crate::store::Stores;
 use crate::who::Actor;
@@ -138,5 +137,5 @@ fn human(report: &[Moved], source: &Stores, target: &Stores) -> String {
 fn may_move(source: &Stores, root: &Root, actor: &Actor, name: &str) -> Result<()> {
     let dir = source.get(name)?;
     let rules = crate::store::access_rules(dir.as_ref(), &root.settings().access);
-    crate::ops::refusal::require(dir.as_ref(), actor, Action::Migrate, &rules, Wait::Forever, None)
+    crate::ops::refusal::require(dir.as_ref(), actor, Action::Migrate, &rules, None)
 }

@@ -165,10 +165,9 @@ pub(crate) fn allowed(
     root: &Root,
     store: &dyn LoopStore,
     action: crate::access::Action,
-    bound: Wait,
 ) -> Result<crate::who::Actor> {
     let actor = crate::who::actor();
-    crate::ops::allowed(root, store, &actor, action, bound)?;
+    crate::ops::allowed(root, store, &actor, action)?;
     Ok(actor)
 }
 

@@ -79,18 +79,18 @@ impl<'a> Ctx<'a> {
     }
 
     /// Loop `name`, once the actor may do `action` to it (a refusal is
-    /// recorded, waiting for the lock no longer than `bound`).
-    fn allowed(&self, name: &str, action: Action, bound: Wait) -> Result<Box<dyn LoopStore>> {
+    /// recorded apart from the history, waiting for no lock).
+    fn allowed(&self, name: &str, action: Action) -> Result<Box<dyn LoopStore>> {
         let dir = self.stores.get(name)?;
         let rules = crate::store::access_rules(&*dir, &self.root.settings().access);
-        self.require(&*dir, action, &rules, bound)?;
+        self.require(&*dir, action, &rules)?;
         Ok(dir)
     }
 
     /// The actor must hold the role `action` needs under `rules`
     /// ([`refusal::require`]).
-    fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access, bound: Wait) -> Result<()> {
-        refusal::require(dir, &self.actor, action, rules, bound, self.refusals)
+    fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access) -> Result<()> {
+        refusal::require(dir, &self.actor, action, rules, self.refusals)
     }
 
     /// [`update_loop`] as the actor.
@@ -122,18 +122,10 @@ impl<'a> Ctx<'a> {
 
 /// The one check before a change to a loop, for a front-end that keeps no
 /// count of refusals: `actor` must hold the role `action` needs (a
-/// refusal is kept and returned as [`refusal::require`] says). `bound` is
-/// the front-end's own bound on waiting for the lock (`--timeout`,
-/// `--no-wait`; `Wait::Forever` when it sets none).
-pub(crate) fn allowed(
-    root: &Root,
-    store: &dyn LoopStore,
-    actor: &Actor,
-    action: Action,
-    bound: Wait,
-) -> Result<()> {
+/// refusal is kept and returned as [`refusal::require`] says).
+pub(crate) fn allowed(root: &Root, store: &dyn LoopStore, actor: &Actor, action: Action) -> Result<()> {
     let rules = crate::store::access_rules(store, &root.settings().access);
-    refusal::require(store, actor, action, &rules, bound, None)
+    refusal::require(store, actor, action, &rules, None)
 }
 
 /// Loads the loop's state under its lock, lets `change` modify it and say

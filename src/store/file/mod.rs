@@ -15,7 +15,8 @@
 //! without the lock), `session` (recovery and the commit, under the lock),
 //! `check` (what `doctor` finds), `state_file` (the state's bytes),
 //! `create` (a new root, a new or adopted loop), `journal` and `rotation`
-//! (the history and its rotated files), `flight` (the `in_flight` record)
+//! (the history and its rotated files), `refusals` (viewers' refusals,
+//! kept apart from the history), `flight` (the `in_flight` record)
 //! and `edits` (what `edit` leaves beside loop.toml); `approved` (the
 //! root's last approvals, which wake the daemon).
 
@@ -26,6 +27,7 @@ pub mod edits;
 mod fires;
 mod flight;
 mod journal;
+mod refusals;
 mod rotation;
 mod session;
 mod state_file;
@@ -324,10 +326,18 @@ impl LoopStore for LoopDir {
             attempts += 1;
             if (settled && now.state.version == snap.state.version) || attempts == HISTORY_READS {
                 history.events.append(&mut snap.events);
+                let kept = refusals::read(&self.dir)?;
+                history.events = crate::history::merge(history.events, kept.events);
+                history.bad.extend(kept.bad);
                 return Ok(history);
             }
             snap = now;
         }
+    }
+
+    fn record_refusal(&self, event: &Event) -> Result<()> {
+        let max = self.config().map(|c| c.history).unwrap_or_default().max_size;
+        refusals::append(&self.dir, event, max.as_u64())
     }
 
     fn holder(&self) -> Option<Holder> {
