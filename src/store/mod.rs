@@ -401,6 +401,18 @@ pub trait LoopStore: Send + Sync {
     /// in ([`crate::history::merge`]); read without the lock.
     fn history(&self) -> Result<History>;
 
+    /// The newest `n` events of the history (as [`LoopStore::history`]
+    /// has them) that `admits` takes, oldest first: what a bounded answer
+    /// needs. The file store reads them from the end, holding no more
+    /// than they are.
+    fn history_last(&self, n: usize, admits: &dyn Fn(&Event) -> bool) -> Result<History> {
+        let mut history = self.history()?;
+        history.events.retain(|e| admits(e));
+        let skip = history.events.len().saturating_sub(n);
+        history.events.drain(..skip);
+        Ok(history)
+    }
+
     /// Keeps a `refused` event apart from the history, without the loop's
     /// lock: a record of its own, bounded (the oldest go first), that
     /// [`LoopStore::history`] merges in. So refusals never rotate the

@@ -335,6 +335,23 @@ impl LoopStore for LoopDir {
         }
     }
 
+    fn history_last(&self, n: usize, admits: &dyn Fn(&Event) -> bool) -> Result<History> {
+        // As `history`, read from the end.
+        let mut snap = self.snapshot()?;
+        let mut attempts = 0;
+        loop {
+            let (files, settled) = rotation::open_all(&self.dir)?;
+            let refused = refusals::open(&self.dir)?;
+            let history = journal::read_last(files, snap.base, &snap.events, refused, n, admits)?;
+            let now = self.snapshot()?;
+            attempts += 1;
+            if (settled && now.state.version == snap.state.version) || attempts == HISTORY_READS {
+                return Ok(history);
+            }
+            snap = now;
+        }
+    }
+
     fn record_refusal(&self, event: &Event) -> Result<()> {
         let max = self.config().map(|c| c.history).unwrap_or_default().max_size;
         refusals::append(&self.dir, event, max.as_u64())

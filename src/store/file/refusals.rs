@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use super::rotation::Opened;
 use crate::error::{Error, Result};
 use crate::fsx;
 use crate::history::{BadLine, Event, History};
@@ -76,6 +77,23 @@ fn still_named(file: &File, path: &Path) -> Result<bool> {
 
 fn current_len(file: &File, path: &Path) -> Result<u64> {
     Ok(file.metadata().map_err(Error::io("reading", path))?.len())
+}
+
+/// The refusal files in `dir`, opened oldest first (to read backwards,
+/// [`super::journal::read_last`]).
+pub fn open(dir: &Path) -> Result<Vec<Opened>> {
+    let mut files = Vec::new();
+    for name in [ROTATED, REFUSALS] {
+        let path = dir.join(name);
+        if let Some((file, _)) = fsx::open_read(&path)? {
+            files.push(Opened {
+                path,
+                file,
+                current: name == REFUSALS,
+            });
+        }
+    }
+    Ok(files)
 }
 
 /// The refusals kept in `dir`, oldest first: a line cut short at the end
