@@ -150,6 +150,10 @@ impl LoopDir {
         self.dir.join(HISTORY)
     }
 
+    pub fn refusals_path(&self) -> PathBuf {
+        self.dir.join(refusals::REFUSALS)
+    }
+
     pub fn flight_path(&self) -> PathBuf {
         self.dir.join(FLIGHT)
     }

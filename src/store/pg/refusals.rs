@@ -27,12 +27,15 @@ impl PgLoop {
         let v = i64::try_from(event.v).unwrap_or(i64::MAX);
         let name = self.name.as_str();
         self.db.with(self.n(), "cannot record the refusal", |c| {
+            // Those who follow the loop's changes are told of it.
             let seq: Option<i64> = c
                 .query_opt(
-                    "INSERT INTO refusals (loop, v, event)
-                     SELECT $1, $2, $3::text::json WHERE EXISTS (SELECT 1 FROM loops WHERE name = $1)
-                     RETURNING seq",
-                    &[&name, &v, &text],
+                    "WITH i AS (
+                         INSERT INTO refusals (loop, v, event)
+                         SELECT $1, $2, $3::text::json WHERE EXISTS (SELECT 1 FROM loops WHERE name = $1)
+                         RETURNING seq)
+                     SELECT seq, pg_notify($4, $1) FROM i",
+                    &[&name, &v, &text, &super::CHANNEL],
                 )?
                 .map(|row| row.get(0));
             if seq.is_some_and(|s| s % TRIM_EVERY == 0) {
