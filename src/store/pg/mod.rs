@@ -632,6 +632,10 @@ impl LoopStore for PgLoop {
         self.add_fires(make)
     }
 
+    fn history_last(&self, n: usize, admits: &dyn Fn(&Event) -> bool) -> Result<History> {
+        self.read_last(n, admits)
+    }
+
     fn record_refusal(&self, event: &Event) -> Result<()> {
         self.add_refusal(event)
     }
