@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::LoopConfig;
-use crate::lock::Holder;
 use crate::who::Actor;
 
 /// `[access]`, in loop.toml or in the root's automaton.toml (the loop's
@@ -148,13 +147,12 @@ pub fn rules_of(config: &LoopConfig, defaults: &Access) -> Access {
     config.access().over(defaults)
 }
 
-/// What became of a refusal's record in the loop's history.
+/// What became of a refusal's record (kept apart from the loop's history,
+/// which merges it in).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     /// A `refused` event records it.
     Kept,
-    /// The loop's lock did not come within the wait: who held it.
-    Busy(Option<Holder>),
     /// Writing it failed: why.
     Failed(String),
     /// Not recorded: nothing was asked to change (a reader refused by a
@@ -170,14 +168,6 @@ impl std::fmt::Display for Record {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Record::Kept => f.write_str("; the attempt is recorded"),
-            Record::Busy(Some(h)) => write!(
-                f,
-                "; the attempt could not be recorded: the loop's lock is held by {}",
-                h.describe()
-            ),
-            Record::Busy(None) => {
-                f.write_str("; the attempt could not be recorded: the loop's lock is held by another process")
-            }
             Record::Failed(why) => write!(f, "; the attempt could not be recorded: {why}"),
             Record::Unasked => Ok(()),
             Record::Counted => {

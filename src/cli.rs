@@ -628,6 +628,9 @@ pub struct RejectArgs {
 pub struct CancelArgs {
     #[arg(add = loop_names())]
     pub name: String,
+    /// Why, for the record: kept with the tick it cancels
+    #[arg(long)]
+    pub reason: Option<String>,
     /// How long the step has after SIGTERM before SIGKILL
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub grace: Duration,

@@ -243,6 +243,9 @@ pub enum EventKind {
         /// (none in lines written before it was recorded).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fired_by: Option<crate::fires::FiredBy>,
+        /// Who cancelled it (`automaton cancel`), and why, when someone did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cancelled: Option<crate::state::Cancellation>,
     },
 }
 
@@ -346,6 +349,25 @@ impl EventKind {
             EventKind::Tick { .. } => "tick",
         }
     }
+}
+
+/// The committed `events` with the `refusals` kept apart from them merged
+/// in (both oldest first): a refusal, stamped with the version it saw,
+/// comes after the events of that version.
+pub fn merge(events: Vec<Event>, refusals: Vec<Event>) -> Vec<Event> {
+    if refusals.is_empty() {
+        return events;
+    }
+    let mut merged = Vec::with_capacity(events.len() + refusals.len());
+    let mut refusals = refusals.into_iter().peekable();
+    for e in events {
+        while let Some(r) = refusals.next_if(|r| r.v < e.v) {
+            merged.push(r);
+        }
+        merged.push(e);
+    }
+    merged.extend(refusals);
+    merged
 }
 
 /// A history line that could not be read, kept so readers can say so.

@@ -17,18 +17,19 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Result;
 use crate::fsx::{self, Dir};
-use crate::state::ProcessStart;
+use crate::state::{Cancellation, ProcessStart};
 
 /// The folder of run directories in a loop's directory.
 pub const RUNS: &str = "runs";
 /// The file in `runs/<tick>/` that `AUTOMATON_METRICS` names.
 pub const METRICS: &str = "metrics";
 /// The file in `runs/<tick>/` that `automaton cancel` writes (who asked,
-/// as one line) before it signals the step: the tick then records itself
-/// as cancelled by them, and runs no verifier.
+/// as one line, then why, if they said) before it signals the step: the
+/// tick then records itself as cancelled by them, and runs no verifier.
 pub const CANCEL: &str = "cancel";
-/// The most of the cancel note and of a group file that is read.
-const NOTE_MAX: u64 = 4096;
+/// The most of the cancel note and of a group file that is read: room for
+/// a name and a reason, each at most [`crate::bounds::MAX_TEXT`].
+const NOTE_MAX: u64 = 16 * 1024;
 
 /// The file in `runs/<tick>/` that holds `what`'s (`step`, `verifier`)
 /// standard output, or its standard error.
@@ -191,9 +192,14 @@ pub fn prune(base: &Path, keep: usize) -> Result<usize> {
     runs.prune(keep).map_err(fsx::io_error("pruning", runs.path()))
 }
 
-/// Leaves the note of who cancels the tick in its run directory.
-pub fn write_note(run: &Dir, by: &str) -> Result<()> {
-    write_small(run, CANCEL, format!("{by}\n").as_bytes()).map_err(run.error("writing", CANCEL))
+/// Leaves the note of who cancels the tick, and why, in its run directory.
+pub fn write_note(run: &Dir, note: &Cancellation) -> Result<()> {
+    let mut text = format!("{}\n", note.by);
+    if let Some(reason) = &note.reason {
+        text += reason;
+        text.push('\n');
+    }
+    write_small(run, CANCEL, text.as_bytes()).map_err(run.error("writing", CANCEL))
 }
 
 /// Takes back a note `cancel` left and then signalled nothing on.
@@ -209,10 +215,11 @@ pub fn has_note(run: &Dir) -> bool {
     run.has_file(CANCEL)
 }
 
-/// Who cancelled the tick whose run directory this is, if anyone did: the
-/// note's first line, or `an operator` when it names nobody. A note that
-/// is not a regular file (a link, a FIFO) is no note.
-pub fn cancelled_by(run: &Dir) -> Option<String> {
+/// Who cancelled the tick whose run directory this is, and why, if anyone
+/// did: the note's first line (`an operator` when it names nobody) and
+/// the rest (no reason when it is blank). A note that is not a regular
+/// file (a link, a FIFO) is no note.
+pub fn cancelled_by(run: &Dir) -> Option<Cancellation> {
     let text = match run.read(CANCEL, NOTE_MAX) {
         Ok(text) => text?,
         Err(e) => {
@@ -221,11 +228,11 @@ pub fn cancelled_by(run: &Dir) -> Option<String> {
         }
     };
     let text = String::from_utf8_lossy(&text);
-    let by = text.lines().next().unwrap_or("").trim();
-    Some(if by.is_empty() {
-        "an operator".to_owned()
-    } else {
-        by.to_owned()
+    let (by, reason) = text.split_once('\n').unwrap_or((&text, ""));
+    let (by, reason) = (by.trim(), reason.trim());
+    Some(Cancellation {
+        by: if by.is_empty() { "an operator" } else { by }.to_owned(),
+        reason: (!reason.is_empty()).then(|| reason.to_owned()),
     })
 }
 

@@ -138,6 +138,28 @@ pub struct LastTick {
     /// With a worktree: its branch, and its HEAD before and after the step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<Head>,
+    /// Who cancelled it (`automaton cancel`), and why, when someone did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<Cancellation>,
+}
+
+/// Who cancelled a tick, and the reason they gave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancellation {
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `ann`, or `ann: the reason`.
+impl std::fmt::Display for Cancellation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.by)?;
+        match &self.reason {
+            Some(r) => write!(f, ": {r}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A worktree's branch and the commit checked out before and after a step

@@ -15,6 +15,7 @@ pub(super) use crate::ops::cancel::TIMEOUT;
 pub fn run(root: &Root, stores: &Stores, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
     let req = Cancel {
         name: args.name.clone(),
+        reason: args.reason.clone(),
         grace: args.grace,
         timeout: args.timeout,
     };
@@ -37,10 +38,14 @@ fn line(r: &Cancelled) -> String {
     match (r.tick, r.signals.last()) {
         (None, _) => format!("loop {} has no tick in flight; nothing to cancel", r.name),
         (Some(t), Some(_)) => format!(
-            "cancelled tick {t} of loop {} ({}); it is recorded as cancelled by {}",
+            "cancelled tick {t} of loop {} ({}); it is recorded as cancelled by {}{}",
             r.name,
             r.signals.join(", then "),
-            r.by
+            r.by,
+            r.reason
+                .as_deref()
+                .map(|why| format!(": {why}"))
+                .unwrap_or_default()
         ),
         (Some(t), None) => format!(
             "tick {t} of loop {} had no step running; it ended and is recorded",

@@ -37,7 +37,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
     let dir = stores.get(&t.name)?;
     let ctx = Ctx::own(root, &stores);
     if args.apply {
-        ctx.allowed_on(dir.as_ref(), crate::access::Action::CheckGateApply, t.wait.wait())?;
+        ctx.allowed_on(dir.as_ref(), crate::access::Action::CheckGateApply)?;
     }
     let by = ctx.actor.user.clone();
     let config = dir.config()?;

@@ -104,7 +104,7 @@ fn check_and_fix(ctx: &Ctx<'_>, dir: &dyn LoopStore, fix: bool) -> (Vec<Finding>
         findings.extend(check_edits(dir, false));
         return (findings, None);
     }
-    if let Err(e) = ctx.allowed_on(dir, Action::DoctorFix, Wait::Forever) {
+    if let Err(e) = ctx.allowed_on(dir, Action::DoctorFix) {
         findings.extend(check_edits(dir, false));
         let action = format!(
             "one of its operators may run `automaton doctor {} --fix`",

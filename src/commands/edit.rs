@@ -28,11 +28,7 @@ pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = Stores::open(root)?;
     let dir = stores.get(&args.name)?;
     let ctx = Ctx::own(root, &stores);
-    ctx.allowed_on(
-        dir.as_ref(),
-        crate::access::Action::Edit,
-        crate::lock::Wait::For(std::time::Duration::from_secs(10)),
-    )?;
+    ctx.allowed_on(dir.as_ref(), crate::access::Action::Edit)?;
     let config_path = dir.config_path();
     let original = dir.config_bytes()?;
     // A shared store's loop may have no directory on this host yet.

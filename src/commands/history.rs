@@ -40,19 +40,25 @@ pub fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write
     };
     print(out, &view.events, args.json.json)?;
     out.flush().map_err(Error::Output)?;
-    let seen = view.events.last().map_or(0, |e| e.v);
+    let seen = view.events.last().map(place);
     follow(&ctx, &args.name, &q, seen, changes, args.json.json, out)
 }
 
-/// Prints the events `q` admits committed after version `seen`, as the
-/// store's change feed tells of the loop's commits, until the process is
-/// interrupted (a commit's events are written together, so a version is
-/// printed whole).
+/// Where an event falls in the history: its version, then when it came
+/// (a refusal moves no version, and comes after its version's events).
+fn place(e: &Event) -> (u64, jiff::Timestamp) {
+    (e.v, e.at)
+}
+
+/// Prints the events `q` admits that fall after `seen`, as the store's
+/// change feed tells of the loop's commits and refusals, until the
+/// process is interrupted (a commit's events are written together, so a
+/// version is printed whole).
 fn follow(
     ctx: &Ctx,
     name: &str,
     q: &Query,
-    mut seen: u64,
+    mut seen: Option<(u64, jiff::Timestamp)>,
     mut changes: Box<dyn Changes>,
     json: bool,
     out: &mut dyn Write,
@@ -66,10 +72,14 @@ fn follow(
             continue;
         }
         let view = query(ctx, name, &q)?;
-        let new: Vec<Event> = view.events.into_iter().filter(|e| e.v > seen).collect();
+        let new: Vec<Event> = view
+            .events
+            .into_iter()
+            .filter(|e| seen.is_none_or(|s| place(e) > s))
+            .collect();
         print(out, &new, json)?;
         out.flush().map_err(Error::Output)?;
-        seen = new.last().map_or(seen, |e| e.v);
+        seen = new.last().map(place).or(seen);
     }
 }
 

@@ -13,7 +13,6 @@ use serde::Serialize;
 use crate::access::Action;
 use crate::cli::MigrateArgs;
 use crate::error::{Error, Exit, Result};
-use crate::lock::Wait;
 use crate::root::{Flags, Root, StoreChoice};
 use crate::store::Stores;
 use crate::who::Actor;
@@ -168,5 +167,5 @@ fn say_users_left(source: &Stores, target: &Stores) {
 fn may_move(source: &Stores, root: &Root, actor: &Actor, name: &str) -> Result<()> {
     let dir = source.get(name)?;
     let ctx = crate::ops::Ctx::new(root, source, actor.clone());
-    ctx.allowed_on(dir.as_ref(), Action::Migrate, Wait::Forever)
+    ctx.allowed_on(dir.as_ref(), Action::Migrate)
 }

@@ -396,6 +396,9 @@ impl Rows {
         match &s.last_tick {
             Some(t) => {
                 self.row("last tick", describe_last(t));
+                if let Some(c) = &t.cancelled {
+                    self.row("cancelled by", safe(&c.to_string()).into_owned());
+                }
                 match t.host.as_deref().filter(|h| *h != crate::who::host()) {
                     Some(h) => self.row(
                         "output",

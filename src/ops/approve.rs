@@ -58,13 +58,13 @@ pub fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Res
     let dir = ctx.stores.get(&req.name)?;
     if req.then_tick {
         let rules = crate::store::access_rules(&*dir, &ctx.root.settings().access);
-        ctx.require(&*dir, Action::Tick, &rules, req.wait)?;
+        ctx.require(&*dir, Action::Tick, &rules)?;
     }
     let defaults = ctx.root.settings().access.clone();
     record_config_first(ctx, &*dir, req.wait)?;
     let rules = crate::rules::approvers_of_change(&dir.load()?, &defaults)
         .unwrap_or_else(|| crate::store::access_rules(&*dir, &defaults));
-    ctx.require(&*dir, Action::Approve, &rules, req.wait)?;
+    ctx.require(&*dir, Action::Approve, &rules)?;
     let by = ctx.actor.user.clone();
     let mut given = None;
     let mut approval = ApprovalRules::default();

@@ -4,7 +4,8 @@
 //! step's process group (named in the `in_flight` record, or written by the
 //! runner into the run directory; the verifier's is written there), SIGKILL
 //! after a grace period, and returns once the tick has recorded itself (as
-//! cancelled by whom), whoever takes the lock next.
+//! cancelled by whom, with the reason they gave), whoever takes the lock
+//! next.
 //!
 //! A group is signalled only once `/proc` proves it is the step's: its
 //! leader has the id and the start (clock ticks since boot, on this boot)
@@ -24,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::fsx::Dir;
 use crate::lock::{Holder, Wait};
 use crate::runs::{self, Runs};
-use crate::state::{InFlight, ProcessStart};
+use crate::state::{Cancellation, InFlight, ProcessStart};
 use crate::store::LoopStore;
 use crate::tick::after::Change;
 use crate::who;
@@ -38,6 +39,8 @@ pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// End loop `name`'s tick in flight.
 pub struct Cancel {
     pub name: String,
+    /// Why, for the record: kept with the tick it cancels.
+    pub reason: Option<String>,
     /// How long SIGTERM has before SIGKILL follows.
     pub grace: Duration,
     /// How long to wait for the tick to end and be recorded ([`TIMEOUT`]
@@ -55,21 +58,27 @@ pub struct Cancelled {
     /// The signals sent to its step's process group, in order.
     pub signals: Vec<&'static str>,
     pub by: String,
+    /// The reason given, if one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 pub fn cancel(ctx: &Ctx<'_>, req: Cancel, answer: Answer<'_, Cancelled>) -> Result<Cancelled> {
-    // The tick it would stop holds the lock: a refusal is said at once,
-    // and recorded if the lock comes within `timeout` (else a moment).
-    let bound = req.timeout.map_or(Wait::Forever, Wait::For);
-    let dir = ctx.allowed(&req.name, crate::access::Action::Cancel, bound)?;
+    // The tick it would stop holds the lock: a refusal is said, and
+    // recorded, at once all the same (it takes no lock).
+    let dir = ctx.allowed(&req.name, crate::access::Action::Cancel)?;
     let dir = &*dir;
-    let by = ctx.actor.user.clone();
+    let note = Cancellation {
+        by: ctx.actor.user.clone(),
+        reason: crate::bounds::opt_text(req.reason).filter(|r| !r.trim().is_empty()),
+    };
     let state = dir.load()?;
     let mut report = Cancelled {
         name: dir.name().to_string(),
         tick: None,
         signals: Vec::new(),
-        by: by.clone(),
+        by: note.by.clone(),
+        reason: note.reason.clone(),
     };
     let Some(flight) = state.in_flight else {
         answer(&report)?;
@@ -90,7 +99,7 @@ pub fn cancel(ctx: &Ctx<'_>, req: Cancel, answer: Answer<'_, Cancelled>) -> Resu
         };
     }
     let run = Runs::make(dir.base_dir())?.make_run(flight.tick)?;
-    runs::write_note(&run, &by)?;
+    runs::write_note(&run, &note)?;
     if let Some(group) = target.group(&run)? {
         signal(group, Signal::SIGTERM, flight.pid);
         report.signals.push("SIGTERM");
@@ -112,6 +121,7 @@ pub fn cancel(ctx: &Ctx<'_>, req: Cancel, answer: Answer<'_, Cancelled>) -> Resu
     if let Ok(state) = dir.load() {
         let mut notice = ctx.operated(dir, &state, "cancel");
         notice.tick = flight.tick;
+        notice.reason = note.reason;
         ctx.follow(Change::Operated(dir, Box::new(notice)));
     }
     said.map(|()| report)

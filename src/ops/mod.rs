@@ -86,28 +86,27 @@ impl<'a> Ctx<'a> {
     }
 
     /// Loop `name`, once the actor may do `action` to it (a refusal is
-    /// recorded, waiting for the lock no longer than `bound`).
-    fn allowed(&self, name: &str, action: Action, bound: Wait) -> Result<Box<dyn LoopStore>> {
+    /// recorded apart from the history, waiting for no lock).
+    fn allowed(&self, name: &str, action: Action) -> Result<Box<dyn LoopStore>> {
         let dir = self.stores.get(name)?;
         let rules = crate::store::access_rules(&*dir, &self.root.settings().access);
-        self.require(&*dir, action, &rules, bound)?;
+        self.require(&*dir, action, &rules)?;
         Ok(dir)
     }
 
     /// The actor must hold the role `action` needs under `rules`
     /// ([`refusal::require`]).
-    fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access, bound: Wait) -> Result<()> {
-        refusal::require(self, dir, action, rules, bound)
+    fn require(&self, dir: &dyn LoopStore, action: Action, rules: &Access) -> Result<()> {
+        refusal::require(self, dir, action, rules)
     }
 
     /// The one check before a change to the loop `store`, for a front-end
     /// that found the loop itself: the actor must hold the role `action`
     /// needs (a refusal is kept and returned as [`refusal::require`]
-    /// says). `bound` is the front-end's own bound on waiting for the lock
-    /// (`--timeout`, `--no-wait`; `Wait::Forever` when it sets none).
-    pub(crate) fn allowed_on(&self, store: &dyn LoopStore, action: Action, bound: Wait) -> Result<()> {
+    /// says).
+    pub(crate) fn allowed_on(&self, store: &dyn LoopStore, action: Action) -> Result<()> {
         let rules = crate::store::access_rules(store, &self.root.settings().access);
-        self.require(store, action, &rules, bound)
+        self.require(store, action, &rules)
     }
 
     /// Loads the loop's state under its lock, lets `change` modify it and

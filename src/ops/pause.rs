@@ -31,7 +31,7 @@ pub struct Paused {
 }
 
 pub fn pause(ctx: &Ctx<'_>, req: Pause, answer: Answer<'_, Paused>) -> Result<Paused> {
-    let dir = ctx.allowed(&req.name, Action::Pause, req.wait)?;
+    let dir = ctx.allowed(&req.name, Action::Pause)?;
     let by = ctx.actor.user.clone();
     let reason = bounds::opt_text(req.reason);
     let mut already = false;

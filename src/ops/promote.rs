@@ -35,7 +35,7 @@ pub struct Promote {
 }
 
 pub fn promote(ctx: &Ctx<'_>, req: Promote, answer: Answer<'_, Promotion>) -> Result<Promotion> {
-    let dir = ctx.allowed(&req.name, Action::Promote, req.wait)?;
+    let dir = ctx.allowed(&req.name, Action::Promote)?;
     let dir = &*dir;
     let original = dir.config_bytes()?;
     let config = LoopConfig::parse(&String::from_utf8_lossy(&original), &dir.config_path())?;

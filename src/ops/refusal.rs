@@ -2,14 +2,15 @@
 //!
 //! Someone who may not even view the loop is refused with nothing
 //! written: the refusal is logged (stderr, a server's log), never
-//! committed, and the loop's lock is never asked for, so no flood of them
-//! holds a tick back or fills the loop's history; nor are they told who
-//! holds the role. Someone who may view it is told who may, and the
-//! refusal is recorded (a `refused` event, in a commit of its own under
-//! the lock, waited for a moment at most), at most once a minute per
-//! person and loop where the front-end keeps a [`Refusals`] (a server);
-//! the refusals in between are counted, in the log and in the next one
-//! recorded.
+//! recorded; nor are they told who holds the role. Someone who may view
+//! it is told who may, and the refusal is recorded: a `refused` event,
+//! kept apart from the loop's history ([`LoopStore::record_refusal`]: no
+//! commit, no lock, a bounded record of its own that history's readers
+//! merge in), so no flood of refusals holds a tick back or rotates the
+//! `created` event and the operators' records out of the history. Where
+//! the front-end keeps a [`Refusals`] (a server), at most one a minute per
+//! person and loop is recorded; the refusals in between are counted, in
+//! the log and in the next one recorded.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,14 +19,9 @@ use std::time::{Duration, Instant};
 use super::Ctx;
 use crate::access::{self, Access, Action, Denied, Record};
 use crate::error::{Error, Result};
-use crate::history::EventKind;
-use crate::lock::{Holder, Wait};
-use crate::store::{Durability, LoopStore};
-
-/// How long a refusal waits for the loop's lock to be recorded when its
-/// front-end sets no bound of its own (`--timeout`): a tick that holds the
-/// lock for half an hour does not hold the refusal back with it.
-pub const REFUSAL_WAIT: Duration = Duration::from_secs(2);
+use crate::history::{Event, EventKind};
+use crate::store::LoopStore;
+use crate::who::Actor;
 
 /// At most one refusal recorded per person and loop in this long.
 pub const RECORD_EVERY: Duration = Duration::from_secs(60);
@@ -33,15 +29,6 @@ pub const RECORD_EVERY: Duration = Duration::from_secs(60);
 /// The (person, loop) pairs kept at most: past it, those whose minute is
 /// over are forgotten.
 const KEPT: usize = 10_000;
-
-/// The wait for a refusal's record: the front-end's own bound (its
-/// `--timeout` or `--no-wait`), else [`REFUSAL_WAIT`].
-pub fn record_wait(bound: Wait) -> Wait {
-    match bound {
-        Wait::Forever => Wait::For(REFUSAL_WAIT),
-        bounded => bounded,
-    }
-}
 
 /// The refusals a long-lived front-end (a server) recorded lately, per
 /// person and loop: what keeps their records to one a minute.
@@ -100,15 +87,12 @@ impl Refusals {
 /// The one role check before a change: the context's actor must hold the
 /// role `action` needs under `rules`. A refusal is returned as
 /// [`Error::NotAllowed`], kept as the module says (one a minute where the
-/// context keeps [`Refusals`]); `bound` is the front-end's own bound on
-/// waiting for the lock (`Wait::Forever` when it sets none), which a
-/// record waits for at most ([`record_wait`]).
+/// context keeps [`Refusals`]).
 pub(crate) fn require(
     ctx: &Ctx<'_>,
     store: &dyn LoopStore,
     action: Action,
     rules: &Access,
-    bound: Wait,
 ) -> Result<()> {
     let actor = &ctx.actor;
     let Err(denied) = access::check(actor, action, rules) else {
@@ -135,8 +119,8 @@ pub(crate) fn require(
             );
             Record::Counted
         }
-        (true, Some(Admit::Record(unrecorded))) => kept(ctx, store, &denied, unrecorded, bound),
-        (true, None) => kept(ctx, store, &denied, 0, bound),
+        (true, Some(Admit::Record(unrecorded))) => kept(store, actor, &denied, unrecorded),
+        (true, None) => kept(store, actor, &denied, 0),
     };
     Err(Error::NotAllowed {
         name: name.to_owned(),
@@ -148,29 +132,26 @@ pub(crate) fn require(
     })
 }
 
-/// Records the refusal under the loop's lock, if it comes in time.
-fn kept(ctx: &Ctx<'_>, store: &dyn LoopStore, denied: &Denied, unrecorded: u32, bound: Wait) -> Record {
-    match record(ctx, store, denied, unrecorded, record_wait(bound)) {
+/// Records the refusal apart from the history, at once.
+fn kept(store: &dyn LoopStore, actor: &Actor, denied: &Denied, unrecorded: u32) -> Record {
+    match record(store, actor, denied, unrecorded) {
         Ok(()) => Record::Kept,
-        Err(Error::LockNotObtained { holder, .. }) => Record::Busy(holder),
         Err(e) => Record::Failed(e.to_string()),
     }
 }
 
-/// The refusal's commit, as the refused actor's; a dead tick found on the
-/// way is recorded as this process's own finding.
-fn record(ctx: &Ctx<'_>, store: &dyn LoopStore, denied: &Denied, unrecorded: u32, wait: Wait) -> Result<()> {
-    let actor = &ctx.actor;
-    let mut session = store.lock(Holder::me("refused"), wait)?;
-    let mut state = session.load(ctx.stores.me())?.state;
-    let event = EventKind::Refused {
+/// The `refused` event, stamped with the state version it saw (the
+/// events of that version come before it in the history).
+fn record(store: &dyn LoopStore, actor: &Actor, denied: &Denied, unrecorded: u32) -> Result<()> {
+    let version = store.load()?.version;
+    let kind = EventKind::Refused {
         by: actor.user.clone(),
         action: denied.action,
         role: denied.role,
         holders: denied.holders.clone(),
         unrecorded,
     };
-    session.commit(actor, &mut state, vec![event], Durability::Full)
+    store.record_refusal(&Event::stamped(kind, version, crate::clock::now(), actor))
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub(crate) fn not_pending(named: &str, pending: Option<&str>) -> Refusal {
 }
 
 pub fn reject(ctx: &Ctx<'_>, req: Reject, answer: Answer<'_, Rejected>) -> Result<Rejected> {
-    let dir = ctx.allowed(&req.name, Action::Reject, req.wait)?;
+    let dir = ctx.allowed(&req.name, Action::Reject)?;
     let by = ctx.actor.user.clone();
     let reason = bounds::opt_text(req.reason);
     let mut rejected = None;

@@ -43,7 +43,7 @@ pub struct Resumed {
 }
 
 pub fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) -> Result<Resumed> {
-    let dir = ctx.allowed(&req.name, Action::Resume, req.wait)?;
+    let dir = ctx.allowed(&req.name, Action::Resume)?;
     let by = ctx.actor.user.clone();
     let mut from = Status::Active;
     let mut dropped = BTreeMap::new();

@@ -25,7 +25,7 @@ pub struct Removed {
 }
 
 pub fn rm(ctx: &Ctx<'_>, req: Rm, answer: Answer<'_, Removed>) -> Result<Removed> {
-    let dir = ctx.allowed(&req.name, Action::Rm, req.wait)?;
+    let dir = ctx.allowed(&req.name, Action::Rm)?;
     let mut session = dir.lock(Holder::me("rm"), req.wait)?;
     if !req.force {
         let state = session.load(ctx.stores.me())?.state;

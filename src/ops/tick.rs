@@ -9,7 +9,6 @@ use crate::access::Action;
 use crate::config::LoopConfig;
 use crate::error::Result;
 use crate::fires::FiredBy;
-use crate::lock::Wait;
 use crate::store::LoopStore;
 use crate::tick::after::Change;
 use crate::tick::{Options, TickReport};
@@ -30,8 +29,7 @@ pub struct Tick {
 
 /// Runs a tick of loop `name` once the actor may.
 pub fn tick(ctx: &Ctx<'_>, req: Tick, answer: Answer<'_, TickReport>) -> Result<TickReport> {
-    let bound = req.timeout.map_or(Wait::Forever, Wait::For);
-    let dir = ctx.allowed(&req.name, Action::Tick, bound)?;
+    let dir = ctx.allowed(&req.name, Action::Tick)?;
     let config = dir.config()?;
     here(ctx, &*dir, &config, &req, answer)
 }

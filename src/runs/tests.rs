@@ -101,11 +101,11 @@ fn a_run_directory_made_first_by_cancel_is_kept_with_its_note() {
         l.make(tick, 2);
     }
     let early = Runs::make(&l.base).unwrap().make_run(3).unwrap();
-    write_note(&early, "ann").unwrap();
+    write_note(&early, &ann(None)).unwrap();
     l.make(3, 2);
     assert_eq!(names_in(&runs), ["2", "3"]);
     assert_eq!(names_in(&runs.join("3")), ["cancel"]);
-    assert_eq!(cancelled_by(&early).as_deref(), Some("ann"));
+    assert_eq!(cancelled_by(&early), Some(ann(None)));
     // keep = 0: the new one is made (the tick removes it once recorded).
     l.make(4, 0);
     assert_eq!(names_in(&runs), ["4"]);
@@ -188,10 +188,10 @@ fn what_automaton_writes_in_a_run_replaces_a_planted_link() {
     symlink(&target, l.runs().join("1").join(CANCEL)).unwrap();
     assert_eq!(cancelled_by(&run), None, "a link is no note");
     symlink(&target, l.runs().join("1/step.pgid")).unwrap();
-    write_note(&run, "ann").unwrap();
+    write_note(&run, &ann(Some("a freeze\nuntil Monday"))).unwrap();
     write_group(&run, "step", 4242, None).unwrap();
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
-    assert_eq!(cancelled_by(&run).as_deref(), Some("ann"));
+    assert_eq!(cancelled_by(&run), Some(ann(Some("a freeze\nuntil Monday"))));
     assert_eq!(read_group(&run, "step"), Some((4242, None)));
     let start = ProcessStart {
         ticks: 17,
@@ -204,4 +204,11 @@ fn what_automaton_writes_in_a_run_replaces_a_planted_link() {
     std::fs::remove_file(&fifo).unwrap();
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     assert_eq!(cancelled_by(&run), None);
+}
+
+fn ann(reason: Option<&str>) -> Cancellation {
+    Cancellation {
+        by: "ann".into(),
+        reason: reason.map(str::to_owned),
+    }
 }

@@ -85,8 +85,10 @@ fn public_message(e: &Error) -> String {
     }
 }
 
-/// `text` with each absolute path (a word that starts with `/`) cut to
-/// its last part.
+/// `text` with each absolute path (from a `/` that starts a word) cut to
+/// its last part. A path runs to a `: `, a line's end, a closing mark or
+/// the next path (` /`), not to the first space: a server path with a
+/// space in it loses every part but its last.
 fn without_paths(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -101,15 +103,31 @@ fn without_paths(text: &str) -> String {
             rest = &rest[at + 1..];
             continue;
         }
-        let end = rest[at..]
-            .find(|c: char| c.is_whitespace() || ")\"'`,;".contains(c))
-            .map_or(rest.len(), |n| at + n);
+        let end = path_end(&rest[at..]).map_or(rest.len(), |n| at + n);
         let path = rest[at..end].trim_end_matches(['.', ':']);
         out.push_str(path.rsplit('/').find(|p| !p.is_empty()).unwrap_or("/"));
         rest = &rest[at + path.len()..];
     }
     out.push_str(rest);
     out
+}
+
+/// Where the path that starts `text` ends, if before `text` does.
+fn path_end(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next = chars.peek().map(|(_, n)| *n);
+        let ends = match c {
+            '\n' | '\r' | ')' | '"' | '\'' | '`' | ',' | ';' => true,
+            ':' => next.is_none_or(char::is_whitespace),
+            c if c.is_whitespace() => next.is_none_or(|n| n == '/' || n.is_whitespace()),
+            _ => false,
+        };
+        if ends {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// The status and code of a library error.
@@ -344,7 +362,7 @@ impl Verb {
             Verb::Reject => (false, true, true, false),
             Verb::Pause => (false, true, false, false),
             Verb::Resume => (false, false, false, true),
-            Verb::Cancel => (false, false, false, false),
+            Verb::Cancel => (false, true, false, false),
         };
         let given = [
             ("note", c.note.is_some(), note),
@@ -413,6 +431,7 @@ pub fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) ->
         Verb::Cancel => {
             let req = ops::cancel::Cancel {
                 name,
+                reason: change.reason,
                 grace: app.lock_wait / 3,
                 timeout: Some(app.lock_wait),
             };
@@ -507,6 +526,14 @@ mod tests {
         assert_eq!(
             without_paths("a/b and http://h/p stay"),
             "a/b and http://h/p stay"
+        );
+        assert_eq!(
+            without_paths("cannot open /srv/my root/loops/demo/.state.loop: denied"),
+            "cannot open .state.loop: denied"
+        );
+        assert_eq!(
+            without_paths("renaming /srv/my root/a to /srv/my root/b"),
+            "renaming a to b"
         );
     }
 }

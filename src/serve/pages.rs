@@ -919,6 +919,10 @@ pub async fn run(
                 dt { "Started" } dd { (time(t.started_at)) }
                 dt { "Ran for" } dd { (elapsed(t.started_at, t.ended_at)) }
                 dt { "Outcome" } dd { (t.outcome.to_string()) }
+                @if let Some(c) = &t.cancelled {
+                    dt { "Cancelled by" } dd { (c.by) }
+                    @if let Some(r) = &c.reason { dt { "Why" } dd { (r) } }
+                }
                 @if let Some(p) = &t.step {
                     dt { "Exit" } dd { @match (p.exit_code, p.signal) {
                         (Some(c), _) => { "exit code " (c) },
@@ -1099,7 +1103,7 @@ pub async fn change(
     let confirmed = form.confirm.as_deref() == Some("yes");
     let change = Change {
         note: text(form.note).filter(|_| verb == Verb::Approve),
-        reason: text(form.reason).filter(|_| matches!(verb, Verb::Reject | Verb::Pause)),
+        reason: text(form.reason).filter(|_| matches!(verb, Verb::Reject | Verb::Pause | Verb::Cancel)),
         await_id: text(form.await_id).filter(|_| matches!(verb, Verb::Approve | Verb::Reject)),
         reset_budget: (verb == Verb::Resume && form.reset_budget.as_deref() == Some("yes")).then_some(true),
     };
@@ -1108,6 +1112,15 @@ pub async fn change(
             StatusCode::UNPROCESSABLE_ENTITY,
             "reason_required",
             "a rejection needs a reason; go back and give one",
+        );
+        return error_page(Some(&who), e);
+    }
+    // A cancel's reason is asked on its confirmation.
+    if verb == Verb::Cancel && confirmed && change.reason.is_none() {
+        let e = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "reason_required",
+            "a cancellation needs a reason; go back and give one",
         );
         return error_page(Some(&who), e);
     }
@@ -1134,6 +1147,7 @@ fn verb_word(verb: Verb) -> &'static str {
 
 /// The second step of Reject and Cancel: what is about to happen, and a
 /// form that does it (`confirm=yes`) or a link back; no script needed.
+/// Reject's reason was given on the review page; Cancel's is asked here.
 fn confirm_page(who: &Who, name: &str, verb: Verb, change: &Change) -> Response {
     let (title, what, yes, back) = match verb {
         Verb::Reject => (
@@ -1155,11 +1169,14 @@ fn confirm_page(who: &Who, name: &str, verb: Verb, change: &Change) -> Response 
     let body = html! {
         h1 { (title) }
         p { (what) }
-        @if let Some(r) = &change.reason { p { "Reason: " (r) } }
+        @if verb == Verb::Reject { @if let Some(r) = &change.reason { p { "Reason: " (r) } } }
         form.card method="post" action=(format!("/loops/{name}/{}", verb_word(verb))) {
             (csrf(who))
             input type="hidden" name="confirm" value="yes";
-            @if let Some(r) = &change.reason { input type="hidden" name="reason" value=(r); }
+            @if verb == Verb::Cancel {
+                label for="reason" { "Why (kept with the tick)" }
+                textarea #reason name="reason" rows="2" required { (change.reason.as_deref().unwrap_or_default()) }
+            } @else if let Some(r) = &change.reason { input type="hidden" name="reason" value=(r); }
             @if let Some(a) = &change.await_id { input type="hidden" name="await" value=(a); }
             button.reject type="submit" { (yes) }
         }

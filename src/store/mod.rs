@@ -354,9 +354,22 @@ impl Stores {
             });
         }
         let config = src.config_text()?;
-        to.adopt(src.name(), &config, &state, &history.events)?;
+        let moved = history.events.len();
+        let (refusals, events): (Vec<Event>, Vec<Event>) = history
+            .events
+            .into_iter()
+            .partition(|e| matches!(e.kind, EventKind::Refused { .. }));
+        to.adopt(src.name(), &config, &state, &events)?;
+        // The refusals follow it, kept apart there too; one that cannot
+        // be is said, and does not undo the move.
+        let moved_to = to.get(name)?;
+        for r in &refusals {
+            if let Err(e) = moved_to.record_refusal(r) {
+                tracing::warn!("loop {name:?}: a refusal was not moved: {e}");
+            }
+        }
         session.forget()?;
-        Ok(history.events.len())
+        Ok(moved)
     }
 }
 
@@ -426,8 +439,27 @@ pub trait LoopStore: Send + Sync {
     fn load(&self) -> Result<State>;
 
     /// The committed history, oldest first, consistent with the state that
-    /// was committed when it was read; read without the lock.
+    /// was committed when it was read, with the refusals kept apart merged
+    /// in ([`crate::history::merge`]); read without the lock.
     fn history(&self) -> Result<History>;
+
+    /// The newest `n` events of the history (as [`LoopStore::history`]
+    /// has them) that `admits` takes, oldest first: what a bounded answer
+    /// needs. The file store reads them from the end, holding no more
+    /// than they are.
+    fn history_last(&self, n: usize, admits: &dyn Fn(&Event) -> bool) -> Result<History> {
+        let mut history = self.history()?;
+        history.events.retain(|e| admits(e));
+        let skip = history.events.len().saturating_sub(n);
+        history.events.drain(..skip);
+        Ok(history)
+    }
+
+    /// Keeps a `refused` event apart from the history, without the loop's
+    /// lock: a record of its own, bounded (the oldest go first), that
+    /// [`LoopStore::history`] merges in. So refusals never rotate the
+    /// history, and the `created` event and the operators' records stay.
+    fn record_refusal(&self, event: &Event) -> Result<()>;
 
     /// Who holds the loop's lock, if anyone alive does.
     fn holder(&self) -> Option<Holder>;

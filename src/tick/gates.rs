@@ -371,6 +371,7 @@ mod tests {
                 before: Some("aaa".into()),
                 after: Some("bbb".into()),
             }),
+            cancelled: None,
         });
         state.awaiting = Some(Await {
             id: "aw-5".into(),

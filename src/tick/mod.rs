@@ -433,6 +433,7 @@ impl Tick<'_> {
             config: Some(self.current.hashes.clone()),
             confinement: ran.confinement.clone(),
             fired_by: Some(self.fired_by),
+            cancelled: ran.failure.as_ref().and_then(|f| f.cancellation()).cloned(),
         });
         let events = std::mem::take(&mut self.events);
         match session.commit(&self.actor, state, events, Durability::Full) {
@@ -765,6 +766,7 @@ impl Tick<'_> {
             worktree_changed,
             host: Some(crate::who::host()),
             head: stepped.head.clone(),
+            cancelled: ran.failure.as_ref().and_then(|f| f.cancellation()).cloned(),
         });
     }
 
@@ -800,6 +802,7 @@ impl Tick<'_> {
                 config: Some(self.current.hashes.clone()),
                 confinement: None,
                 fired_by: Some(self.fired_by),
+                cancelled: None,
             });
         }
         let noted = self.note_gate_error(state);

@@ -12,7 +12,7 @@ use crate::config::{CommandLine, LoopConfig};
 use crate::fsx::Dir;
 use crate::lock::LockWatch;
 use crate::runs::{self, Runs};
-use crate::state::ProcessOutcome;
+use crate::state::{Cancellation, ProcessOutcome};
 use crate::step::confine::{self, ConfineError, Confinement, Prepared};
 use crate::step::{self, Canceller, StepError, StepSpec};
 use crate::worktree::WorktreeError;
@@ -75,9 +75,10 @@ pub enum Failure {
         what: &'static str,
         outcome: ProcessOutcome,
     },
-    /// `automaton cancel` stopped it; `ended` is how it ended.
-    #[error("cancelled by {by} ({ended})")]
-    Cancelled { by: String, ended: Box<Failure> },
+    /// `automaton cancel` stopped it (who, and why if they said); `ended`
+    /// is how it ended.
+    #[error("cancelled by {note} ({ended})")]
+    Cancelled { note: Cancellation, ended: Box<Failure> },
     /// The runner lost the loop's lock (the PostgreSQL store's lease) and
     /// killed what ran under it; `ended` is how it ended.
     #[error("the loop's lock was lost, and the runner killed the {what} ({ended})")]
@@ -112,6 +113,14 @@ impl Failure {
     /// The failure with its causes, as one line: the tick's reason.
     pub fn reason(&self) -> String {
         crate::error::with_causes(self)
+    }
+
+    /// Who cancelled the tick, and why, when that is how it failed.
+    pub fn cancellation(&self) -> Option<&Cancellation> {
+        match self {
+            Failure::Cancelled { note, .. } => Some(note),
+            _ => None,
+        }
     }
 }
 
@@ -334,9 +343,12 @@ fn run_confined(config: &LoopConfig, runner: &Runner<'_>, group: Option<step::Gr
             ended: ended_as,
         });
     }
-    if let Some(by) = runs::cancelled_by(run_dir) {
+    if let Some(note) = runs::cancelled_by(run_dir) {
         let ended_as = Box::new(Failure::ended("step", &step, timeout));
-        return ended(Failure::Cancelled { by, ended: ended_as });
+        return ended(Failure::Cancelled {
+            note,
+            ended: ended_as,
+        });
     }
     if !step.success() {
         return ended(Failure::ended("step", &step, timeout));
@@ -369,8 +381,8 @@ fn verified(runner: &Runner<'_>, v: &crate::config::Verifier, step: ProcessOutco
         },
         Ok(o) => Ran {
             failure: match runs::cancelled_by(runner.run_dir) {
-                Some(by) => Some(Failure::Cancelled {
-                    by,
+                Some(note) => Some(Failure::Cancelled {
+                    note,
                     ended: Box::new(Failure::ended("verifier", &o, timeout)),
                 }),
                 None => (!o.success()).then(|| Failure::ended("verifier", &o, timeout)),
@@ -488,13 +500,20 @@ mod tests {
             duration_ms: 1234,
             timed_out: true,
         };
-        let cancelled = Failure::Cancelled {
-            by: "ops".into(),
+        let cancelled = |reason: Option<&str>| Failure::Cancelled {
+            note: Cancellation {
+                by: "ops".into(),
+                reason: reason.map(str::to_owned),
+            },
             ended: Box::new(Failure::ended("step", &timed_out, Duration::from_secs(90))),
         };
         assert_eq!(
-            cancelled.reason(),
+            cancelled(None).reason(),
             "cancelled by ops (step timed out after 1m 30s)"
+        );
+        assert_eq!(
+            cancelled(Some("a freeze")).reason(),
+            "cancelled by ops: a freeze (step timed out after 1m 30s)"
         );
     }
 }

@@ -534,3 +534,67 @@ fn review_after_a_reject_names_it_and_lists_only_the_ticks_since() {
         "{text}"
     );
 }
+
+/// After a rejection, and a resume that starts the totals over, `review`
+/// lists no tick the rejection turned down and the new await once, though
+/// a pause and resume while it awaited recorded it again; its metrics
+/// since count from the reset. After the next approval it lists the ticks
+/// that ran and the await they led to.
+#[test]
+fn review_after_a_reject_and_a_budget_reset_lists_the_await_once() {
+    let env = Env::new();
+    let toml = "step = \"echo cost_usd=0.35 > \\\"$AUTOMATON_METRICS\\\"\"\n\
+                [[gate]]\nstock = \"approve-every\"\nparams = { every = 2 }\n\
+                [[gate]]\nstock = \"budget\"\nparams = { metric = \"cost_usd\", max = 5.0 }\n";
+    env.new_loop("demo", toml);
+    for _ in 0..3 {
+        env.ok(&["tick", "demo"]);
+    }
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    env.ok(&["reject", "demo", "--reason", "wrong approach"]);
+    env.ok(&["resume", "demo", "--reset-budget"]);
+    env.ok(&["tick", "demo"]);
+    let pending = env.state("demo")["awaiting"]["id"].clone();
+    env.ok(&["pause", "demo"]);
+    env.ok(&["resume", "demo"]);
+    env.ok(&["tick", "demo"]);
+    assert_eq!(env.state("demo")["awaiting"]["id"], pending, "the same await");
+    let review = |env: &Env| -> (serde_json::Value, String) {
+        let json = serde_json::from_str(&env.ok(&["review", "demo", "--json"])).unwrap();
+        (json, env.ok(&["review", "demo"]))
+    };
+    let (json, text) = review(&env);
+    let listed = |json: &serde_json::Value| -> Vec<(u64, String)> {
+        json["ticks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["tick"].as_u64().unwrap(),
+                    t["outcome"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(listed(&json), [(3, "awaiting-approval".to_owned())], "{json:#}");
+    assert_eq!(text.matches("tick 3: awaiting-approval").count(), 1, "{text}");
+    assert_eq!(json["rejected"]["reason"], "wrong approach", "{json:#}");
+    assert_eq!(json["metrics_since"], serde_json::json!({}), "{json:#}");
+    assert_eq!(json["totals"], serde_json::json!({}), "{json:#}");
+    env.ok(&["approve", "demo"]);
+    for _ in 0..3 {
+        env.ok(&["tick", "demo"]);
+    }
+    assert_eq!(env.state("demo")["status"], "awaiting_approval");
+    let (json, text) = review(&env);
+    let outcomes: Vec<String> = listed(&json).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(outcomes, ["ran", "ran", "awaiting-approval"], "{json:#}");
+    assert!(!text.contains("wrong approach"), "an approval since: {text}");
+    let since = json["metrics_since"]["cost_usd"].as_f64().unwrap();
+    let total = json["totals"]["cost_usd"].as_f64().unwrap();
+    assert!(
+        (since - 0.7).abs() < 1e-9 && (total - 0.7).abs() < 1e-9,
+        "{json:#}"
+    );
+}

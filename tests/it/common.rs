@@ -230,15 +230,32 @@ impl Env {
         serde_json::from_str(&self.ok(&["status", name, "--json"])).unwrap()
     }
 
+    /// The events of `history.jsonl` (the rows of `events`), with the
+    /// refusals kept apart from them merged in, each after the events of
+    /// the version it saw, as the store's readers merge them.
     pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
         if let Some(pg) = &self.pg {
             return pg.history(name);
         }
-        std::fs::read_to_string(self.loop_dir(name).join("history.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        let read = |file: &str| -> Vec<serde_json::Value> {
+            std::fs::read_to_string(self.loop_dir(name).join(file))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let mut refusals = read("refusals.1.jsonl");
+        refusals.extend(read("refusals.jsonl"));
+        let mut merged = Vec::new();
+        let mut refusals = refusals.into_iter().peekable();
+        for e in read("history.jsonl") {
+            while let Some(r) = refusals.next_if(|r| r["v"].as_u64() < e["v"].as_u64()) {
+                merged.push(r);
+            }
+            merged.push(e);
+        }
+        merged.extend(refusals);
+        merged
     }
 
     pub fn history_kinds(&self, name: &str) -> Vec<String> {
@@ -412,7 +429,11 @@ impl PgStore {
     pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
         self.client()
             .query(
-                "SELECT event::text FROM events WHERE loop = $1 ORDER BY v, n",
+                "SELECT event::text FROM (
+                     SELECT v, n AS o, false AS refusal, event FROM events WHERE loop = $1
+                     UNION ALL
+                     SELECT v, seq, true, event FROM refusals WHERE loop = $1) h
+                 ORDER BY v, refusal, o",
                 &[&name],
             )
             .unwrap()

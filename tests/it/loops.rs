@@ -393,3 +393,51 @@ fn the_example_loops_are_valid() {
         env.ok(&["new", &name, "--from", path.to_str().unwrap()]);
     }
 }
+
+/// `history --follow` prints a refusal as it is recorded (kept apart from
+/// the history, it moves no version), then the next commit, each once.
+#[test]
+fn history_follow_prints_a_refusal_as_it_is_recorded() {
+    let env = Env::new();
+    env.new_loop("demo", "step = \"true\"\n[access]\noperators = [\"operator\"]\n");
+    let out = env
+        .root
+        .with_file_name(format!("follow-{}.out", fastrand::u32(..)));
+    let mut child = env
+        .cmd()
+        .args(["history", "demo", "--follow", "--json"])
+        .stdout(fs::File::create(&out).unwrap())
+        .spawn()
+        .unwrap();
+    let printed = |what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !fs::read_to_string(&out).unwrap_or_default().contains(what) {
+            assert!(std::time::Instant::now() < deadline, "never printed {what}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    printed("\"created\"");
+    let refused = env
+        .cmd()
+        .args(["pause", "demo"])
+        .env("AUTOMATON_USER", "mallory")
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(10));
+    printed("\"refused\"");
+    env.ok(&["pause", "demo", "--reason", "tea"]);
+    printed("tea");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kinds: Vec<String> = fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["created", "refused", "paused"]);
+}

@@ -730,3 +730,23 @@ fn a_receiver_that_never_answers_holds_back_no_other_loops_webhook() {
         "the receiver was released by the test"
     );
 }
+
+/// A `webhook_timeout` past a minute is refused when the loop is made,
+/// naming the setting and the most it may be: a receiver that hangs never
+/// holds a delivery longer.
+#[test]
+fn a_webhook_timeout_past_a_minute_is_refused() {
+    let env = Env::new();
+    let file = env.root.join("slow.toml");
+    std::fs::write(
+        &file,
+        "step = \"true\"\n[notify]\nwebhook = \"http://127.0.0.1:9/\"\nwebhook_timeout = \"24h\"\n",
+    )
+    .unwrap();
+    let err = env.fails(5, &["new", "slow", "--from", file.to_str().unwrap()]);
+    assert!(
+        err.contains("webhook_timeout") && err.contains("24h") && err.contains("1m"),
+        "{err}"
+    );
+    assert!(!env.loop_dir("slow").exists());
+}

@@ -398,6 +398,64 @@ fn cancel_ends_a_tick_whose_step_ignores_term() {
     env.ok(&["pause", "demo", "--no-wait"]);
 }
 
+/// `cancel --reason`: the reason is kept with the tick it cancels, in its
+/// history event and its state, and `status` and `history` say it.
+#[test]
+fn cancel_keeps_its_reason_with_the_tick_and_status_and_history_say_it() {
+    let env = Env::new();
+    let dir = env.scratch().join("signals");
+    fs::create_dir_all(&dir).unwrap();
+    let step = format!(
+        "step = \"touch '{0}/started'; while :; do sleep 0.05; done\"\n",
+        dir.display()
+    );
+    env.new_loop("demo", &step);
+    let mut tick = env
+        .cmd()
+        .args(["tick", "demo"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&dir.join("started"));
+    let out = env
+        .cmd()
+        .args(["cancel", "demo", "--reason", "deploy freeze", "--json"])
+        .env("AUTOMATON_USER", "ann")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["reason"], "deploy freeze", "{said}");
+    assert_eq!(tick.wait().unwrap().code(), Some(6));
+    let last = env.history("demo").pop().unwrap();
+    assert_eq!(last["kind"], "tick");
+    assert_eq!(
+        last["cancelled"],
+        serde_json::json!({"by": "ann", "reason": "deploy freeze"}),
+        "{last}"
+    );
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled by ann: deploy freeze ("),
+        "{last}"
+    );
+    assert_eq!(
+        env.status("demo")["last_tick"]["cancelled"]["reason"],
+        "deploy freeze"
+    );
+    let status = env.ok(&["status", "demo"]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.contains("cancelled by") && l.contains("ann: deploy freeze")),
+        "{status}"
+    );
+    let history = env.ok(&["history", "demo", "--limit", "1"]);
+    assert!(history.contains("cancelled by ann: deploy freeze"), "{history}");
+}
+
 #[test]
 fn cancel_without_a_tick_in_flight_does_nothing() {
     let env = Env::new();

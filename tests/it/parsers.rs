@@ -146,6 +146,10 @@ fn lines() -> Vec<Vec<u8>> {
                 enforces: vec![automaton::step::confine::Enforced::Filesystem],
             }),
             fired_by: Some(automaton::fires::FiredBy::Cron),
+            cancelled: Some(automaton::state::Cancellation {
+                by: "ann".into(),
+                reason: Some("a freeze".into()),
+            }),
         },
         EventKind::ConfigChanged {
             change: automaton::rules::ConfigChange {

@@ -969,6 +969,9 @@ fn reject_and_cancel_ask_a_reason_and_a_confirmation_and_every_change_says_what_
     );
     let (status, _, asked) = form("/loops/demo/cancel", &[]);
     assert!(status == 200 && asked.contains("Yes, cancel the tick"), "{asked}");
+    assert!(asked.contains("name=\"reason\" rows=\"2\" required"), "{asked}");
+    let (status, _, refused) = form("/loops/demo/cancel", &[("confirm", "yes"), ("reason", " ")]);
+    assert!(status == 422 && refused.contains("needs a reason"), "{refused}");
     assert_eq!(
         env.history("demo").len(),
         before,
@@ -1012,6 +1015,65 @@ fn reject_and_cancel_ask_a_reason_and_a_confirmation_and_every_change_says_what_
     assert!(
         paused.contains("value=\"resume\"") && !paused.contains("value=\"pause\""),
         "{paused}"
+    );
+    assert_eq!(s.stop(), Some(0));
+}
+
+/// The console's Cancel of a running tick: its reason asked on the
+/// confirmation, kept with the tick, and shown on the tick's page.
+#[test]
+fn the_consoles_cancel_keeps_its_reason_with_the_tick_and_its_page_shows_it() {
+    let env = Env::new();
+    env.new_loop("slow", "step = \"while :; do sleep 0.05; done\"\n");
+    let token = user(&env, "ann");
+    let mut ticking = env
+        .cmd()
+        .args(["tick", "slow"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while env.status("slow")["in_flight"].is_null() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = Server::start(&env, &[]);
+    let (id, csrf) = sign_in(&s, &token);
+    let cookie = format!("automaton_session={id}");
+    let form = |fields: &[(&str, &str)]| {
+        let mut fields = fields.to_vec();
+        fields.push(("csrf", csrf.as_str()));
+        let r = agent()
+            .post(s.url("/loops/slow/cancel"))
+            .header("Cookie", &cookie)
+            .send_form(fields)
+            .unwrap();
+        (r.status().as_u16(), answer(Ok(r)).1)
+    };
+    let (status, refused) = form(&[("confirm", "yes")]);
+    assert!(status == 422 && refused.contains("needs a reason"), "{refused}");
+    assert!(
+        !env.status("slow")["in_flight"].is_null(),
+        "nothing was cancelled"
+    );
+    let (status, _) = form(&[("confirm", "yes"), ("reason", "wrong branch")]);
+    assert_eq!(status, 303);
+    assert_eq!(ticking.wait().unwrap().code(), Some(6));
+    let last = env.history("slow").pop().unwrap();
+    assert_eq!(
+        last["cancelled"],
+        json!({"by": "ann", "reason": "wrong branch"}),
+        "{last}"
+    );
+    let page = answer(
+        agent()
+            .get(s.url("/loops/slow/runs/1"))
+            .header("Cookie", &cookie)
+            .call(),
+    )
+    .1;
+    assert!(
+        page.contains("Cancelled by") && page.contains("wrong branch"),
+        "{page}"
     );
     assert_eq!(s.stop(), Some(0));
 }

@@ -521,3 +521,79 @@ fn a_roots_config_that_is_a_fifo_is_refused_without_blocking() {
         assert!(err.contains("automaton.toml is a FIFO"), "{args:?}: {err}");
     }
 }
+
+/// `args`' output and the most memory the command held (its peak
+/// resident set, in KiB) as GNU time tells it (measured in a process of
+/// its own: this one's memory is not counted); no figure without it.
+fn with_peak_rss(env: &Env, args: &[&str]) -> (std::process::Output, Option<u64>) {
+    let time = std::path::Path::new("/usr/bin/time");
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let mut cmd = match time.exists() {
+        true => {
+            let mut c = std::process::Command::new(time);
+            c.args(["-f", "%M", "-o"])
+                .arg(report.path())
+                .arg(crate::common::BIN);
+            c
+        }
+        false => std::process::Command::new(crate::common::BIN),
+    };
+    crate::common::isolate(&mut cmd);
+    let out = cmd
+        .arg("--root")
+        .arg(&env.root)
+        .args(args)
+        .env("AUTOMATON_USER", "operator")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let peak = fs::read_to_string(report.path())
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    (out, peak)
+}
+
+/// `history --limit N` over a 60 MB history answers its newest events,
+/// those of the kinds asked for, holding far less than the file: it reads
+/// from the end.
+#[test]
+fn the_newest_events_of_a_large_history_are_read_from_its_end() {
+    let env = crate::files_only!("writes a large history.jsonl by hand");
+    env.new_loop("big", "step = \"true\"\n[history]\nmax_size = \"1GiB\"\n");
+    let path = env.loop_dir("big").join("history.jsonl");
+    let version = env.state("big")["version"].as_u64().unwrap();
+    let mut filler = String::new();
+    for i in 0..300_000 {
+        filler += &format!(
+            "{{\"v\":{version},\"at\":\"2026-01-01T00:00:00Z\",\"kind\":\"resumed\",\"by\":\"ann\",\"from\":\"paused\",\"n\":{i},\"pad\":\"{}\"}}\n",
+            "x".repeat(120)
+        );
+    }
+    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut file, filler.as_bytes()).unwrap();
+    drop((file, filler));
+    assert!(fs::metadata(&path).unwrap().len() > 50_000_000);
+    env.ok(&["pause", "big", "--reason", "the newest"]);
+    let (out, peak) = with_peak_rss(&env, &["history", "big", "--limit", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let last: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let said: Vec<(&str, Option<&str>)> = last
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["reason"].as_str()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("resumed", None),
+            ("resumed", None),
+            ("paused", Some("the newest"))
+        ]
+    );
+    let first = env.ok(&["history", "big", "--limit", "1", "--kind", "created", "--json"]);
+    assert!(first.contains("\"created\""), "{first}");
+    // The whole file parsed holds hundreds of MB; the answer, a few.
+    match peak {
+        Some(peak) => assert!(peak < 48 * 1024, "history --limit 3 held {peak} KiB"),
+        None => eprintln!("no /usr/bin/time: the peak memory was not measured"),
+    }
+}

@@ -48,12 +48,15 @@ pub fn history(ctx: &Ctx, name: &str, limit: Option<usize>) -> Result<History> {
 }
 
 /// `history NAME` with `q`: the events it admits, the last `q.limit` of
-/// them. A line that cannot be read is passed over, with a warning naming
-/// it.
+/// them (read from the end, holding no more than they are). A line that
+/// cannot be read is passed over, with a warning naming it.
 pub fn query(ctx: &Ctx, name: &str, q: &Query) -> Result<History> {
     let dir = ctx.stores.get(name)?;
     super::may_view(ctx, dir.as_ref())?;
-    let history::History { mut events, bad } = dir.history()?;
+    let history::History { mut events, bad } = match q.limit {
+        Some(n) => dir.history_last(n, &|e| q.admits(e))?,
+        None => dir.history()?,
+    };
     for b in &bad {
         tracing::warn!(
             "{}:{}: passed over an unreadable line: {}",

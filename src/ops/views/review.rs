@@ -1,7 +1,9 @@
 //! The view an approver decides on (`review`). The pending await (which
-//! gates asked, why, since when), every tick since the last approval
-//! released one (its outcome, step and verifier, the last lines of each
-//! output, its gates' decisions), the metrics those ticks reported against
+//! gates asked, why, since when), the last rejection, every tick since the
+//! last approval released an await and since that rejection, an await
+//! recorded again at the same tick once (its outcome, step and verifier,
+//! the last lines of each output, its gates' decisions), the metrics those
+//! ticks reported against
 //! the loop's totals, the commits from the last approved commit to the
 //! worktree's HEAD, and what is not committed in the worktree (the range
 //! and the sums as `crate::since` computes them, for the notices too), and
@@ -43,6 +45,8 @@ pub struct Review {
     /// down are not listed again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejected: Option<Rejection>,
+    /// The ticks since the last approval and the last rejection; a tick
+    /// that awaited the same await again is listed once.
     pub ticks: Vec<TickReview>,
     /// Sums of the metrics the ticks since the last approval reported,
     /// counted from the last reset of the totals when one came after it.
@@ -155,7 +159,7 @@ fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
     let history = dir.history()?;
     let since = Since::of(&history.events);
     let recent = since.unrejected();
-    let mut ticks = Vec::new();
+    let mut ticks: Vec<TickReview> = Vec::new();
     for (i, e) in recent.iter().enumerate() {
         if let EventKind::Tick {
             tick,
@@ -168,6 +172,16 @@ fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
             ..
         } = &e.kind
         {
+            // A tick that awaited again the await it awaited (after a
+            // pause and resume, a restart) is one await: shown once, as
+            // last recorded.
+            if *outcome == Outcome::AwaitingApproval
+                && ticks
+                    .last()
+                    .is_some_and(|t| t.tick == *tick && t.outcome == Outcome::AwaitingApproval)
+            {
+                ticks.pop();
+            }
             ticks.push(TickReview {
                 tick: *tick,
                 outcome: *outcome,

@@ -163,6 +163,179 @@ pub fn read_committed(files: Vec<Opened>, version: u64) -> Result<History> {
     Ok(history)
 }
 
+/// Lines read from the end: those of `files` (opened oldest first),
+/// newest first, each complete line once, as it is needed; a last line
+/// not ended yet (an append in progress, or torn) is passed over. So a reader that wants the newest events holds those
+/// only, never a whole file.
+pub struct Backwards {
+    /// The files still to read, oldest first: the last is being read.
+    files: Vec<Opened>,
+    /// Where the unread part of the last file ends.
+    end: Option<u64>,
+}
+
+/// One line read backwards: where it is and its bytes.
+pub struct BackLine {
+    pub path: std::path::PathBuf,
+    /// Its offset in its file.
+    pub start: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl Backwards {
+    pub fn new(files: Vec<Opened>) -> Backwards {
+        Backwards { files, end: None }
+    }
+
+    /// The next line back, if any is left.
+    pub fn next_line(&mut self) -> Result<Option<BackLine>> {
+        loop {
+            let Some(file) = self.files.last() else {
+                return Ok(None);
+            };
+            let end = match self.end {
+                Some(end) => end,
+                None => {
+                    let len = file
+                        .file
+                        .metadata()
+                        .map_err(Error::io("reading", &file.path))?
+                        .len();
+                    // A line not ended yet is an append in progress (or
+                    // torn): it is no part of the history.
+                    let end = complete_end(&file.file, len).map_err(Error::io("reading", &file.path))?;
+                    self.end = Some(end);
+                    end
+                }
+            };
+            if end == 0 {
+                self.files.pop();
+                self.end = None;
+                continue;
+            }
+            let start = line_start(&file.file, end).map_err(Error::io("reading", &file.path))?;
+            let mut bytes = vec![0; (end - start) as usize];
+            file.file
+                .read_exact_at(&mut bytes, start)
+                .map_err(Error::io("reading", &file.path))?;
+            self.end = Some(start);
+            return Ok(Some(BackLine {
+                path: file.path.clone(),
+                start,
+                bytes,
+            }));
+        }
+    }
+}
+
+/// The end of the file's last complete line (`len` when it ends in a
+/// newline).
+fn complete_end(file: &File, len: u64) -> std::io::Result<u64> {
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, len - 1)?;
+    match last[0] == b'\n' {
+        true => Ok(len),
+        false => line_start(file, len),
+    }
+}
+
+/// The number (from 1) of the line that starts at `start` in `path`,
+/// counted by streaming the file: said only of a line that does not read.
+pub fn line_number(path: &Path, start: u64) -> usize {
+    let Ok(Some((file, _))) = fsx::open_read(path) else {
+        return 0;
+    };
+    let mut reader = BufReader::new(std::io::Read::take(file, start));
+    let mut count = 1;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok([]) | Err(_) => return count,
+            Ok(buf) => buf,
+        };
+        count += buf.iter().filter(|&&b| b == b'\n').count();
+        let n = buf.len();
+        reader.consume(n);
+    }
+}
+
+/// The newest `n` events `admits` takes among those of `files` (opened
+/// oldest first) committed up to `version`, and those `newer` holds (the
+/// events of an `in_flight` record, oldest first, newer than every
+/// line), with `refusals` (read backwards too) merged in after the events
+/// of the version each saw; oldest first. Reads from the end, so it holds
+/// the answer, not the files.
+pub fn read_last(
+    files: Vec<Opened>,
+    version: u64,
+    newer: &[Event],
+    refusals: Vec<Opened>,
+    n: usize,
+    admits: &dyn Fn(&Event) -> bool,
+) -> Result<History> {
+    let mut history = History::default();
+    let mut lines = Backwards::new(files);
+    let mut refused = Backwards::new(refusals);
+    let mut newer = newer.iter().rev().cloned().map(Ok);
+    let mut next_event = |bad: &mut Vec<BadLine>| -> Result<Option<Event>> {
+        if let Some(e) = newer.next() {
+            return e.map(Some);
+        }
+        next_of(&mut lines, Some(version), bad)
+    };
+    let mut bad = Vec::new();
+    let mut event = next_event(&mut bad)?;
+    let mut refusal = next_of(&mut refused, None, &mut bad)?;
+    let mut last = Vec::new();
+    while last.len() < n {
+        // Newest first: at one version, refusals came after its events.
+        let take_refusal = match (&event, &refusal) {
+            (Some(e), Some(r)) => r.v >= e.v,
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
+        let taken = match take_refusal {
+            true => std::mem::replace(&mut refusal, next_of(&mut refused, None, &mut bad)?),
+            false => std::mem::replace(&mut event, next_event(&mut bad)?),
+        };
+        let Some(taken) = taken else { break };
+        if admits(&taken) {
+            last.push(taken);
+        }
+    }
+    last.reverse();
+    history.events = last;
+    history.bad = bad;
+    Ok(history)
+}
+
+/// The next event back in `lines`: lines of a version past `version`
+/// (when given) are passed over, and so are blank ones; one that does not
+/// read is kept in `bad`.
+fn next_of(lines: &mut Backwards, version: Option<u64>, bad: &mut Vec<BadLine>) -> Result<Option<Event>> {
+    while let Some(line) = lines.next_line()? {
+        if line.bytes.trim_ascii().is_empty() {
+            continue;
+        }
+        if let Some(version) = version
+            && serde_json::from_slice::<Probe>(&line.bytes).is_ok_and(|p| p.v > version)
+        {
+            continue;
+        }
+        match serde_json::from_slice::<Event>(&line.bytes) {
+            Ok(e) => return Ok(Some(e)),
+            Err(e) => bad.push(BadLine {
+                line: line_number(&line.path, line.start),
+                path: line.path,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -232,5 +405,91 @@ mod tests {
         );
         assert_eq!(h.bad[0].line, 3);
         assert_eq!(read_committed(opened(&path), 3).unwrap().events.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod backwards {
+    use super::*;
+    use crate::history::{EventKind, merge};
+
+    fn event(v: u64, kind: EventKind) -> String {
+        let at = "2026-01-01T00:00:00Z".parse().unwrap();
+        let e = Event::stamped(kind, v, at, &crate::who::identify("ann", None, &[]));
+        String::from_utf8(e.to_line()).unwrap()
+    }
+
+    fn paused(v: u64, reason: &str) -> String {
+        let kind = EventKind::Paused {
+            by: "ann".into(),
+            reason: Some(reason.into()),
+        };
+        event(v, kind)
+    }
+
+    fn refused(v: u64) -> String {
+        let kind = EventKind::Refused {
+            by: "mallory".into(),
+            action: crate::access::Action::Pause,
+            role: crate::access::Role::Operators,
+            holders: vec!["ann".into()],
+            unrecorded: 0,
+        };
+        event(v, kind)
+    }
+
+    fn open(dir: &Path, names: &[&str]) -> Vec<Opened> {
+        names
+            .iter()
+            .map(|n| Opened {
+                path: dir.join(n),
+                file: File::open(dir.join(n)).unwrap(),
+                current: *n == "history.jsonl",
+            })
+            .collect()
+    }
+
+    /// Read from the end, the newest `n` events a filter takes are those
+    /// a whole read gives, merged and cut, in every case.
+    #[test]
+    fn the_newest_events_read_backwards_are_those_of_a_whole_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let long = "x".repeat(20_000);
+        let rotated: String = (1..=3).map(|v| paused(v, &format!("r{v}"))).collect();
+        std::fs::write(d.join("history.1.jsonl"), rotated + "not json\n").unwrap();
+        let current = format!(
+            "{}{}\n{}{}{}{{\"v\":7,\"at",
+            paused(4, &long),
+            paused(5, "five"),
+            paused(5, "five again"),
+            paused(6, "six"),
+            paused(7, "seven, not committed")
+        );
+        std::fs::write(d.join("history.jsonl"), current).unwrap();
+        std::fs::write(d.join("refusals.1.jsonl"), refused(2) + &refused(4)).unwrap();
+        std::fs::write(d.join("refusals.jsonl"), refused(6) + &refused(7) + "{\"v\"").unwrap();
+        let files = ["history.1.jsonl", "history.jsonl"];
+        let refusal_files = ["refusals.1.jsonl", "refusals.jsonl"];
+        let whole = read_committed(open(d, &files), 6).unwrap();
+        let kept = super::super::refusals::read(d).unwrap();
+        let all = merge(whole.events, kept.events);
+        type Filter = fn(&Event) -> bool;
+        let filters: [Filter; 3] = [
+            |_| true,
+            |e| matches!(e.kind, EventKind::Paused { .. }),
+            |e| e.v % 2 == 0,
+        ];
+        for admits in filters {
+            for n in [0, 1, 2, 5, 100] {
+                let mut want: Vec<Event> = all.iter().filter(|e| admits(e)).cloned().collect();
+                want.drain(..want.len().saturating_sub(n));
+                let got = read_last(open(d, &files), 6, &[], open(d, &refusal_files), n, &admits).unwrap();
+                assert_eq!(got.events, want, "n = {n}");
+            }
+        }
+        let got = read_last(open(d, &files), 6, &[], Vec::new(), 100, &|_| true).unwrap();
+        assert_eq!(got.bad.len(), 1, "the damaged line is said");
+        assert_eq!(got.bad[0].line, 4, "by its number");
     }
 }

@@ -15,7 +15,8 @@
 //! without the lock), `session` (recovery and the commit, under the lock),
 //! `check` (what `doctor` finds), `state_file` (the state's bytes),
 //! `create` (a new root, a new or adopted loop), `journal` and `rotation`
-//! (the history and its rotated files), `flight` (the `in_flight` record)
+//! (the history and its rotated files), `refusals` (viewers' refusals,
+//! kept apart from the history), `flight` (the `in_flight` record)
 //! and `edits` (what `edit` leaves beside loop.toml); `approved` (the
 //! root's last approvals, which wake the daemon).
 
@@ -26,6 +27,7 @@ pub mod edits;
 mod fires;
 mod flight;
 mod journal;
+mod refusals;
 mod rotation;
 mod session;
 mod state_file;
@@ -147,6 +149,10 @@ impl LoopDir {
 
     pub fn history_path(&self) -> PathBuf {
         self.dir.join(HISTORY)
+    }
+
+    pub fn refusals_path(&self) -> PathBuf {
+        self.dir.join(refusals::REFUSALS)
     }
 
     pub fn flight_path(&self) -> PathBuf {
@@ -322,10 +328,35 @@ impl LoopStore for LoopDir {
             attempts += 1;
             if (settled && now.state.version == snap.state.version) || attempts == HISTORY_READS {
                 history.events.append(&mut snap.events);
+                let kept = refusals::read(&self.dir)?;
+                history.events = crate::history::merge(history.events, kept.events);
+                history.bad.extend(kept.bad);
                 return Ok(history);
             }
             snap = now;
         }
+    }
+
+    fn history_last(&self, n: usize, admits: &dyn Fn(&Event) -> bool) -> Result<History> {
+        // As `history`, read from the end.
+        let mut snap = self.snapshot()?;
+        let mut attempts = 0;
+        loop {
+            let (files, settled) = rotation::open_all(&self.dir)?;
+            let refused = refusals::open(&self.dir)?;
+            let history = journal::read_last(files, snap.base, &snap.events, refused, n, admits)?;
+            let now = self.snapshot()?;
+            attempts += 1;
+            if (settled && now.state.version == snap.state.version) || attempts == HISTORY_READS {
+                return Ok(history);
+            }
+            snap = now;
+        }
+    }
+
+    fn record_refusal(&self, event: &Event) -> Result<()> {
+        let max = self.config().map(|c| c.history).unwrap_or_default().max_size;
+        refusals::append(&self.dir, event, max.as_u64())
     }
 
     fn holder(&self) -> Option<Holder> {

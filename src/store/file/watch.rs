@@ -199,12 +199,13 @@ fn identity(path: &Path) -> Option<(u64, SystemTime)> {
     Some((meta.ino(), meta.modified().ok()?))
 }
 
-/// The modification time of each loop's commit marker.
+/// The modification time of each loop's commit marker, or of its
+/// refusals when they are newer (a refusal is no commit, but an event).
 fn marks(dirs: &[LoopDir]) -> Marks {
     dirs.iter()
         .map(|d| {
-            let at = std::fs::metadata(d.state_path()).and_then(|m| m.modified()).ok();
-            (d.name.to_string(), at)
+            let at = |p: std::path::PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            (d.name.to_string(), at(d.state_path()).max(at(d.refusals_path())))
         })
         .collect()
 }

@@ -21,6 +21,7 @@ mod fires;
 mod firings;
 mod lease;
 mod listing;
+mod refusals;
 mod schema;
 mod session;
 mod users;
@@ -629,14 +630,11 @@ impl LoopStore for PgLoop {
 
     fn history(&self) -> Result<History> {
         let rows = self.db.with(self.n(), "cannot read the history", |c| {
-            c.query(
-                "SELECT v, n, event::text FROM events WHERE loop = $1 ORDER BY v, n",
-                &[&self.name.as_str()],
-            )
+            c.query(refusals::MERGED, &[&self.name.as_str()])
         })?;
         let mut history = History::default();
         for (i, row) in rows.iter().enumerate() {
-            let text: String = row.get(2);
+            let text: String = row.get(1);
             match serde_json::from_str::<Event>(&text) {
                 Ok(e) => history.events.push(e),
                 Err(e) => history.bad.push(BadLine {
@@ -658,6 +656,14 @@ impl LoopStore for PgLoop {
         make: &mut dyn FnMut(Option<&crate::fires::Fire>) -> Vec<crate::fires::Fire>,
     ) -> Result<()> {
         self.add_fires(make)
+    }
+
+    fn history_last(&self, n: usize, admits: &dyn Fn(&Event) -> bool) -> Result<History> {
+        self.read_last(n, admits)
+    }
+
+    fn record_refusal(&self, event: &Event) -> Result<()> {
+        self.add_refusal(event)
     }
 
     fn holder(&self) -> Option<Holder> {
