@@ -291,6 +291,11 @@ pub struct State {
     /// that awaits an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded_config: Option<crate::rules::Recorded>,
+    /// Per gate name, the highest signed version the loop ran (or the one
+    /// an operator allowed a rollback to): an older signed build is
+    /// refused (docs/writing-gates.md, "Signing a gate").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signed_versions: BTreeMap<String, String>,
 }
 
 /// A gate's failure as `status` shows it.
@@ -325,6 +330,7 @@ impl State {
             worktree: None,
             gate_error: None,
             recorded_config: None,
+            signed_versions: BTreeMap::new(),
         }
     }
 

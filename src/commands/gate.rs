@@ -92,6 +92,10 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exi
             render_list(&r, json.json, out).map_err(Error::Output)?;
         }
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
+        GateCommand::AllowRollback(args) => {
+            let (root, stores) = super::opened(root)?;
+            return super::ops::allow_rollback(&root, &stores, &args, out);
+        }
     }
     Ok(Exit::Ok)
 }

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
 use crate::domain::{Asker, Commits, Context, Decision, PendingAwait, Phase, RunResult, Verdict};
+use crate::gate::trust::{self, Policy, Signed};
 use crate::gate::{self, GateError, GateErrorKind, GateHost};
 use crate::state::{LastTick, State};
 
@@ -20,6 +21,9 @@ pub struct PhaseResult {
     pub verdicts: Vec<Verdict>,
     pub contexts: Vec<Context>,
     pub combined: Decision,
+    /// The signed gates that passed their signatures and rollback floor:
+    /// a tick raises each one's floor to its version.
+    pub signed: Vec<Signed>,
 }
 
 /// The result of a run, as gates see it.
@@ -123,18 +127,20 @@ fn to_json(value: &impl Serialize) -> serde_json::Value {
 
 /// Evaluates the gates of `config` that run in `phase`, in config order.
 /// A gate that fails (it cannot load, traps, times out, refuses) decides
-/// by its `on_error` policy; the error is kept in its verdict.
+/// by its `on_error` policy; the error is kept in its verdict. A gate the
+/// trust `policy` refuses (unsigned, badly signed, rolled back) halts.
 pub fn evaluate_phase(
     host: &GateHost,
     name: &str,
     loop_dir: &Path,
-    config: &LoopConfig,
+    (config, policy): (&LoopConfig, &Policy),
     state: &State,
     phase: Phase,
 ) -> PhaseResult {
     let now = crate::clock::now();
     let mut verdicts = Vec::new();
     let mut contexts = Vec::new();
+    let mut signed = Vec::new();
     for g in config.gates.iter().filter(|g| g.phases.contains(&phase)) {
         let ctx = context(name, state, g, phase, now);
         let source = g.resolved_source(loop_dir);
@@ -142,8 +148,11 @@ pub fn evaluate_phase(
         let started = std::time::Instant::now();
         let mut version = None;
         // Errors name the gate as loop.toml writes it, not its resolved path.
-        let result = host
-            .load(&source)
+        let result = load_trusted(host, &source, policy, state)
+            .map(|(gate, s)| {
+                signed.extend(s);
+                gate
+            })
             .and_then(|gate| {
                 let eval = host
                     .evaluate(&gate, &ctx, &g.limits)
@@ -192,6 +201,35 @@ pub fn evaluate_phase(
         verdicts,
         contexts,
         combined,
+        signed,
+    }
+}
+
+/// Loads a gate and, when the policy requires signatures, checks them and
+/// that the build is not older than the highest signed one the loop ran.
+fn load_trusted(
+    host: &GateHost,
+    source: &crate::domain::GateSource,
+    policy: &Policy,
+    state: &State,
+) -> Result<(gate::Gate, Option<Signed>), GateError> {
+    let gate = host.load(source)?;
+    let Some(signed) = host.verify(&gate, source, policy)? else {
+        return Ok((gate, None));
+    };
+    let highest = state.signed_versions.get(&signed.name).map(String::as_str);
+    trust::check_floor(&signed, highest)
+        .map_err(|refusal| GateError::new(gate.label(), GateErrorKind::Untrusted { refusal }))?;
+    Ok((gate, Some(signed)))
+}
+
+/// Raises each signed gate's floor in `state` to the version that ran.
+pub fn raise_floors(state: &mut State, signed: &[Signed]) {
+    for s in signed {
+        let highest = state.signed_versions.get(&s.name).map(String::as_str);
+        if trust::raises(&s.version, highest) {
+            state.signed_versions.insert(s.name.clone(), s.version.clone());
+        }
     }
 }
 
@@ -235,6 +273,7 @@ impl PhaseResult {
             verdicts: Vec::new(),
             contexts: Vec::new(),
             combined: Decision::Proceed,
+            signed: Vec::new(),
         }
     }
 }

@@ -544,13 +544,15 @@ impl Tick<'_> {
     }
 
     /// Evaluates one phase's gates and keeps their verdicts and contexts.
-    fn gates(&mut self, state: &State, phase: Phase) -> Result<gates::PhaseResult> {
+    fn gates(&mut self, state: &mut State, phase: Phase) -> Result<gates::PhaseResult> {
         let (name, base) = (self.store.name().as_str(), self.store.base_dir());
         let config = self.config;
+        let policy = self.root.settings().gates.policy(&config.signing);
         let result = match self.host_for(phase)? {
             None => return Ok(gates::PhaseResult::empty()),
-            Some(host) => gates::evaluate_phase(host, name, base, config, state, phase),
+            Some(host) => gates::evaluate_phase(host, name, base, (config, &policy), state, phase),
         };
+        gates::raise_floors(state, &result.signed);
         for (v, ctx) in result.verdicts.iter().zip(&result.contexts) {
             self.events.push(EventKind::Gate {
                 tick: state.tick + u64::from(phase == Phase::BeforeStep),

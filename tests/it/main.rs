@@ -43,6 +43,7 @@ mod self_approval;
 mod serve;
 mod serve_browser;
 mod shared_root;
+mod signed_gates;
 mod snapshots;
 mod stock_gates;
 mod store;
