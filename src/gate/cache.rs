@@ -10,7 +10,8 @@
 //! entry is checked and read through one open file, so what was checked is
 //! what is loaded (mapped from that open file). The cache also remembers each component file's sha256
 //! by its fingerprint, so a cached gate is loaded without reading or hashing
-//! it. Entries are written atomically. Nothing here is ever fatal: without a
+//! it, and, for signed gates, each signature it verified over a component
+//! (`verified/`, see `host/verify.rs`). Entries are written atomically. Nothing here is ever fatal: without a
 //! cache a gate is compiled in memory.
 
 use std::hash::{Hash, Hasher};

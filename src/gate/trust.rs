@@ -103,6 +103,8 @@ pub enum Why {
     NotYetValid(Timestamp),
     /// Its key is revoked.
     Revoked,
+    /// Its key is of a type not verified here (only Ed25519 is).
+    KeyType(String),
     /// It does not verify over this component: the component (or the
     /// signature) changed since it was signed.
     Tampered,
@@ -125,6 +127,7 @@ impl fmt::Display for Why {
             Why::Expired(at) => write!(f, "the key expired (valid-before {at})"),
             Why::NotYetValid(at) => write!(f, "the key is not valid yet (valid-after {at})"),
             Why::Revoked => write!(f, "the key is revoked"),
+            Why::KeyType(t) => write!(f, "the key is {t}; only ssh-ed25519 keys sign gates"),
             Why::Tampered => write!(
                 f,
                 "the signature does not match the component: it changed since it was signed"
@@ -252,6 +255,9 @@ impl Trust {
         }
         if self.revoked.contains(key) {
             return Err(refuse(Why::Revoked));
+        }
+        if key.algorithm() != ssh_key::Algorithm::Ed25519 {
+            return Err(refuse(Why::KeyType(key.algorithm().to_string())));
         }
         let allowed: Vec<&&Allowed> = mine
             .iter()
@@ -404,6 +410,12 @@ fn parse_line(line: &str) -> Result<Allowed, String> {
         let (options, key) = field(rest)?;
         (options, key.trim_start())
     };
+    let kind = key_text.split_whitespace().next().unwrap_or_default();
+    if kind != "ssh-ed25519" {
+        return Err(format!(
+            "a {kind} key: only ssh-ed25519 keys sign gates (`ssh-keygen -t ed25519`)"
+        ));
+    }
     let key = PublicKey::from_openssh(key_text)
         .map_err(|e| format!("no public key that reads as one ({e})"))?
         .key_data()

@@ -16,9 +16,13 @@ const GATE_LOOP: &str = "step = \"true\"\n[[gate]]\npath = \"gates/gate.wasm\"\n
 
 /// A fresh ed25519 key pair, `dir/NAME` and `dir/NAME.pub`.
 fn keygen(dir: &Path, name: &str) -> PathBuf {
+    keygen_typed(dir, name, "ed25519")
+}
+
+fn keygen_typed(dir: &Path, name: &str, kind: &str) -> PathBuf {
     let key = dir.join(name);
     let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .args(["-q", "-t", kind, "-N", "", "-C", name, "-f"])
         .arg(&key)
         .output()
         .expect("ssh-keygen (openssh-client) is installed");
@@ -237,6 +241,20 @@ fn a_revoked_key_and_an_unknown_key_are_refused() {
     let reason = s.refused("unknown");
     assert!(
         reason.contains("signed by SHA256:") && reason.contains("the key is not in the trust file"),
+        "{reason}"
+    );
+    // A trust file listing a key of a type not verified here is refused
+    // whole, naming its line, rather than read in part.
+    let carol = keygen_typed(&s.keys, "carol", "ecdsa");
+    s.trust(&format!(
+        "alice@example.com {key}\ncarol@example.com {}\n",
+        public(&carol)
+    ));
+    let gate = s.with_gate("ecdsa", GATE_LOOP, &versioned("0.1.0"));
+    sign(&s.alice, &gate, "automaton-gate");
+    let reason = s.refused("ecdsa");
+    assert!(
+        reason.contains("allowed_signers cannot be used: line 2: a ecdsa-sha2-nistp256 key: only ssh-ed25519 keys sign gates"),
         "{reason}"
     );
 }
