@@ -62,7 +62,10 @@ struct Signed {
 
 impl Signed {
     fn new(gates: &str) -> Signed {
-        let env = Env::new();
+        Signed::in_root(Env::new(), gates)
+    }
+
+    fn in_root(env: Env, gates: &str) -> Signed {
         let keys = env.root.parent().unwrap().join("keys");
         fs::create_dir_all(&keys).unwrap();
         let alice = keygen(&keys, "alice");
@@ -330,4 +333,30 @@ fn an_older_signed_build_is_refused_until_an_operator_allows_the_rollback() {
     s.env.ok(&["resume", "roll"]);
     assert_eq!(s.tick("roll").0, "ran");
     assert_eq!(s.env.state("roll")["signed_versions"]["test-gate"], "0.1.0");
+}
+
+#[test]
+fn a_verified_signature_is_remembered_sealed_and_a_forged_record_is_not_believed() {
+    let s = Signed::in_root(Env::with_own_cache(), "require_signed = true");
+    s.trust(&format!("alice@example.com {}\n", public(&s.alice)));
+    let gate = s.with_gate("cached", GATE_LOOP, &versioned("0.2.0"));
+    sign(&s.alice, &gate, "automaton-gate");
+    assert_eq!(s.tick("cached").0, "ran");
+    let verified = s.env.root.join("cache/gates/verified");
+    let records: Vec<PathBuf> = fs::read_dir(&verified)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(records.len(), 1, "one record of the one verification");
+    let record = fs::read_to_string(&records[0]).unwrap();
+    assert!(
+        record.contains("name test-gate\nversion 0.2.0\n") && record.contains("\nmac "),
+        "{record}"
+    );
+    // A record rewritten to claim another version, its MAC left as it was,
+    // is not believed: the signature is checked again and the gate's own
+    // version counts.
+    fs::write(&records[0], record.replace("version 0.2.0", "version 9.9.9")).unwrap();
+    assert_eq!(s.tick("cached").0, "ran");
+    assert_eq!(s.env.state("cached")["signed_versions"]["test-gate"], "0.2.0");
 }
