@@ -13,7 +13,7 @@ use super::{Gate, GateHost};
 use crate::domain::GateSource;
 use crate::gate::cache::sha256_hex;
 use crate::gate::error::{GateError, GateErrorKind};
-use crate::gate::trust::{self, Policy, Refusal, Refused, Signed, Trust, Why};
+use crate::gate::trust::{self, Policy, Refusal, Refused, Signature, Signed, Signer, Trust, Why};
 
 impl GateHost {
     /// Whether `gate`, loaded from `source`, may run under `policy`: its
@@ -39,54 +39,23 @@ impl GateHost {
         let signatures = trust::read_signatures(&sig_path).map_err(refuse)?;
         let now = crate::clock::now();
         let (mut valid, mut refused, mut keys) = (Vec::new(), Vec::new(), HashSet::new());
-        let mut said = None;
-        let mut bytes = None;
+        let (mut said, mut bytes) = (None, None);
         for s in &signatures {
-            let signer = match trust.judge(&s.sig, now) {
-                Ok(signer) => signer,
-                Err(r) => {
-                    refused.push(r);
-                    continue;
-                }
+            let checked = match trust.judge(&s.sig, now) {
+                Ok(signer) => self.check_signature(gate, path, s, signer, &mut bytes)?,
+                Err(r) => Err(r),
             };
-            let key = verified_key(gate.sha256(), &s.pem);
-            let known = self.known_verified(&key);
-            let known = match known {
-                Some(k) => Some(k),
-                None => {
-                    let component = match &bytes {
-                        Some(b) => b,
-                        None => bytes.insert(read_component(gate, path)?),
-                    };
-                    match trust::verifies(&s.sig, component) {
-                        true => None,
-                        false => {
-                            refused.push(Refused {
-                                signer: signer.principals,
-                                why: Why::Tampered,
-                            });
-                            continue;
-                        }
-                    }
-                }
-            };
-            if !keys.insert(s.sig.public_key().clone()) {
-                refused.push(Refused {
+            match checked {
+                Err(r) => refused.push(r),
+                Ok(signer) if !keys.insert(s.sig.public_key().clone()) => refused.push(Refused {
                     signer: signer.principals,
                     why: Why::Again,
-                });
-                continue;
-            }
-            let (name, version) = match known {
-                Some(k) => k,
-                None => {
-                    let info = self.describe(gate)?;
-                    self.remember_verified(&key, &info.name, &info.version);
-                    (info.name, info.version)
+                }),
+                Ok(signer) => {
+                    said = Some(self.what_it_is(gate, &verified_key(gate.sha256(), &s.pem))?);
+                    valid.push(signer.principals);
                 }
-            };
-            said = Some((name, version));
-            valid.push(signer.principals);
+            }
         }
         let needed = policy.signers.max(1);
         match said {
@@ -100,6 +69,47 @@ impl GateHost {
                 valid,
                 refused,
             })),
+        }
+    }
+
+    /// Whether one signature verifies over the component: remembered, or
+    /// checked over its bytes (read once for all signatures, into `bytes`).
+    /// The outer error is the component's, unreadable; the inner, the
+    /// signature's.
+    fn check_signature(
+        &self,
+        gate: &Gate,
+        path: &std::path::Path,
+        s: &Signature,
+        signer: Signer,
+        bytes: &mut Option<Vec<u8>>,
+    ) -> Result<Result<Signer, Refused>, GateError> {
+        if self
+            .known_verified(&verified_key(gate.sha256(), &s.pem))
+            .is_some()
+        {
+            return Ok(Ok(signer));
+        }
+        let component = match bytes {
+            Some(b) => b,
+            None => bytes.insert(read_component(gate, path)?),
+        };
+        if !trust::verifies(&s.sig, component) {
+            return Ok(Err(Refused {
+                signer: signer.principals,
+                why: Why::Tampered,
+            }));
+        }
+        let info = self.describe(gate)?;
+        self.remember_verified(&verified_key(gate.sha256(), &s.pem), &info.name, &info.version);
+        Ok(Ok(signer))
+    }
+
+    /// The name and version of a gate whose signature `key` verified.
+    fn what_it_is(&self, gate: &Gate, key: &str) -> Result<(String, String), GateError> {
+        match self.known_verified(key) {
+            Some(known) => Ok(known),
+            None => self.describe(gate).map(|i| (i.name, i.version)),
         }
     }
 
