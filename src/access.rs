@@ -81,6 +81,8 @@ pub enum Action {
     Rm,
     Tick,
     CheckGateApply,
+    /// Letting a loop run an older signed build of a gate.
+    AllowRollback,
     /// Moving the loop to another store: it is gone from this one.
     Migrate,
     /// Repairing the loop's record (`doctor --fix`), which commits.
@@ -103,6 +105,7 @@ impl Action {
             Action::Rm => "rm",
             Action::Tick => "tick",
             Action::CheckGateApply => "check-gate --apply",
+            Action::AllowRollback => "gate allow-rollback",
             Action::Migrate => "migrate",
             Action::DoctorFix => "doctor --fix",
             Action::Promote => "gate promote",

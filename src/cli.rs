@@ -792,7 +792,22 @@ pub enum GateCommand {
     /// loop's history with who promoted it and the evidence; loop.toml is
     /// edited in place, its comments kept. Operators may promote.
     Promote(PromoteArgs),
+    /// Let a loop run an older signed build of a gate than the highest it
+    /// ran (recorded in its history, with who allowed it)
+    AllowRollback(AllowRollbackArgs),
 }
+
+#[derive(Debug, Args)]
+pub struct AllowRollbackArgs {
+    #[command(flatten)]
+    pub target: LoopArgs,
+    /// The gate's name, as its `describe` gives it (`gate inspect` shows it)
+    pub gate: String,
+    /// The version the loop may run from now on (and any later one)
+    #[arg(value_name = "VERSION")]
+    pub to: String,
+}
+
 
 #[derive(Debug, Args)]
 pub struct PromoteArgs {

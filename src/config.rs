@@ -41,6 +41,10 @@ pub struct LoopConfig {
     pub schedule: Option<Schedule>,
     #[serde(default, rename = "gate")]
     pub gates: Vec<GateConfig>,
+    /// `[gates]`: what the loop requires of its gates' signatures, beyond
+    /// what the root's automaton.toml requires.
+    #[serde(default, rename = "gates")]
+    pub signing: Signing,
     #[serde(default)]
     pub approval: ApprovalRules,
     /// Who may approve and operate the loop; unset roles fall back to the
@@ -513,6 +517,21 @@ fn min_every() -> Duration {
         .ok()
         .and_then(|v| crate::duration::parse(&v).ok())
         .unwrap_or(Duration::from_secs(1))
+}
+
+/// `[gates]` of loop.toml (and of the root's automaton.toml, which also
+/// names the trust file): whether every component gate must be signed,
+/// and by how many trusted keys. A loop can only require more than its
+/// root: signatures required by either are required.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signing {
+    #[serde(default)]
+    pub require_signed: bool,
+    /// Distinct trusted keys that must have signed each gate (k of n); 1
+    /// unless set.
+    #[serde(default)]
+    pub signers: Option<std::num::NonZeroU32>,
 }
 
 /// One `[[gate]]` entry.

@@ -18,6 +18,11 @@ pub enum Error {
     #[error("invalid user name {name:?}: {reason}")]
     InvalidUser { name: String, reason: &'static str },
 
+    /// `gate allow-rollback`'s version is not one a signed gate's can be
+    /// compared with.
+    #[error("invalid gate version {version:?}: not a semantic version (MAJOR.MINOR.PATCH)")]
+    InvalidVersion { version: String },
+
     #[error("no user named {name:?} in {store} (`automaton user list` lists them)")]
     NoSuchUser { name: String, store: String },
 
@@ -461,7 +466,8 @@ impl Error {
             Error::InvalidName { .. }
             | Error::NoSuchCommand { .. }
             | Error::NoSuchGroup { .. }
-            | Error::InvalidUser { .. } => Class::Usage,
+            | Error::InvalidUser { .. }
+            | Error::InvalidVersion { .. } => Class::Usage,
             Error::NotShared { .. } => Class::Failed,
             Error::NoSuchUser { .. } | Error::NoSuchDelegate { .. } => Class::NotFound,
             Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,

@@ -146,6 +146,15 @@ pub enum EventKind {
         by: String,
         totals: std::collections::BTreeMap<String, f64>,
     },
+    /// An operator let the loop run an older signed build of a gate: its
+    /// rollback floor went from `from` to `to`.
+    RollbackAllowed {
+        by: String,
+        gate: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
+        to: String,
+    },
     /// A tick found the previous one dead mid-way (its `in_flight` marker).
     Crashed {
         tick: u64,
@@ -338,6 +347,7 @@ impl EventKind {
             EventKind::Awaiting { .. } => "awaiting",
             EventKind::ApprovalsDropped { .. } => "approvals-dropped",
             EventKind::TotalsReset { .. } => "totals-reset",
+            EventKind::RollbackAllowed { .. } => "rollback-allowed",
             EventKind::Crashed { .. } => "crashed",
             EventKind::Gate { .. } => "gate",
             EventKind::ApprovalsUsed { .. } => "approvals-used",

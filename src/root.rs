@@ -38,6 +38,20 @@ pub struct Settings {
     pub server: crate::config::notify::Server,
     /// `[metrics]`: who may scrape `/metrics` besides the console's users.
     pub metrics: crate::config::scrape::ScrapeAccess,
+    /// `[gates]`: the signatures every loop's gates need, and the trust
+    /// file (absolute) they are checked against.
+    pub gates: Gates,
+}
+
+/// The root's `[gates]`, its paths made absolute.
+#[derive(Debug, Clone, Default)]
+pub struct Gates {
+    pub signing: crate::config::Signing,
+    /// The trust file, in OpenSSH's `allowed_signers` format:
+    /// `<root>/allowed_signers` unless set.
+    pub allowed_signers: PathBuf,
+    /// Revoked public keys, one a line, when set.
+    pub revoked_keys: Option<PathBuf>,
 }
 
 /// Where a root's loops live: in its `loops/` directory (the default), or
@@ -222,6 +236,26 @@ fn conninfo_value_len(text: &str) -> usize {
     text.len()
 }
 
+impl Gates {
+    /// What a loop whose loop.toml says `signing` requires of its gates:
+    /// signatures when either file requires them, by the most signers
+    /// either asks for.
+    pub fn policy(&self, signing: &crate::config::Signing) -> crate::gate::trust::Policy {
+        let signers = [self.signing.signers, signing.signers]
+            .into_iter()
+            .flatten()
+            .map(std::num::NonZeroU32::get)
+            .max()
+            .unwrap_or(1);
+        crate::gate::trust::Policy {
+            required: self.signing.require_signed || signing.require_signed,
+            signers,
+            allowed_signers: self.allowed_signers.clone(),
+            revoked_keys: self.revoked_keys.clone(),
+        }
+    }
+}
+
 /// `<root>/automaton.toml`: settings of the root itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -243,6 +277,25 @@ struct RootConfig {
     /// Who may scrape `/metrics` besides the console's users.
     #[serde(default)]
     metrics: crate::config::scrape::ScrapeAccess,
+    /// Signed gates: required or not, by how many, against which trust
+    /// file (docs/writing-gates.md, "Signing a gate").
+    #[serde(default)]
+    gates: RootGates,
+}
+
+/// The root's `[gates]`: a loop's `[gates]`, and the trust file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RootGates {
+    #[serde(default)]
+    require_signed: bool,
+    #[serde(default)]
+    signers: Option<std::num::NonZeroU32>,
+    /// Relative to the root.
+    #[serde(default)]
+    allowed_signers: Option<PathBuf>,
+    #[serde(default)]
+    revoked_keys: Option<PathBuf>,
 }
 
 /// The root's `[access]`: a loop's roles, and `admins`, which only a root
@@ -263,8 +316,9 @@ struct RootAccess {
 }
 
 impl RootConfig {
-    /// What the file says of people.
-    fn settings(self) -> Settings {
+    /// What the file says of people and of gates; paths are taken from
+    /// the root at `root`.
+    fn settings(self, root: &Path) -> Settings {
         let RootAccess {
             approvers,
             operators,
@@ -281,6 +335,18 @@ impl RootConfig {
             admins,
             server: self.server,
             metrics: self.metrics,
+            gates: Gates {
+                signing: crate::config::Signing {
+                    require_signed: self.gates.require_signed,
+                    signers: self.gates.signers,
+                },
+                allowed_signers: root.join(
+                    self.gates
+                        .allowed_signers
+                        .unwrap_or_else(|| PathBuf::from("allowed_signers")),
+                ),
+                revoked_keys: self.gates.revoked_keys.map(|p| root.join(p)),
+            },
         }
     }
 }
@@ -328,7 +394,7 @@ impl Root {
         let server_bound = flags.server_bound;
         let config = read_config(&path)?;
         let store = choose_store(&path, flags.store, config.store.as_deref())?;
-        let settings = Arc::new(config.settings());
+        let settings = Arc::new(config.settings(&path));
         Ok((
             Root {
                 path,
@@ -367,7 +433,7 @@ impl Root {
     /// automaton.toml says of people.
     pub fn at_with_people(path: impl Into<PathBuf>) -> Result<Root> {
         let mut root = Root::at(path);
-        root.settings = Arc::new(read_config(&root.path)?.settings());
+        root.settings = Arc::new(read_config(&root.path)?.settings(&root.path));
         Ok(root)
     }
 

@@ -364,6 +364,10 @@ fn touched(text: &str, hashes: &Hashes, now: &Current) -> Vec<Rule> {
     .into_iter()
     .filter(|r| before.get(r.key()) != after.get(r.key()))
     .collect();
+    // `[gates]` (signatures required, by how many) is part of the gates' rules.
+    if before.get("gates") != after.get("gates") && !rules.contains(&Rule::Gates) {
+        rules.insert(0, Rule::Gates);
+    }
     // The `[step]` table's confinement, not its command: `step = "..."`
     // and a table with only `command` confine alike.
     let confinement = |t: &toml::Table| {
@@ -516,6 +520,15 @@ mod tests {
             take_in(&mut state, &now, ConfigChanges::Await, Via::Outside, None),
             None
         );
+    }
+
+    #[test]
+    fn no_longer_requiring_signed_gates_is_a_change_to_the_gates_rules() {
+        let mut state = recorded("step = \"true\"\n[gates]\nrequire_signed = true\n");
+        let now = current("step = \"true\"\n", RootFile::Absent);
+        let change = take_in(&mut state, &now, ConfigChanges::Await, Via::Outside, None).unwrap();
+        assert_eq!(change.rules, [Rule::Gates]);
+        assert!(change.awaits);
     }
 
     #[test]

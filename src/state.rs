@@ -318,6 +318,11 @@ pub struct State {
     /// that awaits an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded_config: Option<crate::rules::Recorded>,
+    /// Per gate name, the highest signed version the loop ran (or the one
+    /// an operator allowed a rollback to): an older signed build is
+    /// refused (docs/writing-gates.md, "Signing a gate").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signed_versions: BTreeMap<String, String>,
 }
 
 /// A gate's failure as `status` shows it.
@@ -353,6 +358,7 @@ impl State {
             gate_error: None,
             shadows_disagreed: Vec::new(),
             recorded_config: None,
+            signed_versions: BTreeMap::new(),
         }
     }
 

@@ -53,7 +53,7 @@ pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exi
                 h,
                 dir.name().as_str(),
                 dir.base_dir(),
-                &config,
+                (&config, &root.settings().gates.policy(&config.signing)),
                 &state,
                 Phase::BeforeStep,
             ),

@@ -93,6 +93,10 @@ pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exi
         }
         GateCommand::Replay(args) => return super::replay::run(&Root::open(root)?, &args, out),
         GateCommand::Promote(args) => return super::promote::run(&Root::open(root)?, &args, out),
+        GateCommand::AllowRollback(args) => {
+            let (root, stores) = super::opened(root)?;
+            return super::ops::allow_rollback(&root, &stores, &args, out);
+        }
     }
     Ok(Exit::Ok)
 }

@@ -50,6 +50,37 @@ pub fn pause(root: &Root, stores: &Stores, args: &PauseArgs, out: &mut dyn Write
     Ok(Exit::Ok)
 }
 
+/// `gate allow-rollback`: the gate's rollback floor lowered, said with
+/// the floor it replaced.
+pub fn allow_rollback(
+    root: &Root,
+    stores: &Stores,
+    args: &crate::cli::AllowRollbackArgs,
+    out: &mut dyn Write,
+) -> Result<Exit> {
+    let t = &args.target;
+    let req = ops::allow_rollback::AllowRollback {
+        name: t.name.clone(),
+        gate: args.gate.clone(),
+        version: args.to.clone(),
+        wait: t.wait.wait(),
+    };
+    ops::allow_rollback::allow_rollback(&ctx(root, stores), req, &mut |a| {
+        let was = match &a.from {
+            Some(from) => format!(" (it had run {} {from})", a.gate),
+            None => String::new(),
+        };
+        let line = format!(
+            "loop {} may run {} {} and later signed builds{was}",
+            a.view.name(),
+            a.gate,
+            a.to
+        );
+        answer(&a.view, t.json.json, &line, out)
+    })?;
+    Ok(Exit::Ok)
+}
+
 pub fn resume(root: &Root, stores: &Stores, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let req = ops::resume::Resume {

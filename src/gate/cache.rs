@@ -10,7 +10,8 @@
 //! entry is checked and read through one open file, so what was checked is
 //! what is loaded (mapped from that open file). The cache also remembers each component file's sha256
 //! by its fingerprint, so a cached gate is loaded without reading or hashing
-//! it. Entries are written atomically. Nothing here is ever fatal: without a
+//! it, and, for signed gates, each signature it verified over a component
+//! (`verified/`, see `host/verify.rs`). Entries are written atomically. Nothing here is ever fatal: without a
 //! cache a gate is compiled in memory.
 
 use std::hash::{Hash, Hasher};
@@ -174,6 +175,39 @@ impl Cache {
         if let Err(e) = write_atomic(&record, sealed.as_bytes()) {
             tracing::debug!(path = %record.display(), error = %e, "could not record a gate's sha256");
         }
+    }
+
+    /// What a sealed record says a signature verified for: the signed
+    /// component's name and version (its `describe`), when this runner
+    /// verified exactly these signature bytes over exactly the component
+    /// with this sha256 (`key`, see `trust::verified_key`).
+    pub(crate) fn known_verified(&self, key: &str) -> Option<(String, String)> {
+        let text = std::fs::read_to_string(self.verified_record(key)?).ok()?;
+        let mut lines = self.trusted()?.key.open(&text)?.lines();
+        (lines.next()? == "automaton gate signature 1").then_some(())?;
+        (lines.next()?.strip_prefix("key ")? == key).then_some(())?;
+        let name = lines.next()?.strip_prefix("name ")?.to_owned();
+        let version = lines.next()?.strip_prefix("version ")?.to_owned();
+        Some((name, version))
+    }
+
+    /// Records that the signature `key` names verified, over a component
+    /// that describes itself as `name` `version`.
+    pub(crate) fn remember_verified(&self, key: &str, name: &str, version: &str) {
+        let (Some(trusted), Some(record)) = (self.trusted(), self.verified_record(key)) else {
+            return;
+        };
+        let body = format!("automaton gate signature 1\nkey {key}\nname {name}\nversion {version}\n");
+        if name.contains('\n') || version.contains('\n') {
+            return;
+        }
+        if let Err(e) = write_atomic(&record, trusted.key.seal(&body).as_bytes()) {
+            tracing::debug!(path = %record.display(), error = %e, "could not record a verified signature");
+        }
+    }
+
+    fn verified_record(&self, key: &str) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join("verified").join(key.get(..32)?))
     }
 
     fn source_record(&self, path: &Path) -> Option<PathBuf> {
@@ -366,6 +400,7 @@ fn open_dir(base: &Path, dir: &Path) -> Result<Trusted, Untrusted> {
     let shared = Writers::of(base);
     if shared == Writers::default() {
         create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
+        create_private_dir(&dir.join("verified")).map_err(Untrusted::io(dir))?;
     } else {
         let gates = dir.parent().unwrap_or(dir);
         crate::fsx::create_dirs(gates).map_err(|e| Untrusted::Io {
@@ -373,6 +408,7 @@ fn open_dir(base: &Path, dir: &Path) -> Result<Trusted, Untrusted> {
             source: std::io::Error::other(e.to_string()),
         })?;
         create_private_dir(&dir.join("sources")).map_err(Untrusted::io(dir))?;
+        create_private_dir(&dir.join("verified")).map_err(Untrusted::io(dir))?;
     }
     let mut between: Vec<&Path> = dir
         .ancestors()
@@ -380,7 +416,7 @@ fn open_dir(base: &Path, dir: &Path) -> Result<Trusted, Untrusted> {
         .take_while(|d| d.starts_with(base))
         .collect();
     between.reverse();
-    let own = [dir.to_owned(), dir.join("sources")];
+    let own = [dir.to_owned(), dir.join("sources"), dir.join("verified")];
     let checked = between
         .into_iter()
         .map(|d| (d, shared))

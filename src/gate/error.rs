@@ -102,6 +102,9 @@ pub enum GateErrorKind {
     Compile { message: String },
     /// No stock gate has this name.
     UnknownStock { name: String },
+    /// Signed gates are required and this one's signatures do not say it
+    /// may run: who signed it, and why that is not enough.
+    Untrusted { refusal: super::trust::Refusal },
     /// The host could not be set up (engine, linker, epoch thread); the
     /// error's gate label is then `host`.
     Host { message: String },
@@ -180,6 +183,7 @@ impl fmt::Display for GateErrorKind {
                 f.write_str("does not exist (`automaton gate list` shows the stock gates)")
             }
             GateErrorKind::Host { message } => write!(f, "cannot start: {message}"),
+            GateErrorKind::Untrusted { refusal } => write!(f, "is not trusted: {refusal}"),
         }
     }
 }
@@ -317,7 +321,14 @@ impl std::error::Error for GateError {}
 /// What a gate error turns into under the gate's `on_error` policy: `halt`
 /// (the default: fail closed) and `skip` carry the error's text as the
 /// reason; `proceed` lets the tick go on.
+///
+/// A gate refused by the trust policy halts whatever its `on_error` says:
+/// it never got to decide, and letting it `proceed` would make a required
+/// signature optional.
 pub fn decide_on_error(policy: OnError, err: &GateError) -> Decision {
+    if matches!(err.kind(), GateErrorKind::Untrusted { .. }) {
+        return Decision::Halt(err.to_string());
+    }
     match policy {
         OnError::Halt => Decision::Halt(err.to_string()),
         OnError::Skip => Decision::Skip(err.to_string()),

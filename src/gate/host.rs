@@ -5,9 +5,11 @@
 //! A long-lived host makes each gate's next instance ahead, off the call's
 //! path, and drops spent ones there too (see `spare`); the instance pool
 //! and the store a call runs in are in `pool`. This file builds the host
-//! and makes the calls; `host/load.rs` loads the gates.
+//! and makes the calls; `host/load.rs` loads the gates, `host/verify.rs`
+//! checks their signatures.
 
 mod load;
+mod verify;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -160,6 +162,9 @@ pub struct GateHost {
     seen: Mutex<HashMap<PathBuf, (Fingerprint, String)>>,
     /// In a host with spares, what each gate file held when last loaded.
     held: Mutex<HashMap<PathBuf, String>>,
+    /// Signatures verified in this process (component and signature), with
+    /// the name and version the component said (see `host/verify.rs`).
+    verified: Mutex<HashMap<String, (String, String)>>,
     ticker: Ticker,
     /// In a long-lived host, the instance pool's slots: every live instance
     /// (called, spare, or spent and not yet dropped) holds one. A call
@@ -302,6 +307,7 @@ impl GateHost {
             loaded: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
             ticker,
             slots: slots.map(Slots::new),
             spares: None,

@@ -17,6 +17,7 @@ mod seal;
 mod spare;
 mod stock;
 mod ticker;
+pub mod trust;
 mod verdict;
 mod world;
 

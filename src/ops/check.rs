@@ -59,6 +59,7 @@ pub fn check_gates(
     }
     let cache = root.cache_dir();
     let host = GateHost::new(cache.is_dir().then_some(cache))?;
+    let policy = root.settings().gates.policy(&config.signing);
     for (i, g) in config.gates.iter().enumerate() {
         let invalid_at = |line: Option<usize>, message: String| ConfigError::Gate {
             path: shown.to_owned(),
@@ -100,7 +101,9 @@ pub fn check_gates(
         match host.load(&source) {
             Err(e) => problems.push(invalid(e.kind().to_string())),
             Ok(gate) => {
-                if let Err(e) = host.check_params(&gate, &g.params) {
+                if let Err(e) = host.verify(&gate, &source, &policy) {
+                    problems.push(invalid(e.kind().to_string()));
+                } else if let Err(e) = host.check_params(&gate, &g.params) {
                     problems.push(invalid_at(g.params_line, e.kind().to_string()));
                 }
             }

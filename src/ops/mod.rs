@@ -12,6 +12,7 @@
 //! follow-ups, so a slow notify command or webhook never holds the answer
 //! back.
 
+pub mod allow_rollback;
 pub mod approve;
 pub mod cancel;
 pub mod check;

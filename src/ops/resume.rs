@@ -97,10 +97,11 @@ fn stops_again(ctx: &Ctx<'_>, dir: &dyn LoopStore, state: &State) -> Option<Stri
     }
     let host = GateHost::new(Some(ctx.root.cache_dir())).ok()?;
     let name = dir.name().as_str();
+    let policy = ctx.root.settings().gates.policy(&config.signing);
     let verdict = [Phase::BeforeStep, Phase::AfterStep]
         .into_iter()
         .find_map(|phase| {
-            gates::evaluate_phase(&host, name, dir.base_dir(), &config, state, phase)
+            gates::evaluate_phase(&host, name, dir.base_dir(), (&config, &policy), state, phase)
                 .verdicts
                 .into_iter()
                 .find(|v| matches!(v.decision, Decision::Halt(_) | Decision::Complete(_)))

@@ -15,6 +15,7 @@ use crate::config::{GateConfig, LoopConfig};
 use crate::domain::{
     Asker, Commits, Context, Decision, Mode, PendingAwait, Phase, RunResult, ShadowVerdict, Verdict,
 };
+use crate::gate::trust::{self, Policy, Signed};
 use crate::gate::{self, GateError, GateErrorKind, GateHost};
 use crate::history::EventKind;
 use crate::state::{LastTick, State};
@@ -26,6 +27,9 @@ pub struct PhaseResult {
     /// Beside each live verdict, the shadow gates recorded with it.
     pub shadows: Vec<Vec<ShadowVerdict>>,
     pub combined: Decision,
+    /// The signed gates that passed their signatures and rollback floor:
+    /// a tick raises each one's floor to its version.
+    pub signed: Vec<Signed>,
 }
 
 /// The result of a run, as gates see it.
@@ -132,11 +136,13 @@ fn to_json(value: &impl Serialize) -> serde_json::Value {
 /// decides by its `on_error` policy; the error is kept in its verdict. The
 /// shadow gates of the phase are evaluated after them, when any live gate
 /// runs in it, and recorded beside them (`super::shadow`).
+/// A gate the trust `policy` refuses (unsigned, badly signed, rolled
+/// back) halts, whatever its `on_error`.
 pub fn evaluate_phase(
     host: &GateHost,
     name: &str,
     loop_dir: &Path,
-    config: &LoopConfig,
+    (config, policy): (&LoopConfig, &Policy),
     state: &State,
     phase: Phase,
 ) -> PhaseResult {
@@ -147,9 +153,12 @@ pub fn evaluate_phase(
         .gates
         .iter()
         .filter(|g| g.mode == Mode::Enforce && g.phases.contains(&phase));
+    let mut signed = Vec::new();
     for g in live {
         let ctx = context(name, state, g, phase, now);
-        verdicts.push(evaluate_gate(host, name, loop_dir, g, &ctx, Said::Info));
+        let (verdict, s) = evaluate_gate(host, name, loop_dir, g, &ctx, Said::Info, (policy, state));
+        signed.extend(s);
+        verdicts.push(verdict);
         contexts.push(ctx);
     }
     let combined = Decision::combine(verdicts.iter().map(|v| &v.decision));
@@ -159,6 +168,7 @@ pub fn evaluate_phase(
         state,
         phase,
         now,
+        policy,
     };
     let shadows = super::shadow::evaluate(host, &at, config, &verdicts);
     PhaseResult {
@@ -166,6 +176,7 @@ pub fn evaluate_phase(
         contexts,
         shadows,
         combined,
+        signed,
     }
 }
 
@@ -187,16 +198,18 @@ pub fn evaluate_gate(
     g: &GateConfig,
     ctx: &Context,
     said: Said,
-) -> Verdict {
+    (policy, floors): (&Policy, &State),
+) -> (Verdict, Option<Signed>) {
     let source = g.resolved_source(loop_dir);
     let label = g.source.to_string();
     let started = std::time::Instant::now();
     let mut build = Build::default();
     let mut took = None;
+    let mut signed = None;
     // Errors name the gate as loop.toml writes it, not its resolved path.
-    let result = host
-        .load(&source)
-        .and_then(|gate| {
+    let result = load_trusted(host, &source, policy, floors)
+        .and_then(|(gate, s)| {
+            signed = s;
             let eval = host
                 .evaluate(&gate, ctx, &g.limits)
                 .map_err(|e| explain_refusal(host, &gate, g, e));
@@ -208,7 +221,7 @@ pub fn evaluate_gate(
     let took = took.unwrap_or_else(|| started.elapsed());
     let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
     let (decision, error, logs) = said.outcome(name, &label, g, result);
-    Verdict {
+    let verdict = Verdict {
         gate: crate::bounds::text(label),
         version: build.version,
         name: build.name,
@@ -218,7 +231,8 @@ pub fn evaluate_gate(
         micros,
         error: crate::bounds::opt_text(error),
         logs,
-    }
+    };
+    (verdict, signed)
 }
 
 impl Said {
@@ -283,6 +297,34 @@ impl Build {
     }
 }
 
+/// Loads a gate and, when the policy requires signatures, checks them and
+/// that the build is not older than the highest signed one the loop ran.
+fn load_trusted(
+    host: &GateHost,
+    source: &crate::domain::GateSource,
+    policy: &Policy,
+    state: &State,
+) -> Result<(gate::Gate, Option<Signed>), GateError> {
+    let gate = host.load(source)?;
+    let Some(signed) = host.verify(&gate, source, policy)? else {
+        return Ok((gate, None));
+    };
+    let highest = state.signed_versions.get(&signed.name).map(String::as_str);
+    trust::check_floor(&signed, highest)
+        .map_err(|refusal| GateError::new(gate.label(), GateErrorKind::Untrusted { refusal }))?;
+    Ok((gate, Some(signed)))
+}
+
+/// Raises each signed gate's floor in `state` to the version that ran.
+pub fn raise_floors(state: &mut State, signed: &[Signed]) {
+    for s in signed {
+        let highest = state.signed_versions.get(&s.name).map(String::as_str);
+        if trust::raises(&s.version, highest) {
+            state.signed_versions.insert(s.name.clone(), s.version.clone());
+        }
+    }
+}
+
 /// A gate that refused to decide may have refused its params: asked then
 /// (an error path only, so good params cost a tick nothing), the error says
 /// so and names the line of loop.toml that sets them. Any other error is
@@ -342,6 +384,7 @@ impl PhaseResult {
             contexts: Vec::new(),
             shadows: Vec::new(),
             combined: Decision::Proceed,
+            signed: Vec::new(),
         }
     }
 }

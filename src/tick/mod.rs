@@ -557,10 +557,12 @@ impl Tick<'_> {
     fn gates(&mut self, state: &mut State, phase: Phase) -> Result<gates::PhaseResult> {
         let (name, base) = (self.store.name().as_str(), self.store.base_dir());
         let config = self.config;
+        let policy = self.root.settings().gates.policy(&config.signing);
         let result = match self.host_for(phase)? {
             None => return Ok(gates::PhaseResult::empty()),
-            Some(host) => gates::evaluate_phase(host, name, base, config, state, phase),
+            Some(host) => gates::evaluate_phase(host, name, base, (config, &policy), state, phase),
         };
+        gates::raise_floors(state, &result.signed);
         let tick = state.tick + u64::from(phase == Phase::BeforeStep);
         self.events.extend(gates::events(&result, tick));
         let first = shadow::first_disagreed(&result, &mut state.shadows_disagreed);

@@ -22,6 +22,8 @@ pub struct At<'a> {
     pub state: &'a State,
     pub phase: Phase,
     pub now: Timestamp,
+    /// The signatures a gate needs to be loaded, shadow or live.
+    pub policy: &'a crate::gate::trust::Policy,
 }
 
 /// The shadow gates of `at.phase`, each beside the live verdict it is
@@ -43,7 +45,16 @@ pub fn evaluate(
         .filter(|g| g.mode == Mode::Shadow && g.phases.contains(&at.phase));
     for g in shadows {
         let ctx = context(at.name, at.state, g, at.phase, at.now);
-        let verdict = evaluate_gate(host, at.name, at.loop_dir, g, &ctx, Said::Debug);
+        // A shadow's signed build raises no floor: it did not decide.
+        let (verdict, _) = evaluate_gate(
+            host,
+            at.name,
+            at.loop_dir,
+            g,
+            &ctx,
+            Said::Debug,
+            (at.policy, at.state),
+        );
         let (index, agrees) = compare(live, &verdict);
         beside[index].push(ShadowVerdict { verdict, agrees });
     }

@@ -408,3 +408,20 @@ pub fn reads_commits_and_await() -> Vec<u8> {
     ))
     .build_v0_2()
 }
+
+/// Proceeds; its `describe` says it is `test-gate` at `version` (five
+/// characters, as `0.2.0`): builds of one gate, for signatures and
+/// rollbacks.
+pub fn versioned(version: &str) -> Vec<u8> {
+    assert_eq!(version.len(), 5, "the fixture's version is five characters");
+    let gate = WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))");
+    let module = gate.module().replace(
+        "(data (i32.const 120) \"0.1.0\")",
+        &format!("(data (i32.const 120) \"{version}\")"),
+    );
+    let mut resolve = wit_parser::Resolve::default();
+    let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/0.1.0");
+    let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/0.1.0 parses");
+    let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
+    encode(&module, &resolve, world, false)
+}

@@ -48,6 +48,7 @@ mod serve;
 mod serve_browser;
 mod shadow_gates;
 mod shared_root;
+mod signed_gates;
 mod snapshots;
 mod stock_gates;
 mod store;
