@@ -125,6 +125,9 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
     let presence = Presence::claim(root);
+    // A step confined at every tick: the places granted around the root
+    // are opened once, not at each tick.
+    crate::step::confine::keep_places_open();
     // Webhooks are delivered off the workers, and given a moment at the end.
     let _webhooks = crate::notify::webhook::Queue::start();
     tracing::info!(
