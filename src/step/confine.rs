@@ -261,6 +261,7 @@ pub fn resolved(path: &Path) -> PathBuf {
 #[cfg(target_os = "linux")]
 mod linux {
     use std::collections::{BTreeMap, HashMap};
+    use std::ffi::OsString;
     use std::os::fd::{AsFd, OwnedFd};
     use std::path::{Path, PathBuf};
     use std::sync::atomic::Ordering;
@@ -284,7 +285,9 @@ mod linux {
     /// rights (Landlock ORs the rules of one inode anyway).
     struct Grants {
         abi: ABI,
-        places: BTreeMap<PathBuf, Place>,
+        /// By the path's bytes (compared as bytes, not component by
+        /// component: a daemon builds this map at every tick).
+        places: BTreeMap<OsString, Place>,
     }
 
     /// One place's rights, and where it is held open when a kept walk
@@ -313,7 +316,7 @@ mod linux {
             } else {
                 access & AccessFs::from_file(self.abi)
             };
-            let place = self.places.entry(path.to_owned()).or_insert(Place {
+            let place = self.places.entry(path.as_os_str().to_owned()).or_insert(Place {
                 access: BitFlags::EMPTY,
                 held: None,
             });
@@ -365,7 +368,7 @@ mod linux {
                             .add_rule(PathBeneath::new(fd.as_fd(), place.access)),
                         None => continue,
                     },
-                    None => match PathFd::new(path) {
+                    None => match PathFd::new(Path::new(path)) {
                         Ok(fd) => rules.as_mut().add_rule(PathBeneath::new(fd, place.access)),
                         Err(_) => continue,
                     },
