@@ -13,7 +13,13 @@
 # pipe), and RSS at the start and end of the measurement.
 #
 # usage: bench/daemon.sh
-# env:   SIZES ("100 1000 5000")  SECONDS_PER (60)  MAX_CONCURRENT (8)
+#        LOOPS=50000 bench/daemon.sh: one host's daemon over that many loops
+#        every CADENCE (300 s by default in this mode) for RUN seconds (600):
+#        its start-up (from exec to its first scan's "N loops scheduled"),
+#        lag p50 / p99, its CPU per tick, RSS each minute, then the same
+#        loops idle (a yearly cron); nothing else runs in this mode.
+# env:   SIZES ("100 1000 5000")  CADENCE (10: seconds between a loop's ticks)
+#        SECONDS_PER (60)  MAX_CONCURRENT (8)
 #        MEMORY_RUN (0: skip; else seconds of the memory run)  BIN (a built binary)
 #        BEFORE (an older build: measured at each size just before BIN, one
 #        row each, for a side-by-side run)
@@ -26,7 +32,9 @@ sizes=${SIZES:-100 1000 5000}
 secs=${SECONDS_PER:-60}
 workers=${MAX_CONCURRENT:-8}
 memory_run=${MEMORY_RUN:-0}
-cadence=10
+cadence=${CADENCE:-10}
+loops=${LOOPS:-0}
+[ "$loops" -gt 0 ] && cadence=${CADENCE:-300}
 work=$(mktemp -d)
 daemon_pid=
 cleanup() {
@@ -52,7 +60,12 @@ make_root() {
     for ((i = 1; i <= 5; i++)); do mkdir -p -m 700 "$root/loops/l0/runs/$i"; done
     sed -i 's/"tick": 0,/"tick": 5,/' "$root/loops/l0/.state.loop"
   fi
-  for ((i = 1; i < n; i++)); do cp -r "$root/loops/l0" "$root/loops/l$i"; done
+  python3 - "$root/loops" "$n" <<'PY'
+import shutil, sys
+loops, n = sys.argv[1], int(sys.argv[2])
+for i in range(1, n):
+    shutil.copytree(f"{loops}/l0", f"{loops}/l{i}", symlinks=True)
+PY
 }
 
 # cpu PID -> "own children" in clock ticks (fields 14+15, 16+17 of stat).
@@ -79,9 +92,6 @@ next_record() {
 }
 
 steady=; [ "${STEADY:-0}" = 1 ] && steady=', every loop at its `[runs] keep` (5)'
-printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s\n\n' "$workers" "$secs" "$steady"
-printf '| build | loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
 cat > "$work/loop.toml" <<TOML
 step = ["true"]
 [schedule]
@@ -128,6 +138,63 @@ measure() { # LABEL N
       r0 / 1024, r1 / 1024 }'
   rm -rf "$root"
 }
+# LOOPS=N: one host over N loops, a long run, then the same loops idle.
+if [ "$loops" -gt 0 ]; then
+  run=${RUN:-600}
+  printf '\n## automaton daemon over %s loops every %s s (max-concurrent %s), %s s\n\n' "$loops" "$cadence" "$workers" "$run"
+  root="$work/big"
+  make_root "$root" "$loops" "$work/loop.toml"
+  t0=$(date +%s.%N)
+  start_daemon "$root" "$work/big.log"
+  until grep -q "loops scheduled" "$work/big.log" 2>/dev/null; do sleep 0.05; done
+  t1=$(date +%s.%N)
+  read -r own_s _ < <(cpu "$daemon_pid")
+  awk -v t0="$t0" -v t1="$t1" -v o="$own_s" -v hz="$hz" -v r="$(rss_kib "$daemon_pid")" 'BEGIN {
+    printf "start-up (exec to the first scan done): %.2f s wall, %.2f s CPU; RSS %.1f MiB\n", t1 - t0, o / hz, r / 1024 }'
+  # Warm-up: a minute (or a cadence, when shorter) of the first ticks.
+  sleep $((cadence < 60 ? cadence : 60))
+  stamp=$(next_record "$root" "")
+  read -r own0 kids0 < <(cpu "$daemon_pid")
+  ticks0=$(record_field "$root/daemon.json" ticks)
+  rss=() p50s=() p99=0
+  start=$(date +%s); t0=$(date +%s.%N); next_rss=$start; end=$((start + run))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    if [ "$(date +%s)" -ge "$next_rss" ]; then
+      rss+=("$(awk '{printf "%.1f", $1 / 1024}' <<<"$(rss_kib "$daemon_pid")")"); next_rss=$((next_rss + 60))
+    fi
+    stamp=$(next_record "$root" "$stamp")
+    p50s+=("$(record_field "$root/daemon.json" lag_p50_ms)")
+    w99=$(record_field "$root/daemon.json" lag_p99_ms)
+    [ "$w99" -gt "$p99" ] && p99=$w99
+  done
+  read -r own1 kids1 < <(cpu "$daemon_pid")
+  ticks1=$(record_field "$root/daemon.json" ticks)
+  t1=$(date +%s.%N)
+  rss+=("$(awk '{printf "%.1f", $1 / 1024}' <<<"$(rss_kib "$daemon_pid")")")
+  stop_daemon
+  p50=$(printf '%s\n' "${p50s[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  awk -v n="$loops" -v c="$cadence" -v s="$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" -v k="$((ticks1 - ticks0))" -v o="$((own1 - own0))" \
+      -v ch="$((kids1 - kids0))" -v hz="$hz" -v p50="$p50" -v p99="$p99" 'BEGIN {
+    printf "ticks: %d in %.0f s (%.1f/s, %.1f/s needed); lag p50 %d ms, worst 15 s window p99 %d ms\n", k, s, k / s, n / c, p50, p99
+    printf "daemon CPU per tick %.3f ms; step CPU per tick %.3f ms\n", o * 1000 / hz / k, ch * 1000 / hz / k }'
+  echo "RSS each minute (MiB): ${rss[*]}"
+  # The same loops idle: a cron that fires once a year.
+  find "$root/loops" -name loop.toml -exec sed -i 's/^every = .*/cron = "0 0 1 1 *"/' {} +
+  start_daemon "$root" "$work/idle.log"
+  until grep -q "loops scheduled" "$work/idle.log" 2>/dev/null; do sleep 0.2; done
+  sleep 5
+  read -r own0 _ < <(cpu "$daemon_pid"); t0=$(date +%s.%N)
+  sleep "$secs"
+  read -r own1 _ < <(cpu "$daemon_pid"); t1=$(date +%s.%N)
+  awk -v o0="$own0" -v o1="$own1" -v t0="$t0" -v t1="$t1" -v hz="$hz" -v r="$(rss_kib "$daemon_pid")" 'BEGIN {
+    printf "idle over the same loops: CPU %.3f %% of a core; RSS %.1f MiB\n", (o1 - o0) / hz / (t1 - t0) * 100, r / 1024 }'
+  stop_daemon
+  exit 0
+fi
+
+printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s\n\n' "$workers" "$secs" "$steady"
+printf '| build | loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
 builds=("after=$BIN")
 [ -n "${BEFORE:-}" ] && builds=("before=$BEFORE" "after=$BIN")
 for n in $sizes; do

@@ -137,6 +137,9 @@ pub fn run(root: &Root, opts: &Options) -> Result<()> {
     let figures = std::sync::Arc::new(crate::exposition::DaemonFigures::default());
     let stop_metrics = std::sync::atomic::AtomicBool::new(false);
     let presence = Presence::claim(root);
+    // A step confined at every tick: the places granted around the root
+    // are opened once, not at each tick.
+    crate::step::confine::keep_places_open();
     // Webhooks are delivered off the workers, and given a moment at the end.
     let _webhooks = crate::notify::webhook::Queue::start();
     tracing::info!(

@@ -22,10 +22,12 @@
 //!
 //! "Everything but X" is granted by walking from the top down the ancestors
 //! of each X, granting each sibling entry whole. An entry made after the
-//! ruleset is built next to such an ancestor is not granted. A process
-//! keeps its walks while the directories they read keep their modification
-//! times, and the ports' ruleset while the ports are the same: a daemon
-//! builds them once.
+//! ruleset is built next to such an ancestor is not granted. A place
+//! granted twice (by the read walk and the write walk) has one rule with
+//! both grants' rights, and each place is opened only while its rule is
+//! added. A process keeps its walks while the directories they read keep
+//! their modification times, and the ports' ruleset while the ports are
+//! the same: a daemon builds them once.
 //!
 //! The ruleset is built in the runner (that restricts nothing); the step's
 //! process applies it between fork and exec with two raw system calls
@@ -231,6 +233,19 @@ pub(super) fn restrict_self(fd: std::os::fd::RawFd, net: std::os::fd::RawFd) -> 
     Ok(())
 }
 
+/// Whether this process holds open the places its kept walks grant.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+static KEEP_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process hold open (`O_PATH`) the places its kept walks
+/// grant, from the first ruleset that uses them: a process that confines
+/// a step at every tick (the daemon) then adds their rules without
+/// opening them again. A process that confines one step (a CLI tick)
+/// holds none: each place is open only while its rule is added.
+pub fn keep_places_open() {
+    KEEP_OPEN.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether `path` is `place` or lies under it.
 #[cfg(target_os = "linux")]
 fn within(path: &Path, place: &Path) -> bool {
@@ -245,10 +260,12 @@ pub fn resolved(path: &Path) -> PathBuf {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::collections::HashMap;
+    use std::collections::{BTreeMap, HashMap};
+    use std::ffi::OsString;
     use std::os::fd::{AsFd, OwnedFd};
     use std::path::{Path, PathBuf};
-    use std::sync::{Arc, LazyLock, Mutex};
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, LazyLock, Mutex, OnceLock};
     use std::time::SystemTime;
 
     use landlock::{
@@ -262,35 +279,51 @@ mod linux {
         ConfineError::Ruleset(Box::new(e))
     }
 
-    /// What one grant allows, and on what.
+    /// What each place is granted, one entry a place: a place granted by
+    /// two grants (the temporary directory's entries by the read walk
+    /// and by the write walk) is opened and ruled once, with both grants'
+    /// rights (Landlock ORs the rules of one inode anyway).
     struct Grants {
         abi: ABI,
-        rules: RulesetCreated,
+        /// By the path's bytes (compared as bytes, not component by
+        /// component: a daemon builds this map at every tick).
+        places: BTreeMap<OsString, Place>,
+    }
+
+    /// One place's rights, and where it is held open when a kept walk
+    /// holds it.
+    struct Place {
+        access: BitFlags<AccessFs>,
+        held: Option<(Arc<Walk>, usize)>,
     }
 
     impl Grants {
         /// Allows `access` on `path` and beneath it (only what applies to a
-        /// file when it is one). A place that does not exist is skipped.
-        fn grant(
+        /// file when it is one).
+        fn grant(&mut self, path: &Path, is_dir: bool, access: BitFlags<AccessFs>) {
+            self.grant_held(path, is_dir, access, None);
+        }
+
+        fn grant_held(
             &mut self,
             path: &Path,
             is_dir: bool,
             access: BitFlags<AccessFs>,
-        ) -> Result<(), ConfineError> {
+            held: Option<(Arc<Walk>, usize)>,
+        ) {
             let access = if is_dir {
                 access
             } else {
                 access & AccessFs::from_file(self.abi)
             };
-            let fd = match PathFd::new(path) {
-                Ok(fd) => fd,
-                Err(_) => return Ok(()),
-            };
-            self.rules
-                .as_mut()
-                .add_rule(PathBeneath::new(fd, access))
-                .map_err(ruleset_error)?;
-            Ok(())
+            let place = self.places.entry(path.as_os_str().to_owned()).or_insert(Place {
+                access: BitFlags::EMPTY,
+                held: None,
+            });
+            place.access |= access;
+            if place.held.is_none() {
+                place.held = held;
+            }
         }
 
         /// Allows `access` on `path` whole when nothing of `around` lies
@@ -303,40 +336,61 @@ mod linux {
             is_dir: bool,
             around: &[PathBuf],
             access: BitFlags<AccessFs>,
-        ) -> Result<(), ConfineError> {
+        ) {
             if around.iter().any(|a| within(path, a)) {
-                return Ok(());
+                return;
             }
             if !is_dir || !around.iter().any(|a| within(a, path)) {
                 return self.grant(path, is_dir, access);
             }
             let walk = Walk::kept_or_made(path, around);
-            for (fd, is_dir) in &walk.grants {
-                let access = if *is_dir {
-                    access
-                } else {
-                    access & AccessFs::from_file(self.abi)
+            let holds = super::KEEP_OPEN.load(Ordering::Relaxed);
+            for (i, (entry, is_dir)) in walk.grants.iter().enumerate() {
+                let held = holds.then(|| (Arc::clone(&walk), i));
+                self.grant_held(entry, *is_dir, access, held);
+            }
+        }
+
+        /// Adds a rule for each place to `rules`. A place is opened
+        /// (`O_PATH`) only while its rule is added, so building a ruleset
+        /// holds one descriptor at a time however many places it grants
+        /// (a multi-threaded process whose table of descriptors grows
+        /// waits for an RCU grace period at each doubling: milliseconds
+        /// on a busy machine); in a process that keeps places open (a
+        /// daemon), a kept walk's entries are opened once and held. A
+        /// place that no longer exists is skipped.
+        fn add_to(&self, rules: &mut RulesetCreated) -> Result<(), ConfineError> {
+            for (path, place) in &self.places {
+                let rule = match &place.held {
+                    Some((walk, i)) => match &walk.held()[*i] {
+                        Some(fd) => rules
+                            .as_mut()
+                            .add_rule(PathBeneath::new(fd.as_fd(), place.access)),
+                        None => continue,
+                    },
+                    None => match PathFd::new(Path::new(path)) {
+                        Ok(fd) => rules.as_mut().add_rule(PathBeneath::new(fd, place.access)),
+                        Err(_) => continue,
+                    },
                 };
-                self.rules
-                    .as_mut()
-                    .add_rule(PathBeneath::new(fd.as_fd(), access))
-                    .map_err(ruleset_error)?;
+                rule.map_err(ruleset_error)?;
             }
             Ok(())
         }
     }
 
     /// A walk down from a place towards the places to leave out: the
-    /// entries to grant, held open, and the directories read with their
-    /// modification times (which change when an entry is made, removed or
-    /// renamed in them). A daemon keeps its walks: most of what building a
-    /// ruleset costs is reading the same directories again.
+    /// entries to grant (whether each is a directory) and the directories
+    /// read with their modification times (which change when an entry is
+    /// made, removed or renamed in them). A daemon keeps its walks: it
+    /// does not read the same directories again at each tick, and holds
+    /// the entries open.
     pub(super) struct Walk {
         dirs: Vec<(PathBuf, Option<SystemTime>)>,
-        grants: Vec<(PathFd, bool)>,
-        /// The granted entries' paths, for the tests.
-        #[cfg(test)]
-        paths: Vec<PathBuf>,
+        grants: Vec<(PathBuf, bool)>,
+        /// The entries of `grants`, opened at the first ruleset that uses
+        /// them in a process that keeps places open (None: gone).
+        held: OnceLock<Vec<Option<PathFd>>>,
     }
 
     type Walks = HashMap<(PathBuf, Vec<PathBuf>), Arc<Walk>>;
@@ -357,8 +411,7 @@ mod linux {
             let mut walk = Walk {
                 dirs: Vec::new(),
                 grants: Vec::new(),
-                #[cfg(test)]
-                paths: Vec::new(),
+                held: OnceLock::new(),
             };
             walk.read(path, around);
             let walk = Arc::new(walk);
@@ -386,17 +439,20 @@ mod linux {
                 let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
                 if is_dir && around.iter().any(|a| within(a, &path)) {
                     self.read(&path, around);
-                } else if let Ok(fd) = PathFd::new(&path) {
-                    self.grants.push((fd, is_dir));
-                    #[cfg(test)]
-                    self.paths.push(path);
+                } else {
+                    self.grants.push((path, is_dir));
                 }
             }
         }
 
         #[cfg(test)]
         pub(super) fn granted_paths(&self) -> impl Iterator<Item = &Path> {
-            self.paths.iter().map(PathBuf::as_path)
+            self.grants.iter().map(|(p, _)| p.as_path())
+        }
+
+        fn held(&self) -> &[Option<PathFd>] {
+            self.held
+                .get_or_init(|| self.grants.iter().map(|(p, _)| PathFd::new(p).ok()).collect())
         }
 
         fn is_current(&self) -> bool {
@@ -456,17 +512,18 @@ mod linux {
                 .scope(Scope::Signal | Scope::AbstractUnixSocket)
                 .map_err(ruleset_error)?;
         }
-        let rules = ruleset.create().map_err(ruleset_error)?;
-        let mut g = Grants { abi, rules };
-
+        let mut g = Grants {
+            abi,
+            places: BTreeMap::new(),
+        };
         // Directories may be listed everywhere: a name is not its content.
-        g.grant(Path::new("/"), true, AccessFs::ReadDir.into())?;
+        g.grant(Path::new("/"), true, AccessFs::ReadDir.into());
         let mut unread = vec![policy.root.clone()];
         unread.extend(policy.hidden.iter().cloned());
         unread.extend(policy.secrets.iter().cloned());
-        g.grant_around(Path::new("/"), true, &unread, read)?;
+        g.grant_around(Path::new("/"), true, &unread, read);
         for place in &policy.readable {
-            g.grant_around(place, is_dir(place), &policy.secrets, read)?;
+            g.grant_around(place, is_dir(place), &policy.secrets, read);
         }
         for place in &policy.own {
             // A worktree that holds the root is granted around it.
@@ -474,14 +531,16 @@ mod linux {
             if !within(place, &policy.root) {
                 around.push(policy.root.clone());
             }
-            g.grant_around(place, is_dir(place), &around, write)?;
+            g.grant_around(place, is_dir(place), &around, write);
         }
         let mut unwritten = vec![policy.root.clone()];
         unwritten.extend(policy.secrets.iter().cloned());
         for place in &policy.writable {
-            g.grant_around(place, is_dir(place), &unwritten, write)?;
+            g.grant_around(place, is_dir(place), &unwritten, write);
         }
-        owned(g.rules)
+        let mut rules = ruleset.create().map_err(ruleset_error)?;
+        g.add_to(&mut rules)?;
+        owned(rules)
     }
 
     fn owned(rules: RulesetCreated) -> Result<OwnedFd, ConfineError> {
@@ -541,6 +600,7 @@ mod linux {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::linux::Walk;
+    use super::{Policy, resolved};
     use std::path::PathBuf;
 
     /// The names a walk from `top` around `around` grants, relative to `top`.
@@ -568,5 +628,35 @@ mod tests {
         // A new entry beside the root is seen: the walk is read again.
         std::fs::create_dir(top.join("b/d")).unwrap();
         assert_eq!(granted(&top, &around), ["a", "b/c", "b/d", "e", "f"]);
+    }
+
+    fn open_descriptors() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn a_ruleset_granted_entry_by_entry_holds_no_descriptor_per_entry() {
+        if super::kernel_abi() == 0 {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let top = resolved(d.path());
+        for i in 0..300 {
+            std::fs::write(top.join(format!("f{i}")), "").unwrap();
+        }
+        let root = top.join("root");
+        std::fs::create_dir(&root).unwrap();
+        let policy = Policy {
+            root,
+            writable: vec![top.clone()],
+            ..Policy::default()
+        };
+        let before = open_descriptors();
+        let prepared = super::prepare(&policy).unwrap();
+        // The ruleset's own descriptor, and any a test beside this one
+        // opened meanwhile; not one for each of the 300 entries granted.
+        let held = open_descriptors().saturating_sub(before);
+        drop(prepared);
+        assert!(held < 100, "{held} descriptors held after building the ruleset");
     }
 }
