@@ -808,7 +808,6 @@ pub struct AllowRollbackArgs {
     pub to: String,
 }
 
-
 #[derive(Debug, Args)]
 pub struct PromoteArgs {
     /// The loop

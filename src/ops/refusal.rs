@@ -88,12 +88,7 @@ impl Refusals {
 /// role `action` needs under `rules`. A refusal is returned as
 /// [`Error::NotAllowed`], kept as the module says (one a minute where the
 /// context keeps [`Refusals`]).
-pub(crate) fn require(
-    ctx: &Ctx<'_>,
-    store: &dyn LoopStore,
-    action: Action,
-    rules: &Access,
-) -> Result<()> {
+pub(crate) fn require(ctx: &Ctx<'_>, store: &dyn LoopStore, action: Action, rules: &Access) -> Result<()> {
     let actor = &ctx.actor;
     let Err(denied) = access::check(actor, action, rules) else {
         return Ok(());
