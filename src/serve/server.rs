@@ -97,6 +97,7 @@ fn api_routes() -> Vec<ApiRoute> {
     vec![
         api_route(Method::GET, "/healthz", healthz),
         api_route(Method::GET, "/api/openapi.json", api::openapi),
+        api_route(Method::GET, "/metrics", super::scrape::metrics),
         api_route(Method::GET, "/api/loops", api::list),
         api_route(Method::GET, "/api/loops/{name}", api::one),
         api_route(Method::GET, "/api/loops/{name}/history", api::history),
@@ -113,7 +114,6 @@ pub fn router(app: Arc<App>, timeout: Duration) -> Router {
         .fold(Router::new(), |r, (_, path, method)| r.route(path, method))
         .route_layer(middleware::from_fn(api::refuse_declared_too_large));
     let bounded = api
-        .route("/metrics", get(super::scrape::metrics))
         .route("/", get(pages::list))
         .route("/loops/{name}", get(pages::one))
         .route("/loops/{name}/review", get(pages::review))
