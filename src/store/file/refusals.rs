@@ -11,14 +11,14 @@
 //! ([`crate::history::merge`]).
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::rotation::Opened;
 use crate::error::{Error, Result};
 use crate::fsx;
-use crate::history::{BadLine, Event, History};
+use crate::history::{Event, History};
 
 /// The file refusals are appended to.
 pub const REFUSALS: &str = "refusals.jsonl";
@@ -96,42 +96,12 @@ pub fn open(dir: &Path) -> Result<Vec<Opened>> {
     Ok(files)
 }
 
-/// The refusals kept in `dir`, oldest first: a line cut short at the end
-/// (an append that died) is passed over; a line that does not read is
-/// returned apart, as the history's are.
+/// The refusals kept in `dir`, oldest first, read as history is
+/// ([`super::journal::read_committed`]): a line cut short at the end of
+/// the current file (an append that died) is passed over; a line that
+/// does not read is returned apart, as the history's are.
 pub fn read(dir: &Path) -> Result<History> {
-    let mut kept = History::default();
-    for name in [ROTATED, REFUSALS] {
-        let path = dir.join(name);
-        let Some((file, _)) = fsx::open_read(&path)? else {
-            continue;
-        };
-        let mut reader = BufReader::new(file);
-        let mut line = Vec::new();
-        let mut number = 0;
-        loop {
-            line.clear();
-            let n = reader
-                .read_until(b'\n', &mut line)
-                .map_err(Error::io("reading", &path))?;
-            if n == 0 || line.last() != Some(&b'\n') {
-                break;
-            }
-            number += 1;
-            if line.trim_ascii().is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<Event>(&line) {
-                Ok(e) => kept.events.push(e),
-                Err(e) => kept.bad.push(BadLine {
-                    path: path.clone(),
-                    line: number,
-                    reason: e.to_string(),
-                }),
-            }
-        }
-    }
-    Ok(kept)
+    super::journal::read_committed(open(dir)?, u64::MAX)
 }
 
 #[cfg(test)]
