@@ -348,6 +348,14 @@ impl<'a> Dispatcher<'a> {
             let mut out = last
                 .map(|l| self.ledger.gap(when, &key, l, at, crashed))
                 .unwrap_or_default();
+            // A crashed tick the gap does not account for filled this very
+            // firing (taken again once its claim ran out, or at once by the
+            // next daemon): the firing's first record is the crash.
+            let again = crashed.filter(|(tick, started)| {
+                last.is_none_or(|l| l.tick != Some(*tick) && *started > l.last_at())
+                    && out.iter().all(|r| r.tick != Some(*tick))
+            });
+            out.extend(again.map(|c| self.ledger.of_crashed(at, &key, c)));
             out.extend(fire.take());
             out
         });

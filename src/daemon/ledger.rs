@@ -17,6 +17,10 @@ use crate::tick::TickReport;
 /// cron schedule is recorded as this many, the detail saying so.
 const COUNT_MAX: u64 = 100_000;
 
+/// Why a firing whose tick crashed is recorded as it is.
+const CRASHED: &str =
+    "its tick died before it ended (killed, or the host went down); the next tick recorded it as crashed";
+
 /// The schedule as a ledger record names it: its cadence and time zone
 /// (jitter moves no firing's time).
 pub(super) fn schedule_key(s: &Schedule) -> String {
@@ -93,6 +97,28 @@ impl Writer {
         )
     }
 
+    /// The record of a firing at `at` that tick `tick`, started at
+    /// `started`, filled and died running: a firing taken again after its
+    /// claim ran out (the tick that takes it is recorded after it).
+    pub(super) fn of_crashed(
+        &self,
+        at: Timestamp,
+        schedule: &str,
+        (tick, started): (u64, Timestamp),
+    ) -> Fire {
+        let mut fire = self.fire(
+            at,
+            schedule,
+            Kind::Ran,
+            why::CRASHED.to_owned(),
+            Some(CRASHED.to_owned()),
+            Some(tick),
+            crate::clock::now(),
+        );
+        fire.started = Some(started);
+        fire
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn fire(
         &self,
@@ -153,11 +179,7 @@ impl Writer {
             }
             let filled = crashed.filter(|(_, started)| due <= *started && following > *started);
             let (kind, why, detail) = if filled.is_some() {
-                (
-                    Kind::Ran,
-                    why::CRASHED,
-                    "its tick died before it ended (killed, or the host went down); the next tick recorded it as crashed",
-                )
+                (Kind::Ran, why::CRASHED, CRASHED)
             } else if due <= last.seen {
                 (
                     Kind::Skipped,

@@ -336,7 +336,8 @@ impl<'a> Dispatcher<'a> {
                 let at = now
                     .checked_add(SignedDuration::try_from(offset).unwrap_or_default())
                     .unwrap_or(now);
-                entry.nominal = Some(at);
+                // The firing it stands for stays the one overdue.
+                entry.nominal = Some(entry.nominal.map_or(at, |n| n.min(at)));
                 self.queue
                     .set(Arc::clone(name), jittered(at, s.jitter.map(|j| j.0)));
             }
@@ -401,6 +402,12 @@ fn first_firing(
         return First::None;
     };
     if first <= now {
+        // The last firing overdue, not now: the ledger then accounts for
+        // it (a crashed tick's, taken again) and for those missed before.
+        entry.nominal = last
+            .and_then(|l| when.after(l, l))
+            .filter(|t| *t <= now)
+            .map(|t| super::ledger::stands_for(when, t, now));
         return First::Now;
     }
     entry.nominal = Some(first);
