@@ -92,8 +92,8 @@ pub(super) fn run(client: &mut Client, c: &Commit<'_>) -> Result<Committed, PgEr
 
 /// Lets the lease go (so the next holder need not wait for it to run
 /// out), clears the holder record it stood for, and unlocks the advisory
-/// lock `key`, in one statement.
-pub(super) fn release(client: &mut Client, name: &str, fence: i64, key: i64) -> Result<(), PgError> {
+/// lock `key` when it is held, in one statement.
+pub(super) fn release(client: &mut Client, name: &str, fence: i64, key: Option<i64>) -> Result<(), PgError> {
     client
         .query_one(
             "WITH r AS (
@@ -101,7 +101,7 @@ pub(super) fn release(client: &mut Client, name: &str, fence: i64, key: i64) -> 
                  WHERE loop = $1 AND fence = $2 RETURNING 1),
              d AS (
                  DELETE FROM holders WHERE loop = $1 AND EXISTS (SELECT 1 FROM r))
-             SELECT pg_advisory_unlock($3)",
+             SELECT CASE WHEN $3::bigint IS NOT NULL THEN pg_advisory_unlock($3) END",
             &[&name, &fence, &key],
         )
         .map(drop)

@@ -718,6 +718,7 @@ impl LoopStore for PgLoop {
         let ttl = lease::ttl();
         let key = std::cell::Cell::new(0i64);
         let taken = std::cell::Cell::new(None);
+        let advisory = std::cell::Cell::new(false);
         // The advisory lock, then the lease: a lease still running (its
         // holder's session may be gone, its step not) keeps the lock held.
         // The lease alone decides: a session the server still keeps for a
@@ -776,6 +777,7 @@ impl LoopStore for PgLoop {
             match lease::take(&mut client, name, &holder, ttl).map_err(fail())? {
                 Some(t) => {
                     taken.set(Some(t));
+                    advisory.set(locked);
                     Ok(true)
                 }
                 None if locked => {
@@ -813,6 +815,7 @@ impl LoopStore for PgLoop {
             lp: self,
             client: Some(client),
             key,
+            advisory: advisory.get(),
             holder,
             version: None,
             lease: lease::Lease::start(name, fence, ttl, &self.db.renewals, taken_at),

@@ -20,6 +20,10 @@ pub(super) struct PgSession<'a> {
     /// Taken back on drop.
     pub(super) client: Option<Client>,
     pub(super) key: i64,
+    /// Whether this connection holds the advisory lock `key`: a lease run
+    /// out or let go is taken without it, and what was not taken is not
+    /// unlocked (the server would warn "you don't own a lock").
+    pub(super) advisory: bool,
     pub(super) holder: Holder,
     /// The version loaded or last committed: a commit must build on it.
     pub(super) version: Option<u64>,
@@ -93,7 +97,8 @@ impl PgSession<'_> {
 
     /// Lets the lease and the advisory lock go.
     fn release(&mut self) -> Result<(), PgError> {
-        let (name, fence, key) = (self.lp.name.as_str(), self.lease.fence(), self.key);
+        let (name, fence) = (self.lp.name.as_str(), self.lease.fence());
+        let key = self.advisory.then_some(self.key);
         commit::release(self.client(), name, fence, key)
     }
 
@@ -144,7 +149,9 @@ impl PgSession<'_> {
         let mut client = self.lp.db.connect(self.lp.n())?;
         // Best effort: the advisory lock only keeps waiters from asking
         // for the lease.
-        let _ = client.query_one("SELECT pg_try_advisory_lock($1)", &[&self.key]);
+        self.advisory = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&self.key])
+            .is_ok_and(|row| row.get(0));
         self.client = Some(client);
         Ok(())
     }
