@@ -9,7 +9,7 @@ use jiff::{SignedDuration, Span, SpanRelativeTo};
 /// Parses `"15m"`, `"1h 30m"`, `"2 days"` or ISO 8601's `"PT15M"`. A day
 /// is 24 hours; months and years (of no fixed length) and negative
 /// durations are refused.
-pub fn parse(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse(s: &str) -> Result<Duration, String> {
     let span: Span = s.trim().parse().map_err(|_| "not a duration".to_owned())?;
     let signed = span
         .to_duration(SpanRelativeTo::days_are_24_hours())
@@ -22,7 +22,7 @@ pub fn parse(s: &str) -> Result<Duration, String> {
 /// hours, minutes and seconds with the tenth when there is one (`"1m"`,
 /// `"1m 0.4s"`, `"1h 30m"`). `"0s"` for nothing. It reads back as loop.toml
 /// reads a duration.
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     if d.is_zero() {
         return "0s".to_owned();
     }
@@ -51,7 +51,7 @@ pub fn format(d: Duration) -> String {
 }
 
 /// ISO 8601, in hours, minutes and seconds: `PT1H30M`, `PT0S`.
-pub fn iso8601(d: Duration) -> String {
+pub(crate) fn iso8601(d: Duration) -> String {
     let signed = SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX);
     signed.to_string()
 }

@@ -46,7 +46,7 @@ struct LoopReport {
     findings: Vec<Finding>,
 }
 
-pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = store::Stores::open(root)?;
     let dirs = match &args.name {
         Some(name) => vec![stores.get(name)?],

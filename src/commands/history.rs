@@ -17,7 +17,7 @@ use crate::store::{Changes, Stores};
 /// How long `--follow` waits on the change feed at a time.
 const FOLLOW_WAIT: Duration = Duration::from_secs(60);
 
-pub fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(root: &Root, stores: &Stores, args: &HistoryArgs, out: &mut dyn Write) -> Result<Exit> {
     let ctx = Ctx::own(root, stores);
     let q = Query {
         limit: args.limit,

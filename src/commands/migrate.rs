@@ -44,7 +44,7 @@ struct Moved {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<Exit> {
     let (from, to) = (Side::parse(&args.from)?, Side::parse(&args.to)?);
     // The root whose loops/<name>/ directories hold the loops' files
     // here, and whose automaton.toml says who may move them.

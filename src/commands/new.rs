@@ -11,7 +11,7 @@ use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::store;
 
-pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let name = LoopName::new(&args.name)?;
     let text = match &args.from {
         Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {

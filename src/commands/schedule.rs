@@ -13,7 +13,7 @@ use crate::error::{Exit, Result};
 use crate::root::{LoopName, Root};
 use crate::schedule::{self, Action, Record, record};
 
-pub fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<Exit> {
     match cmd {
         ScheduleCommand::Install(args) => install(root, args, out),
         ScheduleCommand::Remove(args) => remove(root, args, out),

@@ -24,7 +24,7 @@ struct Checked {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<Exit> {
     let mut checked = Vec::new();
     let mut first_error = None;
     let mut record = |name: Option<String>, path: PathBuf, r: Result<()>| {

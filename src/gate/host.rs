@@ -36,10 +36,10 @@ use crate::domain::{Context, Decision, Limits};
 /// The version of the `automaton:gate` package (wit/gate.wit) this host
 /// offers; it also calls gates built against the earlier versions of
 /// [`GATE_WIT_VERSIONS`], each in its own world.
-pub const GATE_WIT_VERSION: &str = "0.2.0";
+pub(super) const GATE_WIT_VERSION: &str = "0.2.0";
 
 /// Every `automaton:gate` version this host calls gates of, oldest first.
-pub const GATE_WIT_VERSIONS: &[&str] = world::VERSIONS;
+pub(super) const GATE_WIT_VERSIONS: &[&str] = world::VERSIONS;
 
 /// What a gate says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use super::webhook::{Delivery, deliver};
 
 /// The threads that deliver.
-pub const THREADS: usize = 4;
+pub(super) const THREADS: usize = 4;
 /// Notices that may wait for one URL.
-pub const PER_URL: usize = 64;
+pub(super) const PER_URL: usize = 64;
 /// Notices that may wait in all.
-pub const TOTAL: usize = 256;
+pub(super) const TOTAL: usize = 256;
 /// How long a stopping daemon waits for the queue to be delivered.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -44,12 +44,12 @@ pub(super) fn offer(delivery: Delivery) -> Option<Delivery> {
 
 /// The daemon's queue, from [`Queue::start`] until the guard is dropped,
 /// which gives what waits [`DRAIN`] to be delivered.
-pub struct Queue {
+pub(crate) struct Queue {
     pool: Option<Arc<Pool>>,
 }
 
 impl Queue {
-    pub fn start() -> Queue {
+    pub(crate) fn start() -> Queue {
         let limits = Limits {
             threads: THREADS,
             per_url: PER_URL,

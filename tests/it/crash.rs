@@ -96,7 +96,7 @@ params = { every = 1 }
 "#;
 
 /// Whether strace can trace here; prints why not, or fails when it must.
-pub fn strace_usable(test: &str) -> bool {
+pub(crate) fn strace_usable(test: &str) -> bool {
     static USABLE: OnceLock<Result<(), String>> = OnceLock::new();
     let usable = USABLE.get_or_init(|| {
         let probe = crate::common::isolate(&mut Command::new("strace"))

@@ -56,7 +56,7 @@ const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $
 const WAITING_KEY: &str = "hashtextextended('automaton:waiting:' || current_schema() || ':' || $1, 0)";
 /// The notification channel: a loop's name, sent on every create, config
 /// change and removal; `NAME state` on every commit of its state.
-pub const CHANNEL: &str = "automaton_loops";
+pub(super) const CHANNEL: &str = "automaton_loops";
 /// Keeps a connection that idles by design (the listener, the lease
 /// renewals') from being ended by the server's `idle_session_timeout`,
 /// where the server has one and it is set (a DBA's default).
