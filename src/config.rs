@@ -331,7 +331,7 @@ impl<'de> Deserialize<'de> for CommandLine {
         }
         match Raw::deserialize(d)? {
             Raw::Shell(s) if s.trim().is_empty() => Err(serde::de::Error::custom("the command is empty")),
-            Raw::Argv(v) if v.first().is_none_or(|p| p.is_empty()) => {
+            Raw::Argv(v) if v.first().is_none_or(std::string::String::is_empty) => {
                 Err(serde::de::Error::custom("the command is empty"))
             }
             Raw::Shell(s) => Ok(CommandLine::Shell(s)),
@@ -956,7 +956,7 @@ limits = { timeout = "200ms", memory = "64MiB" }
         )
         .unwrap();
         assert_eq!(c.step.command.argv()[0], "./agent.sh");
-        assert_eq!(c.timeout, Some(Dur(Duration::from_secs(1800))));
+        assert_eq!(c.timeout, Some(Dur(Duration::from_mins(30))));
         assert_eq!(c.overlap, Overlap::Wait);
         assert_eq!(
             c.verifier.unwrap().command.argv(),
@@ -964,7 +964,7 @@ limits = { timeout = "200ms", memory = "64MiB" }
         );
         assert_eq!(
             c.schedule.unwrap().cadence,
-            Cadence::Every(Dur(Duration::from_secs(900)))
+            Cadence::Every(Dur(Duration::from_mins(15)))
         );
         assert_eq!(c.approval.required, 2);
         assert_eq!(c.gates.len(), 2);

@@ -205,7 +205,7 @@ mod tests {
         let utc = TimeZone::UTC;
         assert_eq!(
             shortest_gap(&parse("*/15 * * * *").unwrap(), &utc),
-            Some(Duration::from_secs(900))
+            Some(Duration::from_mins(15))
         );
         assert_eq!(shortest_gap(&parse("0 0 30 2 *").unwrap(), &utc), None);
     }

@@ -78,22 +78,22 @@ mod tests {
 
     #[test]
     fn formats_as_messages_and_schedulers_say_it() {
-        assert_eq!(format(Duration::from_secs(5400)), "1h 30m");
+        assert_eq!(format(Duration::from_mins(90)), "1h 30m");
         assert_eq!(format(Duration::from_millis(200)), "200ms");
-        assert_eq!(format(Duration::from_secs(3600)), "1h");
+        assert_eq!(format(Duration::from_hours(1)), "1h");
         assert_eq!(format(Duration::ZERO), "0s");
         assert_eq!(format(Duration::from_millis(60_394)), "1m 0.4s");
         assert_eq!(format(Duration::from_millis(12_394)), "12.4s");
         assert_eq!(format(Duration::from_millis(59_960)), "1m");
         assert_eq!(format(Duration::from_secs(192)), "3m 12s");
-        assert_eq!(format(Duration::from_secs(7 * 86_400)), "168h");
+        assert_eq!(format(Duration::from_hours(168)), "168h");
         assert_eq!(format(Duration::from_micros(20)), "20µs");
         for d in [60_394, 12_394, 1_500, 3_723_000, 200] {
             let d = Duration::from_millis(d);
             let back = parse(&format(d)).unwrap();
             assert!(back.abs_diff(d) <= Duration::from_millis(50), "{d:?}");
         }
-        assert_eq!(iso8601(Duration::from_secs(300)), "PT5M");
+        assert_eq!(iso8601(Duration::from_mins(5)), "PT5M");
         assert_eq!(iso8601(Duration::from_secs(5430)), "PT1H30M30S");
         assert_eq!(iso8601(Duration::ZERO), "PT0S");
     }

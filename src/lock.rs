@@ -325,9 +325,10 @@ pub fn poll(
         }
         if !announced && waited >= ANNOUNCE_AFTER {
             announced = true;
-            match holder() {
-                Some(h) => tracing::warn!("waiting for loop {name:?}: held by {}", h.describe()),
-                None => tracing::warn!("waiting for loop {name:?}: its lock is held"),
+            if let Some(h) = holder() {
+                tracing::warn!("waiting for loop {name:?}: held by {}", h.describe());
+            } else {
+                tracing::warn!("waiting for loop {name:?}: its lock is held");
             }
         }
         thread::sleep(pause);
@@ -425,7 +426,7 @@ struct WatchState {
 
 impl LockWatch {
     fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the lock is lost: said so, or its deadline has passed (the

@@ -318,7 +318,7 @@ mod tests {
         for (content, want_line, want_cause) in cases {
             match read(content) {
                 Err(MetricsError::Line { line, cause, .. }) => {
-                    assert_eq!((line, cause), (want_line, want_cause), "{content:?}")
+                    assert_eq!((line, cause), (want_line, want_cause), "{content:?}");
                 }
                 other => panic!("{content:?}: {other:?}"),
             }

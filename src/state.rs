@@ -689,7 +689,7 @@ mod tests {
             .unwrap();
         s.approve("bob", None, Timestamp::MAX, None, At::default())
             .unwrap();
-        let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_secs(60)));
+        let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_mins(1)));
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].by, "ann");
         assert_eq!(s.drop_expired(Timestamp::MIN, Some(Duration::MAX)).len(), 0);
@@ -858,7 +858,7 @@ mod tests {
         let mut s = state();
         s.approve("old", None, at(0), None, At::default()).unwrap();
         s.approve("new", None, at(90), None, At::default()).unwrap();
-        let stale = s.drop_expired(at(100), Some(Duration::from_secs(60)));
+        let stale = s.drop_expired(at(100), Some(Duration::from_mins(1)));
         assert_eq!(stale.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(), ["old"]);
         assert_eq!(s.pending_approvals.len(), 1);
         assert!(s.drop_expired(at(10_000), None).is_empty());

@@ -77,7 +77,7 @@ pub(crate) fn near_file(path: &Path) -> Option<String> {
     let (stem, ext) = split(path.file_name()?.to_str()?);
     let files: Vec<(String, String)> = std::fs::read_dir(path.parent()?)
         .ok()?
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|name| split(name).1 == ext)

@@ -441,7 +441,7 @@ mod tests {
         std::fs::write(&typo, r#"{"tick": 7, "metrcs": {}}"#).unwrap();
         match ContextInput::File(typo).read() {
             Err(Error::ContextJson { source, .. }) => {
-                assert!(source.to_string().contains("unknown field `metrcs`"), "{source}")
+                assert!(source.to_string().contains("unknown field `metrcs`"), "{source}");
             }
             other => panic!("{other:?}"),
         }

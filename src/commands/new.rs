@@ -78,7 +78,7 @@ fn refuse_existing(root: &Root, stores: &store::Stores, name: &LoopName) -> Resu
         return Ok(());
     };
     let mut held: Vec<String> = entries
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .map(|e| {
             let n = e.file_name().to_string_lossy().into_owned();
             if e.file_type().is_ok_and(|t| t.is_dir()) {

@@ -189,9 +189,9 @@ mod tests {
     fn coarse_durations() {
         assert_eq!(coarse(Duration::from_secs(45)), "45s");
         assert_eq!(coarse(Duration::from_secs(192)), "3m12s");
-        assert_eq!(coarse(Duration::from_secs(180)), "3m");
-        assert_eq!(coarse(Duration::from_secs(7500)), "2h5m");
-        assert_eq!(coarse(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+        assert_eq!(coarse(Duration::from_mins(3)), "3m");
+        assert_eq!(coarse(Duration::from_mins(125)), "2h5m");
+        assert_eq!(coarse(Duration::from_hours(76)), "3d4h");
     }
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
     fn table_aligns_columns() {
         let t = table(&[
             vec!["A".into(), "BB".into(), "C".into()],
-            vec!["aaa".into(), "b".into(), "".into()],
+            vec!["aaa".into(), "b".into(), String::new()],
         ]);
         assert_eq!(t, "A    BB  C\naaa  b\n");
     }

@@ -48,7 +48,7 @@ pub(super) fn man(args: &ManArgs, out: &mut dyn Write) -> Result<Exit> {
     let mut cmd = &cli;
     for word in &args.command {
         cmd = cmd.find_subcommand(word).ok_or_else(|| {
-            let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+            let names: Vec<&str> = cmd.get_subcommands().map(clap::Command::get_name).collect();
             Error::NoSuchCommand {
                 name: word.clone(),
                 hint: crate::suggest::hint(word, names),

@@ -80,7 +80,7 @@ fn human(r: &TickReport) -> String {
                     v.phase,
                     v.decision.name(),
                     safe(e)
-                )
+                );
             }
             None => line += &format!("  {} {gate}: {}", v.phase, safe(&v.decision.to_string())),
         }

@@ -50,20 +50,19 @@ pub(crate) fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write
                 );
             }
         }
-        Some(target) => match loop_named(root_flag, target)? {
-            Some((root, dir)) => {
+        Some(target) => {
+            if let Some((root, dir)) = loop_named(root_flag, target)? {
                 record(
                     Some(dir.name().to_string()),
                     dir.config_path(),
                     check_loop(&root, dir.as_ref()),
                 );
-            }
-            None => {
+            } else {
                 let path = PathBuf::from(target);
                 let (root, _) = Root::locate(root_flag)?;
                 record(None, path.clone(), check_file(&root, &path));
             }
-        },
+        }
     }
     if args.json.json {
         super::emit_json(out, &checked)?;

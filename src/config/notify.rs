@@ -55,7 +55,7 @@ pub struct Notify {
 }
 
 /// The most `webhook_timeout` may be.
-pub const MAX_WEBHOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub const MAX_WEBHOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(1);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -69,7 +69,7 @@ impl When {
             When::Every(d) => *d,
             When::Cron(c) => Self::next_cron(c, now)
                 .and_then(|n| Duration::try_from(n.duration_since(now)).ok())
-                .unwrap_or(Duration::from_secs(60)),
+                .unwrap_or(Duration::from_mins(1)),
         }
     }
 
@@ -119,7 +119,7 @@ mod tests {
     fn firings_at_the_end_of_time_are_the_end_or_none() {
         let end = Timestamp::MAX;
         let near = end - SignedDuration::from_mins(1);
-        let every = When::Every(Duration::from_secs(3600));
+        let every = When::Every(Duration::from_hours(1));
         for now in [near, end] {
             assert_eq!(every.first(Some(now), now), Some(end));
             assert_eq!(every.after(now, now), Some(end));
@@ -135,12 +135,12 @@ mod tests {
         .unwrap();
         assert_eq!(cron.first(None, near), None);
         assert_eq!(cron.after(near, end), None);
-        assert_eq!(cron.period(end), Duration::from_secs(60));
+        assert_eq!(cron.period(end), Duration::from_mins(1));
     }
 
     #[test]
     fn every_catches_up_once_and_never_bursts() {
-        let w = When::Every(Duration::from_secs(600));
+        let w = When::Every(Duration::from_mins(10));
         let now = ts("2026-01-01T12:00:00Z");
         // Never ticked: now.
         assert_eq!(w.first(None, now), Some(now));
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_clock_stepped_back_does_not_postpone_an_every_loop() {
-        let w = When::Every(Duration::from_secs(60));
+        let w = When::Every(Duration::from_mins(1));
         let now = ts("2026-01-01T12:00:00Z");
         let far = ts("2026-01-01T13:00:30Z");
         assert_eq!(w.clamp(far, now, None), ts("2026-01-01T12:01:00Z"));

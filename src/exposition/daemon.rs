@@ -58,7 +58,10 @@ impl DaemonFigures {
 
     /// How long one claim of due firings took the shared store.
     pub(crate) fn claimed_in(&self, took: Duration) {
-        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         claims
             .get_or_insert_with(|| Hist::new(CLAIM_BUCKETS))
             .observe(took.as_secs_f64());
@@ -72,7 +75,11 @@ impl DaemonFigures {
             running: self.running.load(Ordering::Relaxed),
             ticks_started: self.ticks_started.load(Ordering::Relaxed),
             busy_skips: self.busy_skips.load(Ordering::Relaxed),
-            claims: self.claims.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            claims: self
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
         }
     }
 }

@@ -90,7 +90,7 @@ impl Collector for Scrape {
                         None => e.encode_counter::<NoLabelSet, f64, f64>(v, None)?,
                     },
                     Value::Histogram(h) => {
-                        e.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?
+                        e.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
                     }
                 }
             }

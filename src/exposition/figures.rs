@@ -245,7 +245,9 @@ impl Cache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
-        self.loops.lock().unwrap_or_else(|p| p.into_inner())
+        self.loops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -277,15 +277,14 @@ impl Dir {
                 continue;
             }
             let name = OsStr::from_bytes(name).to_owned();
-            let is_dir = match entry.file_type() {
-                Some(t) => t == nix::dir::Type::Directory,
-                None => {
-                    let flag = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-                    match nix::sys::stat::fstatat(self.fd.as_fd(), name.as_os_str(), flag) {
-                        Ok(st) => st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR,
-                        Err(Errno::ENOENT) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
+            let is_dir = if let Some(t) = entry.file_type() {
+                t == nix::dir::Type::Directory
+            } else {
+                let flag = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+                match nix::sys::stat::fstatat(self.fd.as_fd(), name.as_os_str(), flag) {
+                    Ok(st) => st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(e.into()),
                 }
             };
             out.push((name, is_dir));
@@ -402,7 +401,7 @@ fn openat2(dir: BorrowedFd<'_>, rel: &Path, flags: OFlag, mode: u32) -> Option<i
                 libc::SYS_openat2,
                 dir.as_raw_fd(),
                 path.as_ptr(),
-                &how as *const libc::open_how,
+                &raw const how,
                 std::mem::size_of::<libc::open_how>(),
             )
         };

@@ -130,9 +130,9 @@ impl fmt::Display for GateErrorKind {
                 }
                 Ok(())
             }
-            GateErrorKind::Exception { exception, at, .. } => raised(f, "raised", exception, at),
-            GateErrorKind::Panic { message, at, .. } => raised(f, "panicked:", message, at),
-            GateErrorKind::Thrown { value, at, .. } => raised(f, "threw", value, at),
+            GateErrorKind::Exception { exception, at, .. } => raised(f, "raised", exception, at.as_deref()),
+            GateErrorKind::Panic { message, at, .. } => raised(f, "panicked:", message, at.as_deref()),
+            GateErrorKind::Thrown { value, at, .. } => raised(f, "threw", value, at.as_deref()),
             GateErrorKind::NotReturnable {
                 not, what, expected, ..
             } => write!(
@@ -189,7 +189,7 @@ impl fmt::Display for GateErrorKind {
 }
 
 /// What a guest raised (`how`: raised, panicked, threw), and where.
-fn raised(f: &mut fmt::Formatter<'_>, how: &str, what: &str, at: &Option<String>) -> fmt::Result {
+fn raised(f: &mut fmt::Formatter<'_>, how: &str, what: &str, at: Option<&str>) -> fmt::Result {
     write!(f, "{how} {}", tail(what, 2048))?;
     at.iter().try_for_each(|at| write!(f, " (at {at})"))
 }

@@ -223,10 +223,12 @@ enum Ahead {
 /// wasmtime attaches as context.
 pub(crate) fn error_text(e: &wasmtime::Error) -> String {
     // The backtrace is a context layer of the chain; leave it out.
-    let backtrace = e.downcast_ref::<WasmBacktrace>().map(|b| b.to_string());
+    let backtrace = e
+        .downcast_ref::<WasmBacktrace>()
+        .map(std::string::ToString::to_string);
     let parts: Vec<String> = e
         .chain()
-        .map(|c| c.to_string())
+        .map(std::string::ToString::to_string)
         .filter(|c| Some(c) != backtrace.as_ref())
         .collect();
     if parts.is_empty() {
@@ -470,32 +472,28 @@ impl GateHost {
             mut store,
             made,
             permit,
-        } = match spare {
-            Some(mut spare) => {
-                spare.store.data_mut().set_now(now);
-                spare.set_deadline(deadline);
-                spare
+        } = if let Some(mut spare) = spare {
+            spare.store.data_mut().set_now(now);
+            spare.set_deadline(deadline);
+            spare
+        } else {
+            let instance = Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit);
+            if let Some((s, k)) = spares.zip(key.as_ref()) {
+                s.made_in_call(k, started.elapsed());
             }
-            None => {
-                let instance = Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit);
-                if let Some((s, k)) = spares.zip(key.as_ref()) {
-                    s.made_in_call(k, started.elapsed());
-                }
-                instance
-            }
+            instance
         };
         let result = made
             .map_err(Failed::Instantiate)
             .and_then(|g| f(&mut store, &g).map_err(|e| Failed::Call(export, e)));
         let elapsed = started.elapsed();
-        let outcome = self.finish(gate, limits, &mut store, result);
-        match spares.zip(key).filter(|_| ahead) {
-            Some((spares, key)) => spares.refill(key, self.maker(gate, limits), Box::new((store, permit))),
+        let outcome = Self::finish(gate, limits, &mut store, result);
+        if let Some((spares, key)) = spares.zip(key).filter(|_| ahead) {
+            spares.refill(key, self.maker(gate, limits), Box::new((store, permit)));
+        } else {
             // The store gives back its pool slot before the permit is free.
-            None => {
-                drop(store);
-                drop(permit);
-            }
+            drop(store);
+            drop(permit);
         }
         outcome.map(|(r, logs)| (r, logs, elapsed))
     }
@@ -528,7 +526,6 @@ impl GateHost {
 
     /// A call's result with what the gate said, or its typed error.
     fn finish<R>(
-        &self,
         gate: &Gate,
         limits: &Limits,
         store: &mut Store<HostState>,

@@ -34,7 +34,7 @@ use crate::who;
 const POLL: Duration = Duration::from_millis(50);
 
 /// How long `cancel` waits for the tick to end, without `--timeout`.
-pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const TIMEOUT: Duration = Duration::from_mins(1);
 
 /// End loop `name`'s tick in flight.
 pub(crate) struct Cancel {

@@ -24,7 +24,7 @@ use crate::store::LoopStore;
 use crate::who::Actor;
 
 /// At most one refusal recorded per person and loop in this long.
-pub(crate) const RECORD_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const RECORD_EVERY: Duration = Duration::from_mins(1);
 
 /// The (person, loop) pairs kept at most: past it, those whose minute is
 /// over are forgotten.

@@ -32,11 +32,11 @@ pub(crate) enum Action {
 
 impl Action {
     pub(crate) fn run(argv: &[&str]) -> Action {
-        Action::Run(argv.iter().map(|s| s.to_string()).collect())
+        Action::Run(argv.iter().map(std::string::ToString::to_string).collect())
     }
 
     pub(crate) fn lenient(argv: &[&str]) -> Action {
-        Action::RunLenient(argv.iter().map(|s| s.to_string()).collect())
+        Action::RunLenient(argv.iter().map(std::string::ToString::to_string).collect())
     }
 
     /// The file this action writes, if it writes one.

@@ -50,7 +50,7 @@ const SECRET_MIN: usize = 32;
 
 /// Failed sign-ins one client address may make in [`WINDOW`].
 const FAILURES: u32 = 10;
-const WINDOW: Duration = Duration::from_secs(60);
+const WINDOW: Duration = Duration::from_mins(1);
 
 /// The server's sessions, failures, and what it trusts.
 pub(crate) struct Auth {
@@ -261,14 +261,20 @@ impl Auth {
 
     /// Whether `ip` has failed to sign in too often lately.
     fn limited(&self, ip: IpAddr) -> bool {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         f.retain(|_, (_, since)| now.duration_since(*since) < WINDOW);
         f.get(&ip).is_some_and(|(n, _)| *n >= FAILURES)
     }
 
     fn failed(&self, ip: IpAddr) {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = f.entry(ip).or_insert((0, Instant::now()));
         entry.0 += 1;
         tracing::info!("a failed sign-in from {ip} ({} in the last minute)", entry.0);
@@ -292,7 +298,10 @@ impl Auth {
             expires: Instant::now() + self.ttl,
             csrf: users::new_token()?,
         };
-        let mut all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         all.retain(|_, s| s.expires > now);
         all.insert(users::hash(&id), session);
@@ -300,13 +309,19 @@ impl Auth {
     }
 
     fn close(&self, id: &str) {
-        let mut all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         all.remove(&users::hash(id));
     }
 
     /// The live session `id` names: its user, token hash and CSRF token.
     fn session(&self, id: &str) -> Option<(String, String, String)> {
-        let all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let all = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let s = all.get(&users::hash(id)).filter(|s| s.expires > Instant::now())?;
         Some((s.user.clone(), s.token_sha256.clone(), s.csrf.clone()))
     }
@@ -530,7 +545,7 @@ fn signin_form(app: &App, status: StatusCode, error: Option<&str>) -> Response {
     let Ok(value) = users::new_token() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let jar = CookieJar::new().add(app.auth.cookie(PRE, Some(&value), Duration::from_secs(600)));
+    let jar = CookieJar::new().add(app.auth.cookie(PRE, Some(&value), Duration::from_mins(10)));
     let page = super::pages::signin(&value, error);
     (status, jar, page).into_response()
 }

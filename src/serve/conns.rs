@@ -52,7 +52,10 @@ impl Conns {
     /// Admits a connection from `address` (none: a Unix socket's peer),
     /// unless it would pass a limit.
     pub(super) fn admit(self: &Arc<Self>, address: Option<IpAddr>) -> Option<Slot> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if held.all >= self.total {
             return None;
         }
@@ -73,7 +76,11 @@ impl Conns {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.conns.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self
+            .conns
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         held.all -= 1;
         if let Some(a) = self.address
             && let Some(from) = held.by_address.get_mut(&a)

@@ -68,7 +68,7 @@ impl Live {
                         None => return,
                     },
                 };
-                follow(&root, &stores, changes, &feed, &until)
+                follow(&root, &stores, changes, &feed, &until);
             });
         if let Err(e) = spawned {
             tracing::warn!("pages will not update by themselves: cannot start a thread: {e}");

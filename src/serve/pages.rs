@@ -834,7 +834,8 @@ fn config_changes(r: &Review) -> Markup {
 fn metrics(r: &Review) -> Markup {
     let keys: std::collections::BTreeSet<&String> = r.metrics_since.keys().chain(r.totals.keys()).collect();
     let shown = |m: &std::collections::BTreeMap<String, f64>, k: &String| {
-        m.get(k).map_or_else(|| "0".to_owned(), |v| v.to_string())
+        m.get(k)
+            .map_or_else(|| "0".to_owned(), std::string::ToString::to_string)
     };
     html! {
         @if keys.is_empty() { p { "None." } }

@@ -32,7 +32,7 @@ pub(super) fn config(cert: &Path, key: &Path) -> Result<Tls> {
         }
     };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<std::result::Result<_, _>>())
+        .and_then(std::iter::Iterator::collect::<std::result::Result<_, _>>)
         .map_err(|e| bad(cert)(&e))?;
     if chain.is_empty() {
         return Err(bad(cert)(&"no certificate in it (a PEM `CERTIFICATE` block)"));

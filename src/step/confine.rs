@@ -402,7 +402,7 @@ mod linux {
         pub(super) fn kept_or_made(path: &Path, around: &[PathBuf]) -> Arc<Walk> {
             static KEPT: LazyLock<Mutex<Walks>> = LazyLock::new(Mutex::default);
             let key = (path.to_owned(), around.to_vec());
-            let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = KEPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(walk) = kept.get(&key)
                 && walk.is_current()
             {
@@ -556,7 +556,7 @@ mod linux {
     /// other port.
     fn net_layer(ports: &Ports) -> Result<Arc<OwnedFd>, ConfineError> {
         static KEPT: Mutex<Option<(Ports, Arc<OwnedFd>)>> = Mutex::new(None);
-        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = KEPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((p, fd)) = kept.as_ref()
             && p == ports
         {

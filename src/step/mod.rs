@@ -507,7 +507,7 @@ fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     if let Some(prepared) = spec.confine {
         use std::os::fd::AsRawFd;
         let fd = prepared.fd.as_raw_fd();
-        let net = prepared.net.as_ref().map_or(-1, |n| n.as_raw_fd());
+        let net = prepared.net.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         // SAFETY: the hook makes two raw system calls on integers it owns
         // (see `confine::restrict_self`): async-signal-safe, as what runs
         // between fork and exec in a multi-threaded process must be.

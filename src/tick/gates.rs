@@ -40,7 +40,10 @@ pub(crate) fn run_result(last: &LastTick) -> Option<RunResult> {
         exit_code: step.exit_code,
         duration_ms: step.duration_ms,
         timed_out: step.timed_out,
-        verifier_passed: last.verifier.as_ref().map(|v| v.success()),
+        verifier_passed: last
+            .verifier
+            .as_ref()
+            .map(super::super::state::ProcessOutcome::success),
         worktree_changed: last.worktree_changed,
         ended_at: last.ended_at,
     })

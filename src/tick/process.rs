@@ -18,9 +18,9 @@ use crate::step::{self, Canceller, StepError, StepSpec};
 use crate::worktree::WorktreeError;
 
 /// A step's timeout when loop.toml sets none.
-pub(super) const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(super) const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_hours(1);
 /// A verifier's timeout when loop.toml sets none.
-pub(super) const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(super) const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_mins(30);
 /// Between SIGTERM and SIGKILL when a timeout ends a process group.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
@@ -169,7 +169,7 @@ impl Cancel {
     /// Stops the running process, if any (SIGTERM to its group, a grace
     /// period, SIGKILL), and any later one.
     pub(crate) fn cancel(&self) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.cancelled = true;
         if let Some(c) = &s.current {
             c.cancel();
@@ -177,11 +177,14 @@ impl Cancel {
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).cancelled
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .cancelled
     }
 
     fn arm(&self, c: Canceller) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if s.cancelled {
             c.cancel();
         }

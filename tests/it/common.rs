@@ -305,7 +305,7 @@ pub(crate) fn tree(dir: &Path) -> Vec<String> {
 /// Waits until `path` exists; fails the test if it never does. Used to
 /// sequence processes on what they did, never on how long they took.
 pub(crate) fn wait_for(path: &Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !path.exists() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -523,7 +523,7 @@ pub(crate) fn warm_stock_gates(loop_toml: &str) {
 /// Compiles one stock gate into `shared_cache`, once per run.
 pub(crate) fn warm_stock_gate(name: &str) {
     static WARM: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut warm = WARM.lock().unwrap_or_else(|e| e.into_inner());
+    let mut warm = WARM.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if warm.iter().any(|w| w == name) || !stock_gates().iter().any(|g| g.name == name) {
         return;
     }

@@ -248,10 +248,10 @@ pub(crate) fn other_world(with_import: bool) -> Vec<u8> {
 /// "skip-me"; logs one line at info.
 pub(crate) fn good() -> Vec<u8> {
     WatGate::new(&format!(
-        r#"(call $log (i32.const 2) (i32.const 1024) (i32.const 11))
+        r"(call $log (i32.const 2) (i32.const 1024) (i32.const 11))
     (if (i64.ge_u (i64.load (i32.add (local.get $ctx) (i32.const {CTX_TICK}))) (i64.const 3))
       (then (return (call $decide (i32.const 4) (i32.const 1040) (i32.const 9)))))
-    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))"#
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))"
     ))
     .data(1024, "hello, host")
     .data(1040, "all done!")

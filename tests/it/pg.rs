@@ -783,7 +783,7 @@ fn an_idle_session_timeout_ends_neither_the_daemons_listening_nor_its_renewals()
 
 /// Waits until `cond` holds, or fails the test with the daemon's log.
 fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !cond() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -840,7 +840,7 @@ impl Cluster {
                     .ok()?
                     .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
                     .collect();
-                found.sort();
+                found.sort_unstable();
                 Some(format!("/usr/lib/postgresql/{}/bin", found.last()?).into())
             })
             .filter(|b: &std::path::PathBuf| b.join("initdb").is_file());

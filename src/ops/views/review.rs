@@ -131,6 +131,10 @@ pub(crate) struct Work {
     pub uncommitted_patch: Option<String>,
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
@@ -322,7 +326,10 @@ fn tail(text: &str, cut: bool, n: usize) -> Vec<String> {
 fn work(range: Range, with_patch: bool) -> Work {
     let patch = (with_patch && range.ends().is_some()).then(|| range.diff(false));
     let snapshot = range.snapshot();
-    let mut uncommitted = snapshot.as_ref().map(|s| s.dirty()).unwrap_or_default();
+    let mut uncommitted = snapshot
+        .as_ref()
+        .map(crate::worktree::Snapshot::dirty)
+        .unwrap_or_default();
     let uncommitted_more = uncommitted
         .len()
         .saturating_sub(crate::worktree::MAX_DIRTY_LISTED);

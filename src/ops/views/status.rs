@@ -141,7 +141,7 @@ fn view_read(
         last_missed: None,
         refused_firings: None,
         os_schedule: None,
-        access: config.map(|c| c.access()),
+        access: config.map(crate::config::LoopConfig::access),
         unrecorded_config: None,
         config_changes: Vec::new(),
         last_output: Default::default(),

@@ -193,20 +193,19 @@ impl Backwards {
             let Some(file) = self.files.last() else {
                 return Ok(None);
             };
-            let end = match self.end {
-                Some(end) => end,
-                None => {
-                    let len = file
-                        .file
-                        .metadata()
-                        .map_err(Error::io("reading", &file.path))?
-                        .len();
-                    // A line not ended yet is an append in progress (or
-                    // torn): it is no part of the history.
-                    let end = complete_end(&file.file, len).map_err(Error::io("reading", &file.path))?;
-                    self.end = Some(end);
-                    end
-                }
+            let end = if let Some(end) = self.end {
+                end
+            } else {
+                let len = file
+                    .file
+                    .metadata()
+                    .map_err(Error::io("reading", &file.path))?
+                    .len();
+                // A line not ended yet is an append in progress (or
+                // torn): it is no part of the history.
+                let end = complete_end(&file.file, len).map_err(Error::io("reading", &file.path))?;
+                self.end = Some(end);
+                end
             };
             if end == 0 {
                 self.files.pop();

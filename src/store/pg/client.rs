@@ -71,7 +71,9 @@ impl PgError {
                 // have committed before it said so.
                 Some(db) => matches!(db.parsed_severity(), Some(Severity::Fatal | Severity::Panic)),
                 None => {
-                    e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+                    e.is_closed()
+                        || std::error::Error::source(e)
+                            .is_some_and(<dyn std::error::Error + 'static>::is::<std::io::Error>)
                 }
             },
         }
@@ -146,7 +148,7 @@ impl Link {
             match self.connection.poll_message(cx) {
                 Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => self.notifications.push_back(n),
                 Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
-                    tracing::debug!("PostgreSQL: {}: {}", n.severity(), n.message())
+                    tracing::debug!("PostgreSQL: {}: {}", n.severity(), n.message());
                 }
                 Poll::Ready(Some(Ok(_))) => {}
                 Poll::Ready(Some(Err(e))) => {
@@ -195,12 +197,11 @@ impl Io {
         }
         let bound = self.bound;
         let mut request = pin!(request);
-        match self.drive(bound, |cx, _| request.as_mut().poll(cx).map_err(PgError::Server)) {
-            Some(answer) => answer,
-            None => {
-                self.abandoned = true;
-                Err(PgError::NoAnswer(bound))
-            }
+        if let Some(answer) = self.drive(bound, |cx, _| request.as_mut().poll(cx).map_err(PgError::Server)) {
+            answer
+        } else {
+            self.abandoned = true;
+            Err(PgError::NoAnswer(bound))
         }
     }
 }

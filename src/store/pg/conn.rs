@@ -135,17 +135,14 @@ fn var(name: &str) -> Option<String> {
 /// What libpq would take from the environment where the URL is silent.
 fn fill_from_env(config: &mut Config) {
     if config.get_hosts().is_empty() {
-        match var("PGHOST") {
-            Some(h) => {
-                config.host(&h);
-            }
-            None => {
-                let socket = ["/var/run/postgresql", "/tmp"]
-                    .into_iter()
-                    .find(|d| Path::new(d).is_dir())
-                    .unwrap_or("/tmp");
-                config.host_path(socket);
-            }
+        if let Some(h) = var("PGHOST") {
+            config.host(&h);
+        } else {
+            let socket = ["/var/run/postgresql", "/tmp"]
+                .into_iter()
+                .find(|d| Path::new(d).is_dir())
+                .unwrap_or("/tmp");
+            config.host_path(socket);
         }
     }
     if config.get_ports().is_empty()

@@ -207,7 +207,7 @@ impl Renewals {
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Renewer {
@@ -222,7 +222,10 @@ impl Renewer {
                     if let Some(ttl) = leases.iter().filter_map(|l| Some(l.upgrade()?.ttl)).min() {
                         break ttl / 4;
                     }
-                    leases = self.added.wait(leases).unwrap_or_else(|e| e.into_inner());
+                    leases = self
+                        .added
+                        .wait(leases)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
             };
             std::thread::sleep(every);
@@ -287,7 +290,9 @@ impl Renewer {
             }
             Err(e) => {
                 let why = crate::error::with_causes(&e);
-                held.iter().for_each(|l| l.failed(why.clone()));
+                for l in held {
+                    l.failed(why.clone());
+                }
             }
         }
     }
@@ -335,7 +340,7 @@ impl Lease {
             }),
             wake: Condvar::new(),
         });
-        shared.watch.renewed(taken + ttl - ttl / 4);
+        shared.watch.renewed((taken + ttl).checked_sub(ttl / 4).unwrap());
         let watchdog = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("lease-watchdog".into())
@@ -382,7 +387,9 @@ impl Drop for Lease {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The watchdog: declares the lock lost when the server said so or
@@ -396,7 +403,7 @@ impl Shared {
                 return;
             }
             let now = Instant::now();
-            let kill_at = state.renewed + self.ttl - every;
+            let kill_at = (state.renewed + self.ttl).checked_sub(every).unwrap();
             if state.gone || now >= kill_at {
                 drop(state);
                 tracing::warn!(
@@ -410,7 +417,7 @@ impl Shared {
             state = self
                 .wake
                 .wait_timeout(state, kill_at.saturating_duration_since(now))
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
     }
@@ -427,7 +434,7 @@ impl Shared {
         }
         state.renewed = state.renewed.max(sent);
         state.error = None;
-        let kill_at = state.renewed + self.ttl - self.ttl / 4;
+        let kill_at = (state.renewed + self.ttl).checked_sub(self.ttl / 4).unwrap();
         drop(state);
         self.watch.renewed(kill_at);
     }

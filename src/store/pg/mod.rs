@@ -162,7 +162,7 @@ impl Database {
 
     /// An idle connection, or a new one.
     fn take(&self, name: Option<&str>) -> Result<Client> {
-        let idle = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+        let idle = self.idle.lock().map_or(None, |mut v| v.pop());
         match idle {
             Some(c) if !c.is_closed() => Ok(c),
             _ => self.connect(name),
@@ -688,7 +688,7 @@ impl LoopStore for PgLoop {
         }
         match self.history() {
             Ok(h) if h.bad.is_empty() => {
-                out.push(Finding::ok("history", format!("{} events", h.events.len())))
+                out.push(Finding::ok("history", format!("{} events", h.events.len())));
             }
             Ok(h) => out.extend(h.bad.iter().take(5).map(|b| {
                 Finding::new(

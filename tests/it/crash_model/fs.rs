@@ -487,22 +487,19 @@ impl Convert {
         let has = |f: &str| flags.split('|').any(|x| x == f);
         assert!(!has("O_TMPFILE"), "{}: O_TMPFILE is not modelled", c.name);
         let writable = has("O_WRONLY") || has("O_RDWR");
-        let ino = match self.fs.names.get(&name) {
-            Some(&ino) => {
-                if has("O_TRUNC") && writable && self.fs.len(ino) > 0 {
-                    self.meta(
-                        format!("{}(O_TRUNC) {name}", c.name),
-                        Meta::SetLen { ino, len: 0 },
-                    );
-                }
-                ino
+        let ino = if let Some(&ino) = self.fs.names.get(&name) {
+            if has("O_TRUNC") && writable && self.fs.len(ino) > 0 {
+                self.meta(
+                    format!("{}(O_TRUNC) {name}", c.name),
+                    Meta::SetLen { ino, len: 0 },
+                );
             }
-            None => {
-                let ino = self.fs.nodes.len();
-                self.fs.nodes.push(Some(Vec::new()));
-                self.meta(format!("{}(O_CREAT) {name}", c.name), Meta::Name { name, ino });
-                ino
-            }
+            ino
+        } else {
+            let ino = self.fs.nodes.len();
+            self.fs.nodes.push(Some(Vec::new()));
+            self.meta(format!("{}(O_CREAT) {name}", c.name), Meta::Name { name, ino });
+            ino
         };
         if writable {
             let fd = ret.value.to_string();
@@ -518,19 +515,18 @@ impl Convert {
         let ino = self.ino(&name);
         data.truncate(c.ret.as_ref().unwrap().value as usize);
         let len = self.fs.len(ino);
-        let off = match at {
-            Some(off) => off,
-            None => {
-                let w = self.writers.get_mut(&ino).unwrap_or_else(|| {
-                    panic!(
-                        "{}: a write to {name} through a descriptor not opened for writing",
-                        c.name
-                    )
-                });
-                let off = if w.append { len } else { w.pos };
-                w.pos = off + data.len() as u64;
-                off
-            }
+        let off = if let Some(off) = at {
+            off
+        } else {
+            let w = self.writers.get_mut(&ino).unwrap_or_else(|| {
+                panic!(
+                    "{}: a write to {name} through a descriptor not opened for writing",
+                    c.name
+                )
+            });
+            let off = if w.append { len } else { w.pos };
+            w.pos = off + data.len() as u64;
+            off
         };
         if data.is_empty() {
             return;

@@ -105,12 +105,11 @@ pub(super) fn enumerate(rec: &Recording) -> Enumerated {
                     floor,
                     fates: open.iter().copied().zip(fate.iter().copied()).collect(),
                 };
-                match index.get(&tree) {
-                    Some(&at) => states[at].1 = crash,
-                    None => {
-                        index.insert(tree.clone(), states.len());
-                        states.push((tree, crash));
-                    }
+                if let Some(&at) = index.get(&tree) {
+                    states[at].1 = crash;
+                } else {
+                    index.insert(tree.clone(), states.len());
+                    states.push((tree, crash));
                 }
             }
         }
@@ -255,7 +254,11 @@ mod tests {
 
     #[test]
     fn a_file_synced_then_renamed_over_another_is_never_seen_torn() {
-        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let set = |v: &[&str]| {
+            v.iter()
+                .map(std::string::ToString::to_string)
+                .collect::<BTreeSet<_>>()
+        };
         assert_eq!(outcomes(true, "rename"), (set(&["old", "new"]), set(&["new"])));
         // auto_da_alloc: a rename that replaces a file flushes its data.
         assert_eq!(outcomes(false, "rename"), (set(&["old", "new"]), set(&["new"])));
