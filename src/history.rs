@@ -316,7 +316,7 @@ pub enum Dropped {
 
 /// Every kind's name, as [`EventKind::name`] gives it (what `history
 /// --kind` accepts).
-pub const KINDS: &[&str] = &[
+pub(crate) const KINDS: &[&str] = &[
     "created",
     "paused",
     "resumed",

@@ -316,11 +316,6 @@ impl GateHost {
         })
     }
 
-    /// Where compiled gates are cached; `None` when they are not.
-    pub fn cache_dir(&self) -> Option<&std::path::Path> {
-        self.cache.dir()
-    }
-
     /// What the compiled-gate cache did so far in this process.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()

@@ -15,7 +15,7 @@ use crate::who::Actor;
 /// The loop as a tick or an operator's command left it: what a notice
 /// says of it besides what happened.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub status: Status,
     /// The number of the loop's last tick.
     pub tick: u64,
@@ -28,7 +28,7 @@ pub struct Facts {
 }
 
 impl Facts {
-    pub fn of(state: &State) -> Facts {
+    pub(crate) fn of(state: &State) -> Facts {
         Facts {
             status: state.status,
             tick: state.tick,

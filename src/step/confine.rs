@@ -153,7 +153,7 @@ pub struct Prepared {
 /// The kernel's Landlock ABI level: 0 where it has none.
 /// `AUTOMATON_LANDLOCK_ABI` may lower it (never raise it): how the tests
 /// see what an older kernel, or one without Landlock, does.
-pub fn kernel_abi() -> u32 {
+pub(crate) fn kernel_abi() -> u32 {
     let real = real_abi();
     match std::env::var("AUTOMATON_LANDLOCK_ABI")
         .ok()
@@ -242,7 +242,7 @@ static KEEP_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// a step at every tick (the daemon) then adds their rules without
 /// opening them again. A process that confines one step (a CLI tick)
 /// holds none: each place is open only while its rule is added.
-pub fn keep_places_open() {
+pub(crate) fn keep_places_open() {
     KEEP_OPEN.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::output::MARKER_MAX_LEN;
 use super::*;
 
 /// How long a test waits for something that should happen promptly.

@@ -14,7 +14,7 @@ use crate::state::State;
 use crate::who::Actor;
 
 /// Makes the root's directories.
-pub fn init_root(root: &Root) -> Result<bool> {
+pub(crate) fn init_root(root: &Root) -> Result<bool> {
     let fresh = !root.loops_dir().is_dir();
     create_dirs(&root.loops_dir())?;
     create_dirs(&root.cache_dir())?;

@@ -215,7 +215,7 @@ impl Database {
     }
 
     /// The loop `name`, which must exist.
-    pub fn open_loop(self: &Arc<Self>, name: &str) -> Result<PgLoop> {
+    pub(crate) fn open_loop(self: &Arc<Self>, name: &str) -> Result<PgLoop> {
         let lp = self.handle(LoopName::new(name)?);
         if !lp.exists()? {
             return Err(lp.no_such());
