@@ -124,7 +124,7 @@ impl Action {
 }
 
 /// Whether `actor` may do `action` under `access`: the one check.
-pub fn check(actor: &Actor, action: Action, access: &Access) -> std::result::Result<(), Denied> {
+pub(crate) fn check(actor: &Actor, action: Action, access: &Access) -> std::result::Result<(), Denied> {
     let role = action.role();
     match access.holders(role) {
         None => Ok(()),
@@ -139,14 +139,14 @@ pub fn check(actor: &Actor, action: Action, access: &Access) -> std::result::Res
 
 /// A check that failed: what was asked, the role it needs, who holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denied {
+pub(crate) struct Denied {
     pub action: Action,
     pub role: Role,
     pub holders: Vec<String>,
 }
 
 /// The lists that hold for a loop configured as `config`.
-pub fn rules_of(config: &LoopConfig, defaults: &Access) -> Access {
+pub(crate) fn rules_of(config: &LoopConfig, defaults: &Access) -> Access {
     config.access().over(defaults)
 }
 

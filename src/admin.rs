@@ -28,7 +28,7 @@ use crate::who::{self, Actor};
 
 /// What an admin does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     UserAdd,
     UserRotate,
     UserRemove,
@@ -38,7 +38,7 @@ pub enum Action {
 
 impl Action {
     /// The command, as typed.
-    pub fn command(self) -> &'static str {
+    pub(crate) fn command(self) -> &'static str {
         match self {
             Action::UserAdd => "user add",
             Action::UserRotate => "user rotate",
@@ -127,7 +127,7 @@ fn list(names: &[String]) -> String {
 
 /// A new entry: now, by `by` (the process's OS user,
 /// [`crate::store::Stores::os_actor`]).
-pub fn entry(by: Actor, change: Change) -> Entry {
+pub(crate) fn entry(by: Actor, change: Change) -> Entry {
     Entry {
         at: crate::clock::now(),
         by,
@@ -136,7 +136,7 @@ pub fn entry(by: Actor, change: Change) -> Entry {
 }
 
 /// The delegates the record holds: the list its last delegate entry left.
-pub fn recorded_delegates(log: &[Entry]) -> Vec<String> {
+pub(crate) fn recorded_delegates(log: &[Entry]) -> Vec<String> {
     log.iter()
         .rev()
         .find_map(|e| match &e.change {
@@ -149,13 +149,13 @@ pub fn recorded_delegates(log: &[Entry]) -> Vec<String> {
 }
 
 /// Whether `name` is an OS user's name on this host.
-pub fn is_os_user(name: &str) -> bool {
+pub(crate) fn is_os_user(name: &str) -> bool {
     matches!(nix::unistd::User::from_name(name), Ok(Some(_)))
 }
 
 /// Who holds the admin role, and where that is said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admins {
+pub(crate) struct Admins {
     pub holders: Vec<String>,
     /// True when automaton.toml names them; false: the root's owner.
     pub named: bool,
@@ -163,7 +163,7 @@ pub struct Admins {
 
 /// The root's admins: its `[access] admins`, else the owner of the root
 /// directory.
-pub fn admins(root: &Root) -> Result<Admins> {
+pub(crate) fn admins(root: &Root) -> Result<Admins> {
     if let Some(named) = &root.settings().admins {
         return Ok(Admins {
             holders: named.clone(),
@@ -185,7 +185,7 @@ pub fn admins(root: &Root) -> Result<Admins> {
 /// `action`, before the store is opened. A refusal changes nothing but the
 /// admin record, where it is kept as a `refused` entry when the one
 /// refused may write it (the message says whether it is), and exits 10.
-pub fn require(root: &Root, action: Action) -> Result<()> {
+pub(crate) fn require(root: &Root, action: Action) -> Result<()> {
     let admins = admins(root)?;
     // Checked before any store is open: no database role to record yet.
     let me = who::os_actor(None);
@@ -222,7 +222,7 @@ pub fn require(root: &Root, action: Action) -> Result<()> {
 /// The delegates this process honours: those the store's record holds,
 /// read when they matter (`$AUTOMATON_USER` names someone else; else
 /// none); says so when automaton.toml lists others.
-pub fn honoured_delegates(root: &Root, store: &dyn Store) -> Result<Vec<String>> {
+pub(crate) fn honoured_delegates(root: &Root, store: &dyn Store) -> Result<Vec<String>> {
     if !who::wants_delegation() {
         return Ok(Vec::new());
     }
@@ -238,7 +238,7 @@ pub fn honoured_delegates(root: &Root, store: &dyn Store) -> Result<Vec<String>>
 
 /// How automaton.toml's `delegates` differ from the recorded ones, if they
 /// list any and do.
-pub fn difference(config: &[String], recorded: &[String]) -> Option<String> {
+pub(crate) fn difference(config: &[String], recorded: &[String]) -> Option<String> {
     let unrecorded: Vec<&str> = config
         .iter()
         .filter(|d| !recorded.contains(d))

@@ -6,27 +6,27 @@
 
 /// The most bytes of one piece of text (a reason, a note, an error, a
 /// message, a gate's label) that is kept.
-pub const MAX_TEXT: usize = 4096;
+pub(crate) const MAX_TEXT: usize = 4096;
 
 /// The most bytes of a name (the acting user, a host) that is kept.
-pub const MAX_NAME: usize = 256;
+pub(crate) const MAX_NAME: usize = 256;
 
 /// Room kept at the end of a cut text for its marker.
 const MARKER_ROOM: usize = 40;
 
 /// `text`, cut to at most [`MAX_TEXT`] bytes (at a character boundary) with
 /// a marker saying how much was cut.
-pub fn text(text: String) -> String {
+pub(crate) fn text(text: String) -> String {
     cut(text, MAX_TEXT)
 }
 
 /// [`text`] of an optional piece of text.
-pub fn opt_text(text: Option<String>) -> Option<String> {
+pub(crate) fn opt_text(text: Option<String>) -> Option<String> {
     text.map(self::text)
 }
 
 /// A name, cut as [`text`] is, to at most [`MAX_NAME`] bytes.
-pub fn name(name: String) -> String {
+pub(crate) fn name(name: String) -> String {
     cut(name, MAX_NAME)
 }
 

@@ -921,7 +921,7 @@ mod tests {
         }
         let gate = cmd.find_subcommand("gate").unwrap();
         let test = gate.find_subcommand("test").unwrap();
-        assert!(test.get_arguments().all(|a| a.is_global_set()));
+        assert!(test.get_arguments().all(clap::Arg::is_global_set));
     }
 
     /// Declaring a subcommand's arguments leaves its description as it was:
@@ -932,7 +932,10 @@ mod tests {
             // `help` is clap's own, added when the tree is built.
             for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
                 let path = format!("{path} {}", sub.get_name());
-                let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+                let about = sub
+                    .get_about()
+                    .map(std::string::ToString::to_string)
+                    .unwrap_or_default();
                 out.push((path.clone(), about));
                 abouts(sub, &path, out);
             }

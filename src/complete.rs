@@ -18,7 +18,7 @@ pub const COMPLETE_VAR: &str = "AUTOMATON_COMPLETE";
 /// The loops of the root named on the line being completed (`--root DIR`),
 /// else of the root found as every command finds it. Nothing when there is
 /// no root: a completion never fails loudly.
-pub fn loop_names() -> Vec<CompletionCandidate> {
+pub(crate) fn loop_names() -> Vec<CompletionCandidate> {
     let flag = root_flag(std::env::args_os());
     let flags = crate::root::Flags {
         root: flag.as_deref(),

@@ -81,7 +81,7 @@ pub struct LoopConfig {
 impl LoopConfig {
     /// The withheld variables `pass_env` names that the runner has, with
     /// their values.
-    pub fn passed_env(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    pub(crate) fn passed_env(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
         self.pass_env
             .iter()
             .filter_map(|name| Some((name.into(), std::env::var_os(name)?)))
@@ -107,13 +107,13 @@ impl Runner {
 
 /// The most `[labels]` a loop may set: each is a label on every one of
 /// its series, so the count of series stays bounded.
-pub const MAX_LABELS: usize = 8;
+pub(crate) const MAX_LABELS: usize = 8;
 
 /// The longest value of a `[labels]` entry, in bytes.
-pub const MAX_LABEL_VALUE: usize = 128;
+pub(crate) const MAX_LABEL_VALUE: usize = 128;
 
 /// The label names automaton's own series use, which `[labels]` may not.
-pub const RESERVED_LABELS: &[&str] = &[
+pub(crate) const RESERVED_LABELS: &[&str] = &[
     "loop", "status", "outcome", "why", "kind", "gate", "decision", "metric", "le", "quantile", "instance",
     "job",
 ];
@@ -301,7 +301,7 @@ pub enum CommandLine {
 
 impl CommandLine {
     /// The program and its arguments, as they will be executed.
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         match self {
             CommandLine::Argv(v) => v.clone(),
             CommandLine::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
@@ -331,7 +331,7 @@ impl<'de> Deserialize<'de> for CommandLine {
         }
         match Raw::deserialize(d)? {
             Raw::Shell(s) if s.trim().is_empty() => Err(serde::de::Error::custom("the command is empty")),
-            Raw::Argv(v) if v.first().is_none_or(|p| p.is_empty()) => {
+            Raw::Argv(v) if v.first().is_none_or(std::string::String::is_empty) => {
                 Err(serde::de::Error::custom("the command is empty"))
             }
             Raw::Shell(s) => Ok(CommandLine::Shell(s)),
@@ -502,7 +502,7 @@ impl Schedule {
 }
 
 /// The zone `[schedule] timezone` names, or the system's when it names none.
-pub fn time_zone(name: Option<&str>) -> Result<jiff::tz::TimeZone, String> {
+pub(crate) fn time_zone(name: Option<&str>) -> Result<jiff::tz::TimeZone, String> {
     match name {
         None => Ok(jiff::tz::TimeZone::system()),
         Some(name) => jiff::tz::TimeZone::get(name)
@@ -556,7 +556,7 @@ pub struct GateConfig {
 
 impl GateConfig {
     /// The gate's source with a relative path resolved against `loop_dir`.
-    pub fn resolved_source(&self, loop_dir: &Path) -> GateSource {
+    pub(crate) fn resolved_source(&self, loop_dir: &Path) -> GateSource {
         match &self.source {
             GateSource::File { path, sha256 } => GateSource::File {
                 path: loop_dir.join(path),
@@ -956,7 +956,7 @@ limits = { timeout = "200ms", memory = "64MiB" }
         )
         .unwrap();
         assert_eq!(c.step.command.argv()[0], "./agent.sh");
-        assert_eq!(c.timeout, Some(Dur(Duration::from_secs(1800))));
+        assert_eq!(c.timeout, Some(Dur(Duration::from_mins(30))));
         assert_eq!(c.overlap, Overlap::Wait);
         assert_eq!(
             c.verifier.unwrap().command.argv(),
@@ -964,7 +964,7 @@ limits = { timeout = "200ms", memory = "64MiB" }
         );
         assert_eq!(
             c.schedule.unwrap().cadence,
-            Cadence::Every(Dur(Duration::from_secs(900)))
+            Cadence::Every(Dur(Duration::from_mins(15)))
         );
         assert_eq!(c.approval.required, 2);
         assert_eq!(c.gates.len(), 2);

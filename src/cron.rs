@@ -14,7 +14,7 @@ use jiff::{SignedDuration, Timestamp, ZonedDateTime};
 /// Parses a five-field expression: crontab(5) syntax (numbers, names,
 /// `*`, ranges, steps, lists) and croner's extensions (`L`, `W`, `#`),
 /// which only the daemon runs.
-pub fn parse(expr: &str) -> Result<croner::Cron, String> {
+pub(crate) fn parse(expr: &str) -> Result<croner::Cron, String> {
     let fields: Vec<&str> = expr.split_whitespace().collect();
     if fields.len() != 5 {
         return Err(format!(
@@ -65,7 +65,7 @@ fn lower_first(s: &str) -> String {
 /// when there is none. Across a change of the clocks it does as cron does:
 /// a time in a skipped hour runs once, just after the change, and a
 /// repeated hour does not run again.
-pub fn next_after(cron: &croner::Cron, tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
+pub(crate) fn next_after(cron: &croner::Cron, tz: &TimeZone, t: Timestamp) -> Option<Timestamp> {
     let zoned = Civil(t.to_zoned_datetime(tz.clone()));
     let mut next = cron.find_next_occurrence(&zoned, false).ok()?;
     // Clocks set back: wall times already passed at `t` come round again;
@@ -82,7 +82,7 @@ pub fn next_after(cron: &croner::Cron, tz: &TimeZone, t: Timestamp) -> Option<Ti
 /// The shortest time between two firings of `cron` in `tz`, over its next
 /// firings from a fixed instant (enough for every field's period); `None`
 /// when it never fires.
-pub fn shortest_gap(cron: &croner::Cron, tz: &TimeZone) -> Option<Duration> {
+pub(crate) fn shortest_gap(cron: &croner::Cron, tz: &TimeZone) -> Option<Duration> {
     let start = Timestamp::from_second(1_767_225_600).ok()?; // 2026-01-01
     let mut prev = next_after(cron, tz, start)?;
     let mut gap: Option<Duration> = None;
@@ -205,7 +205,7 @@ mod tests {
         let utc = TimeZone::UTC;
         assert_eq!(
             shortest_gap(&parse("*/15 * * * *").unwrap(), &utc),
-            Some(Duration::from_secs(900))
+            Some(Duration::from_mins(15))
         );
         assert_eq!(shortest_gap(&parse("0 0 30 2 *").unwrap(), &utc), None);
     }

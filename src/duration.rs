@@ -9,7 +9,7 @@ use jiff::{SignedDuration, Span, SpanRelativeTo};
 /// Parses `"15m"`, `"1h 30m"`, `"2 days"` or ISO 8601's `"PT15M"`. A day
 /// is 24 hours; months and years (of no fixed length) and negative
 /// durations are refused.
-pub fn parse(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse(s: &str) -> Result<Duration, String> {
     let span: Span = s.trim().parse().map_err(|_| "not a duration".to_owned())?;
     let signed = span
         .to_duration(SpanRelativeTo::days_are_24_hours())
@@ -22,7 +22,7 @@ pub fn parse(s: &str) -> Result<Duration, String> {
 /// hours, minutes and seconds with the tenth when there is one (`"1m"`,
 /// `"1m 0.4s"`, `"1h 30m"`). `"0s"` for nothing. It reads back as loop.toml
 /// reads a duration.
-pub fn format(d: Duration) -> String {
+pub(crate) fn format(d: Duration) -> String {
     if d.is_zero() {
         return "0s".to_owned();
     }
@@ -51,7 +51,7 @@ pub fn format(d: Duration) -> String {
 }
 
 /// ISO 8601, in hours, minutes and seconds: `PT1H30M`, `PT0S`.
-pub fn iso8601(d: Duration) -> String {
+pub(crate) fn iso8601(d: Duration) -> String {
     let signed = SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX);
     signed.to_string()
 }
@@ -78,22 +78,22 @@ mod tests {
 
     #[test]
     fn formats_as_messages_and_schedulers_say_it() {
-        assert_eq!(format(Duration::from_secs(5400)), "1h 30m");
+        assert_eq!(format(Duration::from_mins(90)), "1h 30m");
         assert_eq!(format(Duration::from_millis(200)), "200ms");
-        assert_eq!(format(Duration::from_secs(3600)), "1h");
+        assert_eq!(format(Duration::from_hours(1)), "1h");
         assert_eq!(format(Duration::ZERO), "0s");
         assert_eq!(format(Duration::from_millis(60_394)), "1m 0.4s");
         assert_eq!(format(Duration::from_millis(12_394)), "12.4s");
         assert_eq!(format(Duration::from_millis(59_960)), "1m");
         assert_eq!(format(Duration::from_secs(192)), "3m 12s");
-        assert_eq!(format(Duration::from_secs(7 * 86_400)), "168h");
+        assert_eq!(format(Duration::from_hours(168)), "168h");
         assert_eq!(format(Duration::from_micros(20)), "20µs");
         for d in [60_394, 12_394, 1_500, 3_723_000, 200] {
             let d = Duration::from_millis(d);
             let back = parse(&format(d)).unwrap();
             assert!(back.abs_diff(d) <= Duration::from_millis(50), "{d:?}");
         }
-        assert_eq!(iso8601(Duration::from_secs(300)), "PT5M");
+        assert_eq!(iso8601(Duration::from_mins(5)), "PT5M");
         assert_eq!(iso8601(Duration::from_secs(5430)), "PT1H30M30S");
         assert_eq!(iso8601(Duration::ZERO), "PT0S");
     }

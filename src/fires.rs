@@ -40,27 +40,27 @@ impl Kind {
 /// Why a firing was skipped or missed, or how the tick that ran ended.
 pub mod why {
     /// Skipped: the loop's lock was held (a command, another host's tick).
-    pub const BUSY: &str = "busy";
+    pub(crate) const BUSY: &str = "busy";
     /// Skipped: the loop's own previous tick was still running.
-    pub const OVERLAP: &str = "overlap";
+    pub(crate) const OVERLAP: &str = "overlap";
     /// Skipped: the loop was paused, halted, completed or awaiting approval.
-    pub const INACTIVE: &str = "inactive";
+    pub(crate) const INACTIVE: &str = "inactive";
     /// Skipped: a gate decided before the step (skip, await, halt, complete).
-    pub const GATE: &str = "gate";
+    pub(crate) const GATE: &str = "gate";
     /// Skipped: the tick failed before its step (a bad config, a broken store).
     pub const ERROR: &str = "error";
     /// Skipped: the daemon's user is not one of the loop's operators, so
     /// the daemon may not tick it (as `automaton tick` run by that user
     /// would be refused).
-    pub const REFUSED: &str = "refused";
+    pub(crate) const REFUSED: &str = "refused";
     /// Ran: the tick it started died before it ended (its process was
     /// killed, the host went down); a later tick recorded it as crashed.
-    pub const CRASHED: &str = "crashed";
+    pub(crate) const CRASHED: &str = "crashed";
     /// Missed: no daemon was running.
-    pub const DOWN: &str = "down";
+    pub(crate) const DOWN: &str = "down";
     /// Missed: the daemon ran, but came to it only after a later firing was
     /// due (the host slept, or every worker was busy).
-    pub const LATE: &str = "late";
+    pub(crate) const LATE: &str = "late";
 }
 
 /// What fired a tick: the daemon, an OS scheduler whose schedule
@@ -150,7 +150,7 @@ fn one() -> u64 {
 impl Fire {
     /// The record of a firing at `at` of `schedule` that a tick `fired_by`
     /// filled, as it ended, written by `by` (`HOST pid N`).
-    pub fn of_tick(
+    pub(crate) fn of_tick(
         at: Timestamp,
         schedule: &str,
         by: &str,
@@ -190,14 +190,14 @@ impl Fire {
     }
 
     /// When the last firing it stands for fell due.
-    pub fn last_at(&self) -> Timestamp {
+    pub(crate) fn last_at(&self) -> Timestamp {
         self.until.unwrap_or(self.at)
     }
 
     /// Whether `next`, recorded right after `self`, folds into it: both
     /// skipped for one reason, or both missed for one reason, under one
     /// schedule. A firing that ran is never folded.
-    pub fn folds(&self, next: &Fire) -> bool {
+    pub(crate) fn folds(&self, next: &Fire) -> bool {
         self.kind != Kind::Ran
             && self.kind == next.kind
             && self.why == next.why
@@ -205,7 +205,7 @@ impl Fire {
     }
 
     /// Folds `next` into `self` ([`Fire::folds`] said it may).
-    pub fn absorb(&mut self, next: Fire) {
+    pub(crate) fn absorb(&mut self, next: Fire) {
         self.count = self.count.saturating_add(next.count);
         self.until = Some(next.last_at());
         self.seen = next.seen;
@@ -251,7 +251,7 @@ impl Fire {
 
 /// `--since`: a time (`2026-12-01T09:00:00Z`, `2026-12-01 09:00` in the
 /// local zone), or how long ago (`2h`, `1d`).
-pub fn parse_since(text: &str) -> Result<Timestamp, String> {
+pub(crate) fn parse_since(text: &str) -> Result<Timestamp, String> {
     if let Ok(d) = crate::duration::parse(text) {
         let ago = jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX);
         return Ok(crate::clock::now().checked_sub(ago).unwrap_or(Timestamp::MIN));
@@ -286,7 +286,7 @@ pub fn last_missed(records: &[Fire]) -> Option<&Fire> {
 
 /// The run of firings the daemon was refused, when `records` (folded,
 /// oldest first) end with one: its user may not tick the loop now.
-pub fn refused_now(records: &[Fire]) -> Option<&Fire> {
+pub(crate) fn refused_now(records: &[Fire]) -> Option<&Fire> {
     records
         .last()
         .filter(|r| r.kind == Kind::Skipped && r.why == why::REFUSED)

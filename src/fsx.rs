@@ -19,8 +19,13 @@ use crate::error::{Error, Result};
 mod atomic;
 mod beneath;
 pub mod mode;
-pub use atomic::{TMP_PREFIX, Written, create_dirs, replace, sync_dir, write_file};
-pub use beneath::{Dir, io_error, is_link};
+pub(crate) use atomic::TMP_PREFIX;
+pub(crate) use atomic::create_dirs;
+pub use atomic::{Written, replace};
+pub(crate) use atomic::{sync_dir, write_file};
+pub use beneath::Dir;
+pub(crate) use beneath::io_error;
+pub(crate) use beneath::is_link;
 pub use mode::Modes;
 
 /// Flags for every open of a loop's file.
@@ -29,7 +34,7 @@ fn flags() -> i32 {
 }
 
 /// What kind of file this is, for a message: `a FIFO`, `a directory`, ...
-pub fn describe_kind(t: &FileType) -> &'static str {
+pub(crate) fn describe_kind(t: FileType) -> &'static str {
     if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {
@@ -66,14 +71,14 @@ fn check_regular(file: &File, path: &Path) -> Result<u64> {
     if !meta.file_type().is_file() {
         return Err(Error::NotRegular {
             path: path.to_owned(),
-            kind: describe_kind(&meta.file_type()),
+            kind: describe_kind(meta.file_type()),
         });
     }
     Ok(meta.len())
 }
 
 /// Opens a loop's file for reading; `None` when it does not exist.
-pub fn open_read(path: &Path) -> Result<Option<(File, u64)>> {
+pub(crate) fn open_read(path: &Path) -> Result<Option<(File, u64)>> {
     let file = match OpenOptions::new().read(true).custom_flags(flags()).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -85,7 +90,7 @@ pub fn open_read(path: &Path) -> Result<Option<(File, u64)>> {
 
 /// Reads a whole regular file of at most `max` bytes; `None` when it does
 /// not exist.
-pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+pub(crate) fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
     let Some((file, len)) = open_read(path)? else {
         return Ok(None);
     };
@@ -148,7 +153,7 @@ fn modes_beside(path: &Path) -> Modes {
 
 /// Opens a loop's file to append to, creating it (0600, or 0660 in a
 /// group's root: [`mode`]).
-pub fn open_append(path: &Path) -> Result<(File, u64)> {
+pub(crate) fn open_append(path: &Path) -> Result<(File, u64)> {
     let modes = modes_beside(path);
     let file = OpenOptions::new()
         .append(true)
@@ -167,7 +172,7 @@ pub fn open_append(path: &Path) -> Result<(File, u64)> {
 
 /// Opens (creating it, 0600, or 0660 in a group's root) a file to read and
 /// write in place, such as a lock file; with its length.
-pub fn open_rw(path: &Path) -> Result<(File, u64)> {
+pub(crate) fn open_rw(path: &Path) -> Result<(File, u64)> {
     let modes = modes_beside(path);
     let file = OpenOptions::new()
         .read(true)
@@ -186,7 +191,7 @@ pub fn open_rw(path: &Path) -> Result<(File, u64)> {
 }
 
 /// Opens a loop's existing file to change it in place (to cut a torn tail).
-pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
+pub(crate) fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
     let file = match OpenOptions::new()
         .read(true)
         .write(true)
@@ -207,7 +212,7 @@ pub fn open_write(path: &Path) -> Result<Option<(File, u64)>> {
 /// Elsewhere the name is claimed with an empty directory that the rename
 /// then replaces (POSIX replaces an empty directory in one step), so for a
 /// moment the name shows an empty directory; `from` must be a directory.
-pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};

@@ -29,6 +29,10 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -312,7 +316,7 @@ pub enum Dropped {
 
 /// Every kind's name, as [`EventKind::name`] gives it (what `history
 /// --kind` accepts).
-pub const KINDS: &[&str] = &[
+pub(crate) const KINDS: &[&str] = &[
     "created",
     "paused",
     "resumed",

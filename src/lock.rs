@@ -60,7 +60,7 @@ impl Holder {
     /// Whether this holder leaves the lock to operators waiting for it:
     /// a tick does (pause, reject and cancel always get in before the next
     /// tick starts); every other command is an operator's.
-    pub fn gives_way(&self) -> bool {
+    pub(crate) fn gives_way(&self) -> bool {
         self.command == "tick"
     }
 
@@ -127,7 +127,7 @@ pub struct Held {
 
 impl Held {
     /// Records the tick being run, so waiters can name it.
-    pub fn set_tick(&mut self, tick: u64) {
+    pub(crate) fn set_tick(&mut self, tick: u64) {
         self.holder.tick = Some(tick);
         self.len = write_record(&self.file, &holder_line(&self.holder), self.len);
     }
@@ -138,12 +138,12 @@ impl Held {
 
     /// Whether the last holder let go saying the loop's files were whole,
     /// since this machine booted: no writer has died mid-write since.
-    pub fn found_released(&self) -> bool {
+    pub(crate) fn found_released(&self) -> bool {
         self.found_released
     }
 
     /// Whether to say, on letting go, that the loop's files are whole.
-    pub fn release_whole(&mut self, whole: bool) {
+    pub(crate) fn release_whole(&mut self, whole: bool) {
         self.release_whole = whole;
     }
 }
@@ -182,7 +182,7 @@ fn released_line() -> Option<&'static str> {
 /// only while no operator waits for it ([`in_line`]); any other holder that
 /// finds the lock held waits in line, so the next tick leaves the lock to
 /// it.
-pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
+pub(crate) fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<Held, Error> {
     let (file, _) = crate::fsx::open_rw(path)?;
     let gives_way = holder.gives_way();
     let mut line: Option<InLine> = None;
@@ -240,7 +240,7 @@ pub fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Result<He
 /// the lock to it. The OS releases a waiter's mark when it dies, so a
 /// crashed waiter holds up no tick. Made on first contention, never
 /// deleted.
-pub fn waiting_path(lock: &Path) -> std::path::PathBuf {
+pub(crate) fn waiting_path(lock: &Path) -> std::path::PathBuf {
     let mut path = lock.as_os_str().to_owned();
     path.push(".wait");
     path.into()
@@ -252,7 +252,7 @@ pub struct InLine(#[allow(dead_code)] File);
 
 /// Marks this process as waiting for the lock at `lock`. Waits only for
 /// ticks looking at the marker, each for an instant.
-pub fn in_line(lock: &Path) -> Result<InLine, Error> {
+pub(crate) fn in_line(lock: &Path) -> Result<InLine, Error> {
     let path = waiting_path(lock);
     let (file, _) = crate::fsx::open_rw(&path)?;
     file.lock_shared().map_err(Error::io("locking", &path))?;
@@ -297,7 +297,7 @@ fn read_at_most(file: &File, buf: &mut [u8]) -> Option<usize> {
 /// calls `try_take` until it takes the lock, as `wait` allows, pausing at
 /// most `max_pause` between attempts; after a moment says on stderr whom
 /// it waits for (`holder`), and on giving up names them in the error.
-pub fn poll(
+pub(crate) fn poll(
     name: &str,
     wait: Wait,
     max_pause: Duration,
@@ -325,9 +325,10 @@ pub fn poll(
         }
         if !announced && waited >= ANNOUNCE_AFTER {
             announced = true;
-            match holder() {
-                Some(h) => tracing::warn!("waiting for loop {name:?}: held by {}", h.describe()),
-                None => tracing::warn!("waiting for loop {name:?}: its lock is held"),
+            if let Some(h) = holder() {
+                tracing::warn!("waiting for loop {name:?}: held by {}", h.describe());
+            } else {
+                tracing::warn!("waiting for loop {name:?}: its lock is held");
             }
         }
         thread::sleep(pause);
@@ -370,7 +371,7 @@ pub fn read_holder(path: &Path) -> Option<Holder> {
 /// The holder record in the lock file, alive or not, and whether its
 /// process still runs: a dead one left it when it died (harmless: the OS
 /// released its lock).
-pub fn recorded_holder(path: &Path) -> Option<(Holder, bool)> {
+pub(crate) fn recorded_holder(path: &Path) -> Option<(Holder, bool)> {
     let text = crate::fsx::read_regular(path, HOLDER_MAX).ok()??;
     let holder: Holder = serde_json::from_slice(text.trim_ascii()).ok()?;
     let alive = holder.is_alive();
@@ -387,7 +388,7 @@ pub struct RootLock(#[allow(dead_code)] File);
 
 /// Takes the lock on `path` without waiting; `None` when another process
 /// holds it.
-pub fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
+pub(crate) fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
     let (file, _) = crate::fsx::open_rw(path)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(RootLock(file))),
@@ -397,7 +398,7 @@ pub fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
 }
 
 /// Whether some process holds the lock on `path` (a missing file: none).
-pub fn is_held(path: &Path) -> bool {
+pub(crate) fn is_held(path: &Path) -> bool {
     path.exists() && matches!(try_hold(path), Ok(None))
 }
 
@@ -425,13 +426,13 @@ struct WatchState {
 
 impl LockWatch {
     fn state(&self) -> std::sync::MutexGuard<'_, WatchState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the lock is lost: said so, or its deadline has passed (the
     /// step's guard may have killed the step at it a moment before the
     /// store's watchdog says so).
-    pub fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         let s = self.state();
         s.lost || s.deadline.is_some_and(|d| std::time::Instant::now() >= d)
     }
@@ -439,7 +440,7 @@ impl LockWatch {
     /// Runs `hook` when the lock is lost (at once if it is already).
     /// Hooks must be quick and must not wait: they run on the store's
     /// watchdog.
-    pub fn on_lost(&self, hook: impl Fn() + Send + 'static) {
+    pub(crate) fn on_lost(&self, hook: impl Fn() + Send + 'static) {
         let mut s = self.state();
         if s.lost {
             hook();
@@ -451,7 +452,7 @@ impl LockWatch {
     /// Runs `hook` with each new deadline (at once with the current one):
     /// what runs under the lock must be stopped by then unless a later
     /// deadline comes. Hooks must be quick and must not wait.
-    pub fn on_renewed(&self, hook: impl Fn(std::time::Instant) + Send + 'static) {
+    pub(crate) fn on_renewed(&self, hook: impl Fn(std::time::Instant) + Send + 'static) {
         let mut s = self.state();
         if let Some(at) = s.deadline {
             hook(at);
@@ -474,7 +475,7 @@ impl LockWatch {
     }
 
     /// Marks the lock lost and runs every hook; the first call only.
-    pub fn lose(&self) {
+    pub(crate) fn lose(&self) {
         let mut s = self.state();
         if s.lost {
             return;

@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// A metrics file larger than this is refused rather than read into memory.
-pub const MAX_LEN: u64 = 1024 * 1024;
+pub(crate) const MAX_LEN: u64 = 1024 * 1024;
 /// At most this many metrics, in one report and in the running totals, so
 /// a loop's state stays small whatever its step writes.
-pub const MAX_KEYS: usize = 64;
+pub(crate) const MAX_KEYS: usize = 64;
 /// The longest metric name.
-pub const MAX_KEY_LEN: usize = 64;
+pub(crate) const MAX_KEY_LEN: usize = 64;
 
 #[derive(Debug, Error)]
 pub enum MetricsError {
@@ -77,7 +77,10 @@ pub fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>, MetricsError> 
 
 /// Reads the metrics file `name` in the run directory `dir`, following no
 /// link, as [`read_metrics`] does.
-pub fn read_metrics_in(dir: &crate::fsx::Dir, name: &str) -> Result<BTreeMap<String, f64>, MetricsError> {
+pub(crate) fn read_metrics_in(
+    dir: &crate::fsx::Dir,
+    name: &str,
+) -> Result<BTreeMap<String, f64>, MetricsError> {
     let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_NONBLOCK;
     let opened = dir.open_at(name.as_ref(), flags, 0).map(std::fs::File::from);
     read_opened(opened, &dir.join(name))
@@ -318,7 +321,7 @@ mod tests {
         for (content, want_line, want_cause) in cases {
             match read(content) {
                 Err(MetricsError::Line { line, cause, .. }) => {
-                    assert_eq!((line, cause), (want_line, want_cause), "{content:?}")
+                    assert_eq!((line, cause), (want_line, want_cause), "{content:?}");
                 }
                 other => panic!("{content:?}: {other:?}"),
             }

@@ -10,7 +10,7 @@ use crate::state::ProcessStart;
 
 /// A process as `/proc/<pid>/stat` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// Its name (`comm`), at most 15 bytes.
     pub comm: String,
     pub ppid: i32,
@@ -22,7 +22,7 @@ pub struct Stat {
 
 /// What `/proc/<pid>/stat` says; `None` when there is no such process (or
 /// no `/proc`).
-pub fn stat(pid: i32) -> Option<Stat> {
+pub(crate) fn stat(pid: i32) -> Option<Stat> {
     if pid <= 0 {
         return None;
     }
@@ -48,7 +48,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
 
 /// This boot of this machine: the kernel's
 /// `/proc/sys/kernel/random/boot_id`, read once.
-pub fn boot_id() -> Option<&'static str> {
+pub(crate) fn boot_id() -> Option<&'static str> {
     static ID: OnceLock<Option<String>> = OnceLock::new();
     ID.get_or_init(|| {
         let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
@@ -60,7 +60,7 @@ pub fn boot_id() -> Option<&'static str> {
 
 /// This machine's id (`/etc/machine-id`, else `/var/lib/dbus/machine-id`),
 /// which two machines given one host name do not share.
-pub fn machine_id() -> Option<&'static str> {
+pub(crate) fn machine_id() -> Option<&'static str> {
     static ID: OnceLock<Option<String>> = OnceLock::new();
     ID.get_or_init(|| {
         ["/etc/machine-id", "/var/lib/dbus/machine-id"]
@@ -77,7 +77,7 @@ pub fn machine_id() -> Option<&'static str> {
 /// The PID namespace this process sees pids in (`/proc/self/ns/pid`'s
 /// target, `pid:[4026531836]`): a pid means the same process only to
 /// processes of the same namespace.
-pub fn pid_namespace() -> Option<&'static str> {
+pub(crate) fn pid_namespace() -> Option<&'static str> {
     static NS: OnceLock<Option<String>> = OnceLock::new();
     NS.get_or_init(|| {
         let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
@@ -89,7 +89,7 @@ pub fn pid_namespace() -> Option<&'static str> {
 
 /// When process `pid` started, on this boot: what the tick records of its
 /// step's group leader so that `cancel` can tell it from any other.
-pub fn start_of(pid: i32) -> Option<ProcessStart> {
+pub(crate) fn start_of(pid: i32) -> Option<ProcessStart> {
     Some(ProcessStart {
         ticks: stat(pid)?.start,
         boot: boot_id()?.to_owned(),
@@ -98,15 +98,17 @@ pub fn start_of(pid: i32) -> Option<ProcessStart> {
 
 /// The program process `pid` runs (`/proc/<pid>/exe`); `None` when it is
 /// gone or not ours to look at.
-pub fn exe(pid: i32) -> Option<PathBuf> {
+pub(crate) fn exe(pid: i32) -> Option<PathBuf> {
     if pid <= 0 {
         return None;
     }
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
-/// The first word of process `pid`'s command line (its `argv[0]`).
-pub fn argv0(pid: i32) -> Option<Vec<u8>> {
+/// The first word of process `pid`'s command line (its `argv[0]`): how a
+/// guard is told where its executable cannot be compared.
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+pub(crate) fn argv0(pid: i32) -> Option<Vec<u8>> {
     let line = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(line.split(|b| *b == 0).next()?.to_vec())
 }

@@ -108,7 +108,7 @@ fn is_conninfo(value: &str) -> bool {
 /// a `password=` query parameter (its name percent-encoded or not), and of
 /// a `password=` pair of a connection string (quoted or not). What cannot
 /// be told apart from a password is masked with it.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match url.find("://") {
         Some(scheme_end) => redact_url(url, scheme_end + 3),
         None => redact_conninfo(url),
@@ -352,7 +352,7 @@ impl RootConfig {
 }
 
 /// The root's config file.
-pub const ROOT_CONFIG: &str = "automaton.toml";
+pub(crate) const ROOT_CONFIG: &str = "automaton.toml";
 
 /// What the command line says of the root: `--root` and `--store`, each
 /// first among the ways a root and its store are chosen.
@@ -379,7 +379,7 @@ impl Root {
     /// `.automaton/` in the working directory or its parents, else
     /// `$XDG_DATA_HOME/automaton` (`~/.local/share/automaton`). The path is
     /// made absolute; nothing is created.
-    pub fn locate(flags: Flags<'_>) -> Result<(Root, Origin)> {
+    pub(crate) fn locate(flags: Flags<'_>) -> Result<(Root, Origin)> {
         let cwd = env::current_dir().map_err(Error::io("reading the working directory", "."))?;
         let (path, origin) = if let Some(p) = flags.root {
             (p.to_path_buf(), Origin::Flag)
@@ -431,14 +431,14 @@ impl Root {
 
     /// The root at `path`, with the file store, and what its
     /// automaton.toml says of people.
-    pub fn at_with_people(path: impl Into<PathBuf>) -> Result<Root> {
+    pub(crate) fn at_with_people(path: impl Into<PathBuf>) -> Result<Root> {
         let mut root = Root::at(path);
         root.settings = Arc::new(read_config(&root.path)?.settings(&root.path));
         Ok(root)
     }
 
     /// The path of the root's automaton.toml, for messages.
-    pub fn config_file(&self) -> PathBuf {
+    pub(crate) fn config_file(&self) -> PathBuf {
         self.path.join(ROOT_CONFIG)
     }
 
@@ -448,7 +448,7 @@ impl Root {
     }
 
     /// The same root with another store.
-    pub fn with_store(mut self, store: StoreChoice) -> Root {
+    pub(crate) fn with_store(mut self, store: StoreChoice) -> Root {
         self.store = store;
         self
     }
@@ -460,7 +460,7 @@ impl Root {
 
     /// What bounds every wait on a shared store's server besides its
     /// defaults: the command's `--timeout`, if it has one.
-    pub fn server_bound(&self) -> Option<std::time::Duration> {
+    pub(crate) fn server_bound(&self) -> Option<std::time::Duration> {
         self.server_bound
     }
 
@@ -468,11 +468,11 @@ impl Root {
         &self.path
     }
 
-    pub fn loops_dir(&self) -> PathBuf {
+    pub(crate) fn loops_dir(&self) -> PathBuf {
         self.path.join("loops")
     }
 
-    pub fn cache_dir(&self) -> PathBuf {
+    pub(crate) fn cache_dir(&self) -> PathBuf {
         self.path.join("cache")
     }
 }
@@ -511,7 +511,7 @@ fn read_config(path: &Path) -> Result<RootConfig> {
 /// test` and `gate compile` in a gate's project folder):
 /// `$XDG_CACHE_HOME/automaton`, else `~/.cache/automaton`; `None` when
 /// neither variable is set.
-pub fn user_cache_dir() -> Option<PathBuf> {
+pub(crate) fn user_cache_dir() -> Option<PathBuf> {
     let base = env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)

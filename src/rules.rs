@@ -15,13 +15,13 @@ use crate::config::{ConfigChanges, LoopConfig};
 use crate::state::State;
 
 /// The most bytes of a diff an event keeps; the rest is counted.
-pub const DIFF_MAX: usize = 8 * 1024;
+pub(crate) const DIFF_MAX: usize = 8 * 1024;
 /// The largest automaton.toml hashed (the root reads no larger).
-pub const ROOT_MAX: u64 = 1024 * 1024;
+pub(crate) const ROOT_MAX: u64 = 1024 * 1024;
 /// The most hosts whose automaton.toml a loop's record keeps.
 const MAX_HOSTS: usize = 64;
 /// What an await for a config change names as the gate that asked.
-pub const AWAIT_GATE: &str = "loop.toml";
+pub(crate) const AWAIT_GATE: &str = "loop.toml";
 
 /// A config's text and its sha256.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -293,7 +293,7 @@ pub struct ConfigChange {
 /// change, when there is one, with a change to the rules left awaiting an
 /// approval under `policy`. A loop that recorded nothing yet records `now`
 /// as it is, and no change.
-pub fn take_in(
+pub(crate) fn take_in(
     state: &mut State,
     now: &Current,
     policy: ConfigChanges,
@@ -392,7 +392,7 @@ fn touched(text: &str, hashes: &Hashes, now: &Current) -> Vec<Rule> {
 /// Whether a change to the rules of a loop configured as `config`, whose
 /// state is `state`, would await an approval (the setting as it is, or as
 /// last recorded).
-pub fn may_await(config: &LoopConfig, state: &State) -> bool {
+pub(crate) fn may_await(config: &LoopConfig, state: &State) -> bool {
     config.approval.config_changes == ConfigChanges::Await
         || state
             .recorded_config
@@ -409,7 +409,10 @@ fn approvers_of(text: &str) -> Option<Vec<String>> {
 /// Who may approve a change to the rules that awaits an approval: the
 /// approvers under the rules it changed (their own, else the root's
 /// `defaults`); none when no such change awaits.
-pub fn approvers_of_change(state: &State, defaults: &crate::access::Access) -> Option<crate::access::Access> {
+pub(crate) fn approvers_of_change(
+    state: &State,
+    defaults: &crate::access::Access,
+) -> Option<crate::access::Access> {
     let unapproved = state.recorded_config.as_ref()?.unapproved.as_ref()?;
     let before = crate::access::Access {
         approvers: unapproved.approvers_before.clone(),

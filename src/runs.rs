@@ -20,20 +20,20 @@ use crate::fsx::{self, Dir};
 use crate::state::{Cancellation, ProcessStart};
 
 /// The folder of run directories in a loop's directory.
-pub const RUNS: &str = "runs";
+pub(crate) const RUNS: &str = "runs";
 /// The file in `runs/<tick>/` that `AUTOMATON_METRICS` names.
-pub const METRICS: &str = "metrics";
+pub(crate) const METRICS: &str = "metrics";
 /// The file in `runs/<tick>/` that `automaton cancel` writes (who asked,
 /// as one line, then why, if they said) before it signals the step: the
 /// tick then records itself as cancelled by them, and runs no verifier.
-pub const CANCEL: &str = "cancel";
+pub(crate) const CANCEL: &str = "cancel";
 /// The most of the cancel note and of a group file that is read: room for
 /// a name and a reason, each at most [`crate::bounds::MAX_TEXT`].
 const NOTE_MAX: u64 = 16 * 1024;
 
 /// The file in `runs/<tick>/` that holds `what`'s (`step`, `verifier`)
 /// standard output, or its standard error.
-pub fn output_name(what: &str, stderr: bool) -> String {
+pub(crate) fn output_name(what: &str, stderr: bool) -> String {
     format!("{what}.{}", if stderr { "err" } else { "out" })
 }
 
@@ -41,24 +41,24 @@ pub fn output_name(what: &str, stderr: bool) -> String {
 /// runs, with its leader's start, so `automaton cancel` can signal it from
 /// outside: the verifier's, and the step's when its group could not be
 /// made before the tick's `in_flight` record (which names it otherwise).
-pub fn pgid_name(what: &str) -> String {
+pub(crate) fn pgid_name(what: &str) -> String {
     format!("{what}.pgid")
 }
 
 /// The loop directory `base`, held open; refused when it is a link.
-pub fn open_base(base: &Path) -> Result<Dir> {
+pub(crate) fn open_base(base: &Path) -> Result<Dir> {
     Dir::open(base).map_err(fsx::io_error("opening", base))
 }
 
 /// A loop's `runs/`, held open.
 #[derive(Debug)]
-pub struct Runs {
+pub(crate) struct Runs {
     dir: Dir,
 }
 
 impl Runs {
     /// `runs/` in the loop directory `base`; `None` when it is missing.
-    pub fn open(base: &Path) -> Result<Option<Runs>> {
+    pub(crate) fn open(base: &Path) -> Result<Option<Runs>> {
         let base = open_base(base)?;
         let dir = base.open_dir(RUNS).map_err(base.error("opening", RUNS))?;
         Ok(dir.map(|dir| Runs { dir }))
@@ -66,7 +66,7 @@ impl Runs {
 
     /// `runs/` in the loop directory `base`, made (0700, 02770 in a group's
     /// root) when missing.
-    pub fn make(base: &Path) -> Result<Runs> {
+    pub(crate) fn make(base: &Path) -> Result<Runs> {
         let base = open_base(base)?;
         let dir = base
             .make_dir(RUNS)
@@ -74,19 +74,19 @@ impl Runs {
         Ok(Runs { dir })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// The run directory of `tick`, when there is one.
-    pub fn run(&self, tick: u64) -> Result<Option<Dir>> {
+    pub(crate) fn run(&self, tick: u64) -> Result<Option<Dir>> {
         let name = tick.to_string();
         self.dir.open_dir(&name).map_err(self.dir.error("opening", &name))
     }
 
     /// The run directory of `tick`, made when missing (by `cancel`, when
     /// it comes before the tick has made it).
-    pub fn make_run(&self, tick: u64) -> Result<Dir> {
+    pub(crate) fn make_run(&self, tick: u64) -> Result<Dir> {
         let name = tick.to_string();
         self.dir
             .make_dir(&name)
@@ -102,7 +102,7 @@ impl Runs {
     /// tick already there (`cancel` makes it when it comes first) is kept
     /// as it is. Only making the directory can fail; an old one that
     /// cannot be removed is logged and left for the next tick.
-    pub fn make_for_tick(&self, tick: u64, keep: usize) -> io::Result<Dir> {
+    pub(crate) fn make_for_tick(&self, tick: u64, keep: usize) -> io::Result<Dir> {
         let name = tick.to_string();
         let mut old = self.newest_first().unwrap_or_else(|e| {
             tracing::warn!("cannot list {}: {e}", self.path().display());
@@ -135,7 +135,7 @@ impl Runs {
 
     /// Removes all but the newest `keep` run directories (named by tick
     /// number; other entries are left alone). Returns how many it removed.
-    pub fn prune(&self, keep: usize) -> io::Result<usize> {
+    pub(crate) fn prune(&self, keep: usize) -> io::Result<usize> {
         let mut removed = 0;
         for t in self.newest_first()?.iter().skip(keep) {
             self.dir.remove_tree(t.to_string())?;
@@ -185,7 +185,7 @@ impl Runs {
 
 /// Removes all but the newest `keep` run directories of the loop whose
 /// directory is `base`; how many it removed.
-pub fn prune(base: &Path, keep: usize) -> Result<usize> {
+pub(crate) fn prune(base: &Path, keep: usize) -> Result<usize> {
     let Some(runs) = Runs::open(base)? else {
         return Ok(0);
     };
@@ -193,7 +193,7 @@ pub fn prune(base: &Path, keep: usize) -> Result<usize> {
 }
 
 /// Leaves the note of who cancels the tick, and why, in its run directory.
-pub fn write_note(run: &Dir, note: &Cancellation) -> Result<()> {
+pub(crate) fn write_note(run: &Dir, note: &Cancellation) -> Result<()> {
     let mut text = format!("{}\n", note.by);
     if let Some(reason) = &note.reason {
         text += reason;
@@ -203,7 +203,7 @@ pub fn write_note(run: &Dir, note: &Cancellation) -> Result<()> {
 }
 
 /// Takes back a note `cancel` left and then signalled nothing on.
-pub fn remove_note(run: &Dir) {
+pub(crate) fn remove_note(run: &Dir) {
     if let Err(e) = run.unlink(CANCEL) {
         tracing::warn!("cannot remove {}: {e}", run.join(CANCEL).display());
     }
@@ -211,7 +211,7 @@ pub fn remove_note(run: &Dir) {
 
 /// Whether the run directory holds a cancel note: a regular file (a link
 /// the step left by its name is none).
-pub fn has_note(run: &Dir) -> bool {
+pub(crate) fn has_note(run: &Dir) -> bool {
     run.has_file(CANCEL)
 }
 
@@ -219,7 +219,7 @@ pub fn has_note(run: &Dir) -> bool {
 /// did: the note's first line (`an operator` when it names nobody) and
 /// the rest (no reason when it is blank). A note that is not a regular
 /// file (a link, a FIFO) is no note.
-pub fn cancelled_by(run: &Dir) -> Option<Cancellation> {
+pub(crate) fn cancelled_by(run: &Dir) -> Option<Cancellation> {
     let text = match run.read(CANCEL, NOTE_MAX) {
         Ok(text) => text?,
         Err(e) => {
@@ -238,7 +238,7 @@ pub fn cancelled_by(run: &Dir) -> Option<Cancellation> {
 
 /// Writes `what`'s group file: `<pgid> <ticks> <boot>`, the leader's start
 /// as [`ProcessStart`] says it (the group alone where it is not known).
-pub fn write_group(run: &Dir, what: &str, pgid: i32, start: Option<&ProcessStart>) -> io::Result<()> {
+pub(crate) fn write_group(run: &Dir, what: &str, pgid: i32, start: Option<&ProcessStart>) -> io::Result<()> {
     let line = match start {
         Some(s) => format!("{pgid} {} {}\n", s.ticks, s.boot),
         None => format!("{pgid}\n"),
@@ -247,7 +247,7 @@ pub fn write_group(run: &Dir, what: &str, pgid: i32, start: Option<&ProcessStart
 }
 
 /// `what`'s group file, read: the group and its leader's start, if said.
-pub fn read_group(run: &Dir, what: &str) -> Option<(i32, Option<ProcessStart>)> {
+pub(crate) fn read_group(run: &Dir, what: &str) -> Option<(i32, Option<ProcessStart>)> {
     let text = run.read(pgid_name(what), NOTE_MAX).ok()??;
     let text = String::from_utf8(text).ok()?;
     let mut words = text.split_whitespace();
@@ -270,7 +270,7 @@ fn write_small(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
 
 /// The path of `runs/<tick>` in the loop directory `base`, for messages
 /// and the step's environment.
-pub fn run_path(base: &Path, tick: u64) -> PathBuf {
+pub(crate) fn run_path(base: &Path, tick: u64) -> PathBuf {
     base.join(RUNS).join(tick.to_string())
 }
 

@@ -17,7 +17,7 @@ use crate::store::LoopStore;
 use crate::worktree::Snapshot;
 
 /// The history since the last approval.
-pub struct Since<'a> {
+pub(crate) struct Since<'a> {
     /// The version of the last commit that released an await with
     /// approvals (`approvals-used`); none when none ever did.
     pub version: Option<u64>,
@@ -27,7 +27,7 @@ pub struct Since<'a> {
 
 /// A rejection since the last approval: who turned the work down, and why.
 #[derive(Debug, Clone, Serialize)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub v: u64,
     pub at: jiff::Timestamp,
     pub by: String,
@@ -41,7 +41,7 @@ pub struct Rejection {
 impl<'a> Since<'a> {
     /// The part of `events` (a loop's history, oldest first) since the
     /// last approval.
-    pub fn of(events: &'a [Event]) -> Since<'a> {
+    pub(crate) fn of(events: &'a [Event]) -> Since<'a> {
         let at = events
             .iter()
             .rposition(|e| matches!(e.kind, EventKind::ApprovalsUsed { .. }));
@@ -52,7 +52,7 @@ impl<'a> Since<'a> {
     }
 
     /// The last rejection since the last approval, if any.
-    pub fn rejection(&self) -> Option<Rejection> {
+    pub(crate) fn rejection(&self) -> Option<Rejection> {
         self.events.iter().rev().find_map(|e| match &e.kind {
             EventKind::Rejected { by, reason, await_id } => Some(Rejection {
                 v: e.v,
@@ -67,7 +67,7 @@ impl<'a> Since<'a> {
 
     /// The events since the last approval that no rejection has turned
     /// down yet: those after the last rejection, or all of them.
-    pub fn unrejected(&self) -> &'a [Event] {
+    pub(crate) fn unrejected(&self) -> &'a [Event] {
         let after = self
             .events
             .iter()
@@ -93,7 +93,7 @@ impl<'a> Since<'a> {
     /// ticks and whatever became of their run directories. A tick recorded
     /// by an older build keeps its metrics only in its `runs/<tick>/` on
     /// the host that ran it, read here if it is this one.
-    pub fn metrics(&self, dir: &dyn LoopStore) -> BTreeMap<String, f64> {
+    pub(crate) fn metrics(&self, dir: &dyn LoopStore) -> BTreeMap<String, f64> {
         let mut sums = BTreeMap::new();
         let mut runs = None;
         for e in self.since_reset() {
@@ -121,7 +121,7 @@ impl<'a> Since<'a> {
     /// worktree: from the HEAD the first tick since started its step on
     /// (or, before any, the one the pending await opened on) to the
     /// worktree's HEAD now.
-    pub fn range(&self, state: &State) -> Option<Range> {
+    pub(crate) fn range(&self, state: &State) -> Option<Range> {
         let worktree = state.worktree.as_ref()?;
         let from = self
             .events
@@ -147,7 +147,7 @@ fn metrics_of(runs: &Runs, tick: u64) -> Option<BTreeMap<String, f64>> {
 
 /// A range of the worktree's commits: `from..head` on `branch`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Range {
+pub(crate) struct Range {
     pub branch: String,
     /// The commit the work started on, if known.
     pub from: Option<String>,
@@ -159,12 +159,12 @@ pub struct Range {
 
 impl Range {
     /// Both ends, when both are known.
-    pub fn ends(&self) -> Option<(&str, &str)> {
+    pub(crate) fn ends(&self) -> Option<(&str, &str)> {
         Some((self.from.as_deref()?, self.head.as_deref()?))
     }
 
     /// `git log --oneline from..head`, newest first; none without both ends.
-    pub fn commits(&self) -> Vec<String> {
+    pub(crate) fn commits(&self) -> Vec<String> {
         self.ends()
             .and_then(|(f, h)| crate::worktree::log(&self.path, f, h).ok())
             .unwrap_or_default()
@@ -172,7 +172,7 @@ impl Range {
 
     /// `git diff from head`: its `--stat` (`stat`) or the patch; empty
     /// without both ends.
-    pub fn diff(&self, stat: bool) -> String {
+    pub(crate) fn diff(&self, stat: bool) -> String {
         self.ends()
             .and_then(|(f, h)| crate::worktree::diff(&self.path, f, h, stat).ok())
             .unwrap_or_default()
@@ -181,7 +181,7 @@ impl Range {
     /// The worktree's snapshot now: what is not committed in it is part
     /// of the work too (and of what an approval with `bind = "commit"` is
     /// bound to). None when git cannot read it.
-    pub fn snapshot(&self) -> Option<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Option<Snapshot> {
         crate::worktree::snapshot(&self.path)
             .inspect_err(|e| tracing::warn!("{e}"))
             .ok()
@@ -191,7 +191,7 @@ impl Range {
     /// patch, untracked files as added; bounded
     /// ([`crate::worktree::MAX_UNCOMMITTED_PATCH`]). Empty when git cannot
     /// say.
-    pub fn uncommitted_diff(&self, snapshot: &Snapshot) -> String {
+    pub(crate) fn uncommitted_diff(&self, snapshot: &Snapshot) -> String {
         crate::worktree::uncommitted_diff(&self.path, snapshot)
             .inspect_err(|e| tracing::warn!("{e}"))
             .unwrap_or_default()

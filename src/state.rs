@@ -13,7 +13,7 @@ use crate::domain::{Approval, Decision};
 pub const SCHEMA: u32 = 1;
 
 /// The most approvals a loop keeps waiting, so its state stays small.
-pub const MAX_PENDING_APPROVALS: usize = 1000;
+pub(crate) const MAX_PENDING_APPROVALS: usize = 1000;
 
 /// Where a loop stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,7 +38,7 @@ impl Status {
     }
 
     /// Whether a tick may run gates and steps in this status.
-    pub fn is_runnable(self) -> bool {
+    pub(crate) fn is_runnable(self) -> bool {
         matches!(self, Status::Active | Status::AwaitingApproval)
     }
 }
@@ -363,7 +363,7 @@ impl State {
     }
 
     /// Sets the status and its reason together.
-    pub fn set_status(&mut self, status: Status, reason: Option<String>) {
+    pub(crate) fn set_status(&mut self, status: Status, reason: Option<String>) {
         self.status = status;
         self.status_reason = reason;
     }
@@ -456,7 +456,7 @@ impl State {
 
     /// `resume --reset-budget`: the metric totals start over. Returns what
     /// they were.
-    pub fn reset_totals(&mut self) -> BTreeMap<String, f64> {
+    pub(crate) fn reset_totals(&mut self) -> BTreeMap<String, f64> {
         std::mem::take(&mut self.totals)
     }
 
@@ -464,7 +464,7 @@ impl State {
     /// loop that started awaiting opens one (for `gates`, on `head`), and
     /// one that stopped (proceeding, halted, completed; a pause keeps it)
     /// closes its own.
-    pub fn settle_await(
+    pub(crate) fn settle_await(
         &mut self,
         tick: u64,
         gates: impl FnOnce() -> Vec<Asked>,
@@ -498,7 +498,13 @@ impl State {
     /// Opens an await, when none is open, for the gates that asked; the
     /// approvals given for the next await are now this one's. Returns it
     /// when it opened. Its id names the version the next commit makes.
-    pub fn open_await(&mut self, tick: u64, gates: Vec<Asked>, at: At, now: Timestamp) -> Option<Await> {
+    pub(crate) fn open_await(
+        &mut self,
+        tick: u64,
+        gates: Vec<Asked>,
+        at: At,
+        now: Timestamp,
+    ) -> Option<Await> {
         if self.awaiting.is_some() {
             return None;
         }
@@ -522,7 +528,7 @@ impl State {
 
     /// Ends the open await: returns it with the approvals that were given
     /// for it, which no longer count.
-    pub fn close_await(&mut self) -> Option<(Await, Vec<Approval>)> {
+    pub(crate) fn close_await(&mut self) -> Option<(Await, Vec<Approval>)> {
         let closed = self.awaiting.take()?;
         let (theirs, rest) = std::mem::take(&mut self.pending_approvals)
             .into_iter()
@@ -582,7 +588,11 @@ impl State {
     }
 
     /// Drops approvals older than `expires`; returns them, for the record.
-    pub fn drop_expired(&mut self, now: Timestamp, expires: Option<std::time::Duration>) -> Vec<Approval> {
+    pub(crate) fn drop_expired(
+        &mut self,
+        now: Timestamp,
+        expires: Option<std::time::Duration>,
+    ) -> Vec<Approval> {
         let Some(expires) = expires else {
             return Vec::new();
         };
@@ -598,7 +608,7 @@ impl State {
     /// other uncommitted changes or untracked files (an approval that
     /// records no snapshot, given by an older build, is bound to its
     /// commit alone). Returns them by why, for the record.
-    pub fn void_other_worktrees(&mut self, at: &At) -> Voided {
+    pub(crate) fn void_other_worktrees(&mut self, at: &At) -> Voided {
         let mut voided = Voided::default();
         let Some(open) = self.awaiting.as_ref().map(|a| a.id.clone()) else {
             return voided;
@@ -648,7 +658,7 @@ impl State {
 
     /// Distinct people who approved the await `target` names (none: the
     /// next await).
-    pub fn approvers_of(&self, target: Option<&str>) -> usize {
+    pub(crate) fn approvers_of(&self, target: Option<&str>) -> usize {
         let mut by: Vec<&str> = self
             .pending_approvals
             .iter()
@@ -689,7 +699,7 @@ mod tests {
             .unwrap();
         s.approve("bob", None, Timestamp::MAX, None, At::default())
             .unwrap();
-        let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_secs(60)));
+        let gone = s.drop_expired(Timestamp::MAX, Some(Duration::from_mins(1)));
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].by, "ann");
         assert_eq!(s.drop_expired(Timestamp::MIN, Some(Duration::MAX)).len(), 0);
@@ -858,7 +868,7 @@ mod tests {
         let mut s = state();
         s.approve("old", None, at(0), None, At::default()).unwrap();
         s.approve("new", None, at(90), None, At::default()).unwrap();
-        let stale = s.drop_expired(at(100), Some(Duration::from_secs(60)));
+        let stale = s.drop_expired(at(100), Some(Duration::from_mins(1)));
         assert_eq!(stale.iter().map(|a| a.by.as_str()).collect::<Vec<_>>(), ["old"]);
         assert_eq!(s.pending_approvals.len(), 1);
         assert!(s.drop_expired(at(10_000), None).is_empty());

@@ -11,7 +11,7 @@ const THRESHOLD: f64 = 0.7;
 
 /// The candidate most like `typed`, when one is like it enough; ties go
 /// to the first. `typed` itself is never suggested.
-pub fn closest<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let mut best: Option<(f64, &str)> = None;
     for c in candidates {
         if c == typed {
@@ -27,7 +27,7 @@ pub fn closest<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -
 
 /// `; did you mean "agent"?`, or nothing: what an error about `typed`
 /// ends with.
-pub fn hint<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn hint<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     closest(typed, candidates)
         .map(|c| format!("; did you mean {c:?}?"))
         .unwrap_or_default()
@@ -38,7 +38,7 @@ pub fn hint<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> S
 /// `step`, `overlap`, ...`, `unknown variant `skp`, expected `skip` or
 /// `wait``) ends with. serde says the names in these words and no other
 /// way, so its text is read, here alone.
-pub fn serde_hint(message: &str) -> String {
+pub(crate) fn serde_hint(message: &str) -> String {
     let Some(rest) = ["unknown field `", "unknown variant `"]
         .iter()
         .find_map(|p| message.strip_prefix(p))
@@ -58,7 +58,7 @@ pub fn serde_hint(message: &str) -> String {
 /// `; did you mean "gates/office-hours.wasm"?`, or nothing: the file
 /// beside the missing `path` whose name is most like its name, written as
 /// `written` (the path as the user gave it) would write it.
-pub fn file_hint(written: &str, path: &Path) -> String {
+pub(crate) fn file_hint(written: &str, path: &Path) -> String {
     near_file(path)
         .map(|near| file_named(written, &near))
         .unwrap_or_default()
@@ -67,7 +67,7 @@ pub fn file_hint(written: &str, path: &Path) -> String {
 /// The name of the file beside the missing `path` most like its name:
 /// of the files with its extension, the one whose stem is most like its
 /// stem (a shared `.wasm` would make any two names look alike).
-pub fn near_file(path: &Path) -> Option<String> {
+pub(crate) fn near_file(path: &Path) -> Option<String> {
     let split = |name: &str| -> (String, String) {
         match name.rsplit_once('.') {
             Some((stem, ext)) if !stem.is_empty() => (stem.to_owned(), ext.to_owned()),
@@ -77,7 +77,7 @@ pub fn near_file(path: &Path) -> Option<String> {
     let (stem, ext) = split(path.file_name()?.to_str()?);
     let files: Vec<(String, String)> = std::fs::read_dir(path.parent()?)
         .ok()?
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|name| split(name).1 == ext)
@@ -92,7 +92,7 @@ pub fn near_file(path: &Path) -> Option<String> {
 
 /// `; did you mean "gates/office-hours.wasm"?`: the file `near` in the
 /// directory of `written`, as `written` writes it.
-pub fn file_named(written: &str, near: &str) -> String {
+pub(crate) fn file_named(written: &str, near: &str) -> String {
     let shown = Path::new(written).with_file_name(near);
     format!("; did you mean {:?}?", shown.display().to_string())
 }

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 
 /// What every token starts with, so a leaked one is recognised.
-pub const TOKEN_PREFIX: &str = "atm_";
+pub(crate) const TOKEN_PREFIX: &str = "atm_";
 
 /// One user of the console.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ impl User {
 
 /// Checks a user name: 1 to 64 of `a-z A-Z 0-9 . _ @ -`, as OS user names
 /// and e-mail addresses are written, starting with a letter or digit.
-pub fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         Some("it is empty")
     } else if name.len() > 64 {
@@ -73,12 +73,12 @@ pub fn check_name(name: &str) -> Result<()> {
 }
 
 /// A new random token: [`TOKEN_PREFIX`] and 64 hex digits (256 bits).
-pub fn new_token() -> Result<String> {
+pub(crate) fn new_token() -> Result<String> {
     Ok(format!("{TOKEN_PREFIX}{}", hex(&random()?)))
 }
 
 /// 256 random bits from the OS.
-pub fn random() -> Result<[u8; 32]> {
+pub(crate) fn random() -> Result<[u8; 32]> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| Error::Io {
         action: "reading random bytes for",
@@ -89,13 +89,13 @@ pub fn random() -> Result<[u8; 32]> {
 }
 
 /// The hex SHA-256 of `token`, as it is kept.
-pub fn hash(token: &str) -> String {
+pub(crate) fn hash(token: &str) -> String {
     hex(&Sha256::digest(token.as_bytes()))
 }
 
 /// The user `token` signs in, if any. Every user's hash is compared in
 /// full, in time that does not depend on where a hash differs.
-pub fn find<'a>(users: &'a [User], token: &str) -> Option<&'a User> {
+pub(crate) fn find<'a>(users: &'a [User], token: &str) -> Option<&'a User> {
     let wanted = hash(token);
     let mut found = None;
     for user in users {
@@ -109,12 +109,12 @@ pub fn find<'a>(users: &'a [User], token: &str) -> Option<&'a User> {
 /// Whether `a` and `b` are equal, compared in constant time (subtle's
 /// comparison, which the optimiser is kept from cutting short); only
 /// their lengths may tell.
-pub fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 /// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -133,14 +133,14 @@ pub fn identify(os: &str, named: Option<&str>, delegates: &[String]) -> Actor {
 
 /// Whether this process's actor would be another person if its OS user
 /// were a delegate: `$AUTOMATON_USER` names someone else.
-pub fn wants_delegation() -> bool {
+pub(crate) fn wants_delegation() -> bool {
     requested().is_some_and(|p| p != os_user())
 }
 
 /// The OS user of the process as the actor, whoever `$AUTOMATON_USER`
 /// names (kept as "on behalf of"), with the store's database role: who
 /// does what only a person may do in person, an admin's acts.
-pub fn os_actor(db_role: Option<&str>) -> Actor {
+pub(crate) fn os_actor(db_role: Option<&str>) -> Actor {
     let mut actor = identify(&os_user(), requested().as_deref(), &[]);
     actor.db_role = db_role.map(str::to_owned);
     actor

@@ -11,7 +11,7 @@ use crate::ops::tick::Tick;
 use crate::root::Root;
 use crate::store::Stores;
 
-pub fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, stores: &Stores, args: &ApproveArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let ctx = super::ops::ctx(root, stores);
     let req = Approve {

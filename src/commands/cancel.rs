@@ -12,7 +12,7 @@ use crate::store::Stores;
 
 pub(super) use crate::ops::cancel::TIMEOUT;
 
-pub fn run(root: &Root, stores: &Stores, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, stores: &Stores, args: &CancelArgs, out: &mut dyn Write) -> Result<Exit> {
     let req = Cancel {
         name: args.name.clone(),
         reason: args.reason.clone(),

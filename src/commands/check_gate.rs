@@ -31,7 +31,7 @@ struct Report {
     applied: bool,
 }
 
-pub fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let stores = Stores::open(root)?;
     let dir = stores.get(&t.name)?;

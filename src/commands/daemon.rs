@@ -9,7 +9,7 @@ use crate::daemon::{self, Options, daemon_status};
 use crate::error::{Exit, Result};
 use crate::root::Root;
 
-pub fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result<Exit> {
     if args.status {
         return status(root, args.json.json, out);
     }

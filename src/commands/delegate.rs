@@ -11,7 +11,7 @@ use crate::error::{Error, Exit, Result};
 use crate::root::Root;
 use crate::store::Stores;
 
-pub fn run(root: &Root, cmd: &DelegateCommand, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, cmd: &DelegateCommand, out: &mut dyn Write) -> Result<Exit> {
     match cmd {
         DelegateCommand::Add(args) => {
             admin::require(root, admin::Action::DelegateAdd)?;

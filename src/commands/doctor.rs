@@ -46,7 +46,7 @@ struct LoopReport {
     findings: Vec<Finding>,
 }
 
-pub fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &DoctorArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = store::Stores::open(root)?;
     let dirs = match &args.name {
         Some(name) => vec![stores.get(name)?],
@@ -250,7 +250,7 @@ fn check_edits(dir: &dyn LoopStore, fix: bool) -> Vec<Finding> {
 
 /// How old a leftover of a killed command is before `--fix` removes it: a
 /// younger one may be a command at work.
-const LEFTOVER_AGE: Duration = Duration::from_secs(600);
+const LEFTOVER_AGE: Duration = Duration::from_mins(10);
 
 /// An installed OS schedule that no longer matches its loop.
 fn check_schedule(root: &Root, dir: &dyn LoopStore, config: Option<&LoopConfig>) -> Vec<Finding> {

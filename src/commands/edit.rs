@@ -24,7 +24,7 @@ use crate::rules::{self, Current, Via};
 use crate::store::edits::{self, Left};
 use crate::store::{LoopStore, Stores};
 
-pub fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &EditArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = Stores::open(root)?;
     let dir = stores.get(&args.name)?;
     let ctx = Ctx::own(root, &stores);

@@ -11,7 +11,7 @@ use crate::ops::views::fires::fires;
 use crate::root::Root;
 use crate::store::Stores;
 
-pub fn run(root: &Root, stores: &Stores, args: &FiresArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, stores: &Stores, args: &FiresArgs, out: &mut dyn Write) -> Result<Exit> {
     let since = args.since;
     let ctx = Ctx::own(root, stores);
     let view = fires(&ctx, &args.name, since, args.limit)?;

@@ -20,7 +20,7 @@ mod cases;
 /// Runs a `gate` subcommand. Compiled gates are cached in the root's
 /// `cache/` when there is an initialised root, else in the user's own cache
 /// (a gate's project folder is rarely inside a root).
-pub fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Result<Exit> {
     let cache = || gate_cache(root).ok().flatten();
     match cmd {
         GateCommand::Test {
@@ -131,7 +131,7 @@ fn user_cache() -> Option<PathBuf> {
 }
 
 /// `stock:NAME` names a stock gate; anything else is a component file.
-pub fn parse_target(target: &str) -> GateSource {
+pub(crate) fn parse_target(target: &str) -> GateSource {
     match target.strip_prefix("stock:") {
         Some(name) => GateSource::Stock(name.to_owned()),
         None => GateSource::File {
@@ -143,13 +143,13 @@ pub fn parse_target(target: &str) -> GateSource {
 
 /// Where `gate test` reads its context from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ContextInput {
+pub(crate) enum ContextInput {
     File(PathBuf),
     Stdin,
 }
 
 impl ContextInput {
-    pub fn parse(arg: &str) -> ContextInput {
+    pub(crate) fn parse(arg: &str) -> ContextInput {
         if arg == "-" {
             ContextInput::Stdin
         } else {
@@ -158,7 +158,7 @@ impl ContextInput {
     }
 
     /// Reads the context; missing fields take their defaults.
-    pub fn read(&self) -> Result<Context> {
+    pub(crate) fn read(&self) -> Result<Context> {
         let (name, text) = match self {
             ContextInput::Stdin => {
                 let mut s = String::new();
@@ -177,7 +177,7 @@ impl ContextInput {
 
 /// What `gate test` found.
 #[derive(Debug, Clone, Serialize)]
-pub struct TestReport {
+pub(crate) struct TestReport {
     pub gate: String,
     pub sha256: String,
     pub info: GateInfo,
@@ -196,7 +196,7 @@ fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 /// Evaluates a gate alone: describes it, checks the params, evaluates the
 /// context (with `params` and `phase` overriding the context's own).
-pub fn test(
+pub(crate) fn test(
     host: &GateHost,
     target: &GateSource,
     context: Option<Context>,
@@ -235,7 +235,7 @@ fn source_tag(s: LogSource) -> &'static str {
     }
 }
 
-pub fn render_test(r: &TestReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn render_test(r: &TestReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
     if json {
         return write_json(r, out);
     }
@@ -269,7 +269,7 @@ pub fn render_test(r: &TestReport, json: bool, out: &mut dyn Write) -> io::Resul
 
 /// What `gate inspect` found.
 #[derive(Debug, Clone, Serialize)]
-pub struct InspectReport {
+pub(crate) struct InspectReport {
     pub gate: String,
     pub sha256: String,
     pub size: u64,
@@ -278,7 +278,7 @@ pub struct InspectReport {
     pub exports: Vec<String>,
 }
 
-pub fn inspect(host: &GateHost, target: &GateSource) -> Result<InspectReport> {
+pub(crate) fn inspect(host: &GateHost, target: &GateSource) -> Result<InspectReport> {
     let gate = host.load(target)?;
     let info = host.describe(&gate)?;
     let iface = host.interface(&gate);
@@ -292,7 +292,7 @@ pub fn inspect(host: &GateHost, target: &GateSource) -> Result<InspectReport> {
     })
 }
 
-pub fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
     if json {
         return write_json(r, out);
     }
@@ -319,7 +319,7 @@ pub fn render_inspect(r: &InspectReport, json: bool, out: &mut dyn Write) -> io:
 
 /// One file `gate compile` handled.
 #[derive(Debug, Clone, Serialize)]
-pub struct Compiled {
+pub(crate) struct Compiled {
     pub gate: String,
     pub sha256: String,
     /// True when the cache already held it.
@@ -327,7 +327,7 @@ pub struct Compiled {
 }
 
 /// Compiles components into the cache, so the next tick loads them fast.
-pub fn compile(host: &GateHost, files: &[PathBuf]) -> Result<Vec<Compiled>> {
+pub(crate) fn compile(host: &GateHost, files: &[PathBuf]) -> Result<Vec<Compiled>> {
     let mut done = Vec::new();
     for f in files {
         let before = host.cache_stats();
@@ -344,7 +344,7 @@ pub fn compile(host: &GateHost, files: &[PathBuf]) -> Result<Vec<Compiled>> {
     Ok(done)
 }
 
-pub fn render_compile(r: &[Compiled], json: bool, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn render_compile(r: &[Compiled], json: bool, out: &mut dyn Write) -> io::Result<()> {
     if json {
         return write_json(&r, out);
     }
@@ -357,7 +357,7 @@ pub fn render_compile(r: &[Compiled], json: bool, out: &mut dyn Write) -> io::Re
 
 /// One row of `gate list`.
 #[derive(Debug, Clone, Serialize)]
-pub struct StockRow {
+pub(crate) struct StockRow {
     pub name: &'static str,
     pub version: String,
     pub description: String,
@@ -366,7 +366,7 @@ pub struct StockRow {
 }
 
 /// The stock gates, described by themselves.
-pub fn list(host: &GateHost) -> Result<Vec<StockRow>> {
+pub(crate) fn list(host: &GateHost) -> Result<Vec<StockRow>> {
     let mut rows = Vec::new();
     for s in stock_gates() {
         let gate = host.load(&GateSource::Stock(s.name.to_owned()))?;
@@ -382,7 +382,7 @@ pub fn list(host: &GateHost) -> Result<Vec<StockRow>> {
     Ok(rows)
 }
 
-pub fn render_list(rows: &[StockRow], json: bool, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn render_list(rows: &[StockRow], json: bool, out: &mut dyn Write) -> io::Result<()> {
     if json {
         return write_json(&rows, out);
     }
@@ -441,7 +441,7 @@ mod tests {
         std::fs::write(&typo, r#"{"tick": 7, "metrcs": {}}"#).unwrap();
         match ContextInput::File(typo).read() {
             Err(Error::ContextJson { source, .. }) => {
-                assert!(source.to_string().contains("unknown field `metrcs`"), "{source}")
+                assert!(source.to_string().contains("unknown field `metrcs`"), "{source}");
             }
             other => panic!("{other:?}"),
         }

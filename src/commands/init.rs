@@ -8,7 +8,7 @@ use crate::error::{Error, Exit, Result};
 use crate::root::{self, Flags, Origin, Root, StoreChoice};
 use crate::store;
 
-pub fn run(flags: Flags<'_>, args: &InitArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(flags: Flags<'_>, args: &InitArgs, out: &mut dyn Write) -> Result<Exit> {
     let (located, origin) = Root::locate(flags)?;
     let located_store = located.store().clone();
     // Without --root or $AUTOMATON_ROOT, init makes ./.automaton, as `git

@@ -15,7 +15,7 @@ use crate::root::Root;
 use crate::runs;
 use crate::store::{LoopStore, Stores};
 
-pub fn run(root: &Root, stores: &Stores, args: &LogsArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(root: &Root, stores: &Stores, args: &LogsArgs, out: &mut dyn Write) -> Result<Exit> {
     if args.gates {
         let dir = stores.get(&args.name)?;
         return gate_lines(dir.as_ref(), args.tick, out);

@@ -25,17 +25,20 @@ enum Side {
 
 impl Side {
     fn parse(value: &str) -> Result<Side> {
-        match StoreChoice::parse(value, "the command line") {
-            Ok(StoreChoice::Postgres(url)) => Ok(Side::Url(url)),
-            _ => {
-                let cwd = std::env::current_dir().map_err(Error::io("reading the working directory", "."))?;
-                Ok(Side::Dir(cwd.join(value)))
-            }
+        if let Ok(StoreChoice::Postgres(url)) = StoreChoice::parse(value, "the command line") {
+            Ok(Side::Url(url))
+        } else {
+            let cwd = std::env::current_dir().map_err(Error::io("reading the working directory", "."))?;
+            Ok(Side::Dir(cwd.join(value)))
         }
     }
 }
 
 #[derive(Serialize)]
+#[allow(
+    clippy::struct_field_names,
+    reason = "the field names are the --json output's keys"
+)]
 struct Moved {
     name: String,
     moved: bool,
@@ -44,7 +47,7 @@ struct Moved {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write) -> Result<Exit> {
     let (from, to) = (Side::parse(&args.from)?, Side::parse(&args.to)?);
     // The root whose loops/<name>/ directories hold the loops' files
     // here, and whose automaton.toml says who may move them.

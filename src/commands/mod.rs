@@ -11,7 +11,7 @@ mod delegate;
 mod doctor;
 mod edit;
 mod fires;
-pub mod gate;
+pub(crate) mod gate;
 pub(crate) mod history;
 mod init;
 pub(crate) mod logs;

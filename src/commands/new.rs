@@ -11,7 +11,7 @@ use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::store;
 
-pub fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &NewArgs, out: &mut dyn Write) -> Result<Exit> {
     let name = LoopName::new(&args.name)?;
     let text = match &args.from {
         Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -78,7 +78,7 @@ fn refuse_existing(root: &Root, stores: &store::Stores, name: &LoopName) -> Resu
         return Ok(());
     };
     let mut held: Vec<String> = entries
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .map(|e| {
             let n = e.file_name().to_string_lossy().into_owned();
             if e.file_type().is_ok_and(|t| t.is_dir()) {

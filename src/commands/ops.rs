@@ -31,7 +31,7 @@ pub(super) fn answer(view: &Looked, json: bool, line: &str, out: &mut dyn Write)
     out.flush().map_err(Error::Output)
 }
 
-pub fn pause(root: &Root, stores: &Stores, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn pause(root: &Root, stores: &Stores, args: &PauseArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let req = ops::pause::Pause {
         name: t.name.clone(),
@@ -52,7 +52,7 @@ pub fn pause(root: &Root, stores: &Stores, args: &PauseArgs, out: &mut dyn Write
 
 /// `gate allow-rollback`: the gate's rollback floor lowered, said with
 /// the floor it replaced.
-pub fn allow_rollback(
+pub(super) fn allow_rollback(
     root: &Root,
     stores: &Stores,
     args: &crate::cli::AllowRollbackArgs,
@@ -81,7 +81,7 @@ pub fn allow_rollback(
     Ok(Exit::Ok)
 }
 
-pub fn resume(root: &Root, stores: &Stores, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn resume(root: &Root, stores: &Stores, args: &ResumeArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let req = ops::resume::Resume {
         name: t.name.clone(),
@@ -110,7 +110,7 @@ fn totals(t: &BTreeMap<String, f64>) -> String {
     shown.join(" ")
 }
 
-pub fn reject(root: &Root, stores: &Stores, args: &RejectArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn reject(root: &Root, stores: &Stores, args: &RejectArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let req = ops::reject::Reject {
         name: t.name.clone(),
@@ -130,7 +130,7 @@ pub fn reject(root: &Root, stores: &Stores, args: &RejectArgs, out: &mut dyn Wri
     Ok(Exit::Ok)
 }
 
-pub fn rm(root: &Root, stores: &Stores, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn rm(root: &Root, stores: &Stores, args: &RmArgs, out: &mut dyn Write) -> Result<Exit> {
     let t = &args.target;
     let req = ops::rm::Rm {
         name: t.name.clone(),

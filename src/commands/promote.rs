@@ -11,7 +11,7 @@ use crate::ops::promote::{self, Promote};
 use crate::root::Root;
 use crate::store::Stores;
 
-pub fn run(root: &Root, args: &PromoteArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, args: &PromoteArgs, out: &mut dyn Write) -> Result<Exit> {
     let stores = Stores::open(root)?;
     let req = Promote {
         name: args.name.clone(),

@@ -6,10 +6,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use unicode_width::UnicodeWidthStr;
 
-pub use crate::term::{quoted, safe};
+pub(super) use crate::term::{quoted, safe};
 
 /// `3m ago`, `just now`, `in 2h`, to the coarsest unit.
-pub fn ago(then: Timestamp) -> String {
+pub(super) fn ago(then: Timestamp) -> String {
     let secs = crate::clock::now().duration_since(then).as_secs();
     let (n, future) = (secs.unsigned_abs(), secs < 0);
     if n < 5 {
@@ -24,7 +24,7 @@ pub fn ago(then: Timestamp) -> String {
 }
 
 /// One or two units: `45s`, `3m12s`, `2h5m`, `3d4h`.
-pub fn coarse(d: Duration) -> String {
+pub(super) fn coarse(d: Duration) -> String {
     let s = d.as_secs();
     let (d_, h, m, s_) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
     match (d_, h, m) {
@@ -40,7 +40,7 @@ pub fn coarse(d: Duration) -> String {
 
 /// A timestamp in the local time zone, to the second, with its offset:
 /// `2026-11-30 19:07:19 +01:00`.
-pub fn local(t: Timestamp) -> String {
+pub(super) fn local(t: Timestamp) -> String {
     crate::clock::local(t)
 }
 
@@ -48,7 +48,7 @@ pub fn local(t: Timestamp) -> String {
 /// written the shortest way that reads back (`1.11`, not
 /// `1.1099999999999999`, the sum of 0.37 three times). JSON keeps the
 /// number exact.
-pub fn number(v: f64) -> String {
+pub(super) fn number(v: f64) -> String {
     if !v.is_finite() || v == 0.0 {
         return v.to_string();
     }
@@ -57,7 +57,7 @@ pub fn number(v: f64) -> String {
 }
 
 /// Time left until `t`: `in 4m12s`, or `now` when it has come.
-pub fn left(t: Timestamp) -> String {
+pub(super) fn left(t: Timestamp) -> String {
     let secs = t.duration_since(crate::clock::now()).as_secs();
     if secs <= 0 {
         return "now".into();
@@ -69,7 +69,7 @@ pub fn left(t: Timestamp) -> String {
 /// padded. Columns are measured in terminal cells, so wide characters (CJK,
 /// most emoji) and combining marks line up. Each cell is shown as
 /// [`safe`] shows text: one line, no control character.
-pub fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     fitted_table(rows, None, &[])
 }
 
@@ -82,7 +82,7 @@ const GAP: usize = 2;
 /// whose minimum is 0 is left out when it would have to be cut below the
 /// narrowest that still says something. Columns not listed are never cut,
 /// so a table may still be wider than a very narrow terminal.
-pub fn fitted_table(rows: &[Vec<String>], width: Option<usize>, shrink: &[(usize, usize)]) -> String {
+pub(super) fn fitted_table(rows: &[Vec<String>], width: Option<usize>, shrink: &[(usize, usize)]) -> String {
     let mut rows: Vec<Vec<Cow<'_, str>>> = rows.iter().map(|r| r.iter().map(|c| safe(c)).collect()).collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut widths: Vec<usize> = (0..cols)
@@ -170,7 +170,7 @@ fn cut(text: &str, width: usize) -> String {
 /// when it is set to a number, else the terminal's when stdout is one;
 /// `None` when stdout is a pipe or a file, whose reader gets every cell
 /// whole.
-pub fn output_width() -> Option<usize> {
+pub(super) fn output_width() -> Option<usize> {
     if let Some(n) = std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.trim().parse::<usize>().ok())
@@ -189,9 +189,9 @@ mod tests {
     fn coarse_durations() {
         assert_eq!(coarse(Duration::from_secs(45)), "45s");
         assert_eq!(coarse(Duration::from_secs(192)), "3m12s");
-        assert_eq!(coarse(Duration::from_secs(180)), "3m");
-        assert_eq!(coarse(Duration::from_secs(7500)), "2h5m");
-        assert_eq!(coarse(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+        assert_eq!(coarse(Duration::from_mins(3)), "3m");
+        assert_eq!(coarse(Duration::from_mins(125)), "2h5m");
+        assert_eq!(coarse(Duration::from_hours(76)), "3d4h");
     }
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
     fn table_aligns_columns() {
         let t = table(&[
             vec!["A".into(), "BB".into(), "C".into()],
-            vec!["aaa".into(), "b".into(), "".into()],
+            vec!["aaa".into(), "b".into(), String::new()],
         ]);
         assert_eq!(t, "A    BB  C\naaa  b\n");
     }

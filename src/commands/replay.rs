@@ -54,7 +54,7 @@ struct Summary {
 /// One recorded evaluation: its tick, verdict and the context it saw.
 type Recorded = (u64, Verdict, Box<Context>);
 
-pub fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, req: &ReplayArgs, out: &mut dyn Write) -> Result<Exit> {
     let dir = crate::store::open(root, &req.name)?;
     let source = super::gate::parse_target(&req.gate);
     let host = GateHost::new(Some(root.cache_dir()))?;

@@ -8,7 +8,7 @@ use super::render::safe;
 use crate::cli::ReviewArgs;
 use crate::error::{Exit, Result};
 use crate::ops::Ctx;
-pub use crate::ops::views::review::{ConfigChangeReview, UNRECORDED};
+pub(crate) use crate::ops::views::review::{ConfigChangeReview, UNRECORDED};
 use crate::ops::views::review::{Review, review};
 use crate::root::Root;
 use crate::rules::{self, Via};
@@ -18,7 +18,7 @@ use crate::store::Stores;
 /// The width the text fits.
 const WIDTH: usize = 80;
 
-pub fn run(root: &Root, stores: &Stores, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(root: &Root, stores: &Stores, args: &ReviewArgs, out: &mut dyn Write) -> Result<Exit> {
     let ctx = Ctx::own(root, stores);
     let review = review(&ctx, &args.name, args.diff)?;
     if args.json.json {

@@ -13,7 +13,7 @@ use crate::error::{Exit, Result};
 use crate::root::{LoopName, Root};
 use crate::schedule::{self, Action, Record, record};
 
-pub fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, cmd: &ScheduleCommand, out: &mut dyn Write) -> Result<Exit> {
     match cmd {
         ScheduleCommand::Install(args) => install(root, args, out),
         ScheduleCommand::Remove(args) => remove(root, args, out),
@@ -166,24 +166,23 @@ fn show(root: &Root, args: &ScheduleShowArgs, out: &mut dyn Write) -> Result<Exi
     let records = match &args.name {
         Some(name) => {
             let dir = crate::store::open(root, name)?;
-            match record::read(root, dir.name().as_str())? {
-                Some(r) => vec![r],
-                None => {
-                    let cadence = dir.config()?.schedule.map(|s| schedule::describe(&s));
-                    if args.json.json {
-                        super::emit_json(
-                            out,
-                            &serde_json::json!({ "loop": name, "installed": null, "cadence": cadence }),
-                        )?;
-                    } else {
-                        let how = match cadence {
-                            Some(c) => format!("`automaton daemon` would tick it ({c})"),
-                            None => "it has no [schedule]".to_owned(),
-                        };
-                        super::emit(out, &format!("loop {name}: no OS schedule installed; {how}\n"))?;
-                    }
-                    return Ok(Exit::Ok);
+            if let Some(r) = record::read(root, dir.name().as_str())? {
+                vec![r]
+            } else {
+                let cadence = dir.config()?.schedule.map(|s| schedule::describe(&s));
+                if args.json.json {
+                    super::emit_json(
+                        out,
+                        &serde_json::json!({ "loop": name, "installed": null, "cadence": cadence }),
+                    )?;
+                } else {
+                    let how = match cadence {
+                        Some(c) => format!("`automaton daemon` would tick it ({c})"),
+                        None => "it has no [schedule]".to_owned(),
+                    };
+                    super::emit(out, &format!("loop {name}: no OS schedule installed; {how}\n"))?;
                 }
+                return Ok(Exit::Ok);
             }
         }
         None => record::all(root)?,

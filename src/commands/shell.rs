@@ -14,7 +14,7 @@ use crate::error::{Error, Exit, Result};
 
 /// Writes the registration script for `shell`: a function that calls
 /// `automaton` with `AUTOMATON_COMPLETE` set to get the candidates.
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn completions(shell: clap_complete::Shell, out: &mut dyn Write) -> Result<Exit> {
     let completer: &dyn EnvCompleter = match shell {
         clap_complete::Shell::Bash => &Bash,
         clap_complete::Shell::Zsh => &Zsh,
@@ -37,7 +37,7 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) -> Result<E
 
 /// Writes the man page, in roff: automaton(1), or the page of the command
 /// `args.command` names; with `--dir`, every page into that directory.
-pub fn man(args: &ManArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn man(args: &ManArgs, out: &mut dyn Write) -> Result<Exit> {
     let mut cli = Cli::command().disable_help_subcommand(true);
     cli.build();
     if let Some(dir) = &args.dir {
@@ -48,7 +48,7 @@ pub fn man(args: &ManArgs, out: &mut dyn Write) -> Result<Exit> {
     let mut cmd = &cli;
     for word in &args.command {
         cmd = cmd.find_subcommand(word).ok_or_else(|| {
-            let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+            let names: Vec<&str> = cmd.get_subcommands().map(clap::Command::get_name).collect();
             Error::NoSuchCommand {
                 name: word.clone(),
                 hint: crate::suggest::hint(word, names),

@@ -12,12 +12,18 @@ use crate::error::{Exit, Result};
 use crate::lock::Holder;
 use crate::ops::Ctx;
 use crate::ops::views::status::{self as views, clears, serving, unfired};
-pub use crate::ops::views::status::{Listed, LoopView, view};
+pub(crate) use crate::ops::views::status::{Listed, LoopView, view};
 use crate::root::Root;
 use crate::state::{Outcome, State};
 use crate::store;
 
-pub fn one(root: &Root, stores: &store::Stores, name: &str, json: bool, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn one(
+    root: &Root,
+    stores: &store::Stores,
+    name: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Exit> {
     let ctx = Ctx::own(root, stores);
     let v = views::status(&ctx, name)?;
     if json {
@@ -45,7 +51,7 @@ fn matches(v: &LoopView, filter: StatusFilter) -> bool {
     }
 }
 
-pub fn all(
+pub(crate) fn all(
     root: &Root,
     stores: &store::Stores,
     filter: &[StatusFilter],
@@ -267,14 +273,15 @@ fn config_record(v: &LoopView) -> String {
 
 /// The rows of [`detail`]'s table: a key, then its value.
 /// What `status` says of a loop whose step runs unconfined.
-pub const UNCONFINED: &str = "unconfined ([step] confine = \"off\"): it runs with the runner's every right";
+pub(crate) const UNCONFINED: &str =
+    "unconfined ([step] confine = \"off\"): it runs with the runner's every right";
 
 #[derive(Default)]
 struct Rows(Vec<Vec<String>>);
 
 /// A shadow gate's evidence in a line: `12 of 12 agreed`, and its last
 /// disagreement.
-pub fn shadow_line(e: &crate::ops::views::shadow::Evidence) -> String {
+pub(crate) fn shadow_line(e: &crate::ops::views::shadow::Evidence) -> String {
     let mut line = format!(
         "{}: {} of the last {} evaluations agreed",
         e.gate, e.agreed, e.evaluations

@@ -12,7 +12,7 @@ use crate::state::Outcome;
 use crate::store::Stores;
 use crate::tick::{TickReport, View};
 
-pub fn run(root: &Root, stores: &Stores, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, stores: &Stores, args: &TickArgs, out: &mut dyn Write) -> Result<Exit> {
     // A tick run by hand, or by an OS schedule installed as its user.
     let req = Tick {
         name: args.name.clone(),
@@ -80,7 +80,7 @@ fn human(r: &TickReport) -> String {
                     v.phase,
                     v.decision.name(),
                     safe(e)
-                )
+                );
             }
             None => line += &format!("  {} {gate}: {}", v.phase, safe(&v.decision.to_string())),
         }

@@ -12,7 +12,7 @@ use crate::root::Root;
 use crate::store::Stores;
 use crate::users::{self, User};
 
-pub fn run(root: &Root, cmd: &UserCommand, out: &mut dyn Write) -> Result<Exit> {
+pub(super) fn run(root: &Root, cmd: &UserCommand, out: &mut dyn Write) -> Result<Exit> {
     let needs = match cmd {
         UserCommand::Add(_) => Some(admin::Action::UserAdd),
         UserCommand::Rotate(_) => Some(admin::Action::UserRotate),

@@ -24,7 +24,7 @@ struct Checked {
     error: Option<String>,
 }
 
-pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Result<Exit> {
     let mut checked = Vec::new();
     let mut first_error = None;
     let mut record = |name: Option<String>, path: PathBuf, r: Result<()>| {
@@ -50,20 +50,19 @@ pub fn run(root_flag: Flags<'_>, args: &ValidateArgs, out: &mut dyn Write) -> Re
                 );
             }
         }
-        Some(target) => match loop_named(root_flag, target)? {
-            Some((root, dir)) => {
+        Some(target) => {
+            if let Some((root, dir)) = loop_named(root_flag, target)? {
                 record(
                     Some(dir.name().to_string()),
                     dir.config_path(),
                     check_loop(&root, dir.as_ref()),
                 );
-            }
-            None => {
+            } else {
                 let path = PathBuf::from(target);
                 let (root, _) = Root::locate(root_flag)?;
                 record(None, path.clone(), check_file(&root, &path));
             }
-        },
+        }
     }
     if args.json.json {
         super::emit_json(out, &checked)?;

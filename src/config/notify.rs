@@ -55,7 +55,7 @@ pub struct Notify {
 }
 
 /// The most `webhook_timeout` may be.
-pub const MAX_WEBHOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const MAX_WEBHOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(1);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,7 +132,7 @@ impl HttpUrl {
 
     /// `text` (an error a client gave) with this URL and its user and
     /// password masked wherever it quotes them.
-    pub fn scrub(&self, text: &str) -> String {
+    pub(crate) fn scrub(&self, text: &str) -> String {
         let mut text = text.replace(&self.0, &self.masked());
         let rest = self.0.split_once("://").map_or("", |(_, r)| r);
         if let Some((userinfo, _)) = authority(rest).rsplit_once('@')

@@ -17,7 +17,7 @@ pub struct ScrapeAccess {
 
 impl ScrapeAccess {
     /// Whether an `Authorization` header's value carries the scrape token.
-    pub fn token_matches(&self, authorization: Option<&str>) -> bool {
+    pub(crate) fn token_matches(&self, authorization: Option<&str>) -> bool {
         use sha2::Digest;
         let (Some(want), Some(given)) = (&self.token_sha256, authorization.and_then(bearer)) else {
             return false;

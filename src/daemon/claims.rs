@@ -268,7 +268,11 @@ impl<'a> Dispatcher<'a> {
         if let Err(e) = self.settle_unsettled(claims, &me) {
             return tracing::warn!("{}", with_causes(&e));
         }
-        let running: Vec<String> = self.running.keys().map(|n| n.to_string()).collect();
+        let running: Vec<String> = self
+            .running
+            .keys()
+            .map(std::string::ToString::to_string)
+            .collect();
         let unsettled: Vec<String> = self
             .claimant
             .as_ref()

@@ -226,7 +226,7 @@ impl<'a> Dispatcher<'a> {
                 // Paused, halted or completed, and unchanged since a tick
                 // said so: nothing to fire. Look again at the next firing.
                 reschedule(&mut self.queue, &name, entry, now);
-                self.record(&name, None, |w, at, key| w.of_inactive(at, key));
+                self.record(&name, None, super::ledger::Writer::of_inactive);
                 continue;
             }
             let lag = Duration::try_from(now.duration_since(due)).unwrap_or_default();
@@ -262,20 +262,17 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn changed(&mut self, changes: &[Change]) -> bool {
         let mut scan = false;
         for Change { name, state_only } in changes {
-            match self.loops.get_mut(name.as_str()) {
-                Some(e) => {
-                    e.inactive = None;
-                    // A commit changes no config: nothing to read again.
-                    if !state_only {
-                        e.config_mtime = None;
-                        scan = true;
-                    }
-                    self.heard_of(name);
-                }
-                None => {
-                    self.scanner.relist();
+            if let Some(e) = self.loops.get_mut(name.as_str()) {
+                e.inactive = None;
+                // A commit changes no config: nothing to read again.
+                if !state_only {
+                    e.config_mtime = None;
                     scan = true;
                 }
+                self.heard_of(name);
+            } else {
+                self.scanner.relist();
+                scan = true;
             }
         }
         scan

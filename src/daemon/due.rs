@@ -12,7 +12,7 @@ use crate::config::{Cadence, Schedule};
 
 /// A loop's cadence, ready to compute firings.
 #[derive(Debug, Clone)]
-pub enum When {
+pub(crate) enum When {
     Every(Duration),
     /// The expression and the zone its wall-clock times are read in.
     Cron(Box<(croner::Cron, TimeZone)>),
@@ -21,7 +21,7 @@ pub enum When {
 impl When {
     /// The cadence of `s` (see [`crate::cron`]); extensions croner reads
     /// (`L`, `W`, `#`) are the daemon's alone.
-    pub fn of(s: &Schedule) -> Result<When, String> {
+    pub(crate) fn of(s: &Schedule) -> Result<When, String> {
         match &s.cadence {
             Cadence::Every(d) => Ok(When::Every(d.0)),
             Cadence::Cron(expr) => {
@@ -40,7 +40,7 @@ impl When {
     /// started. A missed run (or several) gives one firing now, never a
     /// burst; a loop that never ticked fires now (`every`) or at the next
     /// occurrence (`cron`).
-    pub fn first(&self, last: Option<Timestamp>, now: Timestamp) -> Option<Timestamp> {
+    pub(crate) fn first(&self, last: Option<Timestamp>, now: Timestamp) -> Option<Timestamp> {
         match (self, last) {
             (When::Every(_), None) => Some(now),
             (When::Every(d), Some(l)) => Some(add(l, *d).max(now)),
@@ -53,7 +53,7 @@ impl When {
     /// `every` counts from the firing (at once if that has passed), `cron`
     /// takes the next occurrence after now, so a long tick never queues up
     /// the runs it overlapped.
-    pub fn after(&self, fired: Timestamp, now: Timestamp) -> Option<Timestamp> {
+    pub(crate) fn after(&self, fired: Timestamp, now: Timestamp) -> Option<Timestamp> {
         match self {
             When::Every(d) => Some(add(fired, *d).max(now)),
             When::Cron(c) => Self::next_cron(c, now.max(fired)),
@@ -64,19 +64,19 @@ impl When {
 impl When {
     /// The time between two firings around `now`: the interval, or for a
     /// cron expression the time to its next occurrence (a minute if none).
-    pub fn period(&self, now: Timestamp) -> Duration {
+    pub(crate) fn period(&self, now: Timestamp) -> Duration {
         match self {
             When::Every(d) => *d,
             When::Cron(c) => Self::next_cron(c, now)
                 .and_then(|n| Duration::try_from(n.duration_since(now)).ok())
-                .unwrap_or(Duration::from_secs(60)),
+                .unwrap_or(Duration::from_mins(1)),
         }
     }
 
     /// `due` brought back within reach when the wall clock stepped back: an
     /// `every` loop is never due further off than its cadence plus its
     /// jitter. (A cron occurrence is where it is.)
-    pub fn clamp(&self, due: Timestamp, now: Timestamp, jitter: Option<Duration>) -> Timestamp {
+    pub(crate) fn clamp(&self, due: Timestamp, now: Timestamp, jitter: Option<Duration>) -> Timestamp {
         match self {
             When::Every(d) => {
                 let reach = add(now, d.saturating_add(jitter.unwrap_or_default()));
@@ -87,13 +87,6 @@ impl When {
     }
 }
 
-/// When a daemon that sees `s` now fires it next, given when its last
-/// tick started (before jitter, and before a daemon spreads loops found due
-/// together); `None` when the cadence never fires again or is invalid.
-pub fn next_due(s: &Schedule, last_started: Option<Timestamp>, now: Timestamp) -> Option<Timestamp> {
-    When::of(s).ok()?.first(last_started, now)
-}
-
 fn add(t: Timestamp, d: Duration) -> Timestamp {
     SignedDuration::try_from(d)
         .ok()
@@ -102,7 +95,7 @@ fn add(t: Timestamp, d: Duration) -> Timestamp {
 }
 
 /// `t` pushed back by a random part of `jitter` (up to all of it).
-pub fn jittered(t: Timestamp, jitter: Option<Duration>) -> Timestamp {
+pub(super) fn jittered(t: Timestamp, jitter: Option<Duration>) -> Timestamp {
     match jitter {
         Some(j) if !j.is_zero() => {
             let millis = u64::try_from(j.as_millis()).unwrap_or(u64::MAX);
@@ -126,7 +119,7 @@ mod tests {
     fn firings_at_the_end_of_time_are_the_end_or_none() {
         let end = Timestamp::MAX;
         let near = end - SignedDuration::from_mins(1);
-        let every = When::Every(Duration::from_secs(3600));
+        let every = When::Every(Duration::from_hours(1));
         for now in [near, end] {
             assert_eq!(every.first(Some(now), now), Some(end));
             assert_eq!(every.after(now, now), Some(end));
@@ -142,12 +135,12 @@ mod tests {
         .unwrap();
         assert_eq!(cron.first(None, near), None);
         assert_eq!(cron.after(near, end), None);
-        assert_eq!(cron.period(end), Duration::from_secs(60));
+        assert_eq!(cron.period(end), Duration::from_mins(1));
     }
 
     #[test]
     fn every_catches_up_once_and_never_bursts() {
-        let w = When::Every(Duration::from_secs(600));
+        let w = When::Every(Duration::from_mins(10));
         let now = ts("2026-01-01T12:00:00Z");
         // Never ticked: now.
         assert_eq!(w.first(None, now), Some(now));
@@ -185,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_clock_stepped_back_does_not_postpone_an_every_loop() {
-        let w = When::Every(Duration::from_secs(60));
+        let w = When::Every(Duration::from_mins(1));
         let now = ts("2026-01-01T12:00:00Z");
         let far = ts("2026-01-01T13:00:30Z");
         assert_eq!(w.clamp(far, now, None), ts("2026-01-01T12:01:00Z"));

@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn the_next_firing_on_time_leaves_no_gap() {
         let w = writer("2026-01-01T00:00:00Z");
-        let every = When::Every(Duration::from_secs(60));
+        let every = When::Every(Duration::from_mins(1));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
         assert!(
             w.gap(&every, MINUTE, &l, ts("2026-01-01T12:01:00Z"), None)
@@ -275,7 +275,7 @@ mod tests {
         // Ran at 12:00; tick 8 started at 12:01:02 and died with the
         // daemon, which came back at 12:05:20.
         let w = writer("2026-01-01T12:05:20Z");
-        let every = When::Every(Duration::from_secs(60));
+        let every = When::Every(Duration::from_mins(1));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
         let crashed = Some((8, ts("2026-01-01T12:01:02Z")));
         let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:05:20Z"), crashed);
@@ -303,7 +303,7 @@ mod tests {
     fn a_daemon_down_for_ten_minutes_missed_nine_firings_and_caught_up_once() {
         // Ran at 12:00; the daemon stopped and came back at 12:10:20.
         let w = writer("2026-01-01T12:10:20Z");
-        let every = When::Every(Duration::from_secs(60));
+        let every = When::Every(Duration::from_mins(1));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", MINUTE);
         let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:10:20Z"), None);
         assert_eq!(
@@ -324,7 +324,7 @@ mod tests {
         // The 12:00 tick ran to 12:03:30; the daemon then came to the loop
         // only at 12:06:10 (every worker busy).
         let w = writer("2026-01-01T00:00:00Z");
-        let every = When::Every(Duration::from_secs(60));
+        let every = When::Every(Duration::from_mins(1));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:03:30Z", MINUTE);
         let runs = w.gap(&every, MINUTE, &l, ts("2026-01-01T12:06:10Z"), None);
         assert_eq!(
@@ -376,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_firing_taken_late_stands_for_the_last_one_due_by_its_start() {
-        let every = When::Every(Duration::from_secs(60));
+        let every = When::Every(Duration::from_mins(1));
         let at = ts("2026-01-01T12:01:00Z");
         assert_eq!(stands_for(&every, at, ts("2026-01-01T12:01:02Z")), at);
         let late = stands_for(&every, at, ts("2026-01-01T12:30:05Z"));
@@ -399,7 +399,7 @@ mod tests {
     #[test]
     fn a_changed_schedule_counts_nothing() {
         let w = writer("2026-01-01T12:10:00Z");
-        let every = When::Every(Duration::from_secs(60));
+        let every = When::Every(Duration::from_mins(1));
         let l = last("2026-01-01T12:00:00Z", "2026-01-01T12:00:05Z", "every = \"1h\"");
         assert!(
             w.gap(&every, MINUTE, &l, ts("2026-01-01T13:00:00Z"), None)

@@ -39,7 +39,7 @@ mod due;
 mod ledger;
 mod messages;
 mod phase;
-pub mod presence;
+pub(crate) mod presence;
 mod queue;
 mod report;
 mod scan;
@@ -48,8 +48,8 @@ mod workers;
 use std::thread;
 use std::time::Duration;
 
-pub use due::{When, next_due};
-pub use presence::{DaemonRecord, DaemonStatus, daemon_line, daemon_status};
+pub(crate) use due::When;
+pub(crate) use presence::{DaemonStatus, daemon_status};
 
 use crate::error::{Error, Result};
 use crate::gate::GateHost;
@@ -62,7 +62,7 @@ use workers::{Handoff, worker};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Ticks running at once, at most (at least 1): the worker threads.
     pub max_concurrent: usize,
     /// After a stop signal: how long running ticks may go on before their
@@ -121,7 +121,7 @@ const CLAIM_GATHER: Duration = Duration::from_millis(50);
 /// thread for a shared store's notifications, and the dispatcher on this
 /// thread; its [`phase::Phase`] is the daemon's life, and when it returns
 /// the hand-off closes, which ends every other thread.
-pub fn run(root: &Root, opts: &Options) -> Result<()> {
+pub(crate) fn run(root: &Root, opts: &Options) -> Result<()> {
     let max = opts.max_concurrent.max(1);
     let (handoff, inbox) = Handoff::new(max);
     let signals = listen_for_signals(&handoff)?;

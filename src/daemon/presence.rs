@@ -19,7 +19,7 @@ const LOCK: &str = "daemon.lock";
 
 /// What a daemon last said about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DaemonRecord {
+pub(crate) struct DaemonRecord {
     pub pid: u32,
     pub host: String,
     pub since: Timestamp,
@@ -51,7 +51,7 @@ pub struct DaemonRecord {
 
 /// A daemon serving a root, as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DaemonStatus {
+pub(crate) struct DaemonStatus {
     /// Some process holds the daemon lock (when the record is from another
     /// host, its freshness is all there is to go by).
     pub serving: bool,
@@ -70,7 +70,7 @@ fn lock_path(root: &Root) -> PathBuf {
 /// The daemon serving `root`, if any: `None` when no daemon ever wrote a
 /// record, or the last one stopped. A record whose daemon died is returned
 /// with `serving` false.
-pub fn daemon_status(root: &Root) -> Result<Option<DaemonStatus>> {
+pub(crate) fn daemon_status(root: &Root) -> Result<Option<DaemonStatus>> {
     let path = record_path(root);
     let text = match std::fs::read(&path) {
         Ok(t) => t,
@@ -87,7 +87,7 @@ pub fn daemon_status(root: &Root) -> Result<Option<DaemonStatus>> {
 
 impl DaemonStatus {
     /// One line for people: who serves the root and how far behind it is.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let r = &self.record;
         let since = crate::clock::local(r.since);
         let age = crate::clock::now().duration_since(r.updated).as_secs().max(0);
@@ -122,24 +122,15 @@ fn human_ms(ms: u64) -> String {
     crate::duration::format(std::time::Duration::from_millis(ms))
 }
 
-/// One line for `status`: the daemon serving `root`, or the one that
-/// stopped without a word; `None` when no daemon has a record here.
-pub fn daemon_line(root: &Root) -> Option<String> {
-    match daemon_status(root) {
-        Ok(s) => s.map(|s| s.describe()),
-        Err(e) => Some(format!("daemon: {e}")),
-    }
-}
-
 /// This daemon's hold on the root.
-pub struct Presence {
+pub(crate) struct Presence {
     lock: Option<RootLock>,
     pub since: Timestamp,
 }
 
 impl Presence {
     /// Takes the root's daemon lock, or says who holds it.
-    pub fn claim(root: &Root) -> Presence {
+    pub(crate) fn claim(root: &Root) -> Presence {
         let mut p = Presence {
             lock: None,
             since: crate::clock::now(),
@@ -170,7 +161,7 @@ impl Presence {
     }
 
     /// A record of this daemon, its figures still zero.
-    pub fn record(&self, max_concurrent: usize) -> DaemonRecord {
+    pub(crate) fn record(&self, max_concurrent: usize) -> DaemonRecord {
         DaemonRecord {
             pid: std::process::id(),
             host: who::host(),
@@ -194,7 +185,7 @@ impl Presence {
 
     /// Writes `record` when this daemon holds the lock (taking it if the
     /// daemon that held it has gone). Best effort.
-    pub fn publish(&mut self, root: &Root, record: &DaemonRecord) {
+    pub(crate) fn publish(&mut self, root: &Root, record: &DaemonRecord) {
         if !self.try_lock(root) {
             return;
         }
@@ -208,7 +199,7 @@ impl Presence {
     }
 
     /// The daemon stops: its record goes, then its lock.
-    pub fn release(mut self, root: &Root) {
+    pub(crate) fn release(mut self, root: &Root) {
         if let Some(held) = self.lock.take() {
             let _ = std::fs::remove_file(record_path(root));
             drop(held);

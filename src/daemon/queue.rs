@@ -12,7 +12,7 @@ use jiff::Timestamp;
 
 /// Due times of keys `K`, soonest first.
 #[derive(Debug)]
-pub struct Queue<K> {
+pub(super) struct Queue<K> {
     heap: BinaryHeap<Reverse<(Timestamp, u64, K)>>,
     /// The live generation of each key; an entry of another is stale.
     live: HashMap<K, u64>,
@@ -31,12 +31,12 @@ impl<K: Clone + Ord + std::hash::Hash> Default for Queue<K> {
 
 impl<K: Clone + Ord + std::hash::Hash> Queue<K> {
     /// How many keys are due at some time.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.live.len()
     }
 
     /// `key` is due at `at`, replacing any earlier due time of it.
-    pub fn set(&mut self, key: K, at: Timestamp) {
+    pub(super) fn set(&mut self, key: K, at: Timestamp) {
         self.next_generation += 1;
         let generation = self.next_generation;
         self.live.insert(key.clone(), generation);
@@ -45,19 +45,19 @@ impl<K: Clone + Ord + std::hash::Hash> Queue<K> {
     }
 
     /// `key` is not due at all (running, unscheduled or gone).
-    pub fn unset(&mut self, key: &K) {
+    pub(super) fn unset(&mut self, key: &K) {
         self.live.remove(key);
         self.compact();
     }
 
     /// The soonest live due time and its key.
-    pub fn peek(&mut self) -> Option<(Timestamp, &K)> {
+    pub(super) fn peek(&mut self) -> Option<(Timestamp, &K)> {
         self.drop_stale();
         self.heap.peek().map(|Reverse((t, _, k))| (*t, k))
     }
 
     /// Takes the soonest key if it is due at or before `now`.
-    pub fn pop_due(&mut self, now: Timestamp) -> Option<(Timestamp, K)> {
+    pub(super) fn pop_due(&mut self, now: Timestamp) -> Option<(Timestamp, K)> {
         self.drop_stale();
         match self.heap.peek() {
             Some(Reverse((t, _, _))) if *t <= now => {
@@ -70,7 +70,7 @@ impl<K: Clone + Ord + std::hash::Hash> Queue<K> {
     }
 
     /// Every live (key, due time), in no order.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, Timestamp)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&K, Timestamp)> {
         self.heap
             .iter()
             .filter(|Reverse((_, g, k))| self.live.get(k) == Some(g))

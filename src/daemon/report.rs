@@ -38,7 +38,7 @@ impl Lags {
     }
 }
 
-impl<'a> Dispatcher<'a> {
+impl Dispatcher<'_> {
     /// Publishes the record and warns when ticks started late.
     pub(super) fn report(&mut self) {
         let now = crate::clock::now();
@@ -53,8 +53,7 @@ impl<'a> Dispatcher<'a> {
         let behind = overdue
             .iter()
             .min()
-            .map(|t| now.duration_since(*t).as_millis().max(0) as u64)
-            .unwrap_or(0);
+            .map_or(0, |t| now.duration_since(*t).as_millis().max(0) as u64);
         let mut record: DaemonRecord = self.presence.record(self.max);
         record.loops = self.loops.len();
         record.scheduled = self.loops.values().filter(|e| e.schedule.is_some()).count();

@@ -143,7 +143,7 @@ impl Entry {
     }
 }
 
-impl<'a> Dispatcher<'a> {
+impl Dispatcher<'_> {
     /// Picks up new and removed loops, and configs that changed. Linear in
     /// the loops; the listing is read again only when the loops directory
     /// changed (and every half minute regardless).
@@ -223,7 +223,7 @@ impl<'a> Dispatcher<'a> {
         let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
         let actor = self.stores.me();
         let mut approved: Vec<Arc<str>> = Vec::new();
-        for (name, entry) in self.loops.iter_mut() {
+        for (name, entry) in &mut self.loops {
             if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
                 continue;
             }
@@ -241,7 +241,7 @@ impl<'a> Dispatcher<'a> {
             entry.os_scheduled = installed;
             let schedule = read.schedule.filter(|_| installed.is_none());
             entry.hosts = read.hosts;
-            say_refused(name, &actor.user, &entry.refused, &read.refused);
+            say_refused(name, &actor.user, entry.refused.as_ref(), read.refused.as_ref());
             entry.refused = read.refused;
             if first && schedule.is_some() {
                 // Found awaiting approval (before this daemon started, or
@@ -298,15 +298,16 @@ impl<'a> Dispatcher<'a> {
                 continue;
             };
             let next = crate::clock::local(next);
-            match many {
-                true => tracing::debug!(
+            if many {
+                tracing::debug!(
                     "loop {name:?} scheduled ({}), next at {next}",
                     crate::schedule::describe(s)
-                ),
-                false => tracing::info!(
+                );
+            } else {
+                tracing::info!(
                     "loop {name:?} scheduled ({}), next at {next}",
                     crate::schedule::describe(s)
-                ),
+                );
             }
         }
     }
@@ -452,7 +453,7 @@ fn say_installed(
              the daemon leaves it to {b} (`automaton schedule remove {name}` hands it to the daemon)"
         ),
         (Some(b), None) if scheduled => {
-            tracing::info!("loop {name:?}: its {b} schedule was removed; the daemon fires it")
+            tracing::info!("loop {name:?}: its {b} schedule was removed; the daemon fires it");
         }
         _ => {}
     }
@@ -483,9 +484,9 @@ pub(super) fn read_config(
 /// Says in the log, once, that the daemon's user may not tick loop
 /// `name` (or, once, that it may again), when a config read changes it;
 /// the daemon runs as `me`.
-fn say_refused(name: &str, me: &str, was: &Option<Denied>, now: &Option<Denied>) {
+fn say_refused(name: &str, me: &str, was: Option<&Denied>, now: Option<&Denied>) {
     match (was, now) {
-        (_, Some(d)) if was.as_ref() != Some(d) => tracing::warn!(
+        (_, Some(d)) if was != Some(d) => tracing::warn!(
             "loop {name:?} is not ticked by this daemon: it runs as {}, and a tick needs one of its {} ({}); \
              its firings are recorded as refused",
             me,

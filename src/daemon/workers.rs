@@ -106,7 +106,7 @@ pub(super) enum Woken {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Handoff {
@@ -148,7 +148,10 @@ impl Handoff {
             if q.closed {
                 return None;
             }
-            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            q = self
+                .ready
+                .wait(q)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 
@@ -178,7 +181,7 @@ impl Handoff {
                 return Woken::Ended(ended);
             }
             f.sleeps_until = Some(match urgent {
-                true => Instant::now() + Duration::from_secs(3600),
+                true => Instant::now() + Duration::from_hours(1),
                 false => Instant::now() + wait,
             });
         }

@@ -10,4 +10,5 @@ pub use types::{
     Approval, Asker, Commits, Context, Decision, GateSource, Limits, Mode, OnError, PendingAwait, Phase,
     RunResult,
 };
-pub use verdict::{Disagreement, LOG_LINES, ShadowVerdict, Verdict};
+pub(crate) use verdict::LOG_LINES;
+pub use verdict::{Disagreement, ShadowVerdict, Verdict};

@@ -67,7 +67,7 @@ pub enum Decision {
 
 impl Decision {
     /// The rank used to combine decisions: the strongest wins.
-    pub fn strength(&self) -> u8 {
+    pub(crate) fn strength(&self) -> u8 {
         match self {
             Decision::Proceed => 0,
             Decision::Skip(_) => 1,
@@ -99,7 +99,7 @@ impl Decision {
     /// Combines the decisions of one phase: the strongest wins, and among
     /// equals the first (in config order) gives the reason. No decisions at
     /// all means proceed.
-    pub fn combine<'a>(decisions: impl IntoIterator<Item = &'a Decision>) -> Decision {
+    pub(crate) fn combine<'a>(decisions: impl IntoIterator<Item = &'a Decision>) -> Decision {
         let mut best = Decision::Proceed;
         for d in decisions {
             if d.strength() > best.strength() {
@@ -171,8 +171,8 @@ pub struct Limits {
 }
 
 impl Limits {
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
-    pub const DEFAULT_MEMORY: u64 = 128 * 1024 * 1024;
+    pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+    pub(crate) const DEFAULT_MEMORY: u64 = 128 * 1024 * 1024;
 }
 
 impl Default for Limits {

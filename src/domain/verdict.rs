@@ -61,7 +61,7 @@ pub struct Disagreement {
 impl Verdict {
     /// The name a shadow gate is paired by: the one the gate says, else
     /// a stock gate's name or a component file's stem.
-    pub fn pairing_name(&self) -> &str {
+    pub(crate) fn pairing_name(&self) -> &str {
         if let Some(n) = &self.name {
             return n;
         }
@@ -72,4 +72,4 @@ impl Verdict {
 }
 
 /// The most log lines of one evaluation a verdict keeps.
-pub const LOG_LINES: usize = 20;
+pub(crate) const LOG_LINES: usize = 20;

@@ -10,13 +10,13 @@ use std::time::Duration;
 use super::figures::Hist;
 
 /// The upper bounds of the claim duration histogram: 1 ms to 10 s.
-pub const CLAIM_BUCKETS: &[f64] = &[
+pub(crate) const CLAIM_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
 /// What the dispatcher publishes, shared with the listener.
 #[derive(Debug, Default)]
-pub struct DaemonFigures {
+pub(crate) struct DaemonFigures {
     loops_served: AtomicU64,
     queue_depth: AtomicU64,
     overdue: AtomicU64,
@@ -28,7 +28,7 @@ pub struct DaemonFigures {
 
 /// The figures as one scrape reads them.
 #[derive(Debug, Clone)]
-pub struct DaemonRead {
+pub(crate) struct DaemonRead {
     pub loops_served: u64,
     pub queue_depth: u64,
     pub overdue: u64,
@@ -42,7 +42,7 @@ pub struct DaemonRead {
 impl DaemonFigures {
     /// The dispatcher's counts after a round: ticks running, started,
     /// and found busy.
-    pub fn set_ticks(&self, running: usize, ticks: u64, busy: u64) {
+    pub(crate) fn set_ticks(&self, running: usize, ticks: u64, busy: u64) {
         self.running.store(running as u64, Ordering::Relaxed);
         self.ticks_started.store(ticks, Ordering::Relaxed);
         self.busy_skips.store(busy, Ordering::Relaxed);
@@ -50,21 +50,24 @@ impl DaemonFigures {
 
     /// The dispatcher's counts at a report: loops with a schedule, firings
     /// queued, and those of them due already.
-    pub fn set_queue(&self, loops_served: usize, queue_depth: usize, overdue: usize) {
+    pub(crate) fn set_queue(&self, loops_served: usize, queue_depth: usize, overdue: usize) {
         self.loops_served.store(loops_served as u64, Ordering::Relaxed);
         self.queue_depth.store(queue_depth as u64, Ordering::Relaxed);
         self.overdue.store(overdue as u64, Ordering::Relaxed);
     }
 
     /// How long one claim of due firings took the shared store.
-    pub fn claimed_in(&self, took: Duration) {
-        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn claimed_in(&self, took: Duration) {
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         claims
             .get_or_insert_with(|| Hist::new(CLAIM_BUCKETS))
             .observe(took.as_secs_f64());
     }
 
-    pub fn read(&self) -> DaemonRead {
+    pub(crate) fn read(&self) -> DaemonRead {
         DaemonRead {
             loops_served: self.loops_served.load(Ordering::Relaxed),
             queue_depth: self.queue_depth.load(Ordering::Relaxed),
@@ -72,7 +75,11 @@ impl DaemonFigures {
             running: self.running.load(Ordering::Relaxed),
             ticks_started: self.ticks_started.load(Ordering::Relaxed),
             busy_skips: self.busy_skips.load(Ordering::Relaxed),
-            claims: self.claims.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            claims: self
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
         }
     }
 }

@@ -90,7 +90,7 @@ impl Collector for Scrape {
                         None => e.encode_counter::<NoLabelSet, f64, f64>(v, None)?,
                     },
                     Value::Histogram(h) => {
-                        e.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?
+                        e.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
                     }
                 }
             }
@@ -106,7 +106,7 @@ fn whole(v: f64) -> Option<i64> {
 }
 
 /// The exposition of `loops` and a daemon's figures in `format`.
-pub fn encode(loops: Vec<LoopFigures>, daemon: Option<DaemonRead>, format: Format) -> String {
+pub(super) fn encode(loops: Vec<LoopFigures>, daemon: Option<DaemonRead>, format: Format) -> String {
     let mut families = loop_families(&loops);
     if let Some(d) = daemon {
         families.extend(daemon_families(d));

@@ -21,11 +21,11 @@ use crate::state::{Outcome, State};
 use crate::store::LoopStore;
 
 /// A series' labels: `loop`, the loop's `[labels]`, then the figure's own.
-pub type Labels = Vec<(String, String)>;
+pub(crate) type Labels = Vec<(String, String)>;
 
 /// The upper bounds of the histograms of times a person or a scheduler
 /// takes (lateness, await to approval): a second to a week.
-pub const SLOW_BUCKETS: &[f64] = &[
+pub(crate) const SLOW_BUCKETS: &[f64] = &[
     1.0,
     5.0,
     15.0,
@@ -41,11 +41,11 @@ pub const SLOW_BUCKETS: &[f64] = &[
 
 /// The upper bounds of the gate evaluation time histogram: 1 ms to 10 s,
 /// a bucket a factor of ten (few buckets: every loop has a histogram a gate).
-pub const GATE_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 1.0, 10.0];
+pub(crate) const GATE_BUCKETS: &[f64] = &[0.001, 0.01, 0.1, 1.0, 10.0];
 
 /// A histogram of observations, bucketed as they are taken in.
 #[derive(Debug, Clone)]
-pub struct Hist {
+pub(crate) struct Hist {
     pub bounds: &'static [f64],
     /// Observations per bucket (not cumulative); the last is above every bound.
     pub counts: Vec<u64>,
@@ -54,7 +54,7 @@ pub struct Hist {
 }
 
 impl Hist {
-    pub fn new(bounds: &'static [f64]) -> Hist {
+    pub(crate) fn new(bounds: &'static [f64]) -> Hist {
         Hist {
             bounds,
             counts: vec![0; bounds.len() + 1],
@@ -63,7 +63,7 @@ impl Hist {
         }
     }
 
-    pub fn observe(&mut self, v: f64) {
+    pub(crate) fn observe(&mut self, v: f64) {
         let i = self
             .bounds
             .iter()
@@ -75,7 +75,7 @@ impl Hist {
     }
 
     /// The buckets as `(upper bound, count)`, `+Inf` last.
-    pub fn buckets(&self) -> Vec<(f64, u64)> {
+    pub(crate) fn buckets(&self) -> Vec<(f64, u64)> {
         self.bounds
             .iter()
             .copied()
@@ -87,7 +87,7 @@ impl Hist {
 
 /// What a loop's history says, as `/metrics` counts it.
 #[derive(Debug, Clone)]
-pub struct HistoryFigures {
+pub(crate) struct HistoryFigures {
     /// Ticks recorded, by outcome.
     pub ticks: BTreeMap<&'static str, u64>,
     /// Gate evaluations, by gate and decision.
@@ -153,7 +153,7 @@ impl HistoryFigures {
 
 /// What a loop's ledger of firings says, as `/metrics` counts it.
 #[derive(Debug, Clone)]
-pub struct FireFigures {
+pub(crate) struct FireFigures {
     /// Firings by kind and why.
     pub firings: BTreeMap<(&'static str, String), u64>,
     /// How late each firing the daemon ran started after it fell due.
@@ -186,7 +186,7 @@ impl FireFigures {
 /// were read at (the state's version, the ledger's mark): kept by a
 /// long-lived server or daemon between scrapes.
 #[derive(Debug, Default)]
-pub struct Cache {
+pub(crate) struct Cache {
     loops: Mutex<HashMap<String, Kept>>,
 }
 
@@ -245,13 +245,15 @@ impl Cache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
-        self.loops.lock().unwrap_or_else(|p| p.into_inner())
+        self.loops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 /// One loop's figures.
 #[derive(Debug)]
-pub struct LoopFigures {
+pub(crate) struct LoopFigures {
     pub labels: Labels,
     /// As `list` shows it: a status, `invalid`, or `unreadable`.
     pub status: String,
@@ -270,7 +272,7 @@ pub struct LoopFigures {
 }
 
 /// The statuses `automaton_loop_status` has a series for, each loop one.
-pub const STATUSES: &[&str] = &[
+pub(crate) const STATUSES: &[&str] = &[
     "active",
     "paused",
     "awaiting_approval",
@@ -281,7 +283,7 @@ pub const STATUSES: &[&str] = &[
 ];
 
 /// The figures of every loop the context's actor may see.
-pub fn read(ctx: &Ctx, cache: &Cache) -> Result<Vec<LoopFigures>> {
+pub(crate) fn read(ctx: &Ctx, cache: &Cache) -> Result<Vec<LoopFigures>> {
     let seen = crate::ops::views::status::read_all(ctx)?;
     let now = crate::clock::now();
     let marks = match ctx.stores.fires_marks() {
@@ -386,12 +388,12 @@ fn expected_interval(when: &When, last: Option<Timestamp>, now: Timestamp) -> Op
 }
 
 /// Seconds from `a` to `b`, never negative.
-pub fn seconds_between(a: Timestamp, b: Timestamp) -> f64 {
+pub(crate) fn seconds_between(a: Timestamp, b: Timestamp) -> f64 {
     (b.as_millisecond() - a.as_millisecond()).max(0) as f64 / 1000.0
 }
 
 /// A timestamp as Prometheus's seconds since the epoch.
-pub fn epoch_seconds(t: Timestamp) -> f64 {
+pub(crate) fn epoch_seconds(t: Timestamp) -> f64 {
     t.as_millisecond() as f64 / 1000.0
 }
 

@@ -20,16 +20,16 @@ use crate::root::Root;
 use crate::store::Stores;
 
 /// The most bytes of a request's head read.
-pub const MAX_HEAD: usize = 8 * 1024;
+pub(crate) const MAX_HEAD: usize = 8 * 1024;
 /// How long a client has to send its request's head.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client has to take the answer.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the listener looks whether the daemon stopped.
 const STOP_POLL: Duration = Duration::from_millis(250);
 
 /// The listening socket and who it answers.
-pub struct Listener {
+pub(crate) struct Listener {
     socket: TcpListener,
     access: ScrapeAccess,
 }
@@ -37,7 +37,7 @@ pub struct Listener {
 impl Listener {
     /// Binds `addr` (`HOST:PORT`) for the root's scrapers, refusing an
     /// address others reach when nothing guards it.
-    pub fn bind(addr: &str, access: &ScrapeAccess) -> Result<Listener> {
+    pub(crate) fn bind(addr: &str, access: &ScrapeAccess) -> Result<Listener> {
         let addrs: Vec<SocketAddr> = addr
             .to_socket_addrs()
             .map_err(|source| Error::Listen {
@@ -66,12 +66,12 @@ impl Listener {
     }
 
     /// The address it listens on (the port the OS chose for `:0`).
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         self.socket.local_addr().ok()
     }
 
     /// Answers scrapes until `stop` is set.
-    pub fn serve(&self, root: &Root, stores: &Stores, figures: &DaemonFigures, stop: &AtomicBool) {
+    pub(crate) fn serve(&self, root: &Root, stores: &Stores, figures: &DaemonFigures, stop: &AtomicBool) {
         let cache = Cache::default();
         let ctx = Ctx::new(root, stores, stores.me().clone());
         while !stop.load(Ordering::Relaxed) {

@@ -16,21 +16,21 @@
 //! client's (`prometheus-client`), from a collector over the figures read
 //! (`encode`).
 
-pub mod daemon;
+pub(crate) mod daemon;
 mod encode;
-pub mod figures;
-pub mod listen;
+pub(crate) mod figures;
+pub(crate) mod listen;
 
 use crate::error::Result;
 use crate::ops::Ctx;
 
-pub use crate::config::scrape::{ScrapeAccess, bearer};
-pub use daemon::DaemonFigures;
-pub use figures::Cache;
+pub(crate) use crate::config::scrape::ScrapeAccess;
+pub(crate) use daemon::DaemonFigures;
+pub(crate) use figures::Cache;
 
 /// The two text formats a scraper may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// The Prometheus text format, version 0.0.4 (the default).
     Prometheus,
     /// OpenMetrics 1.0 text, asked for with `Accept: application/openmetrics-text`.
@@ -40,7 +40,7 @@ pub enum Format {
 impl Format {
     /// The format an `Accept` header asks for: OpenMetrics when it names
     /// it (with a nonzero weight), else Prometheus's text format.
-    pub fn from_accept(accept: Option<&str>) -> Format {
+    pub(crate) fn from_accept(accept: Option<&str>) -> Format {
         let asks = accept.is_some_and(|a| {
             a.split(',').any(|part| {
                 let mut params = part.split(';').map(str::trim);
@@ -58,7 +58,7 @@ impl Format {
     }
 
     /// The `Content-Type` of an answer in this format.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -69,7 +69,12 @@ impl Format {
 /// The exposition of every loop the context's actor may see (a scrape
 /// token's or a daemon's: all of them), with a daemon's own figures when
 /// given, in `format`.
-pub fn render(ctx: &Ctx, cache: &Cache, daemon: Option<&DaemonFigures>, format: Format) -> Result<String> {
+pub(crate) fn render(
+    ctx: &Ctx,
+    cache: &Cache,
+    daemon: Option<&DaemonFigures>,
+    format: Format,
+) -> Result<String> {
     let loops = figures::read(ctx, cache)?;
     let daemon = daemon.map(DaemonFigures::read);
     Ok(encode::encode(loops, daemon, format))

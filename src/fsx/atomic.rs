@@ -15,10 +15,10 @@ use crate::error::{Error, Result};
 
 /// The prefix of an atomic write's temporary file: one left behind is a
 /// writer's that died before its rename.
-pub const TMP_PREFIX: &str = ".tmp-";
+pub(crate) const TMP_PREFIX: &str = ".tmp-";
 
 /// Replaces `path` (in `dir`) with `bytes` atomically and durably.
-pub fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     match replace(dir, path, bytes, true) {
         Written::Durable => Ok(()),
         Written::Unsynced(e) | Written::Not(e) => Err(e),
@@ -71,7 +71,7 @@ pub enum Written {
 
 /// Syncs a directory, so the names made, renamed or removed in it survive
 /// a power loss.
-pub fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(Error::io("syncing directory", dir))
@@ -79,7 +79,7 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Creates directories down to `path`, each with the mode its parent
 /// gives (0700, or 02770 in a group's root: [`super::mode`]).
-pub fn create_dirs(path: &Path) -> Result<()> {
+pub(crate) fn create_dirs(path: &Path) -> Result<()> {
     if path.is_dir() {
         return Ok(());
     }

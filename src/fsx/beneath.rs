@@ -39,13 +39,13 @@ const TREE_DEPTH: usize = 256;
 
 /// Whether `e` is an open's refusal of a symbolic link (or of a path
 /// climbing out of its directory).
-pub fn is_link(e: &io::Error) -> bool {
+pub(crate) fn is_link(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(code) if code == Errno::ELOOP as i32 || code == Errno::EXDEV as i32)
 }
 
 /// The crate's error for `e`, met while `action` on `path`: a refused
 /// link is named as such.
-pub fn io_error(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
+pub(crate) fn io_error(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
     let path = path.into();
     move |e| match is_link(&e) {
         true => Error::Link { path },
@@ -92,7 +92,7 @@ impl Dir {
 
     /// Whether `name` in this directory is a regular file (a link to one
     /// is not).
-    pub fn has_file(&self, name: impl AsRef<Path>) -> bool {
+    pub(crate) fn has_file(&self, name: impl AsRef<Path>) -> bool {
         let flag = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
         nix::sys::stat::fstatat(self.fd.as_fd(), name.as_ref(), flag)
             .is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG)
@@ -100,7 +100,7 @@ impl Dir {
 
     /// Opens `rel` beneath this directory with `flags` (`mode` for a file
     /// it creates), following no link.
-    pub fn open_at(&self, rel: &Path, flags: OFlag, mode: u32) -> io::Result<OwnedFd> {
+    pub(crate) fn open_at(&self, rel: &Path, flags: OFlag, mode: u32) -> io::Result<OwnedFd> {
         open_beneath(
             self.fd.as_fd(),
             rel,
@@ -110,7 +110,7 @@ impl Dir {
     }
 
     /// The directory `rel` beneath this one; `None` when it does not exist.
-    pub fn open_dir(&self, rel: impl AsRef<Path>) -> io::Result<Option<Dir>> {
+    pub(crate) fn open_dir(&self, rel: impl AsRef<Path>) -> io::Result<Option<Dir>> {
         let rel = rel.as_ref();
         match self.open_at(rel, dir_flags(), 0) {
             Ok(fd) => Ok(Some(Dir {
@@ -130,7 +130,7 @@ impl Dir {
     /// The directory `name` in this one, made (0700, or 02770 in a
     /// group's root) when missing. Something else there (a file, a link)
     /// is an error.
-    pub fn make_dir(&self, name: &str) -> io::Result<Dir> {
+    pub(crate) fn make_dir(&self, name: &str) -> io::Result<Dir> {
         // Most often it is there: one call.
         if let Some(dir) = self.open_dir(name)? {
             return Ok(dir);
@@ -153,7 +153,7 @@ impl Dir {
 
     /// Opens the regular file `rel` to read, without blocking on a FIFO;
     /// `None` when it does not exist. With its length.
-    pub fn open_read(&self, rel: impl AsRef<Path>) -> Result<Option<(File, u64)>> {
+    pub(crate) fn open_read(&self, rel: impl AsRef<Path>) -> Result<Option<(File, u64)>> {
         let rel = rel.as_ref();
         let file = match self.open_at(rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0) {
             Ok(fd) => File::from(fd),
@@ -222,7 +222,7 @@ impl Dir {
     /// through descriptors of the directories on the way: a symbolic link
     /// met anywhere is unlinked itself, never followed. A name already gone
     /// is not an error.
-    pub fn remove_tree(&self, name: impl AsRef<Path>) -> io::Result<()> {
+    pub(crate) fn remove_tree(&self, name: impl AsRef<Path>) -> io::Result<()> {
         self.remove_entry(name.as_ref(), 0)
     }
 
@@ -244,7 +244,7 @@ impl Dir {
     }
 
     /// Removes everything in this directory, as [`Dir::remove_tree`] does.
-    pub fn remove_all(&self) -> io::Result<()> {
+    pub(crate) fn remove_all(&self) -> io::Result<()> {
         self.remove_all_in(0)
     }
 
@@ -277,15 +277,14 @@ impl Dir {
                 continue;
             }
             let name = OsStr::from_bytes(name).to_owned();
-            let is_dir = match entry.file_type() {
-                Some(t) => t == nix::dir::Type::Directory,
-                None => {
-                    let flag = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-                    match nix::sys::stat::fstatat(self.fd.as_fd(), name.as_os_str(), flag) {
-                        Ok(st) => st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR,
-                        Err(Errno::ENOENT) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
+            let is_dir = if let Some(t) = entry.file_type() {
+                t == nix::dir::Type::Directory
+            } else {
+                let flag = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+                match nix::sys::stat::fstatat(self.fd.as_fd(), name.as_os_str(), flag) {
+                    Ok(st) => st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(e.into()),
                 }
             };
             out.push((name, is_dir));
@@ -295,7 +294,7 @@ impl Dir {
 
     /// Renames `from` to `to`, both in this directory, only when nothing
     /// is at `to` (an `AlreadyExists` error otherwise).
-    pub fn rename_noreplace(&self, from: &str, to: &str) -> io::Result<()> {
+    pub(crate) fn rename_noreplace(&self, from: &str, to: &str) -> io::Result<()> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
             use nix::fcntl::{RenameFlags, renameat2};
@@ -402,7 +401,7 @@ fn openat2(dir: BorrowedFd<'_>, rel: &Path, flags: OFlag, mode: u32) -> Option<i
                 libc::SYS_openat2,
                 dir.as_raw_fd(),
                 path.as_ptr(),
-                &how as *const libc::open_how,
+                &raw const how,
                 std::mem::size_of::<libc::open_how>(),
             )
         };

@@ -29,10 +29,10 @@ pub struct Modes {
 
 impl Modes {
     /// Private: files 0600, directories 0700.
-    pub const PRIVATE: Modes = Modes { group: None };
+    pub(crate) const PRIVATE: Modes = Modes { group: None };
 
     /// The modes of what is made in a directory whose metadata is `meta`.
-    pub fn of_meta(meta: &Metadata) -> Modes {
+    pub(crate) fn of_meta(meta: &Metadata) -> Modes {
         Modes {
             group: (meta.is_dir() && meta.mode() & SETGID != 0).then(|| meta.gid()),
         }
@@ -40,12 +40,12 @@ impl Modes {
 
     /// The modes of what is made in the directory at `dir` (private when
     /// it cannot be read).
-    pub fn of_dir(dir: &Path) -> Modes {
+    pub(crate) fn of_dir(dir: &Path) -> Modes {
         std::fs::metadata(dir).map_or(Modes::PRIVATE, |m| Modes::of_meta(&m))
     }
 
     /// The modes of what is made in the directory open as `fd`.
-    pub fn of_fd(fd: impl AsFd) -> Modes {
+    pub(crate) fn of_fd(fd: impl AsFd) -> Modes {
         match fstat(fd.as_fd()) {
             #[allow(clippy::useless_conversion)] // a u16 on macOS
             Ok(st) if u32::from(st.st_mode) & SETGID != 0 => Modes {
@@ -72,7 +72,7 @@ impl Modes {
 
     /// Gives a file just made here its mode again, past the umask, when
     /// here is shared (a private mode only loses bits to a umask).
-    pub fn set_file(self, file: &File) -> io::Result<()> {
+    pub(crate) fn set_file(self, file: &File) -> io::Result<()> {
         if self.shared() {
             set_if_mine(file, self.file())?;
         }
@@ -80,7 +80,7 @@ impl Modes {
     }
 
     /// As [`Modes::set_file`], for a directory just made here.
-    pub fn set_dir(self, dir: impl AsFd) -> io::Result<()> {
+    pub(crate) fn set_dir(self, dir: impl AsFd) -> io::Result<()> {
         if self.shared() {
             set_if_mine(dir, self.dir())?;
         }
@@ -102,14 +102,14 @@ fn set_if_mine(fd: impl AsFd, mode: u32) -> io::Result<()> {
 }
 
 /// The permissions a file made here is created with (before the umask).
-pub fn file_permissions(modes: Modes) -> std::fs::Permissions {
+pub(crate) fn file_permissions(modes: Modes) -> std::fs::Permissions {
     std::fs::Permissions::from_mode(modes.file())
 }
 
 /// What is wrong with the mode of one path of a root shared by group
 /// `group`, for `doctor`: `None` when its group's members can use it as
 /// automaton does and nobody else can write it.
-pub fn shared_fault(meta: &Metadata, group: u32) -> Option<Fault> {
+pub(crate) fn shared_fault(meta: &Metadata, group: u32) -> Option<Fault> {
     let mode = meta.mode() & 0o7777;
     if mode & 0o002 != 0 && !meta.file_type().is_symlink() {
         return Some(Fault::OthersWrite);
@@ -136,7 +136,7 @@ pub enum Fault {
 /// The mode `meta`'s path should have in a shared root: the group's bits
 /// added, others' taken away (they cannot pass the root's directory
 /// anyway), the owner's kept (a script stays executable).
-pub fn shared_mode(meta: &Metadata) -> u32 {
+pub(crate) fn shared_mode(meta: &Metadata) -> u32 {
     let want = if meta.is_dir() { 0o2770 } else { 0o660 };
     (meta.mode() & 0o7777 | want) & !0o007
 }

@@ -31,7 +31,7 @@ use super::seal::{Fingerprint, Key, Untrusted, Writers, check_private};
 use crate::fsx::Modes;
 
 /// The wasmtime release gates are compiled with; pinned in Cargo.toml.
-pub const WASMTIME_VERSION: &str = "48.0.8";
+pub(crate) const WASMTIME_VERSION: &str = "48.0.8";
 
 /// How long a compile runs before a progress line is shown on a terminal.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
@@ -100,11 +100,6 @@ impl Cache {
             compiled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
         }
-    }
-
-    /// The directory entries are written to, if any.
-    pub(crate) fn dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
     }
 
     pub(crate) fn stats(&self) -> CacheStats {

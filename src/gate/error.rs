@@ -130,9 +130,9 @@ impl fmt::Display for GateErrorKind {
                 }
                 Ok(())
             }
-            GateErrorKind::Exception { exception, at, .. } => raised(f, "raised", exception, at),
-            GateErrorKind::Panic { message, at, .. } => raised(f, "panicked:", message, at),
-            GateErrorKind::Thrown { value, at, .. } => raised(f, "threw", value, at),
+            GateErrorKind::Exception { exception, at, .. } => raised(f, "raised", exception, at.as_deref()),
+            GateErrorKind::Panic { message, at, .. } => raised(f, "panicked:", message, at.as_deref()),
+            GateErrorKind::Thrown { value, at, .. } => raised(f, "threw", value, at.as_deref()),
             GateErrorKind::NotReturnable {
                 not, what, expected, ..
             } => write!(
@@ -189,7 +189,7 @@ impl fmt::Display for GateErrorKind {
 }
 
 /// What a guest raised (`how`: raised, panicked, threw), and where.
-fn raised(f: &mut fmt::Formatter<'_>, how: &str, what: &str, at: &Option<String>) -> fmt::Result {
+fn raised(f: &mut fmt::Formatter<'_>, how: &str, what: &str, at: Option<&str>) -> fmt::Result {
     write!(f, "{how} {}", tail(what, 2048))?;
     at.iter().try_for_each(|at| write!(f, " (at {at})"))
 }
@@ -262,7 +262,7 @@ impl GateError {
 
     /// The same error under another label: the gate as loop.toml writes it
     /// (`gates/budget.wasm`) rather than the path it resolved to.
-    pub fn labelled(mut self, gate: impl Into<String>) -> GateError {
+    pub(crate) fn labelled(mut self, gate: impl Into<String>) -> GateError {
         self.0.gate = gate.into();
         self
     }
@@ -286,7 +286,7 @@ impl GateError {
     /// errors before any call), for the loop's history.
     /// The same gate's error, said more precisely: what it was found to
     /// be after the fact (a refusal found to be of the gate's params).
-    pub fn with_kind(mut self, kind: GateErrorKind) -> GateError {
+    pub(crate) fn with_kind(mut self, kind: GateErrorKind) -> GateError {
         self.0.kind = kind;
         self
     }
@@ -325,7 +325,7 @@ impl std::error::Error for GateError {}
 /// A gate refused by the trust policy halts whatever its `on_error` says:
 /// it never got to decide, and letting it `proceed` would make a required
 /// signature optional.
-pub fn decide_on_error(policy: OnError, err: &GateError) -> Decision {
+pub(crate) fn decide_on_error(policy: OnError, err: &GateError) -> Decision {
     if matches!(err.kind(), GateErrorKind::Untrusted { .. }) {
         return Decision::Halt(err.to_string());
     }

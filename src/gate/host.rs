@@ -36,10 +36,10 @@ use crate::domain::{Context, Decision, Limits};
 /// The version of the `automaton:gate` package (wit/gate.wit) this host
 /// offers; it also calls gates built against the earlier versions of
 /// [`GATE_WIT_VERSIONS`], each in its own world.
-pub const GATE_WIT_VERSION: &str = "0.2.0";
+pub(super) const GATE_WIT_VERSION: &str = "0.2.0";
 
 /// Every `automaton:gate` version this host calls gates of, oldest first.
-pub const GATE_WIT_VERSIONS: &[&str] = world::VERSIONS;
+pub(super) const GATE_WIT_VERSIONS: &[&str] = world::VERSIONS;
 
 /// What a gate says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -223,10 +223,12 @@ enum Ahead {
 /// wasmtime attaches as context.
 pub(crate) fn error_text(e: &wasmtime::Error) -> String {
     // The backtrace is a context layer of the chain; leave it out.
-    let backtrace = e.downcast_ref::<WasmBacktrace>().map(|b| b.to_string());
+    let backtrace = e
+        .downcast_ref::<WasmBacktrace>()
+        .map(std::string::ToString::to_string);
     let parts: Vec<String> = e
         .chain()
-        .map(|c| c.to_string())
+        .map(std::string::ToString::to_string)
         .filter(|c| Some(c) != backtrace.as_ref())
         .collect();
     if parts.is_empty() {
@@ -312,11 +314,6 @@ impl GateHost {
             slots: slots.map(Slots::new),
             spares: None,
         })
-    }
-
-    /// Where compiled gates are cached; `None` when they are not.
-    pub fn cache_dir(&self) -> Option<&std::path::Path> {
-        self.cache.dir()
     }
 
     /// What the compiled-gate cache did so far in this process.
@@ -470,32 +467,28 @@ impl GateHost {
             mut store,
             made,
             permit,
-        } = match spare {
-            Some(mut spare) => {
-                spare.store.data_mut().set_now(now);
-                spare.set_deadline(deadline);
-                spare
+        } = if let Some(mut spare) = spare {
+            spare.store.data_mut().set_now(now);
+            spare.set_deadline(deadline);
+            spare
+        } else {
+            let instance = Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit);
+            if let Some((s, k)) = spares.zip(key.as_ref()) {
+                s.made_in_call(k, started.elapsed());
             }
-            None => {
-                let instance = Instance::new(&self.engine, &gate.compiled.pre, limits, now, deadline, permit);
-                if let Some((s, k)) = spares.zip(key.as_ref()) {
-                    s.made_in_call(k, started.elapsed());
-                }
-                instance
-            }
+            instance
         };
         let result = made
             .map_err(Failed::Instantiate)
             .and_then(|g| f(&mut store, &g).map_err(|e| Failed::Call(export, e)));
         let elapsed = started.elapsed();
-        let outcome = self.finish(gate, limits, &mut store, result);
-        match spares.zip(key).filter(|_| ahead) {
-            Some((spares, key)) => spares.refill(key, self.maker(gate, limits), Box::new((store, permit))),
+        let outcome = Self::finish(gate, limits, &mut store, result);
+        if let Some((spares, key)) = spares.zip(key).filter(|_| ahead) {
+            spares.refill(key, self.maker(gate, limits), Box::new((store, permit)));
+        } else {
             // The store gives back its pool slot before the permit is free.
-            None => {
-                drop(store);
-                drop(permit);
-            }
+            drop(store);
+            drop(permit);
         }
         outcome.map(|(r, logs)| (r, logs, elapsed))
     }
@@ -528,7 +521,6 @@ impl GateHost {
 
     /// A call's result with what the gate said, or its typed error.
     fn finish<R>(
-        &self,
         gate: &Gate,
         limits: &Limits,
         store: &mut Store<HostState>,

@@ -33,9 +33,15 @@ impl Slots {
 
     /// A slot, waiting for one to be free.
     pub(crate) fn take(self: &Arc<Self>) -> Permit {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+            free = self
+                .freed
+                .wait(free)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         *free -= 1;
         Permit(self.clone())
@@ -43,7 +49,10 @@ impl Slots {
 
     /// A slot if one is free now.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<Permit> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let got = (*free > 0).then(|| *free -= 1);
         got.map(|()| Permit(self.clone()))
     }
@@ -54,7 +63,11 @@ pub(crate) struct Permit(Arc<Slots>);
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        *self
+            .0
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
         self.0.freed.notify_one();
     }
 }

@@ -79,7 +79,7 @@ struct CapturedBuf {
 
 impl Captured {
     fn push(&self, data: &[u8]) {
-        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let room = OUTPUT_LIMIT.saturating_sub(buf.bytes.len());
         let take = room.min(data.len());
         buf.bytes.extend_from_slice(&data[..take]);
@@ -88,7 +88,7 @@ impl Captured {
 
     /// The text captured so far, lossily decoded, with a truncation marker.
     pub(crate) fn text(&self) -> String {
-        let buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut text = String::from_utf8_lossy(&buf.bytes).into_owned();
         if buf.dropped > 0 {
             if !text.ends_with('\n') && !text.is_empty() {

@@ -47,7 +47,7 @@ fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
 
 /// Checks a gate name: lower-case letters, digits and dashes, starting
 /// with a letter (it becomes a package name in every language).
-pub fn parse_name(s: &str) -> std::result::Result<String, String> {
+pub(crate) fn parse_name(s: &str) -> std::result::Result<String, String> {
     let ok = s.len() <= 64
         && s.starts_with(|c: char| c.is_ascii_lowercase())
         && s.chars()
@@ -62,7 +62,7 @@ pub fn parse_name(s: &str) -> std::result::Result<String, String> {
 
 /// Writes the project into `dir` (which must not exist yet); returns the
 /// files written.
-pub fn scaffold(name: &str, lang: Lang, dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn scaffold(name: &str, lang: Lang, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir(dir).map_err(Error::io("creating the gate project", dir))?;
     let snake = name.replace('-', "_");
     let mut written = Vec::new();

@@ -214,7 +214,9 @@ enum Job<T> {
 
 impl<T: Send + 'static> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, Work<T>> {
-        self.work.lock().unwrap_or_else(|e| e.into_inner())
+        self.work
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn run(&self) {
@@ -262,7 +264,10 @@ impl<T: Send + 'static> Shared<T> {
                 work.making = Some((key.clone(), false));
                 return Job::Make(key, make, evicted);
             }
-            work = self.wake.wait(work).unwrap_or_else(|e| e.into_inner());
+            work = self
+                .wake
+                .wait(work)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 

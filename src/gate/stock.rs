@@ -50,7 +50,7 @@ pub fn stock_gates() -> &'static [StockGate] {
 }
 
 /// The stock gate with this name.
-pub fn find(name: &str) -> Option<&'static StockGate> {
+pub(super) fn find(name: &str) -> Option<&'static StockGate> {
     STOCK.iter().find(|g| g.name == name)
 }
 

@@ -17,10 +17,10 @@ use ssh_key::public::KeyData;
 use ssh_key::{HashAlg, PublicKey, SshSig};
 
 /// The namespace a gate's signature must be made in (`-n`).
-pub const NAMESPACE: &str = "automaton-gate";
+pub(crate) const NAMESPACE: &str = "automaton-gate";
 
 /// The signatures file beside a component: `gate.wasm.sig`.
-pub fn signature_path(component: &Path) -> PathBuf {
+pub(crate) fn signature_path(component: &Path) -> PathBuf {
     let mut name = component.as_os_str().to_owned();
     name.push(".sig");
     PathBuf::from(name)
@@ -346,7 +346,7 @@ pub(crate) fn read_signatures(sig_path: &Path) -> Result<Vec<Signature>, Refusal
 
 /// The rollback floor: a signed build may run when its version is at
 /// least `highest`, the highest this loop ran (or an operator allowed).
-pub fn check_floor(signed: &Signed, highest: Option<&str>) -> Result<(), Refusal> {
+pub(crate) fn check_floor(signed: &Signed, highest: Option<&str>) -> Result<(), Refusal> {
     let unordered = || Refusal::Unordered {
         name: signed.name.clone(),
         version: signed.version.clone(),
@@ -365,7 +365,7 @@ pub fn check_floor(signed: &Signed, highest: Option<&str>) -> Result<(), Refusal
 
 /// Whether `version` is above `highest` (or there is none), so it becomes
 /// the new floor.
-pub fn raises(version: &str, highest: Option<&str>) -> bool {
+pub(crate) fn raises(version: &str, highest: Option<&str>) -> bool {
     let Ok(v) = semver::Version::parse(version) else {
         return false;
     };

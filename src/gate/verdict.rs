@@ -6,7 +6,7 @@ use crate::domain::LOG_LINES;
 /// The lines a verdict keeps of a gate's logs: the `log` import's as
 /// `LEVEL: message`, stdout's and stderr's as `stdout: ...`, `stderr: ...`;
 /// past [`LOG_LINES`], a line saying how many more there were.
-pub fn kept_logs(logs: &[super::GateLog]) -> Vec<String> {
+pub(crate) fn kept_logs(logs: &[super::GateLog]) -> Vec<String> {
     let mut kept: Vec<String> = logs
         .iter()
         .take(LOG_LINES)

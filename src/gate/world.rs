@@ -29,7 +29,7 @@ pub(crate) mod v0_2 {
 
 /// The `automaton:gate` versions this host offers, oldest first; the last
 /// is wit/gate.wit's.
-pub const VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
+pub(super) const VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
 
 /// What a gate says about itself, in any version.
 pub(crate) struct Info {

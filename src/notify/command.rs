@@ -18,7 +18,7 @@ use crate::config::{CommandLine, LoopConfig};
 use crate::root::Root;
 
 /// A notify command's timeout when loop.toml sets none.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_TIMEOUT: Duration = Duration::from_mins(1);
 const POLL: Duration = Duration::from_millis(20);
 
 /// Runs `command` of `config` for `notice`, in `base` (the loop's directory).

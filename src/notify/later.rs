@@ -26,12 +26,12 @@ static STARTED: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
 
 /// The queue of a server's notify commands: started with it, and on drop
 /// closed, the commands already queued run (each within its timeout).
-pub struct Commands {
+pub(crate) struct Commands {
     thread: Option<JoinHandle<()>>,
 }
 
 impl Commands {
-    pub fn start() -> Commands {
+    pub(crate) fn start() -> Commands {
         let (tx, rx) = mpsc::channel::<Job>();
         let spawned = std::thread::Builder::new()
             .name("automaton-notify".into())

@@ -21,12 +21,12 @@
 //! approval, rejection or cancel that changed something.
 
 mod command;
-pub mod later;
+pub(crate) mod later;
 mod notice;
 mod queue;
-pub mod webhook;
+pub(crate) mod webhook;
 
-pub use notice::{Facts, Notice, Operation, Work};
+pub(crate) use notice::{Facts, Notice, Operation, Work};
 
 use crate::config::LoopConfig;
 use crate::config::notify::{Kind, review_url};
@@ -38,7 +38,7 @@ use crate::tick::TickReport;
 
 /// Notifies of the tick `report` tells of, if the loop's `on` lists what
 /// it did.
-pub fn after_tick(root: &Root, store: &dyn LoopStore, report: &TickReport) {
+pub(crate) fn after_tick(root: &Root, store: &dyn LoopStore, report: &TickReport) {
     let Some(facts) = &report.facts else { return };
     let kinds = tick_kinds(report, facts);
     if kinds.is_empty() {
@@ -92,7 +92,7 @@ fn tick_kinds(report: &TickReport, facts: &Facts) -> Vec<Kind> {
 
 /// Notifies of an operator's `notice` on the loop `store`, if its `on`
 /// lists `operator`.
-pub fn operated(root: &Root, store: &dyn LoopStore, notice: Notice) {
+pub(crate) fn operated(root: &Root, store: &dyn LoopStore, notice: Notice) {
     let config = match store.config() {
         Ok(c) => c,
         Err(e) => {

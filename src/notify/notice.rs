@@ -15,7 +15,7 @@ use crate::who::Actor;
 /// The loop as a tick or an operator's command left it: what a notice
 /// says of it besides what happened.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub status: Status,
     /// The number of the loop's last tick.
     pub tick: u64,
@@ -28,7 +28,7 @@ pub struct Facts {
 }
 
 impl Facts {
-    pub fn of(state: &State) -> Facts {
+    pub(crate) fn of(state: &State) -> Facts {
         Facts {
             status: state.status,
             tick: state.tick,
@@ -42,7 +42,7 @@ impl Facts {
 
 /// What an operator did, and who.
 #[derive(Debug, Clone)]
-pub struct Operation {
+pub(crate) struct Operation {
     /// `pause`, `resume`, `approve`, `reject` or `cancel`.
     pub action: &'static str,
     pub actor: Actor,
@@ -50,7 +50,7 @@ pub struct Operation {
 
 /// The worktree's commits since the last approval, as `review` shows them.
 #[derive(Debug, Clone, Serialize)]
-pub struct Work {
+pub(crate) struct Work {
     /// `branch`, `from` and `head`.
     #[serde(flatten)]
     pub range: Range,
@@ -59,7 +59,7 @@ pub struct Work {
 }
 
 impl Work {
-    pub fn of(range: Range) -> Work {
+    pub(crate) fn of(range: Range) -> Work {
         let commit_count = range.ends().map(|_| range.commits().len());
         Work { range, commit_count }
     }
@@ -67,7 +67,7 @@ impl Work {
 
 /// One notification, as the webhook's body serialises it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub event: Kind,
     #[serde(rename = "loop")]
     pub loop_name: String,
@@ -98,7 +98,7 @@ pub struct Notice {
 
 impl Notice {
     /// The notice of `event` on loop `name`, whose state `facts` tells.
-    pub fn new(event: Kind, name: &str, facts: Facts, reason: Option<String>, root: &Path) -> Notice {
+    pub(crate) fn new(event: Kind, name: &str, facts: Facts, reason: Option<String>, root: &Path) -> Notice {
         Notice {
             event,
             loop_name: name.to_owned(),
@@ -120,7 +120,13 @@ impl Notice {
     }
 
     /// The notice of an operator's `op` on loop `name`, as it left `state`.
-    pub fn operator(name: &str, state: &State, op: Operation, reason: Option<String>, root: &Path) -> Notice {
+    pub(crate) fn operator(
+        name: &str,
+        state: &State,
+        op: Operation,
+        reason: Option<String>,
+        root: &Path,
+    ) -> Notice {
         let mut notice = Notice::new(Kind::Operator, name, Facts::of(state), reason, root);
         notice.action = Some(op.action);
         notice.actor = Some(op.actor);
@@ -128,13 +134,13 @@ impl Notice {
     }
 
     /// The webhook's body.
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string(self).expect("notices serialise")
     }
 
     /// The command's environment: every variable always set (empty when
     /// it has no value), so none is inherited from the runner's.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         let head = self.head.as_ref();
         let work = self.work.as_ref().map(|w| &w.range);
         let text = |v: Option<&String>| v.cloned().unwrap_or_default();

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use super::webhook::{Delivery, deliver};
 
 /// The threads that deliver.
-pub const THREADS: usize = 4;
+pub(super) const THREADS: usize = 4;
 /// Notices that may wait for one URL.
-pub const PER_URL: usize = 64;
+pub(super) const PER_URL: usize = 64;
 /// Notices that may wait in all.
-pub const TOTAL: usize = 256;
+pub(super) const TOTAL: usize = 256;
 /// How long a stopping daemon waits for the queue to be delivered.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -44,12 +44,12 @@ pub(super) fn offer(delivery: Delivery) -> Option<Delivery> {
 
 /// The daemon's queue, from [`Queue::start`] until the guard is dropped,
 /// which gives what waits [`DRAIN`] to be delivered.
-pub struct Queue {
+pub(crate) struct Queue {
     pool: Option<Arc<Pool>>,
 }
 
 impl Queue {
-    pub fn start() -> Queue {
+    pub(crate) fn start() -> Queue {
         let limits = Limits {
             threads: THREADS,
             per_url: PER_URL,
@@ -176,12 +176,17 @@ impl Pool {
             tracing::warn!("webhooks are delivered by the ticks' workers: no thread for them");
             return None;
         }
-        *pool.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
+        *pool
+            .threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = threads;
         Some(pool)
     }
 
     fn lock(&self) -> MutexGuard<'_, Waiting> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Queues `d` behind the notices waiting for its URL.
@@ -223,7 +228,10 @@ impl Pool {
         loop {
             let mut w = self.lock();
             while w.turns.is_empty() && !w.closed {
-                w = self.ready.wait(w).unwrap_or_else(|p| p.into_inner());
+                w = self
+                    .ready
+                    .wait(w)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
             let Some((url, d)) = w.take() else { return };
             drop(w);
@@ -242,7 +250,12 @@ impl Pool {
     fn close(&self, within: Duration) -> usize {
         self.lock().closed = true;
         self.ready.notify_all();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(
+            &mut *self
+                .threads
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let until = Instant::now() + within;
         while threads.iter().any(|t| !t.is_finished()) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
@@ -308,7 +321,7 @@ mod tests {
             let said = format!("{host}/{}", d.body);
             if host.starts_with("dead") {
                 let _ = started_tx.lock().unwrap().send(said.clone());
-                let _ = released.lock().unwrap().recv_timeout(Duration::from_secs(60));
+                let _ = released.lock().unwrap().recv_timeout(Duration::from_mins(1));
             }
             let _ = told_tx.lock().unwrap().send(said);
         });

@@ -16,13 +16,13 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub use super::queue::Queue;
+pub(crate) use super::queue::Queue;
 use crate::config::notify::HttpUrl;
 
 /// A delivery's bound when loop.toml sets none.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts at one delivery, at most.
-pub const ATTEMPTS: u32 = 3;
+pub(crate) const ATTEMPTS: u32 = 3;
 /// The pause after the first failed attempt; it doubles after each.
 const BACKOFF: Duration = Duration::from_millis(500);
 
@@ -35,7 +35,7 @@ pub(super) struct Delivery {
 }
 
 /// How long a command waits for one webhook after its output, at most.
-pub const COMMAND_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const COMMAND_WAIT: Duration = Duration::from_secs(2);
 
 /// Sends `delivery`: on the queue when one is started, else now, waited
 /// for at most [`COMMAND_WAIT`].

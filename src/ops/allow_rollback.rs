@@ -12,7 +12,7 @@ use crate::lock::Wait;
 
 /// Let loop `name` run gate `gate` (the name its `describe` gives) at
 /// `version` and above.
-pub struct AllowRollback {
+pub(crate) struct AllowRollback {
     pub name: String,
     pub gate: String,
     pub version: String,
@@ -22,7 +22,7 @@ pub struct AllowRollback {
 /// The loop, its floor lowered, and the floor it had.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct Allowed {
+pub(crate) struct Allowed {
     pub view: Looked,
     #[serde(skip)]
     pub gate: String,
@@ -32,7 +32,11 @@ pub struct Allowed {
     pub to: String,
 }
 
-pub fn allow_rollback(ctx: &Ctx<'_>, req: AllowRollback, answer: Answer<'_, Allowed>) -> Result<Allowed> {
+pub(crate) fn allow_rollback(
+    ctx: &Ctx<'_>,
+    req: AllowRollback,
+    answer: Answer<'_, Allowed>,
+) -> Result<Allowed> {
     if semver::Version::parse(&req.version).is_err() {
         return Err(Error::InvalidVersion { version: req.version });
     }

@@ -18,7 +18,7 @@ use crate::store::LoopStore;
 use crate::tick::after::Change;
 
 /// Approve loop `name`'s pending await (or its next one).
-pub struct Approve {
+pub(crate) struct Approve {
     pub name: String,
     pub note: Option<String>,
     /// For its next await, given in advance.
@@ -35,7 +35,7 @@ pub struct Approve {
 /// The approval given, and the loop after it: its view is the answer.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct Approved {
+pub(crate) struct Approved {
     pub view: Looked,
     #[serde(skip)]
     pub given: Approval,
@@ -49,12 +49,12 @@ pub struct Approved {
 
 impl Approved {
     /// The approval releases the pending await (a tick may run now).
-    pub fn releases(&self) -> bool {
+    pub(crate) fn releases(&self) -> bool {
         self.given.await_id.is_some() && self.count >= self.required
     }
 }
 
-pub fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Result<Approved> {
+pub(crate) fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Result<Approved> {
     let dir = ctx.stores.get(&req.name)?;
     if req.then_tick {
         let rules = crate::store::access_rules(&*dir, &ctx.root.settings().access);

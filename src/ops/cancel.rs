@@ -34,10 +34,10 @@ use crate::who;
 const POLL: Duration = Duration::from_millis(50);
 
 /// How long `cancel` waits for the tick to end, without `--timeout`.
-pub const TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const TIMEOUT: Duration = Duration::from_mins(1);
 
 /// End loop `name`'s tick in flight.
-pub struct Cancel {
+pub(crate) struct Cancel {
     pub name: String,
     /// Why, for the record: kept with the tick it cancels.
     pub reason: Option<String>,
@@ -50,7 +50,7 @@ pub struct Cancel {
 
 /// What was cancelled: the answer.
 #[derive(Serialize)]
-pub struct Cancelled {
+pub(crate) struct Cancelled {
     #[serde(rename = "loop")]
     pub name: String,
     /// The tick that was in flight; none when there was none.
@@ -63,7 +63,7 @@ pub struct Cancelled {
     pub reason: Option<String>,
 }
 
-pub fn cancel(ctx: &Ctx<'_>, req: Cancel, answer: Answer<'_, Cancelled>) -> Result<Cancelled> {
+pub(crate) fn cancel(ctx: &Ctx<'_>, req: Cancel, answer: Answer<'_, Cancelled>) -> Result<Cancelled> {
     // The tick it would stop holds the lock: a refusal is said, and
     // recorded, at once all the same (it takes no lock).
     let dir = ctx.allowed(&req.name, crate::access::Action::Cancel)?;

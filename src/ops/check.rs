@@ -13,7 +13,7 @@ use crate::root::Root;
 /// What a tick would find wrong with a config that parsed: its schedule
 /// and each of its gates, every problem of them at once (errors name
 /// `shown`, gate paths are relative to `base`).
-pub fn check_config(root: &Root, base: &Path, config: &LoopConfig, shown: &Path) -> Result<()> {
+pub(crate) fn check_config(root: &Root, base: &Path, config: &LoopConfig, shown: &Path) -> Result<()> {
     let mut problems: Vec<ConfigError> = check_schedule(config, shown).into_iter().collect();
     problems.extend(check_gates(root, base, config, shown, MissingGate::Error)?);
     match ConfigError::all(problems) {
@@ -36,7 +36,7 @@ fn check_schedule(config: &LoopConfig, path: &Path) -> Option<ConfigError> {
 
 /// What to make of a gate file that is not there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MissingGate {
+pub(crate) enum MissingGate {
     /// It may be copied in after `new`: the first tick judges it.
     Later,
     /// The loop's next tick would fail on it: an error now.
@@ -46,7 +46,7 @@ pub enum MissingGate {
 /// Asks each gate whether it accepts its params, before any tick runs; gate
 /// paths are relative to `loop_dir`, errors name `shown`, the file as the
 /// operator wrote it. Every gate is checked, and every problem returned.
-pub fn check_gates(
+pub(crate) fn check_gates(
     root: &Root,
     loop_dir: &Path,
     config: &LoopConfig,

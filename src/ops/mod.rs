@@ -12,18 +12,18 @@
 //! follow-ups, so a slow notify command or webhook never holds the answer
 //! back.
 
-pub mod allow_rollback;
-pub mod approve;
-pub mod cancel;
-pub mod check;
-pub mod pause;
-pub mod promote;
-pub mod refusal;
-pub mod reject;
-pub mod resume;
-pub mod rm;
-pub mod tick;
-pub mod views;
+pub(crate) mod allow_rollback;
+pub(crate) mod approve;
+pub(crate) mod cancel;
+pub(crate) mod check;
+pub(crate) mod pause;
+pub(crate) mod promote;
+pub(crate) mod refusal;
+pub(crate) mod reject;
+pub(crate) mod resume;
+pub(crate) mod rm;
+pub(crate) mod tick;
+pub(crate) mod views;
 
 use serde::{Serialize, Serializer};
 
@@ -40,7 +40,7 @@ use crate::who::Actor;
 use refusal::Refusals;
 
 /// What every operation is given: where, on which store, and for whom.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     /// The root the loops live in.
     pub root: &'a Root,
     /// The root's store, opened once by the front-end.
@@ -54,12 +54,12 @@ pub struct Ctx<'a> {
 }
 
 /// How a front-end answers a verb's outcome, before its follow-ups run.
-pub type Answer<'r, T> = &'r mut dyn FnMut(&T) -> Result<()>;
+pub(crate) type Answer<'r, T> = &'r mut dyn FnMut(&T) -> Result<()>;
 
 impl<'a> Ctx<'a> {
     /// A context acting for `actor` on `stores`. The records name the
     /// store's database role beside a server's user, as beside the CLI's.
-    pub fn new(root: &'a Root, stores: &'a Stores, mut actor: Actor) -> Ctx<'a> {
+    pub(crate) fn new(root: &'a Root, stores: &'a Stores, mut actor: Actor) -> Ctx<'a> {
         if actor.db_role.is_none() {
             actor.db_role = stores.db_role().map(str::to_owned);
         }
@@ -73,13 +73,13 @@ impl<'a> Ctx<'a> {
 
     /// A context acting as this process's own actor ([`Stores::me`]): the
     /// command line's.
-    pub fn own(root: &'a Root, stores: &'a Stores) -> Ctx<'a> {
+    pub(crate) fn own(root: &'a Root, stores: &'a Stores) -> Ctx<'a> {
         Ctx::new(root, stores, stores.me().clone())
     }
 
     /// This context, its refusals kept to one recorded a minute per person
     /// and loop by `refusals`.
-    pub fn limiting(self, refusals: &'a Refusals) -> Ctx<'a> {
+    pub(crate) fn limiting(self, refusals: &'a Refusals) -> Ctx<'a> {
         Ctx {
             refusals: Some(refusals),
             ..self
@@ -172,7 +172,7 @@ fn refused(dir: &dyn LoopStore) -> impl FnOnce(Refusal) -> Error + '_ {
 
 /// A loop as a change left it: what `status NAME --json` shows, which is
 /// what the verbs that change a loop answer.
-pub struct Looked {
+pub(crate) struct Looked {
     dir: Box<dyn LoopStore>,
     /// The state the change committed (or found, when it changed nothing).
     pub state: State,
@@ -180,7 +180,7 @@ pub struct Looked {
 
 impl Looked {
     /// The loop's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.dir.name().as_str()
     }
 }

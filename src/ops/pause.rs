@@ -13,7 +13,7 @@ use crate::state::Status;
 use crate::tick::after::Change;
 
 /// Pause loop `name`, saying why.
-pub struct Pause {
+pub(crate) struct Pause {
     pub name: String,
     pub reason: Option<String>,
     /// How long to wait for the loop's lock.
@@ -23,14 +23,14 @@ pub struct Pause {
 /// The loop, paused: its view is the answer.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct Paused {
+pub(crate) struct Paused {
     pub view: Looked,
     /// It was paused already: nothing changed, nothing was recorded.
     #[serde(skip)]
     pub already: bool,
 }
 
-pub fn pause(ctx: &Ctx<'_>, req: Pause, answer: Answer<'_, Paused>) -> Result<Paused> {
+pub(crate) fn pause(ctx: &Ctx<'_>, req: Pause, answer: Answer<'_, Paused>) -> Result<Paused> {
     let dir = ctx.allowed(&req.name, Action::Pause)?;
     let by = ctx.actor.user.clone();
     let reason = bounds::opt_text(req.reason);

@@ -22,7 +22,7 @@ use crate::rules::{self, Current, Via};
 use crate::store::LoopStore;
 
 /// Make shadow gate `gate` (as loop.toml writes it) of loop `name` live.
-pub struct Promote {
+pub(crate) struct Promote {
     pub name: String,
     pub gate: String,
     /// Remove the gate it replaces instead of making it a shadow.
@@ -34,7 +34,7 @@ pub struct Promote {
     pub wait: Wait,
 }
 
-pub fn promote(ctx: &Ctx<'_>, req: Promote, answer: Answer<'_, Promotion>) -> Result<Promotion> {
+pub(crate) fn promote(ctx: &Ctx<'_>, req: Promote, answer: Answer<'_, Promotion>) -> Result<Promotion> {
     let dir = ctx.allowed(&req.name, Action::Promote)?;
     let dir = &*dir;
     let original = dir.config_bytes()?;

@@ -24,7 +24,7 @@ use crate::store::LoopStore;
 use crate::who::Actor;
 
 /// At most one refusal recorded per person and loop in this long.
-pub const RECORD_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const RECORD_EVERY: Duration = Duration::from_mins(1);
 
 /// The (person, loop) pairs kept at most: past it, those whose minute is
 /// over are forgotten.
@@ -33,7 +33,7 @@ const KEPT: usize = 10_000;
 /// The refusals a long-lived front-end (a server) recorded lately, per
 /// person and loop: what keeps their records to one a minute.
 #[derive(Default)]
-pub struct Refusals {
+pub(crate) struct Refusals {
     seen: Mutex<HashMap<(String, String), Seen>>,
 }
 

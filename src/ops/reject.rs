@@ -14,7 +14,7 @@ use crate::state::{Refusal, Status};
 use crate::tick::after::Change;
 
 /// Reject loop `name`'s pending await, saying why.
-pub struct Reject {
+pub(crate) struct Reject {
     pub name: String,
     pub reason: Option<String>,
     /// The await meant: refused when another is pending.
@@ -28,7 +28,7 @@ pub struct Reject {
 /// The loop, halted: its view is the answer.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct Rejected {
+pub(crate) struct Rejected {
     pub view: Looked,
     /// The await it closed, if one was pending.
     #[serde(skip)]
@@ -43,7 +43,7 @@ pub(crate) fn not_pending(named: &str, pending: Option<&str>) -> Refusal {
     })
 }
 
-pub fn reject(ctx: &Ctx<'_>, req: Reject, answer: Answer<'_, Rejected>) -> Result<Rejected> {
+pub(crate) fn reject(ctx: &Ctx<'_>, req: Reject, answer: Answer<'_, Rejected>) -> Result<Rejected> {
     let dir = ctx.allowed(&req.name, Action::Reject)?;
     let by = ctx.actor.user.clone();
     let reason = bounds::opt_text(req.reason);

@@ -18,7 +18,7 @@ use crate::tick::after::Change;
 use crate::tick::gates;
 
 /// Resume loop `name`.
-pub struct Resume {
+pub(crate) struct Resume {
     pub name: String,
     /// Its totals (what budgets count) start over.
     pub reset_budget: bool,
@@ -29,7 +29,7 @@ pub struct Resume {
 /// The loop, resumed: its view is the answer.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct Resumed {
+pub(crate) struct Resumed {
     pub view: Looked,
     /// What it was before (`active`: it was active already).
     #[serde(skip)]
@@ -37,12 +37,9 @@ pub struct Resumed {
     /// The totals that started over, as they were.
     #[serde(skip)]
     pub dropped: BTreeMap<String, f64>,
-    /// A gate that would halt or complete it again, and what clears it.
-    #[serde(skip)]
-    pub warning: Option<String>,
 }
 
-pub fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) -> Result<Resumed> {
+pub(crate) fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) -> Result<Resumed> {
     let dir = ctx.allowed(&req.name, Action::Resume)?;
     let by = ctx.actor.user.clone();
     let mut from = Status::Active;
@@ -66,6 +63,7 @@ pub fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) -> Result
     })?;
     // Outside the lock: a schedule a halt or completion disabled runs again.
     ctx.follow(Change::Resumed(dir.name()));
+    // A gate that would halt or complete it again, and what clears it.
     let warning = (from != Status::Active)
         .then(|| stops_again(ctx, &*dir, &state))
         .flatten();
@@ -78,7 +76,6 @@ pub fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) -> Result
         view: Looked { dir, state },
         from,
         dropped,
-        warning,
     };
     let said = answer(&resumed);
     if let Some(notice) = notice {

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::lock::{Holder, Wait};
 
 /// Remove loop `name`.
-pub struct Rm {
+pub(crate) struct Rm {
     pub name: String,
     /// Even when it is active or awaiting approval.
     pub force: bool,
@@ -19,12 +19,12 @@ pub struct Rm {
 
 /// The loop removed: the answer.
 #[derive(Serialize)]
-pub struct Removed {
+pub(crate) struct Removed {
     pub name: String,
     pub removed: bool,
 }
 
-pub fn rm(ctx: &Ctx<'_>, req: Rm, answer: Answer<'_, Removed>) -> Result<Removed> {
+pub(crate) fn rm(ctx: &Ctx<'_>, req: Rm, answer: Answer<'_, Removed>) -> Result<Removed> {
     let dir = ctx.allowed(&req.name, Action::Rm)?;
     let mut session = dir.lock(Holder::me("rm"), req.wait)?;
     if !req.force {

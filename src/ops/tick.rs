@@ -14,7 +14,7 @@ use crate::tick::after::Change;
 use crate::tick::{Options, TickReport};
 
 /// One tick of loop `name`, now.
-pub struct Tick {
+pub(crate) struct Tick {
     pub name: String,
     /// How long to wait for the loop's lock (else forever, as `overlap`
     /// says).
@@ -28,7 +28,7 @@ pub struct Tick {
 }
 
 /// Runs a tick of loop `name` once the actor may.
-pub fn tick(ctx: &Ctx<'_>, req: Tick, answer: Answer<'_, TickReport>) -> Result<TickReport> {
+pub(crate) fn tick(ctx: &Ctx<'_>, req: Tick, answer: Answer<'_, TickReport>) -> Result<TickReport> {
     let dir = ctx.allowed(&req.name, Action::Tick)?;
     let config = dir.config()?;
     here(ctx, &*dir, &config, &req, answer)

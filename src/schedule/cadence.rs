@@ -32,7 +32,7 @@ impl Unsupported {
 /// One field of a cron expression: the values it allows, and whether it was
 /// written as a bare `*` (which matters for day-of-month against day-of-week).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
+pub(crate) struct Field {
     pub values: BTreeSet<u8>,
     pub star: bool,
     /// Written starting with `*` (`*`, `*/5`): cron's rule for combining the
@@ -43,7 +43,7 @@ pub struct Field {
 /// A five-field cron expression in the syntax of crontab(5): numbers, names
 /// of months and weekdays, `*`, ranges, steps and lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CronSpec {
+pub(crate) struct CronSpec {
     pub minute: Field,
     pub hour: Field,
     pub day: Field,
@@ -56,7 +56,7 @@ impl CronSpec {
     /// Reads `expr` with the one cron grammar ([`crate::cron`]) into the
     /// fields a backend renders. Croner's extensions (`L`, `W`, `#`) are
     /// refused here: no OS scheduler says them, so they are the daemon's.
-    pub fn parse(expr: &str) -> Result<CronSpec, String> {
+    pub(crate) fn parse(expr: &str) -> Result<CronSpec, String> {
         let cron = crate::cron::parse(expr)?;
         let p = &cron.pattern;
         let text: Vec<&str> = expr.split_whitespace().collect();
@@ -92,13 +92,13 @@ impl CronSpec {
 
     /// Both day fields restricted: cron runs on either (an OR), which
     /// calendar-style schedulers do not say the same way.
-    pub fn both_days_restricted(&self) -> bool {
+    pub(crate) fn both_days_restricted(&self) -> bool {
         !self.day.star && !self.weekday.star
     }
 
     /// Both restricted and one written as `*/N`: crontab implementations
     /// disagree on what that means, so no backend guesses.
-    pub fn ambiguous_days(&self) -> bool {
+    pub(crate) fn ambiguous_days(&self) -> bool {
         self.both_days_restricted() && (self.day.starts_with_star || self.weekday.starts_with_star)
     }
 }
@@ -106,7 +106,7 @@ impl CronSpec {
 /// `every = D` as a crontab schedule: only when D is whole minutes that
 /// divide an hour, or whole hours that divide a day; anything else would
 /// drift at the hour or day boundary.
-pub fn every_as_cron(backend: &'static str, every: Duration) -> Result<String, Unsupported> {
+pub(crate) fn every_as_cron(backend: &'static str, every: Duration) -> Result<String, Unsupported> {
     let cadence = format!("every = {:?}", crate::duration::format(every));
     let refuse = |why: String| Unsupported::new(backend, cadence.clone(), why);
     let secs = every.as_secs();
@@ -134,7 +134,7 @@ pub fn every_as_cron(backend: &'static str, every: Duration) -> Result<String, U
 /// Renders a set of values compactly for systemd: `*` for all of
 /// `min..=max`, `start/step` for a progression that runs to the end, else a
 /// list with `a..b` ranges.
-pub fn systemd_values(values: &BTreeSet<u8>, min: u8, max: u8, name: impl Fn(u8) -> String) -> String {
+pub(crate) fn systemd_values(values: &BTreeSet<u8>, min: u8, max: u8, name: impl Fn(u8) -> String) -> String {
     let v: Vec<u8> = values.iter().copied().collect();
     if v.len() == usize::from(max - min) + 1 {
         return "*".into();

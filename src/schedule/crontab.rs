@@ -10,7 +10,7 @@ use crate::config::Cadence;
 
 /// A change to the crontab's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Edit {
+pub(crate) enum Edit {
     /// Put `marker` and `line` at the end (replacing an earlier pair).
     Add { marker: String, line: String },
     /// Remove the marker that starts with `marker`, and its line.
@@ -27,7 +27,7 @@ pub enum Edit {
 /// user is denied cron), so its message is the only sign; Vixie cron,
 /// cronie, busybox and macOS all say `no crontab for USER`. This is the one
 /// place that reads it.
-pub fn says_none(code: Option<i32>, stderr: &str) -> bool {
+pub(super) fn says_none(code: Option<i32>, stderr: &str) -> bool {
     code == Some(1) && stderr.to_ascii_lowercase().contains("no crontab")
 }
 
@@ -36,7 +36,7 @@ fn marker(name: &str) -> String {
     format!("# automaton {name}:")
 }
 
-pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
+pub(super) fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
     let when = schedule(&job.schedule.cadence)?;
     let command: Vec<String> = job.command.iter().map(|a| quote(a)).collect();
     let line = format!("{when} {}", command.join(" "));
@@ -53,7 +53,7 @@ pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
 }
 
 /// The five time fields for `cadence`; crontab(5) syntax only.
-pub fn schedule(cadence: &Cadence) -> Result<String, Unsupported> {
+pub(super) fn schedule(cadence: &Cadence) -> Result<String, Unsupported> {
     match cadence {
         Cadence::Every(d) => every_as_cron("cron", d.0),
         Cadence::Cron(expr) => {
@@ -63,19 +63,19 @@ pub fn schedule(cadence: &Cadence) -> Result<String, Unsupported> {
     }
 }
 
-pub fn remove(r: &Record) -> Vec<Action> {
+pub(super) fn remove(r: &Record) -> Vec<Action> {
     vec![Action::Crontab(Edit::Remove {
         marker: marker(&r.name),
     })]
 }
 
-pub fn disable(r: &Record) -> Vec<Action> {
+pub(super) fn disable(r: &Record) -> Vec<Action> {
     vec![Action::Crontab(Edit::Disable {
         marker: marker(&r.name),
     })]
 }
 
-pub fn enable(r: &Record) -> Vec<Action> {
+pub(super) fn enable(r: &Record) -> Vec<Action> {
     vec![Action::Crontab(Edit::Enable {
         marker: marker(&r.name),
     })]
@@ -88,7 +88,7 @@ fn quote(s: &str) -> String {
 }
 
 /// `current` with `edit` applied; other lines are kept as they are.
-pub fn apply(current: &str, edit: &Edit) -> String {
+pub(super) fn apply(current: &str, edit: &Edit) -> String {
     let prefix = match edit {
         Edit::Add { marker, .. } => marker.split(':').next().unwrap_or_default().to_owned() + ":",
         Edit::Remove { marker } | Edit::Disable { marker } | Edit::Enable { marker } => marker.clone(),

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 
 /// One thing installing, removing, disabling or enabling a schedule does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Write a file (mode 0600: the user's own scheduler reads it), making
     /// its directory (0700) if need be.
     Write { path: PathBuf, text: String },
@@ -31,16 +31,16 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn run(argv: &[&str]) -> Action {
-        Action::Run(argv.iter().map(|s| s.to_string()).collect())
+    pub(crate) fn run(argv: &[&str]) -> Action {
+        Action::Run(argv.iter().map(std::string::ToString::to_string).collect())
     }
 
-    pub fn lenient(argv: &[&str]) -> Action {
-        Action::RunLenient(argv.iter().map(|s| s.to_string()).collect())
+    pub(crate) fn lenient(argv: &[&str]) -> Action {
+        Action::RunLenient(argv.iter().map(std::string::ToString::to_string).collect())
     }
 
     /// The file this action writes, if it writes one.
-    pub fn written(&self) -> Option<PathBuf> {
+    pub(crate) fn written(&self) -> Option<PathBuf> {
         match self {
             Action::Write { path, .. } => Some(path.clone()),
             _ => None,
@@ -76,7 +76,7 @@ impl fmt::Display for Action {
 }
 
 /// Does `actions` in order, stopping at the first failure.
-pub fn perform(actions: &[Action]) -> Result<()> {
+pub(super) fn perform(actions: &[Action]) -> Result<()> {
     for a in actions {
         match a {
             Action::Write { path, text } => write(path, text)?,
@@ -169,12 +169,12 @@ fn output(argv: &[String], stdin: Option<&str>) -> Result<String, ScheduleError>
 
 /// Whether `argv` runs and exits 0 (its output is dropped).
 /// What `argv` prints when it succeeds; `None` when it cannot run or fails.
-pub fn stdout_of(argv: &[&str]) -> Option<String> {
+pub(super) fn stdout_of(argv: &[&str]) -> Option<String> {
     let argv: Vec<String> = argv.iter().map(|a| (*a).to_owned()).collect();
     output(&argv, None).ok()
 }
 
-pub fn succeeds(argv: &[&str]) -> bool {
+pub(super) fn succeeds(argv: &[&str]) -> bool {
     Command::new(argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())

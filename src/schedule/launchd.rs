@@ -18,7 +18,7 @@ fn domain() -> String {
     format!("gui/{}", nix::unistd::getuid())
 }
 
-pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
+pub(super) fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
     let label = format!("dev.automaton.{}", job.name);
     let path = job
         .home
@@ -77,7 +77,7 @@ fn plist(job: &Job, label: &str) -> Result<String, Unsupported> {
 
 /// The StartCalendarInterval dicts (key, value) for a cron expression: a
 /// missing key matches every value, several dicts mean "any of them".
-pub fn calendar(expr: &str) -> Result<Vec<Vec<(&'static str, u8)>>, Unsupported> {
+pub(super) fn calendar(expr: &str) -> Result<Vec<Vec<(&'static str, u8)>>, Unsupported> {
     let refuse = |why: String| Unsupported::new("launchd", format!("cron = {expr:?}"), why);
     let c = CronSpec::parse(expr).map_err(refuse)?;
     if c.ambiguous_days() {
@@ -126,7 +126,7 @@ fn target(r: &Record) -> String {
     format!("{}/{}", domain(), r.name)
 }
 
-pub fn remove(r: &Record) -> Vec<Action> {
+pub(super) fn remove(r: &Record) -> Vec<Action> {
     let mut a = vec![
         Action::lenient(&["launchctl", "bootout", &target(r)]),
         Action::lenient(&["launchctl", "enable", &target(r)]),
@@ -136,14 +136,14 @@ pub fn remove(r: &Record) -> Vec<Action> {
 }
 
 /// Unloaded now, and kept from loading again at the next login.
-pub fn disable(r: &Record) -> Vec<Action> {
+pub(super) fn disable(r: &Record) -> Vec<Action> {
     vec![
         Action::run(&["launchctl", "disable", &target(r)]),
         Action::lenient(&["launchctl", "bootout", &target(r)]),
     ]
 }
 
-pub fn enable(r: &Record) -> Vec<Action> {
+pub(super) fn enable(r: &Record) -> Vec<Action> {
     let mut a = vec![Action::run(&["launchctl", "enable", &target(r)])];
     for f in &r.files {
         a.push(Action::run(&[

@@ -3,11 +3,11 @@
 //! what it installed (`record`), and the halt and resume hooks switch that
 //! schedule off and on. The embedded scheduler is `crate::daemon`.
 
-pub mod cadence;
+pub(crate) mod cadence;
 mod crontab;
 mod exec;
 mod launchd;
-pub mod record;
+pub(crate) mod record;
 mod schtasks;
 mod systemd;
 
@@ -20,9 +20,9 @@ use crate::config::{LoopConfig, Schedule};
 use crate::error::Result;
 use crate::root::{LoopName, Root};
 
-pub use cadence::Unsupported;
-pub use exec::Action;
-pub use record::Record;
+pub(crate) use cadence::Unsupported;
+pub(crate) use exec::Action;
+pub(crate) use record::Record;
 
 /// The OS schedulers a loop's schedule can be installed into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,7 +112,7 @@ pub enum ScheduleError {
 
 /// What a backend needs to know to install a loop's schedule.
 #[derive(Debug, Clone)]
-pub struct Job<'a> {
+pub(crate) struct Job<'a> {
     pub loop_name: &'a str,
     pub root: &'a Path,
     /// `<loop>-<hash of the root>`: unique per root and loop.
@@ -124,7 +124,7 @@ pub struct Job<'a> {
 }
 
 /// `cadence` as loop.toml writes it: `every = "5m"` or `cron = "…"`.
-pub fn describe(s: &Schedule) -> String {
+pub(crate) fn describe(s: &Schedule) -> String {
     s.describe()
 }
 
@@ -138,7 +138,7 @@ fn home() -> Result<PathBuf, ScheduleError> {
 /// What `install` would do: the record it would leave, and its actions (an
 /// installed schedule of the loop is removed first). Warns when the backend
 /// cannot apply the loop's `jitter`: once, for the install or its dry run.
-pub fn plan_install(
+pub(crate) fn plan_install(
     root: &Root,
     name: &LoopName,
     config: &LoopConfig,
@@ -155,14 +155,14 @@ pub fn plan_install(
 
 /// Whether `schedule` has a jitter that `backend` cannot apply (cron and
 /// launchd have none).
-pub fn ignores_jitter(schedule: &Schedule, backend: Backend) -> bool {
+pub(crate) fn ignores_jitter(schedule: &Schedule, backend: Backend) -> bool {
     schedule.jitter.is_some() && matches!(backend, Backend::Cron | Backend::Launchd)
 }
 
 /// What an install of loop `name` with `backend` would make, whatever the
 /// record says (it may be unreadable): what `schedule remove --backend`
 /// removes.
-pub fn plan_fresh(
+pub(crate) fn plan_fresh(
     root: &Root,
     name: &LoopName,
     config: &LoopConfig,
@@ -238,7 +238,7 @@ fn plan(
 }
 
 /// Installs loop `name`'s schedule, as `config` has it, and records it.
-pub fn install(
+pub(crate) fn install(
     root: &Root,
     name: &LoopName,
     config: &LoopConfig,
@@ -258,7 +258,7 @@ pub fn install(
 }
 
 /// The actions that remove the schedule `r` describes.
-pub fn removal(r: &Record) -> Vec<Action> {
+pub(crate) fn removal(r: &Record) -> Vec<Action> {
     match r.backend {
         Backend::Systemd => systemd::remove(r),
         Backend::Launchd => launchd::remove(r),
@@ -268,22 +268,15 @@ pub fn removal(r: &Record) -> Vec<Action> {
 }
 
 /// What `remove` would do.
-pub fn plan_remove(root: &Root, name: &str) -> Result<(Record, Vec<Action>)> {
+pub(crate) fn plan_remove(root: &Root, name: &str) -> Result<(Record, Vec<Action>)> {
     LoopName::new(name)?;
     let r = record::read(root, name)?.ok_or_else(|| ScheduleError::NotInstalled { name: name.into() })?;
     let actions = removal(&r);
     Ok((r, actions))
 }
 
-/// Removes loop `name`'s installed schedule and its record.
-pub fn remove(root: &Root, name: &str) -> Result<Record> {
-    let (r, actions) = plan_remove(root, name)?;
-    perform_removal(root, &r, &actions)?;
-    Ok(r)
-}
-
 /// Does a removal planned for `r`, then forgets its record.
-pub fn perform_removal(root: &Root, r: &Record, actions: &[Action]) -> Result<()> {
+pub(crate) fn perform_removal(root: &Root, r: &Record, actions: &[Action]) -> Result<()> {
     exec::perform(actions)?;
     record::delete(root, &r.loop_name)
 }
@@ -335,19 +328,19 @@ fn switch(root: &Root, name: &str, on: bool) {
 /// --apply`) halted or completed the loop: an OS schedule that kept firing
 /// a stopped loop would only make `inactive` ticks, so it is disabled.
 /// Best effort; never fails the tick.
-pub fn loop_stopped(root: &Root, name: &str) {
+pub(crate) fn loop_stopped(root: &Root, name: &str) {
     switch(root, name, false);
 }
 
 /// Called by `resume`, outside the lock: enables a schedule that a halt or
 /// completion disabled. Best effort.
-pub fn loop_resumed(root: &Root, name: &LoopName) {
+pub(crate) fn loop_resumed(root: &Root, name: &LoopName) {
     switch(root, name.as_str(), true);
 }
 
 /// Called after `rm`: a schedule left behind would fire ticks of a loop
 /// that no longer exists, so it is removed too. Best effort.
-pub fn loop_removed(root: &Root, name: &LoopName) {
+pub(crate) fn loop_removed(root: &Root, name: &LoopName) {
     let (r, actions) = match plan_remove(root, name.as_str()) {
         Ok(plan) => plan,
         Err(crate::Error::Schedule(ScheduleError::NotInstalled { .. })) => return,

@@ -16,7 +16,7 @@ use crate::root::Root;
 
 /// An installed OS schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     #[serde(rename = "loop")]
     pub loop_name: String,
     pub backend: Backend,
@@ -36,12 +36,12 @@ pub struct Record {
 }
 
 /// `<root>/schedules/`.
-pub fn dir(root: &Root) -> PathBuf {
+pub(crate) fn dir(root: &Root) -> PathBuf {
     dir_of(root.path())
 }
 
 /// `schedules/` under the root at `root`.
-pub fn dir_of(root: &Path) -> PathBuf {
+pub(crate) fn dir_of(root: &Path) -> PathBuf {
     root.join("schedules")
 }
 
@@ -50,7 +50,7 @@ fn path(root: &Root, name: &str) -> PathBuf {
 }
 
 /// The record of loop `name`, if its schedule is installed.
-pub fn read(root: &Root, name: &str) -> Result<Option<Record>> {
+pub(crate) fn read(root: &Root, name: &str) -> Result<Option<Record>> {
     let path = path(root, name);
     let text = match fs::read(&path) {
         Ok(t) => t,
@@ -67,7 +67,7 @@ pub fn read(root: &Root, name: &str) -> Result<Option<Record>> {
 }
 
 /// Every record under the root, sorted by loop.
-pub fn all(root: &Root) -> Result<Vec<Record>> {
+pub(crate) fn all(root: &Root) -> Result<Vec<Record>> {
     let dir = dir(root);
     let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
@@ -89,7 +89,7 @@ pub fn all(root: &Root) -> Result<Vec<Record>> {
     Ok(out)
 }
 
-pub fn write(root: &Root, record: &Record) -> Result<()> {
+pub(crate) fn write(root: &Root, record: &Record) -> Result<()> {
     let dir = dir(root);
     crate::fsx::create_dirs(&dir)?;
     let mut bytes = serde_json::to_vec_pretty(record).expect("a record serialises");
@@ -97,7 +97,7 @@ pub fn write(root: &Root, record: &Record) -> Result<()> {
     crate::fsx::write_file(&dir, &path(root, &record.loop_name), &bytes)
 }
 
-pub fn delete(root: &Root, name: &str) -> Result<()> {
+pub(crate) fn delete(root: &Root, name: &str) -> Result<()> {
     let path = path(root, name);
     match fs::remove_file(&path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io("removing", &path)(e)),
@@ -107,7 +107,7 @@ pub fn delete(root: &Root, name: &str) -> Result<()> {
 
 /// A short, stable hash of the root's path (FNV-1a, 32 bits as 8 hex
 /// digits), so two roots with a loop of the same name get different units.
-pub fn root_hash(root: &Path) -> String {
+pub(crate) fn root_hash(root: &Path) -> String {
     let mut h: u32 = 0x811c_9dc5;
     for b in root.as_os_str().as_encoded_bytes() {
         h ^= u32::from(*b);

@@ -31,7 +31,7 @@ const DAYS: [&str; 7] = [
     "Saturday",
 ];
 
-pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
+pub(super) fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
     let task = format!("\\automaton\\{}", job.name);
     let path = super::record::dir_of(job.root).join(format!("{}.xml", job.loop_name));
     let xml = task_xml(job, &Zoned::now())?;
@@ -57,7 +57,7 @@ enum Trigger {
 }
 
 /// The task definition; `now` is the first trigger's start boundary.
-pub fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
+pub(super) fn task_xml(job: &Job, now: &Zoned) -> Result<String, Unsupported> {
     let start = now.strftime("%Y-%m-%dT%H:%M:%S").to_string();
     let triggers = match &job.schedule.cadence {
         Cadence::Every(d) => {
@@ -259,17 +259,17 @@ fn arg(s: &str) -> String {
     out
 }
 
-pub fn remove(r: &Record) -> Vec<Action> {
+pub(super) fn remove(r: &Record) -> Vec<Action> {
     let mut a = vec![Action::run(&["schtasks", "/Delete", "/TN", &r.name, "/F"])];
     a.extend(r.files.iter().cloned().map(Action::Delete));
     a
 }
 
-pub fn disable(r: &Record) -> Vec<Action> {
+pub(super) fn disable(r: &Record) -> Vec<Action> {
     vec![Action::run(&["schtasks", "/Change", "/TN", &r.name, "/DISABLE"])]
 }
 
-pub fn enable(r: &Record) -> Vec<Action> {
+pub(super) fn enable(r: &Record) -> Vec<Action> {
     vec![Action::run(&["schtasks", "/Change", "/TN", &r.name, "/ENABLE"])]
 }
 

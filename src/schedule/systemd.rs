@@ -21,7 +21,7 @@ fn unit_dir(home: &std::path::Path) -> PathBuf {
         .join("systemd/user")
 }
 
-pub fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
+pub(super) fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {
     let unit = format!("automaton-{}", job.name);
     let dir = unit_dir(&job.home);
     let timer = timer(job, &unit)?;
@@ -88,7 +88,7 @@ fn seconds(d: Duration) -> String {
 
 /// A cron expression as an OnCalendar value. Refused when both day fields
 /// are restricted: cron runs on either, OnCalendar only on both.
-pub fn on_calendar(expr: &str) -> Result<String, Unsupported> {
+pub(super) fn on_calendar(expr: &str) -> Result<String, Unsupported> {
     let refuse = |why: String| Unsupported::new("systemd", format!("cron = {expr:?}"), why);
     let c = CronSpec::parse(expr).map_err(refuse)?;
     if c.both_days_restricted() {
@@ -128,7 +128,7 @@ fn timer_name(r: &Record) -> String {
     format!("{}.timer", r.name)
 }
 
-pub fn remove(r: &Record) -> Vec<Action> {
+pub(super) fn remove(r: &Record) -> Vec<Action> {
     let mut a = vec![Action::lenient(&[
         "systemctl",
         "--user",
@@ -141,7 +141,7 @@ pub fn remove(r: &Record) -> Vec<Action> {
     a
 }
 
-pub fn disable(r: &Record) -> Vec<Action> {
+pub(super) fn disable(r: &Record) -> Vec<Action> {
     vec![Action::run(&[
         "systemctl",
         "--user",
@@ -151,7 +151,7 @@ pub fn disable(r: &Record) -> Vec<Action> {
     ])]
 }
 
-pub fn enable(r: &Record) -> Vec<Action> {
+pub(super) fn enable(r: &Record) -> Vec<Action> {
     vec![Action::run(&[
         "systemctl",
         "--user",
@@ -163,7 +163,7 @@ pub fn enable(r: &Record) -> Vec<Action> {
 
 /// Whether the user's systemd instance outlives their sessions
 /// (`loginctl show-user`'s `Linger`); `None` when loginctl cannot say.
-pub fn lingering() -> Option<bool> {
+pub(super) fn lingering() -> Option<bool> {
     let user = crate::who::os_user();
     let text = super::exec::stdout_of(&["loginctl", "show-user", &user, "--property=Linger"])?;
     match text.trim() {

@@ -28,7 +28,7 @@ use crate::who::Actor;
 
 /// An error as the API answers it.
 #[derive(Debug)]
-pub struct ApiError {
+pub(super) struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
@@ -41,7 +41,7 @@ struct ErrorBody<'a> {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: &str) -> ApiError {
+    pub(super) fn new(status: StatusCode, code: &'static str, message: &str) -> ApiError {
         ApiError {
             status,
             code,
@@ -150,7 +150,7 @@ fn classify(e: &Error) -> (StatusCode, &'static str) {
 /// rejection is the API's own error.
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
-pub struct JsonBody<T>(pub T);
+pub(super) struct JsonBody<T>(pub T);
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> ApiError {
@@ -180,7 +180,7 @@ fn too_large() -> ApiError {
 
 /// A view as a JSON response, printed as the command line's `--json`
 /// prints it.
-pub struct Json<T>(pub T);
+pub(super) struct Json<T>(pub T);
 
 impl<T: Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
@@ -191,7 +191,7 @@ impl<T: Serialize> IntoResponse for Json<T> {
 }
 
 /// The context a view is read in for `actor`: the server's root and store.
-pub fn reader<'a>(app: &'a App, actor: &Actor) -> Ctx<'a> {
+pub(super) fn reader<'a>(app: &'a App, actor: &Actor) -> Ctx<'a> {
     Ctx::new(&app.root, &app.stores, actor.clone())
 }
 
@@ -202,26 +202,29 @@ fn json(bytes: Vec<u8>) -> Response {
 
 /// Refuses `actor` a loop it may not see (its `viewers`); a reading
 /// refused is not recorded, as reading writes nothing.
-pub fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
+pub(super) fn may_view(app: &App, actor: &Actor, name: &str) -> Result<()> {
     let dir = app.stores.get(name)?;
     views::may_view(&reader(app, actor), dir.as_ref())
 }
 
-pub use crate::ops::views::{may_see, rules as view_rules};
+pub(super) use crate::ops::views::{may_see, rules as view_rules};
 
-pub async fn openapi() -> Response {
+pub(super) async fn openapi() -> Response {
     json(include_str!("openapi.json").as_bytes().to_vec())
 }
 
 /// `GET /api/loops`: `list --json`, the loops the user may see.
-pub async fn list(State(app): State<Arc<App>>, ApiUser(who): ApiUser) -> Result<Json<Vec<Listed>>, ApiError> {
+pub(super) async fn list(
+    State(app): State<Arc<App>>,
+    ApiUser(who): ApiUser,
+) -> Result<Json<Vec<Listed>>, ApiError> {
     let actor = who.actor.clone();
     let listing = blocking(move || views::status::list(&reader(&app, &actor))).await?;
     Ok(Json(listing.loops))
 }
 
 /// `GET /api/loops/NAME`: `status NAME --json`.
-pub async fn one(
+pub(super) async fn one(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
@@ -232,21 +235,21 @@ pub async fn one(
 }
 
 #[derive(Deserialize)]
-pub struct HistoryQuery {
+pub(super) struct HistoryQuery {
     limit: Option<usize>,
 }
 
 /// How many events `GET /api/loops/NAME/history` answers without a
 /// `limit`: the last ones.
-pub const HISTORY_DEFAULT: usize = 1_000;
+pub(super) const HISTORY_DEFAULT: usize = 1_000;
 
 /// The most events one answer holds, whatever `limit` asks.
-pub const HISTORY_MAX: usize = 10_000;
+pub(super) const HISTORY_MAX: usize = 10_000;
 
 /// `GET /api/loops/NAME/history[?limit=N]`: `history NAME --json`, its
 /// last [`HISTORY_DEFAULT`] events unless `limit` asks for others (at
 /// most [`HISTORY_MAX`]).
-pub async fn history(
+pub(super) async fn history(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
@@ -259,13 +262,13 @@ pub async fn history(
 }
 
 #[derive(Deserialize)]
-pub struct ReviewQuery {
+pub(super) struct ReviewQuery {
     #[serde(default)]
     diff: bool,
 }
 
 /// `GET /api/loops/NAME/review[?diff=true]`: `review NAME --json`.
-pub async fn review(
+pub(super) async fn review(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path(name): Path<String>,
@@ -277,7 +280,7 @@ pub async fn review(
 }
 
 #[derive(Deserialize)]
-pub struct LogsQuery {
+pub(super) struct LogsQuery {
     #[serde(default)]
     stderr: bool,
     #[serde(default)]
@@ -287,7 +290,7 @@ pub struct LogsQuery {
 /// `GET /api/loops/NAME/runs/N/logs[?stderr=true][&verifier=true]`: what
 /// `logs NAME N` prints, as text: at most [`views::logs::MAX_OUTPUT`]
 /// bytes, then `[truncated, N bytes more]`.
-pub async fn logs(
+pub(super) async fn logs(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path((name, tick)): Path<(String, String)>,
@@ -312,7 +315,7 @@ pub async fn logs(
 /// What a change may say: each verb takes some of these.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Change {
+pub(super) struct Change {
     pub note: Option<String>,
     pub reason: Option<String>,
     #[serde(rename = "await")]
@@ -322,7 +325,7 @@ pub struct Change {
 
 /// A change to a loop, by its verb.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+pub(super) enum Verb {
     Approve,
     Reject,
     Pause,
@@ -332,7 +335,7 @@ pub enum Verb {
 
 impl Verb {
     /// Every verb the API takes.
-    pub const ALL: [Verb; 5] = [
+    pub(super) const ALL: [Verb; 5] = [
         Verb::Approve,
         Verb::Reject,
         Verb::Pause,
@@ -341,7 +344,7 @@ impl Verb {
     ];
 
     /// The verb as a path names it.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Verb::Approve => "approve",
             Verb::Reject => "reject",
@@ -351,7 +354,7 @@ impl Verb {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Verb> {
+    pub(super) fn parse(s: &str) -> Option<Verb> {
         Verb::ALL.into_iter().find(|v| v.as_str() == s)
     }
 
@@ -386,7 +389,7 @@ fn answer(outcome: &impl Serialize) -> Vec<u8> {
 
 /// Runs `verb` on loop `name` with `change`, acting for `actor`, through
 /// the core; returns its outcome as the CLI's `--json` says it.
-pub fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) -> Result<Vec<u8>> {
+pub(super) fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) -> Result<Vec<u8>> {
     let ctx = Ctx::new(&app.root, &app.stores, actor).limiting(&app.refusals);
     let wait = Wait::For(app.lock_wait);
     let name = name.to_owned();
@@ -441,7 +444,7 @@ pub fn apply(app: &App, actor: Actor, verb: Verb, name: &str, change: Change) ->
 }
 
 /// `POST /api/loops/NAME/VERB` with a JSON body (or none).
-pub async fn change(
+pub(super) async fn change(
     State(app): State<Arc<App>>,
     ApiUser(who): ApiUser,
     Path((name, verb)): Path<(String, String)>,
@@ -470,7 +473,7 @@ pub async fn change(
 /// Refuses a request whose body says it is longer than
 /// [`super::BODY_LIMIT`] before any of it is read (a body extractor would
 /// wait for bytes a client never sends).
-pub async fn refuse_declared_too_large(
+pub(super) async fn refuse_declared_too_large(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {

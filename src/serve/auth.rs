@@ -50,10 +50,10 @@ const SECRET_MIN: usize = 32;
 
 /// Failed sign-ins one client address may make in [`WINDOW`].
 const FAILURES: u32 = 10;
-const WINDOW: Duration = Duration::from_secs(60);
+const WINDOW: Duration = Duration::from_mins(1);
 
 /// The server's sessions, failures, and what it trusts.
-pub struct Auth {
+pub(crate) struct Auth {
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
     /// The key CSRF tokens of proxied users are derived with.
@@ -194,7 +194,7 @@ struct Session {
 /// The user of a request, and the CSRF token its forms must carry (none
 /// for a bearer token, which a browser does not send by itself).
 #[derive(Debug, Clone)]
-pub struct Who {
+pub(super) struct Who {
     pub actor: Actor,
     pub csrf: Option<String>,
     /// The hash of the token it was identified by (a bearer's, or the
@@ -205,7 +205,7 @@ pub struct Who {
 
 impl Who {
     /// Whether `given` is this user's CSRF token (always, for a bearer).
-    pub fn csrf_ok(&self, given: Option<&str>) -> bool {
+    pub(super) fn csrf_ok(&self, given: Option<&str>) -> bool {
         match (&self.csrf, given) {
             (None, _) => true,
             (Some(want), Some(got)) => users::same(want.as_bytes(), got.as_bytes()),
@@ -215,7 +215,7 @@ impl Who {
 }
 
 impl Auth {
-    pub fn new(args: &ServeArgs, secure: bool) -> Result<Auth> {
+    pub(crate) fn new(args: &ServeArgs, secure: bool) -> Result<Auth> {
         let key = users::random()?;
         let proxy = proxy(args)?;
         Ok(Auth {
@@ -254,21 +254,27 @@ impl Auth {
 
     /// Whether a request naming `host` (its `Host` header) is for this
     /// console: an address, `localhost`, or a name `--allowed-host` gave.
-    pub fn host_allowed(&self, host: &str) -> bool {
+    pub(crate) fn host_allowed(&self, host: &str) -> bool {
         let name = host_name(host).trim_end_matches('.').to_ascii_lowercase();
         name.parse::<IpAddr>().is_ok() || name == "localhost" || self.hosts.contains(&name)
     }
 
     /// Whether `ip` has failed to sign in too often lately.
     fn limited(&self, ip: IpAddr) -> bool {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         f.retain(|_, (_, since)| now.duration_since(*since) < WINDOW);
         f.get(&ip).is_some_and(|(n, _)| *n >= FAILURES)
     }
 
     fn failed(&self, ip: IpAddr) {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = f.entry(ip).or_insert((0, Instant::now()));
         entry.0 += 1;
         tracing::info!("a failed sign-in from {ip} ({} in the last minute)", entry.0);
@@ -292,7 +298,10 @@ impl Auth {
             expires: Instant::now() + self.ttl,
             csrf: users::new_token()?,
         };
-        let mut all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         all.retain(|_, s| s.expires > now);
         all.insert(users::hash(&id), session);
@@ -300,20 +309,26 @@ impl Auth {
     }
 
     fn close(&self, id: &str) {
-        let mut all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         all.remove(&users::hash(id));
     }
 
     /// The live session `id` names: its user, token hash and CSRF token.
     fn session(&self, id: &str) -> Option<(String, String, String)> {
-        let all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let all = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let s = all.get(&users::hash(id)).filter(|s| s.expires > Instant::now())?;
         Some((s.user.clone(), s.token_sha256.clone(), s.csrf.clone()))
     }
 
     /// `Set-Cookie` for a session id (or, with `None`, its removal).
     /// Whether the server speaks HTTPS.
-    pub fn secure(&self) -> bool {
+    pub(crate) fn secure(&self) -> bool {
         self.secure
     }
 
@@ -353,7 +368,7 @@ impl Auth {
 
 /// Why a request has no user.
 #[derive(Debug)]
-pub enum NoUser {
+pub(super) enum NoUser {
     /// Nothing names one.
     Missing,
     /// A token, or a session, that signs no one in.
@@ -365,7 +380,7 @@ pub enum NoUser {
 }
 
 /// Who the request comes from: see the module's header for the order.
-pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who, NoUser> {
+pub(super) async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who, NoUser> {
     let from = parts.extensions.get::<Peer>().copied();
     let auth = &app.auth;
     if let (Some(proxy), Some(from)) = (&auth.proxy, from)
@@ -429,7 +444,7 @@ pub async fn identify(app: &Arc<App>, parts: &Parts) -> std::result::Result<Who,
 
 /// Whether `user` is still a user, its token still the one hashed `hash`:
 /// not removed, nor rotated since.
-pub fn still_holds(users: &[User], user: &str, hash: &str) -> bool {
+pub(super) fn still_holds(users: &[User], user: &str, hash: &str) -> bool {
     users.iter().any(|u| u.name == user && u.token_sha256 == hash)
 }
 
@@ -439,7 +454,7 @@ async fn read_users(app: &Arc<App>) -> std::result::Result<Vec<User>, NoUser> {
 }
 
 /// The user of an API request; refused with a JSON error.
-pub struct ApiUser(pub Who);
+pub(super) struct ApiUser(pub Who);
 
 impl FromRequestParts<Arc<App>> for ApiUser {
     type Rejection = ApiError;
@@ -476,7 +491,7 @@ fn host_name(host: &str) -> &str {
 
 /// Refuses a request whose `Host` is not this console's (421), before
 /// anything reads a cookie or a token.
-pub async fn check_host(
+pub(super) async fn check_host(
     State(app): State<Arc<App>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -505,7 +520,7 @@ fn limited() -> ApiError {
 }
 
 /// The user of a page; one who is not signed in is sent to sign in.
-pub struct PageUser(pub Who);
+pub(super) struct PageUser(pub Who);
 
 impl FromRequestParts<Arc<App>> for PageUser {
     type Rejection = Response;
@@ -522,7 +537,7 @@ impl FromRequestParts<Arc<App>> for PageUser {
 
 /// The sign-in form, with a fresh value in its cookie and its field that
 /// the post must carry both of.
-pub async fn signin_page(State(app): State<Arc<App>>) -> Response {
+pub(super) async fn signin_page(State(app): State<Arc<App>>) -> Response {
     signin_form(&app, StatusCode::OK, None)
 }
 
@@ -530,18 +545,18 @@ fn signin_form(app: &App, status: StatusCode, error: Option<&str>) -> Response {
     let Ok(value) = users::new_token() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let jar = CookieJar::new().add(app.auth.cookie(PRE, Some(&value), Duration::from_secs(600)));
+    let jar = CookieJar::new().add(app.auth.cookie(PRE, Some(&value), Duration::from_mins(10)));
     let page = super::pages::signin(&value, error);
     (status, jar, page).into_response()
 }
 
 #[derive(serde::Deserialize)]
-pub struct SigninForm {
+pub(super) struct SigninForm {
     token: String,
     csrf: String,
 }
 
-pub async fn signin(
+pub(super) async fn signin(
     State(app): State<Arc<App>>,
     peer: Option<axum::Extension<Peer>>,
     headers: HeaderMap,
@@ -588,12 +603,12 @@ pub async fn signin(
 }
 
 #[derive(serde::Deserialize)]
-pub struct CsrfForm {
+pub(super) struct CsrfForm {
     #[serde(default)]
     csrf: Option<String>,
 }
 
-pub async fn signout(
+pub(super) async fn signout(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     jar: CookieJar,

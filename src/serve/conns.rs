@@ -12,17 +12,17 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 /// The most connections held from one address.
-pub const PER_ADDRESS: usize = 512;
+pub(super) const PER_ADDRESS: usize = 512;
 
 /// The most connections held in all, when the descriptors allow.
-pub const TOTAL: usize = 4096;
+pub(super) const TOTAL: usize = 4096;
 
 /// Descriptors kept for what is not a connection: the store's files,
 /// the runtime, git and gates run for a request.
 const RESERVED: u64 = 128;
 
 /// The connections held, by address.
-pub struct Conns {
+pub(super) struct Conns {
     held: Mutex<Held>,
     total: usize,
 }
@@ -34,14 +34,14 @@ struct Held {
 }
 
 /// One connection admitted; it is counted until this is dropped.
-pub struct Slot {
+pub(super) struct Slot {
     conns: Arc<Conns>,
     address: Option<IpAddr>,
 }
 
 impl Conns {
     /// The counts for a server whose process may hold `descriptors` files.
-    pub fn new(descriptors: u64) -> Arc<Conns> {
+    pub(super) fn new(descriptors: u64) -> Arc<Conns> {
         let room = descriptors.saturating_sub(RESERVED).max(16);
         Arc::new(Conns {
             held: Mutex::default(),
@@ -51,8 +51,11 @@ impl Conns {
 
     /// Admits a connection from `address` (none: a Unix socket's peer),
     /// unless it would pass a limit.
-    pub fn admit(self: &Arc<Self>, address: Option<IpAddr>) -> Option<Slot> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+    pub(super) fn admit(self: &Arc<Self>, address: Option<IpAddr>) -> Option<Slot> {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if held.all >= self.total {
             return None;
         }
@@ -73,7 +76,11 @@ impl Conns {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.conns.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self
+            .conns
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         held.all -= 1;
         if let Some(a) = self.address
             && let Some(from) = held.by_address.get_mut(&a)
@@ -87,13 +94,13 @@ impl Drop for Slot {
 }
 
 /// The soft limit on open files in force.
-pub fn descriptor_limit() -> u64 {
+pub(super) fn descriptor_limit() -> u64 {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |(soft, _)| soft)
 }
 
 /// Raises the soft limit on open files to the hard limit, before the
 /// server listens; the soft limit in force after.
-pub fn raise_descriptor_limit() -> u64 {
+pub(super) fn raise_descriptor_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return 1024;

@@ -42,7 +42,7 @@ enum Notice {
 type Feed = broadcast::Sender<Arc<Notice>>;
 
 /// The change feed.
-pub struct Live {
+pub(crate) struct Live {
     tx: Feed,
     stop: watch::Receiver<bool>,
 }
@@ -51,7 +51,7 @@ impl Live {
     /// Starts watching: the store's feed is opened before this returns,
     /// so every change committed after it is told. The watching thread
     /// ends once `stop` says so.
-    pub fn start(root: Root, stores: Stores, stop: watch::Receiver<bool>) -> Live {
+    pub(crate) fn start(root: Root, stores: Stores, stop: watch::Receiver<bool>) -> Live {
         let (tx, _) = broadcast::channel(1024);
         let changes = stores.watch().map_err(|e| {
             tracing::warn!("cannot watch the loops yet ({e}); trying again");
@@ -68,7 +68,7 @@ impl Live {
                         None => return,
                     },
                 };
-                follow(&root, &stores, changes, &feed, &until)
+                follow(&root, &stores, changes, &feed, &until);
             });
         if let Err(e) = spawned {
             tracing::warn!("pages will not update by themselves: cannot start a thread: {e}");
@@ -134,7 +134,7 @@ fn watch_again(stores: &Stores, stop: &watch::Receiver<bool>) -> Option<Box<dyn 
 }
 
 #[derive(Deserialize)]
-pub struct Watch {
+pub(super) struct Watch {
     /// One loop's changes only; every loop's without it.
     #[serde(rename = "loop")]
     name: Option<String>,
@@ -143,7 +143,7 @@ pub struct Watch {
 /// `GET /events[?loop=NAME]`: `change` events whose data is the loop's name
 /// (`*` when loops came or went), of the loops the user may see, until
 /// the server stops.
-pub async fn events(
+pub(super) async fn events(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Query(w): Query<Watch>,

@@ -16,7 +16,7 @@ mod auth;
 mod conns;
 mod live;
 mod pages;
-pub mod ports;
+pub(crate) mod ports;
 mod scrape;
 mod server;
 mod tls;
@@ -31,10 +31,10 @@ use crate::root::Root;
 use crate::store::Stores;
 
 /// The largest request body read (a note, a reason).
-pub const BODY_LIMIT: usize = 64 * 1024;
+pub(crate) const BODY_LIMIT: usize = 64 * 1024;
 
 /// What every request shares.
-pub struct App {
+pub(crate) struct App {
     pub root: Root,
     pub stores: Stores,
     pub auth: auth::Auth,
@@ -48,7 +48,7 @@ pub struct App {
     pub metrics: crate::exposition::Cache,
 }
 
-pub fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
+pub(crate) fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<Exit> {
     // Opened once: every request is given this store (a shared store's
     // server is not connected to afresh for each).
     let stores = Stores::open(root)?;
@@ -170,7 +170,9 @@ fn socket_mode(root: &Root) -> u32 {
 /// Runs `work` on a blocking thread: the store's calls block. Whom it
 /// acts for is in what it was given (a [`crate::ops::Ctx`]), not in the
 /// thread.
-pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     let joined = tokio::task::spawn_blocking(work).await;
     match joined {
         Ok(result) => result,

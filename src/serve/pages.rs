@@ -76,7 +76,7 @@ fn error_page(who: Option<&Who>, e: ApiError) -> Response {
 }
 
 /// The sign-in form; `csrf` is also in its cookie.
-pub fn signin(csrf: &str, error: Option<&str>) -> Response {
+pub(super) fn signin(csrf: &str, error: Option<&str>) -> Response {
     let body = html! {
         h1 { "Sign in" }
         @if let Some(e) = error { p.error { (e) } }
@@ -140,7 +140,7 @@ const LOOPS_PER_PAGE: usize = 50;
 
 /// `GET /?status=S&q=TEXT&page=N`: which loops the loops page lists.
 #[derive(Deserialize, Default)]
-pub struct ListQuery {
+pub(super) struct ListQuery {
     status: Option<String>,
     q: Option<String>,
     page: Option<String>,
@@ -216,7 +216,7 @@ fn listed_name(l: &status::Listed) -> &str {
 /// `GET /`: the loops the user may see, awaiting approval first: their
 /// counts by status, then those the filter and search keep, a page at a
 /// time; and a banner when no daemon serves the root.
-pub async fn list(
+pub(super) async fn list(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Query(query): Query<ListQuery>,
@@ -378,7 +378,7 @@ fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, v: &status::
 
 /// `GET /loops/NAME`: its status, the buttons its user may press, and its
 /// latest events.
-pub async fn one(
+pub(super) async fn one(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Path(name): Path<String>,
@@ -412,7 +412,7 @@ pub async fn one(
 /// The message a page shows after a change it redirected from
 /// (`?done=VERB`): fixed words by verb, nothing the link could make it say.
 #[derive(Deserialize, Default)]
-pub struct Flash {
+pub(super) struct Flash {
     done: Option<String>,
 }
 
@@ -550,7 +550,7 @@ fn field(f: &Field) -> String {
 /// evidence first (the await, the ticks, the commits and the patch per
 /// file), then the approvals so far, and last the Approve and Reject forms
 /// for an approver.
-pub async fn review(
+pub(super) async fn review(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Path(name): Path<String>,
@@ -834,7 +834,8 @@ fn config_changes(r: &Review) -> Markup {
 fn metrics(r: &Review) -> Markup {
     let keys: std::collections::BTreeSet<&String> = r.metrics_since.keys().chain(r.totals.keys()).collect();
     let shown = |m: &std::collections::BTreeMap<String, f64>, k: &String| {
-        m.get(k).map_or_else(|| "0".to_owned(), |v| v.to_string())
+        m.get(k)
+            .map_or_else(|| "0".to_owned(), std::string::ToString::to_string)
     };
     html! {
         @if keys.is_empty() { p { "None." } }
@@ -851,7 +852,7 @@ fn metrics(r: &Review) -> Markup {
 /// it ran and how it ended; while it runs, a Cancel button, and the
 /// script appends the output as it grows (`/output`). A tick the loop
 /// never reached is not found.
-pub async fn run(
+pub(super) async fn run(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Path((name, tick)): Path<(String, String)>,
@@ -974,7 +975,7 @@ fn elapsed(from: jiff::Timestamp, to: jiff::Timestamp) -> String {
 
 /// `GET /loops/NAME/runs/N/output?stream=stdout|stderr&from=OFFSET`.
 #[derive(Deserialize)]
-pub struct OutputQuery {
+pub(super) struct OutputQuery {
     stream: Option<String>,
     from: Option<u64>,
 }
@@ -986,7 +987,7 @@ const OUTPUT_CHUNK: u64 = 256 * 1024;
 /// on (at most 256 KiB), as text; `x-next-offset` says where the next
 /// read starts, `x-running` whether the tick still runs. What a running
 /// tick's page fetches every 2 s instead of reloading itself.
-pub async fn output(
+pub(super) async fn output(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Path((name, tick)): Path<(String, u64)>,
@@ -1057,7 +1058,7 @@ fn read_from(
 }
 
 #[derive(Deserialize)]
-pub struct ChangeForm {
+pub(super) struct ChangeForm {
     csrf: Option<String>,
     note: Option<String>,
     reason: Option<String>,
@@ -1070,7 +1071,7 @@ pub struct ChangeForm {
 }
 
 /// `POST /loops/NAME/VERB`: a button pressed; back to the loop's page.
-pub async fn change(
+pub(super) async fn change(
     State(app): State<Arc<App>>,
     PageUser(who): PageUser,
     Path((name, verb)): Path<(String, String)>,
@@ -1186,7 +1187,7 @@ fn confirm_page(who: &Who, name: &str, verb: Verb, change: &Change) -> Response 
 }
 
 /// `GET /assets/FILE`: the console's own script and style.
-pub async fn asset(Path(file): Path<String>) -> Response {
+pub(super) async fn asset(Path(file): Path<String>) -> Response {
     let (kind, text) = match file.as_str() {
         "console.js" => (
             "text/javascript; charset=utf-8",

@@ -10,13 +10,13 @@ const CONSOLES: &str = "consoles";
 
 /// A console's record, removed when it is dropped (the console stops).
 #[derive(Debug)]
-pub struct Listening {
+pub(crate) struct Listening {
     path: PathBuf,
 }
 
 impl Listening {
     /// Records that this process serves `root` on `port`.
-    pub fn record(root: &Path, port: u16) -> crate::error::Result<Listening> {
+    pub(crate) fn record(root: &Path, port: u16) -> crate::error::Result<Listening> {
         let dir = root.join(CONSOLES);
         crate::fsx::create_dirs(&dir)?;
         let path = dir.join(std::process::id().to_string());
@@ -33,7 +33,7 @@ impl Drop for Listening {
 
 /// The ports of the consoles serving `root` now: records of processes
 /// that are gone are skipped.
-pub fn listening(root: &Path) -> Vec<u16> {
+pub(crate) fn listening(root: &Path) -> Vec<u16> {
     let Ok(entries) = std::fs::read_dir(root.join(CONSOLES)) else {
         return Vec::new();
     };

@@ -17,7 +17,7 @@ use crate::exposition::{self, Format};
 
 /// `GET /metrics`: the Prometheus text format, or OpenMetrics when the
 /// `Accept` header asks for it.
-pub async fn metrics(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
+pub(super) async fn metrics(State(app): State<Arc<App>>, req: Request) -> Result<Response, ApiError> {
     let (mut parts, _) = req.into_parts();
     let value = |name| {
         parts

@@ -44,10 +44,10 @@ const HEADER_READ: Duration = Duration::from_secs(5);
 /// The peer of a request's connection: its address (a Unix socket's
 /// peers share `0.0.0.0:0`), and, on a Unix socket, its uid.
 #[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr, pub Option<u32>);
+pub(super) struct Peer(pub SocketAddr, pub Option<u32>);
 
 /// Where the server listens.
-pub enum Listener {
+pub(super) enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
 }
@@ -56,7 +56,7 @@ pub enum Listener {
 /// than that, not even for an instant (the process's umask is narrowed
 /// around the bind). A socket left by a server that has gone is replaced;
 /// one a live server answers on, or any other file, is refused.
-pub fn bind_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::UnixListener> {
+pub(super) fn bind_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         let stale = meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_err();
         if !stale {
@@ -108,7 +108,7 @@ fn api_routes() -> Vec<ApiRoute> {
 }
 
 /// Every route, in one place.
-pub fn router(app: Arc<App>, timeout: Duration) -> Router {
+pub(super) fn router(app: Arc<App>, timeout: Duration) -> Router {
     let api = api_routes()
         .into_iter()
         .fold(Router::new(), |r, (_, path, method)| r.route(path, method))
@@ -207,7 +207,7 @@ async fn strict_transport(
 /// Accepts connections until `signal` resolves ([`shutdown_signal`]),
 /// then drains: requests in flight finish (within `grace`), the live
 /// streams end, and `stop` says so.
-pub async fn serve(
+pub(super) async fn serve(
     listener: Listener,
     router: Router,
     tls: Option<Tls>,
@@ -321,7 +321,7 @@ where
 /// a signal sent as soon as a client is answered is never the default
 /// one, which would end the process without its drain. Called within the
 /// runtime.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate()).ok();
     let int = signal(SignalKind::interrupt()).ok();

@@ -20,10 +20,10 @@ const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// A server's TLS settings.
 #[derive(Clone)]
-pub struct Tls(TlsAcceptor);
+pub(super) struct Tls(TlsAcceptor);
 
 /// Reads the chain and key, and checks that they go together.
-pub fn config(cert: &Path, key: &Path) -> Result<Tls> {
+pub(super) fn config(cert: &Path, key: &Path) -> Result<Tls> {
     let bad = |path: &Path| {
         let path = path.to_owned();
         move |e: &dyn std::fmt::Display| Error::Tls {
@@ -32,7 +32,7 @@ pub fn config(cert: &Path, key: &Path) -> Result<Tls> {
         }
     };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<std::result::Result<_, _>>())
+        .and_then(std::iter::Iterator::collect::<std::result::Result<_, _>>)
         .map_err(|e| bad(cert)(&e))?;
     if chain.is_empty() {
         return Err(bad(cert)(&"no certificate in it (a PEM `CERTIFICATE` block)"));
@@ -50,7 +50,10 @@ pub fn config(cert: &Path, key: &Path) -> Result<Tls> {
 
 impl Tls {
     /// The connection's handshake; `None` when it fails or stalls.
-    pub async fn accept(&self, stream: TcpStream) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    pub(super) async fn accept(
+        &self,
+        stream: TcpStream,
+    ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
         match tokio::time::timeout(HANDSHAKE, self.0.accept(stream)).await {
             Ok(Ok(s)) => Some(s),
             Ok(Err(e)) => {

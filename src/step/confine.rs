@@ -153,7 +153,7 @@ pub struct Prepared {
 /// The kernel's Landlock ABI level: 0 where it has none.
 /// `AUTOMATON_LANDLOCK_ABI` may lower it (never raise it): how the tests
 /// see what an older kernel, or one without Landlock, does.
-pub fn kernel_abi() -> u32 {
+pub(crate) fn kernel_abi() -> u32 {
     let real = real_abi();
     match std::env::var("AUTOMATON_LANDLOCK_ABI")
         .ok()
@@ -242,7 +242,7 @@ static KEEP_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// a step at every tick (the daemon) then adds their rules without
 /// opening them again. A process that confines one step (a CLI tick)
 /// holds none: each place is open only while its rule is added.
-pub fn keep_places_open() {
+pub(crate) fn keep_places_open() {
     KEEP_OPEN.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
@@ -402,7 +402,7 @@ mod linux {
         pub(super) fn kept_or_made(path: &Path, around: &[PathBuf]) -> Arc<Walk> {
             static KEPT: LazyLock<Mutex<Walks>> = LazyLock::new(Mutex::default);
             let key = (path.to_owned(), around.to_vec());
-            let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = KEPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(walk) = kept.get(&key)
                 && walk.is_current()
             {
@@ -556,7 +556,7 @@ mod linux {
     /// other port.
     fn net_layer(ports: &Ports) -> Result<Arc<OwnedFd>, ConfineError> {
         static KEPT: Mutex<Option<(Ports, Arc<OwnedFd>)>> = Mutex::new(None);
-        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = KEPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((p, fd)) = kept.as_ref()
             && p == ports
         {

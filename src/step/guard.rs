@@ -291,8 +291,7 @@ mod cloned {
         let _ = write; // closed in the child by the descriptor sweep
         let stack = Stack::take()?;
         let fd_limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-            .map(|(soft, _)| soft.min(1 << 16) as c_int)
-            .unwrap_or(1024);
+            .map_or(1024, |(soft, _)| soft.min(1 << 16) as c_int);
         let (top, args) = stack.top_with(Args {
             read_fd: read.as_raw_fd(),
             fd_limit,
@@ -341,6 +340,10 @@ mod cloned {
     ///
     /// # Safety
     /// The call and its arguments must be valid for the calling context.
+    #[allow(
+        clippy::inline_always,
+        reason = "inlined into the cloned guard, which makes a few raw calls on a small stack of its own"
+    )]
     #[inline(always)]
     unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize) -> isize {
         let ret: isize;
@@ -378,13 +381,17 @@ mod cloned {
             },
         };
         // SAFETY: a timerfd of ours and a value on this stack.
-        unsafe { sys4(libc::SYS_timerfd_settime, timer, 0, &spec as *const _ as usize, 0) };
+        unsafe { sys4(libc::SYS_timerfd_settime, timer, 0, &raw const spec as usize, 0) };
     }
 
     /// [`sys`] with a fourth argument.
     ///
     /// # Safety
     /// The call and its arguments must be valid for the calling context.
+    #[allow(
+        clippy::inline_always,
+        reason = "inlined into the cloned guard, which makes a few raw calls on a small stack of its own"
+    )]
     #[inline(always)]
     unsafe fn sys4(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
         let ret: isize;

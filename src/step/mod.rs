@@ -31,8 +31,6 @@ use crate::fsx::Dir;
 use crate::state::ProcessOutcome;
 use supervise::Supervisor;
 
-pub use output::MARKER_MAX_LEN;
-
 /// What to run, and where its output goes.
 #[derive(Debug, Clone)]
 pub struct StepSpec<'a> {
@@ -85,7 +83,7 @@ impl Started {
     }
 
     /// A handle that can stop the step from another thread.
-    pub fn canceller(&self) -> Canceller {
+    pub(crate) fn canceller(&self) -> Canceller {
         self.canceller.clone()
     }
 }
@@ -184,7 +182,7 @@ impl Group {
 /// leading its own group since `start`, running what a guard runs. What
 /// `cancel` checks before it signals a group; false where there is no
 /// `/proc`.
-pub fn is_step_group(pid: i32, runner: u32, start: &crate::state::ProcessStart) -> bool {
+pub(crate) fn is_step_group(pid: i32, runner: u32, start: &crate::state::ProcessStart) -> bool {
     let Some(stat) = crate::procfs::stat(pid) else {
         return false;
     };
@@ -202,13 +200,16 @@ pub fn is_step_group(pid: i32, runner: u32, start: &crate::state::ProcessStart) 
 /// The calling thread supervises the step alone: one `poll` over the step's
 /// exit (a pidfd where there is one), its two output pipes and the cancel
 /// pipe, with the timeout as poll's.
-pub fn run_with(spec: &StepSpec, on_start: impl FnOnce(&Started)) -> Result<ProcessOutcome, StepError> {
+pub(crate) fn run_with(
+    spec: &StepSpec,
+    on_start: impl FnOnce(&Started),
+) -> Result<ProcessOutcome, StepError> {
     run_in(spec, None, on_start)
 }
 
 /// Like [`run_with`], in `group` when one was made beforehand (else in a
 /// group of its own).
-pub fn run_in(
+pub(crate) fn run_in(
     spec: &StepSpec,
     group: Option<Group>,
     on_start: impl FnOnce(&Started),
@@ -466,7 +467,7 @@ mod exit {
 /// password, password file, service file and client key. A step, a
 /// verifier and a notify command never inherit them; the tick passes on
 /// those loop.toml names in `pass_env`, through the step's own variables.
-pub const WITHHELD_ENV: &[&str] = &[
+pub(crate) const WITHHELD_ENV: &[&str] = &[
     "AUTOMATON_STORE",
     "PGPASSWORD",
     "PGPASSFILE",
@@ -477,7 +478,7 @@ pub const WITHHELD_ENV: &[&str] = &[
 
 /// Removes the variables of [`WITHHELD_ENV`] from `cmd`'s environment,
 /// but those `set` gives a value of its own.
-pub fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) {
+pub(crate) fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) {
     for name in WITHHELD_ENV {
         if !set.iter().any(|(k, _)| k == name) {
             cmd.env_remove(name);
@@ -507,7 +508,7 @@ fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     if let Some(prepared) = spec.confine {
         use std::os::fd::AsRawFd;
         let fd = prepared.fd.as_raw_fd();
-        let net = prepared.net.as_ref().map_or(-1, |n| n.as_raw_fd());
+        let net = prepared.net.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         // SAFETY: the hook makes two raw system calls on integers it owns
         // (see `confine::restrict_self`): async-signal-safe, as what runs
         // between fork and exec in a multi-threaded process must be.

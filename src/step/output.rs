@@ -142,4 +142,5 @@ impl Sink<'_> {
 
 /// The truncation marker's longest possible length, for callers and tests
 /// that bound a file's size.
-pub const MARKER_MAX_LEN: u64 = 100;
+#[cfg(test)]
+pub(crate) const MARKER_MAX_LEN: u64 = 100;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::output::MARKER_MAX_LEN;
 use super::*;
 
 /// How long a test waits for something that should happen promptly.
@@ -187,7 +188,7 @@ fn cancel_stops_the_group_without_a_timeout() {
     std::thread::scope(|s| {
         let run = s.spawn(|| {
             f.run_sh_with(&sleepers("pids"), None, 1024, |st| {
-                tx.send(st.canceller()).unwrap()
+                tx.send(st.canceller()).unwrap();
             })
         });
         let canceller = rx.recv().unwrap();
@@ -327,6 +328,10 @@ fn a_silent_stream_leaves_no_file() {
 /// hand on Linux, where its absence fails the test; elsewhere (macOS has
 /// none) the test says it was skipped.
 #[test]
+#[allow(
+    clippy::manual_assert,
+    reason = "a cfg! in an assert is a constant; this fails on Linux only"
+)]
 fn an_escaped_process_holding_the_output_does_not_hang_the_runner() {
     if let Err(e) = Command::new("setsid").arg("true").status() {
         if cfg!(target_os = "linux") {

@@ -36,7 +36,8 @@ use crate::root::{LoopName, Root, StoreChoice};
 use crate::state::{InFlight, State};
 use crate::who::Actor;
 
-pub use file::{FileStore, LoopDir, check_loops_dir, edits, init_root, parse_state};
+pub use file::{FileStore, LoopDir, edits, parse_state};
+pub(crate) use file::{check_loops_dir, init_root};
 
 /// A root's store: where its loops are kept, and how they are found,
 /// listed, made and watched. The file store ([`FileStore`]) and PostgreSQL
@@ -317,7 +318,7 @@ impl Stores {
 
     /// The OS user of this process as the actor, whoever `$AUTOMATON_USER`
     /// names: who does an admin's acts ([`crate::admin`]).
-    pub fn os_actor(&self) -> Actor {
+    pub(crate) fn os_actor(&self) -> Actor {
         crate::who::os_actor(self.db_role())
     }
 
@@ -325,7 +326,7 @@ impl Stores {
     /// history (each event keeps its version), under the loop's lock here:
     /// a loop whose lock is held is refused. A tick that died mid-way is
     /// recorded first, as `by` found it. Returns the events moved.
-    pub fn move_loop(&self, to: &Stores, name: &str, by: &Actor) -> Result<usize> {
+    pub(crate) fn move_loop(&self, to: &Stores, name: &str, by: &Actor) -> Result<usize> {
         let src = self.get(name)?;
         let mut session = src.lock(Holder::me("migrate"), Wait::No).map_err(|e| match e {
             crate::Error::LockNotObtained { name, holder } => crate::Error::NotMoved {
@@ -388,7 +389,7 @@ pub fn open(root: &Root, name: &str) -> Result<Box<dyn LoopStore>> {
 
 /// The `[access]` lists that hold for the loop `store` with the root's
 /// defaults: its loop.toml's, else (when it does not load) the root's alone.
-pub fn access_rules(store: &dyn LoopStore, defaults: &Access) -> Access {
+pub(crate) fn access_rules(store: &dyn LoopStore, defaults: &Access) -> Access {
     match store.config() {
         Ok(config) => crate::access::rules_of(&config, defaults),
         Err(_) => defaults.clone(),

@@ -15,7 +15,7 @@ use crate::store::LoopStore;
 use crate::tick::TickReport;
 
 /// What happened to a loop, as far as its schedule and its people care.
-pub enum Change<'a> {
+pub(crate) enum Change<'a> {
     /// A tick of the loop (its store, already open) ended, whatever its
     /// outcome: a halt or completion disables the schedule, and the
     /// notify command hears of what it is for.
@@ -33,7 +33,7 @@ pub enum Change<'a> {
 }
 
 /// Acts on `change`, outside the loop's lock.
-pub fn follow(root: &Root, change: Change<'_>) {
+pub(crate) fn follow(root: &Root, change: Change<'_>) {
     match change {
         Change::Ticked(report, store) => {
             if report.stopped() {

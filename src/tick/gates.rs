@@ -21,7 +21,7 @@ use crate::history::EventKind;
 use crate::state::{LastTick, State};
 
 /// A phase's verdicts, their combination, and the contexts they saw.
-pub struct PhaseResult {
+pub(crate) struct PhaseResult {
     pub verdicts: Vec<Verdict>,
     pub contexts: Vec<Context>,
     /// Beside each live verdict, the shadow gates recorded with it.
@@ -33,21 +33,24 @@ pub struct PhaseResult {
 }
 
 /// The result of a run, as gates see it.
-pub fn run_result(last: &LastTick) -> Option<RunResult> {
+pub(crate) fn run_result(last: &LastTick) -> Option<RunResult> {
     let step = last.step.as_ref()?;
     Some(RunResult {
         tick: last.number,
         exit_code: step.exit_code,
         duration_ms: step.duration_ms,
         timed_out: step.timed_out,
-        verifier_passed: last.verifier.as_ref().map(|v| v.success()),
+        verifier_passed: last
+            .verifier
+            .as_ref()
+            .map(super::super::state::ProcessOutcome::success),
         worktree_changed: last.worktree_changed,
         ended_at: last.ended_at,
     })
 }
 
 /// What a gate of `phase` sees of `state`.
-pub fn context(name: &str, state: &State, gate: &GateConfig, phase: Phase, now: Timestamp) -> Context {
+pub(crate) fn context(name: &str, state: &State, gate: &GateConfig, phase: Phase, now: Timestamp) -> Context {
     Context {
         loop_name: name.to_owned(),
         phase,
@@ -138,7 +141,7 @@ fn to_json(value: &impl Serialize) -> serde_json::Value {
 /// runs in it, and recorded beside them (`super::shadow`).
 /// A gate the trust `policy` refuses (unsigned, badly signed, rolled
 /// back) halts, whatever its `on_error`.
-pub fn evaluate_phase(
+pub(crate) fn evaluate_phase(
     host: &GateHost,
     name: &str,
     loop_dir: &Path,
@@ -183,7 +186,7 @@ pub fn evaluate_phase(
 /// How loudly a gate's logs are said: a live gate's at `info` (when they
 /// change), a shadow gate's at `debug`.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Said {
+pub(crate) enum Said {
     Info,
     Debug,
 }
@@ -191,7 +194,7 @@ pub enum Said {
 /// One gate's verdict against `ctx`: its decision, or its error turned into
 /// one by its `on_error` policy, with the name, version and sha256 of the
 /// build that decided.
-pub fn evaluate_gate(
+pub(crate) fn evaluate_gate(
     host: &GateHost,
     name: &str,
     loop_dir: &Path,
@@ -316,7 +319,7 @@ fn load_trusted(
 }
 
 /// Raises each signed gate's floor in `state` to the version that ran.
-pub fn raise_floors(state: &mut State, signed: &[Signed]) {
+pub(crate) fn raise_floors(state: &mut State, signed: &[Signed]) {
     for s in signed {
         let highest = state.signed_versions.get(&s.name).map(String::as_str);
         if trust::raises(&s.version, highest) {
@@ -360,7 +363,7 @@ fn bounded(decision: Decision) -> Decision {
 
 /// The phase's gate events for history: one a live gate, with the context
 /// it saw and the shadow gates recorded beside it.
-pub fn events(result: &PhaseResult, tick: u64) -> Vec<EventKind> {
+pub(crate) fn events(result: &PhaseResult, tick: u64) -> Vec<EventKind> {
     let no_shadows = Vec::new();
     result
         .verdicts
@@ -378,7 +381,7 @@ pub fn events(result: &PhaseResult, tick: u64) -> Vec<EventKind> {
 
 impl PhaseResult {
     /// The result of a phase no gate runs in.
-    pub fn empty() -> PhaseResult {
+    pub(crate) fn empty() -> PhaseResult {
         PhaseResult {
             verdicts: Vec::new(),
             contexts: Vec::new(),

@@ -8,7 +8,7 @@ use crate::term::safe;
 
 /// Where the line is shown, which decides what it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
+pub(crate) enum View {
     /// The `tick` command's first line: it also says how the verifier
     /// ended and which crashed tick this one recorded, and leaves out a
     /// reason that a gate line printed under it says.
@@ -20,7 +20,7 @@ pub enum View {
 impl TickReport {
     /// The line for this tick, without its newline. What a gate or a step
     /// said is shown as [`safe`] shows it.
-    pub fn line(&self, view: View) -> String {
+    pub(crate) fn line(&self, view: View) -> String {
         let mut line = format!("{} tick {}: {}", self.loop_name, self.tick, self.outcome);
         if let Some(step) = &self.step {
             line += &format!(" (step {step}");

@@ -6,14 +6,14 @@
 //! through the store's session: one commit marks the step in flight, one
 //! records the tick.
 
-pub mod after;
+pub(crate) mod after;
 mod confinement;
-pub mod gates;
+pub(crate) mod gates;
 mod line;
 mod process;
 mod report;
 mod rules;
-pub mod shadow;
+pub(crate) mod shadow;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,14 +33,14 @@ use crate::store::{Durability, Loaded, LoopStore, Session};
 use crate::who::Actor;
 use crate::{metrics, who, worktree};
 
-pub use line::View;
-pub use process::{Cancel, Failure};
-pub use report::TickReport;
+pub(crate) use line::View;
+pub(crate) use process::Cancel;
+pub(crate) use report::TickReport;
 
 /// How a tick was asked to run. The command line sets `timeout`; the
 /// daemon sets the rest.
 #[derive(Clone, Copy, Default)]
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     /// With `overlap = "wait"`: how long to wait for the lock (else forever).
     pub timeout: Option<Duration>,
     /// Answer `busy` at once when the lock is held, whatever `overlap` says.
@@ -72,7 +72,12 @@ pub struct Options<'a> {
 
 /// Runs one tick of the loop `store` in the process whose own actor is
 /// `me` ([`crate::store::Stores::me`]).
-pub fn run_on(root: &Root, store: &dyn LoopStore, me: &Actor, opts: &Options<'_>) -> Result<TickReport> {
+pub(crate) fn run_on(
+    root: &Root,
+    store: &dyn LoopStore,
+    me: &Actor,
+    opts: &Options<'_>,
+) -> Result<TickReport> {
     let config = store.config()?;
     run_configured(root, store, &config, me, opts)
 }
@@ -81,7 +86,7 @@ pub fn run_on(root: &Root, store: &dyn LoopStore, me: &Actor, opts: &Options<'_>
 /// loop.toml is read once per tick, and the state once when the lock is
 /// free. `me` is the process's own actor: it records a tick found dead,
 /// and runs this one unless `opts.actor` names who does.
-pub fn run_configured(
+pub(crate) fn run_configured(
     root: &Root,
     store: &dyn LoopStore,
     config: &LoopConfig,

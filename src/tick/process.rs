@@ -18,14 +18,14 @@ use crate::step::{self, Canceller, StepError, StepSpec};
 use crate::worktree::WorktreeError;
 
 /// A step's timeout when loop.toml sets none.
-pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(super) const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_hours(1);
 /// A verifier's timeout when loop.toml sets none.
-pub const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(super) const DEFAULT_VERIFIER_TIMEOUT: Duration = Duration::from_mins(30);
 /// Between SIGTERM and SIGKILL when a timeout ends a process group.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// What the step's environment says about the tick.
-pub struct Env<'a> {
+pub(super) struct Env<'a> {
     pub loop_name: &'a str,
     pub tick: u64,
     pub root: &'a Path,
@@ -58,7 +58,7 @@ impl Env<'_> {
 /// complaint) stay attached as sources, and [`Failure::reason`] says them
 /// all in the one line the state and history keep.
 #[derive(Debug, Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The step or verifier could not be started or supervised.
     #[error("{what}")]
     Start {
@@ -111,12 +111,12 @@ impl Failure {
     }
 
     /// The failure with its causes, as one line: the tick's reason.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         crate::error::with_causes(self)
     }
 
     /// Who cancelled the tick, and why, when that is how it failed.
-    pub fn cancellation(&self) -> Option<&Cancellation> {
+    pub(crate) fn cancellation(&self) -> Option<&Cancellation> {
         match self {
             Failure::Cancelled { note, .. } => Some(note),
             _ => None,
@@ -126,7 +126,7 @@ impl Failure {
 
 /// How the step and verifier went.
 #[derive(Debug, Default)]
-pub struct Ran {
+pub(super) struct Ran {
     pub step: Option<ProcessOutcome>,
     pub verifier: Option<ProcessOutcome>,
     /// Why the tick failed, if it did.
@@ -139,12 +139,12 @@ pub struct Ran {
 }
 
 impl Ran {
-    pub fn failed(&self) -> bool {
+    pub(super) fn failed(&self) -> bool {
         self.failure.is_some()
     }
 
     /// How the step and verifier ended, in a few words.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match (&self.failure, &self.step) {
             (Some(why), _) => why.reason(),
             (None, Some(step)) => format!("step {step}"),
@@ -157,7 +157,7 @@ impl Ran {
 /// thread: the daemon uses it when its grace period ends. Cancelling before
 /// the step starts stops it as soon as it does.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<Mutex<CancelState>>);
+pub(crate) struct Cancel(Arc<Mutex<CancelState>>);
 
 #[derive(Debug, Default)]
 struct CancelState {
@@ -168,20 +168,23 @@ struct CancelState {
 impl Cancel {
     /// Stops the running process, if any (SIGTERM to its group, a grace
     /// period, SIGKILL), and any later one.
-    pub fn cancel(&self) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+    pub(crate) fn cancel(&self) {
+        let mut s = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         s.cancelled = true;
         if let Some(c) = &s.current {
             c.cancel();
         }
     }
 
-    pub fn is_cancelled(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).cancelled
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .cancelled
     }
 
     fn arm(&self, c: Canceller) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if s.cancelled {
             c.cancel();
         }
@@ -192,7 +195,7 @@ impl Cancel {
 /// Makes the tick's run directory in the loop directory `base`, old ones
 /// pruned to `[runs] keep`. Made before the tick commits itself as in
 /// flight: a tick that cannot make it runs nothing and uses no approval.
-pub fn make_run_dir(
+pub(super) fn make_run_dir(
     config: &LoopConfig,
     base: &Path,
     tick: u64,
@@ -208,7 +211,7 @@ pub fn make_run_dir(
 /// it succeeded) the verifier, with their output in `run_dir`. When `lost`
 /// says the loop's lock is lost, whichever of them runs is killed at once,
 /// and the verifier does not start.
-pub fn run_step_and_verifier(
+pub(super) fn run_step_and_verifier(
     config: &LoopConfig,
     cwd: &Path,
     env: &Env<'_>,

@@ -12,7 +12,7 @@ use crate::domain::Verdict;
 
 /// What a tick did; `--json` prints it.
 #[derive(Debug, Clone, Serialize)]
-pub struct TickReport {
+pub(crate) struct TickReport {
     #[serde(rename = "loop")]
     pub loop_name: String,
     /// The tick's number: the one that ran, or the one that would have.
@@ -49,18 +49,18 @@ pub struct TickReport {
 impl TickReport {
     /// Whether this tick stopped the loop (halted or completed it): its
     /// caller then disables the loop's OS schedule, outside the lock.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         matches!(self.outcome, Outcome::Halted | Outcome::Completed)
     }
 
     /// Whether this tick's step, its verifier or its worktree failed.
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         let failed = |p: &Option<ProcessOutcome>| p.as_ref().is_some_and(|p| !p.success());
         self.outcome == Outcome::Failed || failed(&self.step) || failed(&self.verifier)
     }
 
     /// How the `tick` command exits for this tick (docs/ticks.md).
-    pub fn exit(&self) -> crate::error::Exit {
+    pub(crate) fn exit(&self) -> crate::error::Exit {
         self.outcome.into()
     }
 }

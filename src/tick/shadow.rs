@@ -16,7 +16,7 @@ use crate::gate::GateHost;
 use crate::state::State;
 
 /// Where and when a phase's gates are evaluated.
-pub struct At<'a> {
+pub(crate) struct At<'a> {
     pub name: &'a str,
     pub loop_dir: &'a Path,
     pub state: &'a State,
@@ -29,7 +29,7 @@ pub struct At<'a> {
 /// The shadow gates of `at.phase`, each beside the live verdict it is
 /// recorded with (one list for each of `live`). None is evaluated in a
 /// phase no live gate runs in.
-pub fn evaluate(
+pub(crate) fn evaluate(
     host: &GateHost,
     at: &At<'_>,
     config: &LoopConfig,
@@ -65,7 +65,7 @@ pub fn evaluate(
 /// the live gate of the same name (the one it would replace), decision
 /// against decision; else the phase's last, the phase's combined decision
 /// against the one it would be with the shadow live too.
-pub fn compare(live: &[Verdict], shadow: &Verdict) -> (usize, bool) {
+pub(crate) fn compare(live: &[Verdict], shadow: &Verdict) -> (usize, bool) {
     if let Some(i) = live
         .iter()
         .position(|l| l.pairing_name() == shadow.pairing_name())
@@ -80,7 +80,10 @@ pub fn compare(live: &[Verdict], shadow: &Verdict) -> (usize, bool) {
 /// The shadow gates of `result` that disagreed and are not in `disagreed`
 /// yet (the ones that have since they were added or promoted): added
 /// there, and returned, so their first disagreement is notified.
-pub fn first_disagreed(result: &super::gates::PhaseResult, disagreed: &mut Vec<String>) -> Vec<String> {
+pub(crate) fn first_disagreed(
+    result: &super::gates::PhaseResult,
+    disagreed: &mut Vec<String>,
+) -> Vec<String> {
     let mut first = Vec::new();
     for s in result.shadows.iter().flatten().filter(|s| !s.agrees) {
         if !disagreed.contains(&s.verdict.gate) {

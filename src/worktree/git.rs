@@ -44,7 +44,7 @@ use nix::unistd::Pid;
 use super::WorktreeError;
 
 /// How long one git call may take before it is killed.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the output of a git that ended is waited for once its group
 /// was killed: longer only if something left the group holding its pipes.
@@ -61,7 +61,7 @@ pub(super) struct Bounded {
 }
 
 /// Config every call overrides, above every file.
-pub const OVERRIDES: &[&str] = &[
+pub(crate) const OVERRIDES: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "core.untrackedCache=false",

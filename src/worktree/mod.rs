@@ -18,11 +18,10 @@ mod git;
 mod tests;
 
 use git::{Git, check, stderr};
-pub use git::{OVERRIDES, TIMEOUT};
 
 /// What [`ensure`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ensured {
+pub(crate) enum Ensured {
     /// The worktree was added now.
     Created,
     /// The worktree was already there, on the branch.
@@ -30,7 +29,7 @@ pub enum Ensured {
 }
 
 #[derive(Debug, Error)]
-pub enum WorktreeError {
+pub(crate) enum WorktreeError {
     #[error("git is not installed (cannot run {})", program.to_string_lossy())]
     GitNotFound { program: OsString },
     #[error("cannot run git in {}", dir.display())]
@@ -68,7 +67,7 @@ pub enum WorktreeError {
 /// The state of a worktree at one moment; two snapshots differ when anything
 /// in the worktree changed between them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The commit checked out; none on an unborn branch.
     pub head: Option<String>,
     /// `git status --porcelain=v1 -z --untracked-files=all`.
@@ -86,7 +85,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// The sha256 of the whole snapshot, in hex: what an approval given
     /// with `bind = "commit"` records, and what voids it when it differs.
-    pub fn digest(&self) -> String {
+    pub(crate) fn digest(&self) -> String {
         let mut h = Sha256::new();
         let head = self.head.as_deref().unwrap_or("");
         for part in [head, &self.status, &self.contents, &self.hidden] {
@@ -99,7 +98,7 @@ impl Snapshot {
     /// The uncommitted changes and untracked files, one `XY path` line
     /// each as `git status --short` has them (`??` for untracked; a rename
     /// as `R  new <- old`); empty for a clean worktree.
-    pub fn dirty(&self) -> Vec<String> {
+    pub(crate) fn dirty(&self) -> Vec<String> {
         let mut lines = Vec::new();
         let mut fields = self.status.split('\0').filter(|f| !f.is_empty());
         while let Some(entry) = fields.next() {
@@ -132,24 +131,24 @@ impl Snapshot {
 /// Makes sure a worktree of `repo` on `branch` is at `path`: adds it on first
 /// use, creating `branch` from `repo`'s HEAD if it does not exist; does
 /// nothing when it is already there.
-pub fn ensure(repo: &Path, branch: &str, path: &Path) -> Result<Ensured, WorktreeError> {
+pub(crate) fn ensure(repo: &Path, branch: &str, path: &Path) -> Result<Ensured, WorktreeError> {
     ensure_with(&Git::default(), repo, branch, path)
 }
 
 /// Records the state of the worktree at `path`.
-pub fn snapshot(path: &Path) -> Result<Snapshot, WorktreeError> {
+pub(crate) fn snapshot(path: &Path) -> Result<Snapshot, WorktreeError> {
     snapshot_with(&Git::default(), path)
 }
 
 /// The most uncommitted changes and untracked files an
 /// `approvals-dropped` event lists.
-pub const MAX_DIRTY_LISTED: usize = 100;
+pub(crate) const MAX_DIRTY_LISTED: usize = 100;
 
 /// Where the worktree at `path` stands, for an await or an approval: its
 /// HEAD, and with `whole` (`bind = "commit"`) the digest of its whole
 /// snapshot, returned too. What git cannot read is none, which an
 /// approval bound to it does not match.
-pub fn at(path: &Path, whole: bool) -> (crate::state::At, Option<Snapshot>) {
+pub(crate) fn at(path: &Path, whole: bool) -> (crate::state::At, Option<Snapshot>) {
     if !whole {
         return (crate::state::At::head(head(path).ok().flatten()), None);
     }
@@ -170,7 +169,7 @@ pub fn at(path: &Path, whole: bool) -> (crate::state::At, Option<Snapshot>) {
 
 /// The commit checked out in the worktree at `path`; none on a branch with
 /// no commit yet.
-pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
+pub(crate) fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
     let git = Git::default().for_worktree(path);
     let out = git.output(path, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], None)?;
     Ok(out
@@ -180,7 +179,7 @@ pub fn head(path: &Path) -> Result<Option<String>, WorktreeError> {
 }
 
 /// `git log --oneline from..to` in the worktree at `path`, newest first.
-pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeError> {
+pub(crate) fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeError> {
     let range = format!("{from}..{to}");
     let out = Git::default().for_worktree(path).run(
         path,
@@ -199,11 +198,11 @@ pub fn log(path: &Path, from: &str, to: &str) -> Result<Vec<String>, WorktreeErr
 
 /// The most bytes of a patch (or diffstat) [`diff`] returns: the rest is
 /// counted, never held, and said in one line ([`truncated`]).
-pub const MAX_PATCH: usize = 1024 * 1024;
+pub(crate) const MAX_PATCH: usize = 1024 * 1024;
 
 /// `git diff --stat=80 from to` (`stat`), or the patch, in the worktree at
 /// `path`: at most [`MAX_PATCH`] bytes, then `[truncated, N bytes more]`.
-pub fn diff(path: &Path, from: &str, to: &str, stat: bool) -> Result<String, WorktreeError> {
+pub(crate) fn diff(path: &Path, from: &str, to: &str, stat: bool) -> Result<String, WorktreeError> {
     let mut args = DIFF.to_vec();
     if stat {
         args.push("--stat=78");
@@ -240,12 +239,12 @@ fn truncated(mut kept: Vec<u8>, mut more: u64) -> String {
 const DIFF: [&str; 4] = ["diff", "--no-color", "--no-ext-diff", "--no-textconv"];
 
 /// The most bytes of the uncommitted patch [`uncommitted_diff`] returns.
-pub const MAX_UNCOMMITTED_PATCH: usize = 256 * 1024;
+pub(crate) const MAX_UNCOMMITTED_PATCH: usize = 256 * 1024;
 
 /// The uncommitted changes of the worktree at `path` as a patch: `git diff
 /// HEAD` for the tracked files, then each untracked file `snapshot` lists
 /// as added, cut at [`MAX_UNCOMMITTED_PATCH`] bytes (saying so).
-pub fn uncommitted_diff(path: &Path, snapshot: &Snapshot) -> Result<String, WorktreeError> {
+pub(crate) fn uncommitted_diff(path: &Path, snapshot: &Snapshot) -> Result<String, WorktreeError> {
     let git = Git::default().for_worktree(path).without_filters(path)?;
     let mut patch = Vec::new();
     if snapshot.head.is_some() {

@@ -406,10 +406,10 @@ fn a_change_is_seen_even_with_its_size_and_mtime_put_back_by_its_ctime() {
             .open(&file)
             .unwrap()
             .set_modified(t)
-            .unwrap()
+            .unwrap();
     };
     // An hour old in the index, so git does not think it racy.
-    let mtime = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let mtime = std::time::SystemTime::now() - std::time::Duration::from_hours(1);
     set_mtime(mtime);
     git(&repo, &["update-index", "--refresh"]);
     // Index entries keep whole seconds: the change's ctime is another.

@@ -599,7 +599,7 @@ fn stop(mut daemon: Running) -> Option<i32> {
 }
 
 fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !cond() {
         assert!(std::time::Instant::now() < deadline, "never happened: {what}");
         std::thread::sleep(std::time::Duration::from_millis(20));

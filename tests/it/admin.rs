@@ -190,23 +190,20 @@ fn an_admins_changes_are_recorded_with_the_actor_on_either_store() {
         "{text}"
     );
     // Where the record is kept.
-    match &env.pg {
-        Some(pg) => {
-            let rows = pg
-                .client()
-                .query("SELECT kind FROM admin_log ORDER BY n", &[])
-                .unwrap();
-            assert_eq!(rows.len(), want.len());
-        }
-        None => {
-            let file = std::fs::read_to_string(env.root.join("admin.jsonl")).unwrap();
-            assert_eq!(file.lines().count(), want.len());
-            let mode = std::fs::metadata(env.root.join("admin.jsonl"))
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o077, 0, "{mode:o}");
-        }
+    if let Some(pg) = &env.pg {
+        let rows = pg
+            .client()
+            .query("SELECT kind FROM admin_log ORDER BY n", &[])
+            .unwrap();
+        assert_eq!(rows.len(), want.len());
+    } else {
+        let file = std::fs::read_to_string(env.root.join("admin.jsonl")).unwrap();
+        assert_eq!(file.lines().count(), want.len());
+        let mode = std::fs::metadata(env.root.join("admin.jsonl"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
     }
 }
 

@@ -482,7 +482,7 @@ fn a_tick_that_cannot_make_its_run_directory_keeps_the_approval() {
     assert!(err.contains("creating directory"), "{err}");
     let s = env.state("demo");
     assert_eq!(s["pending_approvals"].as_array().unwrap().len(), 1, "{s}");
-    assert!(s.get("in_flight").is_none_or(|f| f.is_null()), "{s}");
+    assert!(s.get("in_flight").is_none_or(serde_json::Value::is_null), "{s}");
     for p in &planted {
         std::fs::remove_file(p).unwrap();
     }

@@ -11,9 +11,9 @@ use automaton::gate::{GateHost, stock_gates};
 
 use tempfile::TempDir;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_automaton");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_automaton");
 
-pub struct Env {
+pub(crate) struct Env {
     _dir: TempDir,
     pub root: PathBuf,
     /// The PostgreSQL store the root's loops live in, when the suite runs
@@ -25,7 +25,7 @@ impl Env {
     /// A fresh, initialised root whose `cache/` is the run's shared gate
     /// cache (see `shared_cache`). With `AUTOMATON_TEST_STORE` set to a
     /// postgres:// URL, its loops live in a schema of their own there.
-    pub fn new() -> Env {
+    pub(crate) fn new() -> Env {
         let env = Env::with_own_cache();
         share_cache(&env.root);
         env
@@ -33,7 +33,7 @@ impl Env {
 
     /// A fresh, initialised root with an empty gate cache of its own, for
     /// tests of the cache itself (its permissions, a first compile).
-    pub fn with_own_cache() -> Env {
+    pub(crate) fn with_own_cache() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let pg = test_store().map(|url| PgStore::new(&url));
@@ -47,7 +47,7 @@ impl Env {
     /// writes them by hand), or `None` when the suite runs against
     /// PostgreSQL: the test is then skipped, saying `why` on stderr. Tests
     /// use it through [`files_only!`](crate::files_only).
-    pub fn files_only(why: &str) -> Option<Env> {
+    pub(crate) fn files_only(why: &str) -> Option<Env> {
         if test_store().is_some() {
             eprintln!("skipped against PostgreSQL: {why}");
             return None;
@@ -57,7 +57,7 @@ impl Env {
 
     /// A fresh, initialised root in the file store, whichever store the
     /// suite runs against: for tests that move loops between the two.
-    pub fn file() -> Env {
+    pub(crate) fn file() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let env = Env {
@@ -72,7 +72,7 @@ impl Env {
 
     /// A fresh root whose loops live in PostgreSQL, or `None` (the test is
     /// then skipped, said on stderr) when no server is configured.
-    pub fn postgres() -> Option<Env> {
+    pub(crate) fn postgres() -> Option<Env> {
         let Some(url) = test_store() else {
             skip_without_postgres();
             return None;
@@ -107,7 +107,7 @@ impl Env {
     /// Replaces the root's automaton.toml settings of people (its
     /// `delegates` and `[access]`) with `text`, keeping its `store`; the
     /// suite's user is a recorded delegate only if `text` lists delegates.
-    pub fn root_config(&self, text: &str) {
+    pub(crate) fn root_config(&self, text: &str) {
         let file = self.root.join("automaton.toml");
         let kept: String = std::fs::read_to_string(&file)
             .unwrap_or_default()
@@ -125,7 +125,7 @@ impl Env {
     }
 
     /// The binary with `--root` set and a clean environment.
-    pub fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
         isolate(&mut c);
@@ -139,12 +139,12 @@ impl Env {
         c
     }
 
-    pub fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().unwrap()
     }
 
     /// Runs and insists on exit 0; returns stdout.
-    pub fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -156,7 +156,7 @@ impl Env {
     }
 
     /// Runs and insists on exit `code`; returns stderr.
-    pub fn fails(&self, code: i32, args: &[&str]) -> String {
+    pub(crate) fn fails(&self, code: i32, args: &[&str]) -> String {
         let out = self.run(args);
         assert_eq!(
             out.status.code(),
@@ -169,7 +169,7 @@ impl Env {
     }
 
     /// Creates a loop from loop.toml text.
-    pub fn new_loop(&self, name: &str, toml: &str) -> &Env {
+    pub(crate) fn new_loop(&self, name: &str, toml: &str) -> &Env {
         warm_stock_gates(toml);
         let file = self.root.join(format!("{name}.toml"));
         std::fs::write(&file, toml).unwrap();
@@ -180,7 +180,7 @@ impl Env {
 
     /// Like [`Env::new_loop`], with `new` allowing cadences down to 100ms,
     /// for daemon tests that wait on tenths of seconds.
-    pub fn new_often_loop(&self, name: &str, toml: &str) -> &Env {
+    pub(crate) fn new_often_loop(&self, name: &str, toml: &str) -> &Env {
         let file = self.root.join(format!("{name}.toml"));
         std::fs::write(&file, toml).unwrap();
         let out = self
@@ -198,25 +198,25 @@ impl Env {
     /// A directory beside the root, made now, that its loops' steps may
     /// write their marks in: a confined step may write nothing of the root
     /// but its run directory, nor make a new entry beside it.
-    pub fn scratch(&self) -> PathBuf {
+    pub(crate) fn scratch(&self) -> PathBuf {
         let dir = self.root.parent().unwrap().join("scratch");
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
 
-    pub fn loop_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn loop_dir(&self, name: &str) -> PathBuf {
         self.root.join("loops").join(name)
     }
 
     /// Leaves the loop's lock file as a holder that died leaves it (its
     /// record, naming a process that is gone), for tests that then leave
     /// what a dead writer would have left by hand.
-    pub fn as_if_a_writer_died(&self, name: &str) {
+    pub(crate) fn as_if_a_writer_died(&self, name: &str) {
         let record = "{\"pid\":999999999,\"host\":\"gone\",\"command\":\"pause\",\"since\":\"2026-01-01T00:00:00Z\"}\n";
         std::fs::write(self.loop_dir(name).join(".state.lock"), record).unwrap();
     }
 
-    pub fn state(&self, name: &str) -> serde_json::Value {
+    pub(crate) fn state(&self, name: &str) -> serde_json::Value {
         if let Some(pg) = &self.pg {
             return pg.state(name);
         }
@@ -226,14 +226,14 @@ impl Env {
 
     /// The committed state as readers see it (`status --json`), the store's
     /// `in_flight` commit included.
-    pub fn status(&self, name: &str) -> serde_json::Value {
+    pub(crate) fn status(&self, name: &str) -> serde_json::Value {
         serde_json::from_str(&self.ok(&["status", name, "--json"])).unwrap()
     }
 
     /// The events of `history.jsonl` (the rows of `events`), with the
     /// refusals kept apart from them merged in, each after the events of
     /// the version it saw, as the store's readers merge them.
-    pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
+    pub(crate) fn history(&self, name: &str) -> Vec<serde_json::Value> {
         if let Some(pg) = &self.pg {
             return pg.history(name);
         }
@@ -258,7 +258,7 @@ impl Env {
         merged
     }
 
-    pub fn history_kinds(&self, name: &str) -> Vec<String> {
+    pub(crate) fn history_kinds(&self, name: &str) -> Vec<String> {
         self.history(name)
             .iter()
             .map(|e| e["kind"].as_str().unwrap().to_owned())
@@ -282,7 +282,7 @@ macro_rules! files_only {
 /// Every path under `dir`, relative, sorted: to show a command made nothing.
 /// A symbolic link is listed, not followed: a root's `cache/` links to the
 /// run's shared cache, which other tests fill at the same time.
-pub fn tree(dir: &Path) -> Vec<String> {
+pub(crate) fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -304,8 +304,8 @@ pub fn tree(dir: &Path) -> Vec<String> {
 
 /// Waits until `path` exists; fails the test if it never does. Used to
 /// sequence processes on what they did, never on how long they took.
-pub fn wait_for(path: &Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+pub(crate) fn wait_for(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !path.exists() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -318,7 +318,7 @@ pub fn wait_for(path: &Path) {
 
 /// Waits until process `pid` is gone (or a zombie); false if it outlives
 /// the bound.
-pub fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
@@ -341,7 +341,7 @@ pub fn gone(pid: i32) -> bool {
 }
 
 /// A step that says it started, then blocks until the test says go.
-pub fn gated_step(dir: &Path) -> String {
+pub(crate) fn gated_step(dir: &Path) -> String {
     format!(
         "step = \"touch '{0}/started'; while [ ! -e '{0}/go' ]; do sleep 0.02; done\"\n",
         dir.display()
@@ -350,7 +350,7 @@ pub fn gated_step(dir: &Path) -> String {
 
 /// A directory with no root in it, for `HOME` and `XDG_DATA_HOME`, so a
 /// command run without `--root` never finds the developer's own root.
-pub fn empty_home() -> &'static Path {
+pub(crate) fn empty_home() -> &'static Path {
     static HOME: OnceLock<PathBuf> = OnceLock::new();
     HOME.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-home");
@@ -361,7 +361,7 @@ pub fn empty_home() -> &'static Path {
 
 /// Points a command at `empty_home` and clears the variables that choose a
 /// root, a store, a host name, a log level or a table's width.
-pub fn isolate(cmd: &mut Command) -> &mut Command {
+pub(crate) fn isolate(cmd: &mut Command) -> &mut Command {
     cmd.env("HOME", empty_home())
         .env("XDG_DATA_HOME", empty_home().join(".local/share"))
         .env("XDG_CACHE_HOME", empty_home().join(".cache"))
@@ -374,7 +374,7 @@ pub fn isolate(cmd: &mut Command) -> &mut Command {
 
 /// The PostgreSQL server the suite runs against: `AUTOMATON_TEST_STORE`, a
 /// postgres:// URL of a database the tests may create schemas in.
-pub fn test_store() -> Option<String> {
+pub(crate) fn test_store() -> Option<String> {
     std::env::var("AUTOMATON_TEST_STORE")
         .ok()
         .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
@@ -382,7 +382,7 @@ pub fn test_store() -> Option<String> {
 
 /// Says a PostgreSQL test was skipped, or fails it when
 /// `AUTOMATON_REQUIRE_POSTGRES=1` (as CI sets).
-pub fn skip_without_postgres() {
+pub(crate) fn skip_without_postgres() {
     assert!(
         std::env::var("AUTOMATON_REQUIRE_POSTGRES").as_deref() != Ok("1"),
         "AUTOMATON_REQUIRE_POSTGRES=1, but AUTOMATON_TEST_STORE names no postgres:// URL"
@@ -392,7 +392,7 @@ pub fn skip_without_postgres() {
 
 /// One test's schema in the test database: its URL (which makes every
 /// connection use the schema), and direct reads of what the store wrote.
-pub struct PgStore {
+pub(crate) struct PgStore {
     pub url: String,
     pub schema: String,
     base: String,
@@ -414,11 +414,11 @@ impl PgStore {
         }
     }
 
-    pub fn client(&self) -> postgres::Client {
+    pub(crate) fn client(&self) -> postgres::Client {
         postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
     }
 
-    pub fn state(&self, name: &str) -> serde_json::Value {
+    pub(crate) fn state(&self, name: &str) -> serde_json::Value {
         let row = self
             .client()
             .query_one("SELECT state::text FROM loops WHERE name = $1", &[&name])
@@ -426,7 +426,7 @@ impl PgStore {
         serde_json::from_str(&row.get::<_, String>(0)).unwrap()
     }
 
-    pub fn history(&self, name: &str) -> Vec<serde_json::Value> {
+    pub(crate) fn history(&self, name: &str) -> Vec<serde_json::Value> {
         self.client()
             .query(
                 "SELECT event::text FROM (
@@ -463,7 +463,7 @@ impl Drop for PgStore {
 /// One directory per process, under the target directory, so a run never
 /// sees an older build's artefacts and two runs side by side do not share
 /// one; those of processes that have ended are removed.
-pub fn shared_cache() -> &'static Path {
+pub(crate) fn shared_cache() -> &'static Path {
     static CACHE: OnceLock<PathBuf> = OnceLock::new();
     CACHE.get_or_init(|| {
         let parent = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gate-cache");
@@ -490,12 +490,12 @@ pub fn shared_cache() -> &'static Path {
 }
 
 /// Replaces `root`'s own (empty) `cache/` with a link to `shared_cache`.
-pub fn share_cache(root: &Path) {
+pub(crate) fn share_cache(root: &Path) {
     link_cache(root, shared_cache());
 }
 
 /// Replaces `root`'s own (empty) `cache/` with a link to `dir`.
-pub fn link_cache(root: &Path, dir: &Path) {
+pub(crate) fn link_cache(root: &Path, dir: &Path) {
     let cache = root.join("cache");
     std::fs::remove_dir(&cache).unwrap();
     std::os::unix::fs::symlink(dir, &cache).unwrap();
@@ -505,7 +505,7 @@ pub fn link_cache(root: &Path, dir: &Path) {
 /// once per run, before the loop is made: tests that start at once then
 /// never race to compile the same gate (which would only cost a second
 /// compile, but says so on stderr).
-pub fn warm_stock_gates(loop_toml: &str) {
+pub(crate) fn warm_stock_gates(loop_toml: &str) {
     let Ok(config) = loop_toml.parse::<toml::Table>() else {
         return;
     };
@@ -521,9 +521,9 @@ pub fn warm_stock_gates(loop_toml: &str) {
 }
 
 /// Compiles one stock gate into `shared_cache`, once per run.
-pub fn warm_stock_gate(name: &str) {
+pub(crate) fn warm_stock_gate(name: &str) {
     static WARM: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut warm = WARM.lock().unwrap_or_else(|e| e.into_inner());
+    let mut warm = WARM.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if warm.iter().any(|w| w == name) || !stock_gates().iter().any(|g| g.name == name) {
         return;
     }

@@ -62,7 +62,7 @@ fn a_step_cannot_write_the_loops_config_the_roots_files_or_another_loops_state()
         env.loop_dir("other").join("history.jsonl"),
         env.loop_dir("other").join("loop.toml"),
     ];
-    let refs: Vec<&Path> = targets.iter().map(|p| p.as_path()).collect();
+    let refs: Vec<&Path> = targets.iter().map(std::path::PathBuf::as_path).collect();
     env.new_loop("agent", &try_writes(&refs));
     let before: Vec<Option<Vec<u8>>> = targets.iter().map(|p| std::fs::read(p).ok()).collect();
 
@@ -145,8 +145,7 @@ fn automaton_run_from_a_step_cannot_add_a_user_nor_approve_its_await() {
     env.new_loop(
         "agent",
         &format!(
-            "step = \"\"\"'{0}' --root \\\"$AUTOMATON_ROOT\\\" user add mallory; echo \\\"add: $?\\\"; '{0}' --root \\\"$AUTOMATON_ROOT\\\" approve gated; echo \\\"approve: $?\\\"\"\"\"\n",
-            BIN
+            "step = \"\"\"'{BIN}' --root \\\"$AUTOMATON_ROOT\\\" user add mallory; echo \\\"add: $?\\\"; '{BIN}' --root \\\"$AUTOMATON_ROOT\\\" approve gated; echo \\\"approve: $?\\\"\"\"\"\n"
         ),
     );
 

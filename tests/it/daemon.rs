@@ -66,7 +66,7 @@ impl Drop for Daemon {
 
 /// Waits until `cond` holds; fails the test if it never does.
 fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     while !cond() {
         assert!(Instant::now() < deadline, "never happened: {what}");
         std::thread::sleep(Duration::from_millis(20));
@@ -983,6 +983,10 @@ fn back_to_back(env: &Env) -> (Daemon, PathBuf) {
 }
 
 /// The last tick whose step started.
+#[allow(
+    clippy::maybe_infinite_iter,
+    reason = "the signal files are finite: take_while ends"
+)]
 fn started(signals: &std::path::Path) -> usize {
     (1..)
         .take_while(|n| signals.join(format!("started-{n}")).exists())

@@ -453,8 +453,7 @@ fn evaluation_error(env: &Env, wasm: &Path, loop_name: &str) -> String {
     stderr
         .trim_end()
         .split_once(" (office-hours 1.0.0) ")
-        .map(|(_, said)| said.to_owned())
-        .unwrap_or_else(|| panic!("{loop_name}: {stderr}"))
+        .map_or_else(|| panic!("{loop_name}: {stderr}"), |(_, said)| said.to_owned())
 }
 
 /// A Python gate written without the example's `checked`, whose

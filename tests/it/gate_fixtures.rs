@@ -8,8 +8,8 @@
 use std::path::Path;
 
 /// The context record's field offsets (canonical ABI, passed by pointer).
-pub const CTX_LOOP_NAME: u32 = 0;
-pub const CTX_TICK: u32 = 16;
+pub(crate) const CTX_LOOP_NAME: u32 = 0;
+pub(crate) const CTX_TICK: u32 = 16;
 
 /// Where the return area lives in the test gates' memory.
 const RET: u32 = 512;
@@ -19,7 +19,7 @@ const RET: u32 = 512;
 /// `(call $decide (i32 decision) (i32 ptr) (i32 len))`, `(call $refuse (ptr) (len))`,
 /// and `$ctx` (the context pointer) as a local. Strings go in `data`
 /// as `(offset, text)`; offsets 1024..4096 are free for them.
-pub struct WatGate {
+pub(crate) struct WatGate {
     pub body: String,
     pub data: Vec<(u32, String)>,
     /// Extra imports and functions (WAT module fields).
@@ -29,7 +29,7 @@ pub struct WatGate {
 }
 
 impl WatGate {
-    pub fn new(body: &str) -> WatGate {
+    pub(crate) fn new(body: &str) -> WatGate {
         WatGate {
             body: body.to_owned(),
             data: Vec::new(),
@@ -38,17 +38,17 @@ impl WatGate {
         }
     }
 
-    pub fn data(mut self, offset: u32, text: &str) -> WatGate {
+    pub(crate) fn data(mut self, offset: u32, text: &str) -> WatGate {
         self.data.push((offset, text.to_owned()));
         self
     }
 
-    pub fn extra(mut self, wat: &str) -> WatGate {
+    pub(crate) fn extra(mut self, wat: &str) -> WatGate {
         self.extra.push_str(wat);
         self
     }
 
-    pub fn wasi(mut self) -> WatGate {
+    pub(crate) fn wasi(mut self) -> WatGate {
         self.wasi = true;
         self
     }
@@ -142,7 +142,7 @@ impl WatGate {
     }
 
     /// The component's bytes, built against wit/0.1.0/gate.wit.
-    pub fn build(&self) -> Vec<u8> {
+    pub(crate) fn build(&self) -> Vec<u8> {
         let mut resolve = wit_parser::Resolve::default();
         let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/0.1.0");
         let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/0.1.0 parses");
@@ -151,7 +151,7 @@ impl WatGate {
     }
 
     /// The component's bytes, built against wit/gate.wit (0.2.0).
-    pub fn build_v0_2(&self) -> Vec<u8> {
+    pub(crate) fn build_v0_2(&self) -> Vec<u8> {
         let (resolve, world) = wit_v0_2();
         let module = self
             .module()
@@ -161,7 +161,7 @@ impl WatGate {
 }
 
 /// wit/gate.wit, parsed, and its world `gate`.
-pub fn wit_v0_2() -> (wit_parser::Resolve, wit_parser::WorldId) {
+pub(crate) fn wit_v0_2() -> (wit_parser::Resolve, wit_parser::WorldId) {
     let mut resolve = wit_parser::Resolve::default();
     let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit");
     let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/ parses");
@@ -173,7 +173,7 @@ impl WatGate {
     /// The component, built against `wit/0.1.0/gate.wit` with `edit`
     /// applied to its text (another version of the package, say) and the
     /// module's import renamed to match.
-    pub fn build_against(&self, version: &str, edit: impl Fn(&str) -> String) -> Vec<u8> {
+    pub(crate) fn build_against(&self, version: &str, edit: impl Fn(&str) -> String) -> Vec<u8> {
         let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/0.1.0/gate.wit"))
             .unwrap();
         let text = edit(&text.replace("automaton:gate@0.1.0", &format!("automaton:gate@{version}")));
@@ -221,7 +221,7 @@ fn escape(s: &str) -> String {
 
 /// A component for another world: `export run: func() -> u32`, optionally
 /// importing an interface the host does not offer.
-pub fn other_world(with_import: bool) -> Vec<u8> {
+pub(crate) fn other_world(with_import: bool) -> Vec<u8> {
     let (wit, module_import) = if with_import {
         (
             "package test:other;\ninterface missing { poke: func(); }\nworld other { import missing; export run: func() -> u32; }",
@@ -246,12 +246,12 @@ pub fn other_world(with_import: bool) -> Vec<u8> {
 
 /// Proceeds, or completes from tick 3 on; skips when the loop is named
 /// "skip-me"; logs one line at info.
-pub fn good() -> Vec<u8> {
+pub(crate) fn good() -> Vec<u8> {
     WatGate::new(&format!(
-        r#"(call $log (i32.const 2) (i32.const 1024) (i32.const 11))
+        r"(call $log (i32.const 2) (i32.const 1024) (i32.const 11))
     (if (i64.ge_u (i64.load (i32.add (local.get $ctx) (i32.const {CTX_TICK}))) (i64.const 3))
       (then (return (call $decide (i32.const 4) (i32.const 1040) (i32.const 9)))))
-    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))"#
+    (call $decide (i32.const 0) (i32.const 0) (i32.const 0))"
     ))
     .data(1024, "hello, host")
     .data(1040, "all done!")
@@ -259,7 +259,7 @@ pub fn good() -> Vec<u8> {
 }
 
 /// Skips with the loop's name as the reason: the context reached the gate.
-pub fn echo_loop_name() -> Vec<u8> {
+pub(crate) fn echo_loop_name() -> Vec<u8> {
     WatGate::new(&format!(
         "(call $decide (i32.const 1)
        (i32.load (i32.add (local.get $ctx) (i32.const {CTX_LOOP_NAME})))
@@ -269,22 +269,22 @@ pub fn echo_loop_name() -> Vec<u8> {
     .build()
 }
 
-pub fn infinite_loop() -> Vec<u8> {
+pub(crate) fn infinite_loop() -> Vec<u8> {
     WatGate::new("(loop $spin (br $spin)) (unreachable)").build()
 }
 
-pub fn memory_bomb() -> Vec<u8> {
+pub(crate) fn memory_bomb() -> Vec<u8> {
     WatGate::new("(loop $eat (drop (memory.grow (i32.const 16))) (br $eat)) (unreachable)").build()
 }
 
-pub fn deep_recursion() -> Vec<u8> {
+pub(crate) fn deep_recursion() -> Vec<u8> {
     WatGate::new("(call $down (i32.const 0))")
         .extra("(func $down (param i32) (result i32) (call $down (i32.add (local.get 0) (i32.const 1))))")
         .build()
 }
 
 /// Writes a panic message to stderr, then traps.
-pub fn panics() -> Vec<u8> {
+pub(crate) fn panics() -> Vec<u8> {
     WatGate::new(
         "(i32.store (i32.const 600) (i32.const 1024))
     (i32.store (i32.const 604) (i32.const 38))
@@ -298,7 +298,7 @@ pub fn panics() -> Vec<u8> {
 
 /// Writes `lines` lines of 64 bytes to stdout (`None`: forever), then
 /// proceeds.
-pub fn spew(lines: Option<u32>) -> Vec<u8> {
+pub(crate) fn spew(lines: Option<u32>) -> Vec<u8> {
     let cond = match lines {
         Some(n) => format!("(br_if $more (i32.lt_u (local.get $i) (i32.const {n})))"),
         None => "(br $more)".to_owned(),
@@ -320,7 +320,7 @@ pub fn spew(lines: Option<u32>) -> Vec<u8> {
 
 /// Halts when it finds a preopened directory (it could read files), else
 /// proceeds.
-pub fn reads_files() -> Vec<u8> {
+pub(crate) fn reads_files() -> Vec<u8> {
     WatGate::new(
         "(if (i32.eqz (call $fd_prestat_get (i32.const 3) (i32.const 640)))
       (then (return (call $decide (i32.const 3) (i32.const 1024) (i32.const 18)))))
@@ -332,7 +332,7 @@ pub fn reads_files() -> Vec<u8> {
 }
 
 /// Halts when it sees any environment variable or argument, else proceeds.
-pub fn reads_env() -> Vec<u8> {
+pub(crate) fn reads_env() -> Vec<u8> {
     WatGate::new(
         "(drop (call $environ_sizes_get (i32.const 640) (i32.const 644)))
     (drop (call $args_sizes_get (i32.const 648) (i32.const 652)))
@@ -347,7 +347,7 @@ pub fn reads_env() -> Vec<u8> {
 
 /// Proceeds when the WASI wall clock reads exactly the context's `now-ms`,
 /// else halts.
-pub fn reads_clock() -> Vec<u8> {
+pub(crate) fn reads_clock() -> Vec<u8> {
     WatGate::new(
         "(drop (call $clock_time_get (i32.const 0) (i64.const 1) (i32.const 656)))
     (if (i64.eq (i64.load (i32.const 656))
@@ -361,7 +361,7 @@ pub fn reads_clock() -> Vec<u8> {
 }
 
 /// Returns an error instead of a decision.
-pub fn refuses() -> Vec<u8> {
+pub(crate) fn refuses() -> Vec<u8> {
     WatGate::new("(call $refuse (i32.const 1024) (i32.const 21))")
         .data(1024, "cannot read the state")
         .build()
@@ -371,18 +371,18 @@ pub fn refuses() -> Vec<u8> {
 /// wasm32): the `option<commits>` and `option<pending-await>` fields, their
 /// payloads, and the fields read inside them. `gate_versions` checks them
 /// against the layout wit-parser computes from wit/gate.wit.
-pub const CTX2_COMMITS: u32 = 128;
-pub const CTX2_COMMITS_PAYLOAD: u32 = 132;
-pub const COMMITS_HEAD_AFTER: u32 = 20;
-pub const CTX2_AWAIT: u32 = 168;
-pub const CTX2_AWAIT_PAYLOAD: u32 = 176;
-pub const AWAIT_APPROVALS: u32 = 44;
+pub(crate) const CTX2_COMMITS: u32 = 128;
+pub(crate) const CTX2_COMMITS_PAYLOAD: u32 = 132;
+pub(crate) const COMMITS_HEAD_AFTER: u32 = 20;
+pub(crate) const CTX2_AWAIT: u32 = 168;
+pub(crate) const CTX2_AWAIT_PAYLOAD: u32 = 176;
+pub(crate) const AWAIT_APPROVALS: u32 = 44;
 
 /// Built against 0.2.0: with an await pending, `await-approval` with the
 /// await's id as the reason (`complete` once an approval for it is in);
 /// else, with commits, `skip` with the HEAD after the last step; else
 /// `proceed`.
-pub fn reads_commits_and_await() -> Vec<u8> {
+pub(crate) fn reads_commits_and_await() -> Vec<u8> {
     let id = CTX2_AWAIT_PAYLOAD;
     let approvals_len = CTX2_AWAIT_PAYLOAD + AWAIT_APPROVALS + 4;
     let head_after = CTX2_COMMITS_PAYLOAD + COMMITS_HEAD_AFTER;
@@ -412,7 +412,7 @@ pub fn reads_commits_and_await() -> Vec<u8> {
 /// Proceeds; its `describe` says it is `test-gate` at `version` (five
 /// characters, as `0.2.0`): builds of one gate, for signatures and
 /// rollbacks.
-pub fn versioned(version: &str) -> Vec<u8> {
+pub(crate) fn versioned(version: &str) -> Vec<u8> {
     assert_eq!(version.len(), 5, "the fixture's version is five characters");
     let gate = WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))");
     let module = gate.module().replace(

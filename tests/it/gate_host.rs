@@ -183,7 +183,7 @@ fn panic_text_from_stderr_travels_with_the_trap() {
         .unwrap_err();
     match err.kind() {
         GateErrorKind::Trap { guest_output, .. } => {
-            assert_eq!(guest_output, "thread panicked at src/lib.rs: boom!!")
+            assert_eq!(guest_output, "thread panicked at src/lib.rs: boom!!");
         }
         other => panic!("expected a trap, got {other:?}"),
     }
@@ -971,7 +971,7 @@ fn counts_calls() -> Vec<u8> {
 /// Waits until the host has a spare instance ready for each of `n` gates
 /// (its background thread made them).
 fn until_spares_ready(host: &GateHost, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
     while host.spare_stats().ready < n {
         assert!(std::time::Instant::now() < deadline, "no spare was made");
         std::thread::sleep(Duration::from_millis(2));
@@ -1021,7 +1021,7 @@ fn an_instance_made_ahead_is_fresh_and_sees_the_calls_now() {
 fn a_gate_quick_to_instantiate_makes_its_instance_in_the_call() {
     let fx = Fixture::new();
     let host = GateHost::resident(None, 2).unwrap();
-    host.set_ahead_from(Duration::from_secs(3600));
+    host.set_ahead_from(Duration::from_hours(1));
     let gate = host
         .load(&file(&fx.write("counts.wasm", &counts_calls())))
         .unwrap();
@@ -1141,13 +1141,13 @@ fn the_daemon_ends_on_sigterm_with_a_spare_instance_made() {
             .filter(|e| e["kind"] == "gate")
             .collect::<Vec<_>>()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
     while gate_events().len() < 3 {
         assert!(std::time::Instant::now() < deadline, "the daemon never ticked");
         std::thread::sleep(Duration::from_millis(20));
     }
     kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
     let status = loop {
         if let Some(status) = daemon.try_wait().unwrap() {
             break status;

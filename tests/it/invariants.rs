@@ -15,21 +15,21 @@ use crate::common::{BIN, share_cache, warm_stock_gates};
 /// A name no other command of this run acts as: each scratch command is
 /// its own person, so approvals given one after another all count (one
 /// person counts once for an await).
-pub fn person() -> String {
+pub(crate) fn person() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("operator-{n}")
 }
 
 /// A root in a temporary directory, possibly copied from a template.
-pub struct Scratch {
+pub(crate) struct Scratch {
     _dir: Option<TempDir>,
     pub root: PathBuf,
 }
 
 impl Scratch {
     /// A fresh, initialised root on the run's shared gate cache.
-    pub fn new() -> Scratch {
+    pub(crate) fn new() -> Scratch {
         let dir = tempfile::tempdir().unwrap();
         let s = Scratch::at(dir.path().join("root"));
         let s = Scratch { _dir: Some(dir), ..s };
@@ -43,13 +43,13 @@ impl Scratch {
     }
 
     /// A root at `root`, which the caller owns.
-    pub fn at(root: PathBuf) -> Scratch {
+    pub(crate) fn at(root: PathBuf) -> Scratch {
         Scratch { _dir: None, root }
     }
 
     /// A copy of `template`'s root, its loops and their state, on the same
     /// gate cache.
-    pub fn copy_of(template: &Scratch) -> Scratch {
+    pub(crate) fn copy_of(template: &Scratch) -> Scratch {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         copy_tree(&template.root, &root);
@@ -60,7 +60,7 @@ impl Scratch {
     }
 
     /// The binary with `--root` set and a clean environment.
-    pub fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         c.arg("--root").arg(&self.root);
         crate::common::isolate(&mut c)
@@ -70,12 +70,12 @@ impl Scratch {
         c
     }
 
-    pub fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().unwrap()
     }
 
     /// Runs and insists on exit 0; returns stdout.
-    pub fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -87,7 +87,7 @@ impl Scratch {
     }
 
     /// Creates a loop from loop.toml text.
-    pub fn new_loop(&self, name: &str, toml: &str) {
+    pub(crate) fn new_loop(&self, name: &str, toml: &str) {
         warm_stock_gates(toml);
         let file = self.root.join(format!("{name}.toml"));
         std::fs::write(&file, toml).unwrap();
@@ -95,7 +95,7 @@ impl Scratch {
         std::fs::remove_file(file).unwrap();
     }
 
-    pub fn loop_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn loop_dir(&self, name: &str) -> PathBuf {
         self.root.join("loops").join(name)
     }
 }
@@ -117,14 +117,14 @@ fn copy_tree(from: &Path, to: &Path) {
 }
 
 /// The id an `approve` that exited 0 printed: `approved loop x as y (ap-7)`.
-pub fn approval_id(stdout: &str) -> Option<String> {
+pub(crate) fn approval_id(stdout: &str) -> Option<String> {
     let start = stdout.find("(ap-")? + 1;
     let end = start + stdout[start..].find(')')?;
     Some(stdout[start..end].to_owned())
 }
 
 /// A loop as its readers see it.
-pub struct Audit {
+pub(crate) struct Audit {
     pub state: Value,
     pub events: Vec<Value>,
     /// Problems found while reading, before any invariant is checked.
@@ -133,7 +133,7 @@ pub struct Audit {
 
 impl Audit {
     /// Reads `name` with `status --json` and `history --json`.
-    pub fn read(s: &Scratch, name: &str) -> Audit {
+    pub(crate) fn read(s: &Scratch, name: &str) -> Audit {
         let mut read_errors = Vec::new();
         let status = s.run(&["status", name, "--json"]);
         let state = if status.status.success() {
@@ -174,16 +174,16 @@ impl Audit {
         }
     }
 
-    pub fn version(&self) -> u64 {
+    pub(crate) fn version(&self) -> u64 {
         self.state["version"].as_u64().unwrap_or(0)
     }
 
     /// How many approvals are pending.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.state["pending_approvals"].as_array().map_or(0, Vec::len)
     }
 
-    pub fn tick(&self) -> u64 {
+    pub(crate) fn tick(&self) -> u64 {
         self.state["tick"].as_u64().unwrap_or(0)
     }
 
@@ -194,7 +194,7 @@ impl Audit {
     /// Every invariant a loop must keep after a crash at any instant and a
     /// recovering command. `acked`: ids of approvals whose `approve` exited
     /// 0; `min_version`: the highest version any reader saw before.
-    pub fn violations(&self, acked: &[String], min_version: u64, loop_dir: &Path) -> Vec<String> {
+    pub(crate) fn violations(&self, acked: &[String], min_version: u64, loop_dir: &Path) -> Vec<String> {
         let mut v = self.read_errors.clone();
         if self.state.is_null() {
             return v;
@@ -338,7 +338,7 @@ impl Audit {
 }
 
 /// `.tmp-*` files anywhere under a loop's directory.
-pub fn stray_temps(dir: &Path) -> Vec<String> {
+pub(crate) fn stray_temps(dir: &Path) -> Vec<String> {
     crate::common::tree(dir)
         .into_iter()
         .filter(|p| {

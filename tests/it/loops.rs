@@ -268,7 +268,7 @@ fn history_follow_prints_new_events_as_they_are_committed() {
         .spawn()
         .unwrap();
     env.ok(&["pause", "demo", "--reason", "lunch"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !fs::read_to_string(&out).unwrap_or_default().contains("lunch") {
         assert!(std::time::Instant::now() < deadline, "never printed the pause");
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -410,7 +410,7 @@ fn history_follow_prints_a_refusal_as_it_is_recorded() {
         .spawn()
         .unwrap();
     let printed = |what: &str| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
         while !fs::read_to_string(&out).unwrap_or_default().contains(what) {
             assert!(std::time::Instant::now() < deadline, "never printed {what}");
             std::thread::sleep(std::time::Duration::from_millis(20));

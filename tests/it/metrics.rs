@@ -315,7 +315,7 @@ fn free_port() -> u16 {
 struct Prometheus {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Prometheus {
@@ -344,16 +344,12 @@ impl Prometheus {
             .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
             .spawn()
             .unwrap();
-        Prometheus {
-            child,
-            port,
-            _dir: dir,
-        }
+        Prometheus { child, port, dir }
     }
 
     /// The result of an instant query, once it has one, within a minute.
     fn query_until_found(&self, query: &str) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_mins(1);
         loop {
             let url = format!("http://127.0.0.1:{}/api/v1/query", self.port);
             if let Ok(mut r) = agent().get(&url).query("query", query).call()
@@ -366,7 +362,7 @@ impl Prometheus {
                 }
             }
             if Instant::now() > deadline {
-                let log = std::fs::read_to_string(self._dir.path().join("log")).unwrap_or_default();
+                let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
                 panic!("Prometheus never had {query}:\n{log}");
             }
             std::thread::sleep(Duration::from_millis(250));
@@ -427,7 +423,7 @@ fn the_daemon_answers_metrics_with_its_own_figures_and_guards_other_hosts() {
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     let body = loop {
         if let Some((200, body)) = try_get(&url)
             && body.contains("automaton_loop_firing_lateness_seconds_count{loop=\"often\"}")

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 /// How many /30s of 10.201.0.0/16 there are to claim.
 const NETS: u32 = 1 << 14;
 
-pub struct NetNs {
+pub(crate) struct NetNs {
     name: String,
     /// The host's end of the veth pair.
     host_dev: String,
@@ -43,7 +43,7 @@ impl NetNs {
     /// when the tests do not run as root or have no `ip` (iproute2),
     /// unless `AUTOMATON_REQUIRE_USERS=1` (as CI sets when it runs as
     /// root) makes that a failure.
-    pub fn new() -> Option<NetNs> {
+    pub(crate) fn new() -> Option<NetNs> {
         let why = if !nix::unistd::geteuid().is_root() {
             Some("a network namespace needs root")
         } else if Command::new("ip").arg("-V").output().is_err() {
@@ -98,22 +98,22 @@ impl NetNs {
     }
 
     /// The link's network, `a.b.c.d/30`.
-    pub fn network(&self) -> String {
+    pub(crate) fn network(&self) -> String {
         format!("{}/30", self.octets(0))
     }
 
     /// The host's address on the link.
-    pub fn host_addr(&self) -> Ipv4Addr {
+    pub(crate) fn host_addr(&self) -> Ipv4Addr {
         self.octets(1)
     }
 
     /// The namespace's address on the link.
-    pub fn addr(&self) -> Ipv4Addr {
+    pub(crate) fn addr(&self) -> Ipv4Addr {
         self.octets(2)
     }
 
     /// `program` to be run in the namespace.
-    pub fn command(&self, program: &str) -> Command {
+    pub(crate) fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name, program]);
         c
@@ -121,12 +121,12 @@ impl NetNs {
 
     /// Cuts the link (`false`) or restores it: the host's end is set down,
     /// so what either side sends over it is dropped, unanswered.
-    pub fn link(&self, up: bool) {
+    pub(crate) fn link(&self, up: bool) {
         ip(&["link", "set", &self.host_dev, if up { "up" } else { "down" }]).unwrap();
     }
 
     /// The processes running in the namespace.
-    pub fn pids(&self) -> Vec<i32> {
+    pub(crate) fn pids(&self) -> Vec<i32> {
         let out = Command::new("ip")
             .args(["netns", "pids", &self.name])
             .output()

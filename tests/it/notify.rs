@@ -84,7 +84,7 @@ fn silent_receiver() -> Silent {
         let (stream, _) = listener.accept().unwrap();
         let _ = read_request(&stream);
         let _ = got_tx.send(());
-        let released = wait.recv_timeout(Duration::from_secs(60)).is_ok();
+        let released = wait.recv_timeout(Duration::from_mins(1)).is_ok();
         drop(stream);
         released
     });
@@ -650,7 +650,7 @@ fn the_daemon_delivers_webhooks_off_its_workers() {
     let daemon = daemon(&env);
     let ticks = |name: &str| env.state(name)["tick"].as_u64().unwrap_or(0);
     let until = |what: &str, cond: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + Duration::from_mins(1);
         while !cond() {
             assert!(std::time::Instant::now() < deadline, "never happened: {what}");
             std::thread::sleep(Duration::from_millis(20));
@@ -714,10 +714,10 @@ fn a_receiver_that_never_answers_holds_back_no_other_loops_webhook() {
     let daemon = daemon(&env);
     silent
         .got
-        .recv_timeout(Duration::from_secs(60))
+        .recv_timeout(Duration::from_mins(1))
         .expect("the stuck loop's notice reached its receiver");
     std::fs::write(&go, "").unwrap();
-    let told = got.recv_timeout(Duration::from_secs(60));
+    let told = got.recv_timeout(Duration::from_mins(1));
     let _ = silent.release.send(());
     let told = told.expect("the other loop's notice arrived while the first receiver held its own");
     assert_eq!(

@@ -327,7 +327,7 @@ fn number() -> impl Strategy<Value = String> {
         Just("inf".to_owned()),
         Just("-0".to_owned()),
         Just("0x10".to_owned()),
-        Just("".to_owned()),
+        Just(String::new()),
         "[0-9.eE+-]{0,12}",
     ]
 }

@@ -216,7 +216,7 @@ fn a_server_that_is_down_is_a_clean_error_that_keeps_the_password() {
 }
 
 /// Makes a root at `root`, its loops in files.
-pub fn file_root(root: &std::path::Path) {
+pub(crate) fn file_root(root: &std::path::Path) {
     let out = isolate(&mut Command::new(BIN))
         .arg("--root")
         .arg(root)
@@ -783,7 +783,7 @@ fn an_idle_session_timeout_ends_neither_the_daemons_listening_nor_its_renewals()
 
 /// Waits until `cond` holds, or fails the test with the daemon's log.
 fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !cond() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -798,7 +798,7 @@ fn until(log: &std::path::Path, what: &str, mut cond: impl FnMut() -> bool) {
 /// throw-away cluster in a temporary directory on a Unix socket (and TCP
 /// on one address, when asked), run as user `postgres` when the tests run
 /// as root (initdb refuses root).
-pub struct Cluster {
+pub(crate) struct Cluster {
     dir: tempfile::TempDir,
     bin: std::path::PathBuf,
     /// Who runs the server: `postgres` under root, else the test's user.
@@ -817,14 +817,14 @@ impl Cluster {
     /// `AUTOMATON_TEST_STORE` is set, and needs the server's programs
     /// (`/usr/lib/postgresql/*/bin`, or `AUTOMATON_TEST_PGBIN`); without
     /// them it is skipped too, unless `AUTOMATON_REQUIRE_POSTGRES=1`.
-    pub fn start() -> Option<Cluster> {
+    pub(crate) fn start() -> Option<Cluster> {
         Cluster::start_with(None)
     }
 
     /// A running cluster like [`Cluster::start`]'s that also listens on
     /// TCP at `addr` (an address of this host), trusting clients of the
     /// network `clients` (`a.b.c.d/n`).
-    pub fn start_on_tcp(addr: std::net::Ipv4Addr, clients: &str) -> Option<Cluster> {
+    pub(crate) fn start_on_tcp(addr: std::net::Ipv4Addr, clients: &str) -> Option<Cluster> {
         Cluster::start_with(Some((addr, clients)))
     }
 
@@ -840,7 +840,7 @@ impl Cluster {
                     .ok()?
                     .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
                     .collect();
-                found.sort();
+                found.sort_unstable();
                 Some(format!("/usr/lib/postgresql/{}/bin", found.last()?).into())
             })
             .filter(|b: &std::path::PathBuf| b.join("initdb").is_file());
@@ -917,7 +917,7 @@ impl Cluster {
     }
 
     /// Starts the server again after [`Cluster::crash`], with the options it had.
-    pub fn up(&self) {
+    pub(crate) fn up(&self) {
         let opts = match self.tcp {
             Some(addr) => format!(
                 "-k {} -c listen_addresses='{addr}' -p {TCP_PORT} -c fsync=off",
@@ -933,13 +933,13 @@ impl Cluster {
     }
 
     /// Stops the server as a crash would: no checkpoint, every session cut.
-    pub fn crash(&self) {
+    pub(crate) fn crash(&self) {
         self.pg_ctl(&["-m", "immediate", "stop"]);
     }
 
     /// Restarts the server as an operator would in a hurry: every session
     /// is ended, then it starts again with the options it had.
-    pub fn restart_fast(&self) {
+    pub(crate) fn restart_fast(&self) {
         let log = self.dir.path().join("server.log");
         self.pg_ctl(&["-l", log.to_str().unwrap(), "-m", "fast", "restart"]);
     }
@@ -970,7 +970,7 @@ impl Cluster {
     }
 
     /// Freezes the server (SIGSTOP to it and every backend) or thaws it.
-    pub fn freeze(&self, frozen: bool) {
+    pub(crate) fn freeze(&self, frozen: bool) {
         let signal = if frozen {
             nix::sys::signal::Signal::SIGSTOP
         } else {
@@ -983,7 +983,7 @@ impl Cluster {
 
     /// Its URL, with a password (which trust authentication ignores) that
     /// no message may show.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let port = self.tcp.map_or(String::new(), |_| format!("&port={TCP_PORT}"));
         format!(
             "postgresql://automaton:hunter2secret@/postgres?host={}{port}",
@@ -992,7 +992,7 @@ impl Cluster {
     }
 
     /// Its URL over TCP, when it listens on TCP: like [`Cluster::url`]'s.
-    pub fn tcp_url(&self) -> String {
+    pub(crate) fn tcp_url(&self) -> String {
         let addr = self.tcp.expect("a cluster listening on TCP");
         format!("postgresql://automaton:hunter2secret@{addr}:{TCP_PORT}/postgres")
     }

@@ -32,7 +32,7 @@ fn spawn(cmd: &mut Command) -> Child {
 /// Waits for `child`, or kills it and fails the test if it is still
 /// running after a minute.
 pub(crate) fn within_a_minute(mut child: Child, what: &str) -> Output {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while child.try_wait().unwrap().is_none() {
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
@@ -245,7 +245,7 @@ impl Own {
             .filter(|e| e["kind"] == "tick" || e["kind"] == "crashed")
             .map(|e| e["tick"].as_u64().unwrap())
             .collect();
-        ticks.sort();
+        ticks.sort_unstable();
         ticks
     }
 }
@@ -297,7 +297,7 @@ fn a_server_frozen_mid_statement_ends_each_command_within_its_bound() {
     ];
     let children: Vec<Child> = cases.iter().map(|(args, _)| spawn(&mut own.cmd(args))).collect();
     let mut watcher = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !waiting_for_locks(&mut watcher, 3) {
         assert!(std::time::Instant::now() < deadline, "the commands never waited");
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -392,7 +392,7 @@ fn a_daemon_carries_on_once_a_frozen_server_answers_again() {
         .unwrap();
     let ticks = || own.json(&["status", "often", "--json"])["tick"].as_u64().unwrap();
     let until = |what: &str, cond: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
         while !cond() {
             assert!(
                 std::time::Instant::now() < deadline,

@@ -95,7 +95,7 @@ pub(crate) fn intervals(log: &Path) -> Vec<Interval> {
 
 /// Waits until some step has touched its `started.<pid>` in `dir`; its pid.
 fn wait_started(dir: &Path) -> i32 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     loop {
         let started = std::fs::read_dir(dir).unwrap().find_map(|e| {
             let name = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -186,6 +186,10 @@ impl Runners {
         self.ok(&["new", name, "--from", file.to_str().unwrap()]);
     }
 
+    #[allow(
+        clippy::unused_self,
+        reason = "a step of the test's runner, called as its other steps are"
+    )]
     fn tick(&self, cmd: &mut Command) -> Child {
         cmd.args(["tick", "solo", "--timeout", "120s", "--json"])
             .stdout(Stdio::piped())
@@ -375,7 +379,7 @@ fn a_frozen_server_makes_the_runner_kill_its_step_before_anyone_takes_the_lock()
 /// Waits for a runner, or kills it and fails the test if it is still
 /// running after a minute (it hangs); its exit code and stderr.
 fn finish_within_a_minute(mut child: Child) -> (Option<i32>, String) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -396,7 +400,7 @@ fn ended(pid: i32) -> bool {
 
 /// Waits until `cond` holds, failing the test after a minute.
 fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     while !cond() {
         assert!(Instant::now() < deadline, "never happened: {what}");
         std::thread::sleep(Duration::from_millis(10));

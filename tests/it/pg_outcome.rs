@@ -40,7 +40,7 @@ fn let_go(admin: &mut postgres::Client) {
 /// The server process of the session named `app` once it waits in the
 /// trigger.
 fn held_backend(admin: &mut postgres::Client, app: &str) -> i32 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     loop {
         let row = admin
             .query_opt(
@@ -95,7 +95,7 @@ fn a_commit_whose_answer_is_lost_is_said_to_be_maybe_made_and_read_after() {
         "{err}"
     );
     let_go(&mut admin);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while env.state("calm")["status"] != "paused" {
         assert!(std::time::Instant::now() < deadline, "the commit never landed");
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -167,7 +167,7 @@ fn the_daemons_log_says_the_servers_reason() {
         .spawn()
         .unwrap();
     let said = |what: &str| std::fs::read_to_string(&log).unwrap_or_default().contains(what);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
     while !(said("tick failed") && said("not in its ledger")) {
         assert!(
             std::time::Instant::now() < deadline,

@@ -92,7 +92,7 @@ fn ticks(client: &mut postgres::Client, names: &[String]) -> Vec<u64> {
 }
 
 fn client(url: &str) -> postgres::Client {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         match postgres::Client::connect(url, postgres::NoTls) {
             Ok(c) => return c,
@@ -233,7 +233,7 @@ fn sessions_of_a_busy_daemon(workers: usize) -> i64 {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     while std::fs::read_dir(&marks).unwrap().count() < workers {
         assert!(Instant::now() < deadline, "not every worker started a step");
         std::thread::sleep(Duration::from_millis(100));

@@ -38,7 +38,7 @@ fn the_quick_start_runs_a_binary_given_and_builds_nothing() {
     .spawn()
     .unwrap();
     let state = root.join("loops/hello/.state.loop");
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_mins(2);
     let ticked = || {
         std::fs::read(&state)
             .ok()

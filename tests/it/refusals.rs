@@ -71,7 +71,7 @@ fn a_refusal_during_a_long_tick_is_said_and_recorded_at_once() {
             env.cmd()
                 .args([command, "agent"])
                 .env("AUTOMATON_USER", "mallory"),
-            Duration::from_secs(60),
+            Duration::from_mins(1),
         );
         let said = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(10), "{command}: {said}");

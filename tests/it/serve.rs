@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::common::Env;
 
 /// A running server, stopped when dropped.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     base: String,
     addr: String,
@@ -23,12 +23,12 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start(env: &Env, extra: &[&str]) -> Server {
+    pub(crate) fn start(env: &Env, extra: &[&str]) -> Server {
         Server::start_at(env, "127.0.0.1:0", extra)
     }
 
     /// A server listening on `listen` (a TCP address, or `unix:PATH`).
-    pub fn start_at(env: &Env, listen: &str, extra: &[&str]) -> Server {
+    pub(crate) fn start_at(env: &Env, listen: &str, extra: &[&str]) -> Server {
         let mut cmd = env.cmd();
         cmd.args(["serve", "--listen", listen, "-v"]).args(extra);
         Server::spawn(cmd)
@@ -79,7 +79,7 @@ impl Server {
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -93,7 +93,7 @@ impl Server {
         self.child.wait().unwrap().code()
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap()
     }
 }
@@ -110,7 +110,7 @@ pub(crate) fn agent() -> ureq::Agent {
         .http_status_as_error(false)
         .max_redirects(0)
         .max_redirects_will_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
+        .timeout_global(Some(Duration::from_mins(1)))
         .build()
         .into()
 }
@@ -665,7 +665,7 @@ fn the_live_feed_listens_again_when_its_connection_is_cut() {
         )
         .unwrap();
     assert_eq!(cut.len(), 1, "the server's one listening connection");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
     while !s.log().contains("listening for changes again") {
         assert!(std::time::Instant::now() < deadline, "{}", s.log());
         std::thread::sleep(Duration::from_millis(20));

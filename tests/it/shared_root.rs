@@ -44,7 +44,7 @@ fn group() -> bool {
 
 /// A group's root not yet made, in a directory every user may pass.
 struct Shared {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     root: PathBuf,
 }
 
@@ -58,7 +58,7 @@ impl Shared {
         let editor = dir.path().join("editor");
         std::fs::write(&editor, "#!/bin/sh\nsed -i '1i timeout = \"5m\"' \"$1\"\n").unwrap();
         std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let shared = Shared { _dir: dir, root };
+        let shared = Shared { dir, root };
         let out = shared.cmd(None, "022", &["init", "--group", GROUP]);
         assert_eq!(code(&out), Some(0), "{}", stderr(&out));
         shared
@@ -68,22 +68,19 @@ impl Shared {
     /// umask `umask`, on the root.
     fn cmd(&self, user: Option<&str>, umask: &str, args: &[&str]) -> Output {
         let script = format!("umask {umask}; exec \"$@\"");
-        let mut c = match user {
-            Some(user) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user, "--", "sh", "-c", &script, "sh"]);
-                c
-            }
-            None => {
-                let mut c = Command::new("sh");
-                c.args(["-c", &script, "sh"]);
-                c
-            }
+        let mut c = if let Some(user) = user {
+            let mut c = Command::new("runuser");
+            c.args(["-u", user, "--", "sh", "-c", &script, "sh"]);
+            c
+        } else {
+            let mut c = Command::new("sh");
+            c.args(["-c", &script, "sh"]);
+            c
         };
         c.arg(BIN).arg("--root").arg(&self.root).args(args);
         isolate(&mut c);
         c.env_remove("AUTOMATON_USER")
-            .env("VISUAL", self._dir.path().join("editor"))
+            .env("VISUAL", self.dir.path().join("editor"))
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .output()
@@ -107,7 +104,7 @@ impl Shared {
 
     /// A loop made by `user`, from `toml`.
     fn new_loop(&self, user: &str, name: &str, toml: &str) {
-        let file = self._dir.path().join(format!("{name}.toml"));
+        let file = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&file, toml).unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         self.ok(user, &["new", name, "--from", file.to_str().unwrap()]);
@@ -239,7 +236,7 @@ fn two_members_of_the_group_tick_approve_and_pause_one_loop_each_as_themselves()
         before
     );
     // Nor may they make a root of the group's.
-    let theirs = shared._dir.path().join("theirs");
+    let theirs = shared.dir.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     nix::unistd::chown(
         &theirs,
@@ -442,7 +439,7 @@ fn a_members_notify_command_runs_as_that_member_only() {
         return;
     }
     let shared = Shared::new();
-    let told = shared._dir.path().join("told");
+    let told = shared.dir.path().join("told");
     std::fs::write(&told, "").unwrap();
     std::fs::set_permissions(&told, std::fs::Permissions::from_mode(0o666)).unwrap();
     shared.new_loop(

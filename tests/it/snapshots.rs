@@ -4,7 +4,7 @@ use std::fs;
 
 use crate::common::Env;
 
-pub fn settings(env: &Env) -> insta::Settings {
+pub(crate) fn settings(env: &Env) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.add_filter(&regex_escape(env.root.to_str().unwrap()), "[ROOT]");
     s.add_filter(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d", "[TIME]");
@@ -134,7 +134,7 @@ fn a_failed_tick_and_its_output() {
 /// The shape of a JSON answer: each field's path and kind, one a line,
 /// the first element standing for an array's others. Values change from
 /// run to run; the shape is what a script reading them relies on.
-pub fn shape(v: &serde_json::Value) -> String {
+pub(crate) fn shape(v: &serde_json::Value) -> String {
     fn walk(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
         use serde_json::Value;
         let kind = match v {

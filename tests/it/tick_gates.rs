@@ -335,7 +335,7 @@ fn history_is_rotated_and_read_across_its_files() {
                 .ok()
         })
         .collect();
-    rotated.sort();
+    rotated.sort_unstable();
     assert_eq!(
         rotated.len(),
         2,

@@ -28,7 +28,7 @@ struct Wrong {
 
 /// What a walk of the root found and did.
 #[derive(Default)]
-pub struct Walked {
+pub(crate) struct Walked {
     wrong: Vec<Wrong>,
     /// Paths whose mode (and group) were fixed.
     pub fixed: usize,
@@ -36,7 +36,7 @@ pub struct Walked {
 
 impl Walked {
     /// Paths still wrong.
-    pub fn left(&self) -> usize {
+    pub(crate) fn left(&self) -> usize {
         self.wrong.len()
     }
 }
@@ -44,7 +44,7 @@ impl Walked {
 /// Walks the root at `root`: for a group's root, every path checked
 /// against the group's modes; for another, against others' write. With
 /// `fix`, this user's paths are given their modes (and the root's group).
-pub fn walk(root: &Path, fix: bool) -> Walked {
+pub(crate) fn walk(root: &Path, fix: bool) -> Walked {
     let group = Modes::of_dir(root).group;
     let mut walked = Walked::default();
     let mut stack = vec![root.to_path_buf()];
@@ -122,7 +122,7 @@ fn repair(path: &Path, meta: &std::fs::Metadata, group: Option<u32>) -> std::io:
 }
 
 /// The findings of a walk of the root at `root`.
-pub fn findings(root: &Path, walked: &Walked) -> Vec<Finding> {
+pub(crate) fn findings(root: &Path, walked: &Walked) -> Vec<Finding> {
     let group = Modes::of_dir(root).group;
     let mut out = Vec::new();
     if walked.fixed > 0 {
@@ -206,7 +206,7 @@ fn describe(bits: u32) -> String {
 }
 
 /// A group's name, or its number when it has none.
-pub fn group_name(gid: u32) -> String {
+pub(crate) fn group_name(gid: u32) -> String {
     nix::unistd::Group::from_gid(gid.into())
         .ok()
         .flatten()

@@ -19,7 +19,7 @@ use crate::term::safe;
 /// phase overriding the context's, and the decision expected.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Case {
+pub(super) struct Case {
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]
@@ -34,7 +34,7 @@ pub struct Case {
 /// The decision a case expects; `reason`, when given, must match exactly.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Expect {
+pub(super) struct Expect {
     pub decision: DecisionName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -42,7 +42,7 @@ pub struct Expect {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum DecisionName {
+pub(super) enum DecisionName {
     Proceed,
     Skip,
     AwaitApproval,
@@ -80,7 +80,7 @@ impl std::fmt::Display for Expect {
 /// Reads a cases file: a JSON array of cases. An error names the case
 /// (its number, from 1, and its name) and what is wrong with it, such as a
 /// field no context has.
-pub fn read(path: &Path) -> Result<Vec<Case>> {
+pub(super) fn read(path: &Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path).map_err(Error::io("reading the cases", path))?;
     let items: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|source| Error::CasesJson {
         path: path.to_owned(),
@@ -106,7 +106,7 @@ pub fn read(path: &Path) -> Result<Vec<Case>> {
 
 /// One case's outcome.
 #[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
+pub(super) struct Outcome {
     pub name: String,
     pub expected: Expect,
     /// What the gate decided, or its error.
@@ -116,21 +116,21 @@ pub struct Outcome {
 
 /// What `gate test --cases` found.
 #[derive(Debug, Clone, Serialize)]
-pub struct CasesReport {
+pub(super) struct CasesReport {
     pub gate: String,
     pub version: String,
     pub cases: Vec<Outcome>,
 }
 
 impl CasesReport {
-    pub fn failed(&self) -> usize {
+    pub(super) fn failed(&self) -> usize {
         self.cases.iter().filter(|c| !c.passed).count()
     }
 }
 
 /// Loads and describes the gate once, then checks and evaluates each case
 /// in a fresh instance. A case whose gate errs fails with the error.
-pub fn run(
+pub(super) fn run(
     host: &GateHost,
     target: &GateSource,
     cases: Vec<Case>,
@@ -168,7 +168,7 @@ pub fn run(
     })
 }
 
-pub fn render(r: &CasesReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
+pub(super) fn render(r: &CasesReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
     if json {
         return super::write_json(r, out);
     }
@@ -196,7 +196,7 @@ pub fn render(r: &CasesReport, json: bool, out: &mut dyn Write) -> io::Result<()
 /// A context with every field filled in, as `gate test --context` reads it
 /// and history records it. Times are RFC 3339 here; the gate sees them as
 /// milliseconds since the Unix epoch (`now-ms`, `ended-at-ms`, `at-ms`).
-pub fn example_context() -> Context {
+pub(super) fn example_context() -> Context {
     let at = |s: &str| s.parse::<Timestamp>().expect("a valid example time");
     Context {
         loop_name: "nightly-report".to_owned(),

@@ -117,7 +117,10 @@ impl GateHost {
     /// holds it makes its own again at its next call).
     fn replaced(&self, path: &Path, sha256: &str) {
         let Some(spares) = &self.spares else { return };
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match held.get_mut(path) {
             Some(old) if old == sha256 => {}
             Some(old) => spares.forget(&std::mem::replace(old, sha256.to_owned())),
@@ -138,17 +141,16 @@ impl GateHost {
         if let Some(c) = self.lock_loaded().get(&found.sha256) {
             return Ok(c.clone());
         }
-        let component = match self.cache.load(&self.engine, label, &found.sha256) {
-            Some(c) => c,
-            None => {
-                let bytes = match (&found.bytes, source) {
-                    (Some(b), _) => b.clone(),
-                    (None, GateSource::File { path, .. }) => reread(label, path, &found.sha256)?.into(),
-                    (None, GateSource::Stock(_)) => unreachable!("stock gates carry their bytes"),
-                };
-                check_is_component(label, &bytes)?;
-                self.cache.compile(&self.engine, label, &found.sha256, &bytes)?
-            }
+        let component = if let Some(c) = self.cache.load(&self.engine, label, &found.sha256) {
+            c
+        } else {
+            let bytes = match (&found.bytes, source) {
+                (Some(b), _) => b.clone(),
+                (None, GateSource::File { path, .. }) => reread(label, path, &found.sha256)?.into(),
+                (None, GateSource::Stock(_)) => unreachable!("stock gates carry their bytes"),
+            };
+            check_is_component(label, &bytes)?;
+            self.cache.compile(&self.engine, label, &found.sha256, &bytes)?
         };
         let named = self.names_version(&component);
         let offered = named.as_deref().filter(|v| GATE_WIT_VERSIONS.contains(v));
@@ -174,11 +176,15 @@ impl GateHost {
     }
 
     fn lock_seen(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (Fingerprint, String)>> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+        self.loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The `automaton:gate` version a component's imports and exports name

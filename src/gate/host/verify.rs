@@ -133,7 +133,9 @@ impl GateHost {
     fn lock_verified(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, String)>> {
-        self.verified.lock().unwrap_or_else(|e| e.into_inner())
+        self.verified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

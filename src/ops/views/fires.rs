@@ -11,13 +11,13 @@ use crate::ops::Ctx;
 /// The firings recorded, oldest first: `fires --json` prints them.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct Fires {
+pub(crate) struct Fires {
     pub records: Vec<Fire>,
 }
 
 /// `fires NAME`: the firings recorded since `since` (all by default), the
 /// last `limit` of them when one is given.
-pub fn fires(ctx: &Ctx, name: &str, since: Option<Timestamp>, limit: Option<usize>) -> Result<Fires> {
+pub(crate) fn fires(ctx: &Ctx, name: &str, since: Option<Timestamp>, limit: Option<usize>) -> Result<Fires> {
     let dir = ctx.stores.get(name)?;
     super::may_view(ctx, dir.as_ref())?;
     let mut records = dir.fires(since)?;

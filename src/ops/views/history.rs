@@ -14,14 +14,14 @@ use crate::ops::Ctx;
 /// are recorded.
 #[derive(Serialize)]
 #[serde(transparent)]
-pub struct History {
+pub(crate) struct History {
     pub events: Vec<Event>,
 }
 
 /// Which events a history shows: those from `since` on, of `kinds` (every
 /// kind when empty), the last `limit` of them.
 #[derive(Debug, Default, Clone)]
-pub struct Query {
+pub(crate) struct Query {
     pub limit: Option<usize>,
     pub since: Option<Timestamp>,
     pub kinds: Vec<String>,
@@ -29,14 +29,14 @@ pub struct Query {
 
 impl Query {
     /// Whether event `e` is one of those asked for (`limit` aside).
-    pub fn admits(&self, e: &Event) -> bool {
+    pub(crate) fn admits(&self, e: &Event) -> bool {
         self.since.is_none_or(|t| e.at >= t)
             && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == e.kind.name()))
     }
 }
 
 /// `history NAME`: its events, the last `limit` of them when one is given.
-pub fn history(ctx: &Ctx, name: &str, limit: Option<usize>) -> Result<History> {
+pub(crate) fn history(ctx: &Ctx, name: &str, limit: Option<usize>) -> Result<History> {
     query(
         ctx,
         name,
@@ -50,7 +50,7 @@ pub fn history(ctx: &Ctx, name: &str, limit: Option<usize>) -> Result<History> {
 /// `history NAME` with `q`: the events it admits, the last `q.limit` of
 /// them (read from the end, holding no more than they are). A line that
 /// cannot be read is passed over, with a warning naming it.
-pub fn query(ctx: &Ctx, name: &str, q: &Query) -> Result<History> {
+pub(crate) fn query(ctx: &Ctx, name: &str, q: &Query) -> Result<History> {
     let dir = ctx.stores.get(name)?;
     super::may_view(ctx, dir.as_ref())?;
     let history::History { mut events, bad } = match q.limit {
@@ -73,7 +73,7 @@ pub fn query(ctx: &Ctx, name: &str, q: &Query) -> Result<History> {
 
 /// An event in short: when, its kind, the tick it is of, and what else it
 /// says, field by field (a text, a number, or numbers by name).
-pub struct Line {
+pub(crate) struct Line {
     pub at: Timestamp,
     pub kind: String,
     pub tick: Option<u64>,
@@ -81,7 +81,7 @@ pub struct Line {
 }
 
 /// One field of an event's [`Line`].
-pub enum Field {
+pub(crate) enum Field {
     Text(String),
     Number(serde_json::Number),
     Bool(bool),
@@ -92,7 +92,7 @@ pub enum Field {
 impl Line {
     /// The line of event `e`: the fields of its kind that are a text, a
     /// number or numbers by name (objects and lists are left out).
-    pub fn of(e: &Event) -> Line {
+    pub(crate) fn of(e: &Event) -> Line {
         use serde_json::Value;
         let mut fields = match serde_json::to_value(&e.kind) {
             Ok(Value::Object(m)) => m,

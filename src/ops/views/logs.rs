@@ -21,7 +21,7 @@ use crate::store::LoopStore;
 
 /// Which output of which tick.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Request {
+pub(crate) struct Request {
     /// The tick; by default the running one, else the last.
     pub tick: Option<u64>,
     /// The verifier's output rather than the step's.
@@ -31,7 +31,7 @@ pub struct Request {
 }
 
 /// A tick's output, as `logs` prints it.
-pub struct Output {
+pub(crate) struct Output {
     pub tick: u64,
     /// `step` or `verifier`.
     pub what: &'static str,
@@ -48,12 +48,12 @@ pub struct Output {
 }
 
 /// The most bytes of a tick's output an answer holds ([`Output::bounded`]).
-pub const MAX_OUTPUT: u64 = 1024 * 1024;
+pub(crate) const MAX_OUTPUT: u64 = 1024 * 1024;
 
 impl Output {
     /// Streams the output to `out`, whole (as far as it was written when
     /// it was opened), never holding more than a buffer of it.
-    pub fn write_to(self, out: &mut dyn io::Write) -> Result<()> {
+    pub(crate) fn write_to(self, out: &mut dyn io::Write) -> Result<()> {
         if let Some((file, path)) = self.file {
             copy_some(file, &path, 0, self.bytes, out)?;
         }
@@ -62,7 +62,7 @@ impl Output {
 
     /// At most `limit` bytes of the output, then `[truncated, N bytes
     /// more]` on a line of its own when it held more.
-    pub fn bounded(self, limit: u64) -> Result<Vec<u8>> {
+    pub(crate) fn bounded(self, limit: u64) -> Result<Vec<u8>> {
         let mut text = Vec::new();
         let kept = self.bytes.min(limit);
         if let Some((file, path)) = self.file {
@@ -79,7 +79,7 @@ impl Output {
     }
 
     /// The last `n` bytes of the output.
-    pub fn last(self, n: u64) -> Result<Vec<u8>> {
+    pub(crate) fn last(self, n: u64) -> Result<Vec<u8>> {
         let mut text = Vec::new();
         if let Some((file, path)) = self.file {
             let from = self.bytes.saturating_sub(n);
@@ -90,7 +90,7 @@ impl Output {
 }
 
 /// `logs NAME [N]`: the output a request names, opened.
-pub fn logs(ctx: &Ctx, name: &str, req: Request) -> Result<Output> {
+pub(crate) fn logs(ctx: &Ctx, name: &str, req: Request) -> Result<Output> {
     let found = find(ctx, name, req, false)?;
     let (mut file_name, mut path) = (found.wanted.name(), found.wanted.path());
     let other = runs::output_name(found.wanted.what, !req.stderr);
@@ -118,7 +118,7 @@ pub fn logs(ctx: &Ctx, name: &str, req: Request) -> Result<Output> {
 }
 
 /// A tick's run directory, found, and the output in it a request names.
-pub struct Found {
+pub(crate) struct Found {
     pub wanted: Wanted,
     pub run: Dir,
 }
@@ -126,7 +126,7 @@ pub struct Found {
 /// Finds the output `req` names, waiting for its run directory with
 /// `follow` (the tick may not have made it yet); an error saying why there
 /// is no output when the process did not run (or ran on another host).
-pub fn find(ctx: &Ctx, name: &str, req: Request, follow: bool) -> Result<Found> {
+pub(crate) fn find(ctx: &Ctx, name: &str, req: Request, follow: bool) -> Result<Found> {
     let dir = ctx.stores.get(name)?;
     super::may_view(ctx, dir.as_ref())?;
     let state = dir.load()?;
@@ -147,7 +147,7 @@ pub fn find(ctx: &Ctx, name: &str, req: Request, follow: bool) -> Result<Found> 
 }
 
 /// The output file of one tick that `logs` reads.
-pub struct Wanted {
+pub(crate) struct Wanted {
     dir: Box<dyn LoopStore>,
     pub tick: u64,
     verifier: bool,
@@ -171,12 +171,12 @@ impl Wanted {
     }
 
     /// The name of the file asked for in the run directory.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         runs::output_name(self.what, self.stderr)
     }
 
     /// The path of the file asked for.
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.run_path.join(self.name())
     }
 
@@ -189,7 +189,7 @@ impl Wanted {
     }
 
     /// Whether the tick is running now.
-    pub fn in_flight(&self) -> bool {
+    pub(crate) fn in_flight(&self) -> bool {
         self.dir
             .load()
             .is_ok_and(|s| s.in_flight.is_some_and(|f| f.tick == self.tick))
@@ -250,10 +250,10 @@ impl Wanted {
 }
 
 /// How often a follower looks for more output.
-pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How many bytes `name` in the run directory holds (0 when it is missing).
-pub fn size(run: &Dir, name: &str) -> Result<u64> {
+pub(crate) fn size(run: &Dir, name: &str) -> Result<u64> {
     Ok(run.open_read(name)?.map_or(0, |(_, size)| size))
 }
 
@@ -268,7 +268,7 @@ fn verifier_ran(dir: &dyn LoopStore, tick: u64) -> bool {
 
 /// Copies what `f` (the file at `path`) holds past `offset` to `out`;
 /// returns the new offset.
-pub fn copy_from(f: File, path: &Path, offset: u64, out: &mut dyn io::Write) -> Result<u64> {
+pub(crate) fn copy_from(f: File, path: &Path, offset: u64, out: &mut dyn io::Write) -> Result<u64> {
     copy_some(f, path, offset, u64::MAX, out)
 }
 

@@ -4,12 +4,12 @@
 //! the console answers `Json(view)` or renders a page from it. Reading
 //! takes no lock and writes nothing, a refusal included.
 
-pub mod fires;
-pub mod history;
-pub mod logs;
-pub mod review;
-pub mod shadow;
-pub mod status;
+pub(crate) mod fires;
+pub(crate) mod history;
+pub(crate) mod logs;
+pub(crate) mod review;
+pub(crate) mod shadow;
+pub(crate) mod status;
 
 use super::Ctx;
 use crate::access::{self, Access, Action, Denied};
@@ -21,7 +21,7 @@ use crate::who::{Actor, Via};
 /// Refuses the context's actor loop `dir` when they may not see it. The
 /// `viewers` role is for a server's readers (docs/access.md): a person at
 /// the command line reads what their OS user may open.
-pub fn may_view(ctx: &Ctx, dir: &dyn LoopStore) -> Result<()> {
+pub(crate) fn may_view(ctx: &Ctx, dir: &dyn LoopStore) -> Result<()> {
     if !held_to_viewers(&ctx.actor) {
         return Ok(());
     }
@@ -43,12 +43,12 @@ fn held_to_viewers(actor: &Actor) -> bool {
 
 /// The lists that say who may see loop `dir`: its own over the root's,
 /// the root's alone when its loop.toml does not load.
-pub fn rules(root: &Root, dir: &dyn LoopStore) -> Access {
+pub(crate) fn rules(root: &Root, dir: &dyn LoopStore) -> Access {
     crate::store::access_rules(dir, &root.settings().access)
 }
 
 /// Whether `actor` may see a loop under `rules`: the one rule the API,
 /// the pages and the live feed apply.
-pub fn may_see(actor: &Actor, rules: &Access) -> std::result::Result<(), Denied> {
+pub(crate) fn may_see(actor: &Actor, rules: &Access) -> std::result::Result<(), Denied> {
     access::check(actor, Action::View, rules)
 }

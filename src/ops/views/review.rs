@@ -32,7 +32,7 @@ const TAIL_LINES: usize = 20;
 const TAIL_BYTES: u64 = 64 * 1024;
 
 #[derive(Debug, Serialize)]
-pub struct Review {
+pub(crate) struct Review {
     #[serde(rename = "loop")]
     pub loop_name: String,
     pub status: crate::state::Status,
@@ -66,7 +66,7 @@ pub struct Review {
 }
 
 #[derive(Debug, Serialize)]
-pub struct TickReview {
+pub(crate) struct TickReview {
     pub tick: u64,
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,7 +87,7 @@ pub struct TickReview {
 /// A recorded change to the config: when, who committed it, and what
 /// changed.
 #[derive(Debug, Serialize)]
-pub struct ConfigChangeReview {
+pub(crate) struct ConfigChangeReview {
     pub v: u64,
     pub at: jiff::Timestamp,
     /// Who made the change (`edit`), or whose command found it.
@@ -97,7 +97,7 @@ pub struct ConfigChangeReview {
 }
 
 #[derive(Debug, Serialize)]
-pub struct GateReview {
+pub(crate) struct GateReview {
     pub gate: String,
     #[serde(flatten)]
     pub decision: Decision,
@@ -105,7 +105,7 @@ pub struct GateReview {
 
 /// The worktree's commits since the last approved one.
 #[derive(Debug, Serialize)]
-pub struct Work {
+pub(crate) struct Work {
     /// `branch`, `from` (the commit the first tick since the last approval
     /// started on, or the pending await's), `head`.
     #[serde(flatten)]
@@ -131,13 +131,17 @@ pub struct Work {
     pub uncommitted_patch: Option<String>,
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
 /// The console's page of loop `dir`'s review, when loop.toml or the root's
 /// automaton.toml sets `[server] url`.
-pub fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
+pub(crate) fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
     let config = dir.config().ok()?;
     let settings = root.settings();
     let server = config.server.url.as_ref().or(settings.server.url.as_ref())?;
@@ -146,7 +150,7 @@ pub fn link(root: &Root, dir: &dyn LoopStore) -> Option<String> {
 
 /// `review NAME`: what an approver decides on, with the work's patch when
 /// `with_patch`, and the link to its page in the console.
-pub fn review(ctx: &Ctx, name: &str, with_patch: bool) -> Result<Review> {
+pub(crate) fn review(ctx: &Ctx, name: &str, with_patch: bool) -> Result<Review> {
     let dir = ctx.stores.get(name)?;
     super::may_view(ctx, dir.as_ref())?;
     let mut review = build(ctx.root, dir.as_ref(), with_patch)?;
@@ -218,7 +222,7 @@ fn build(root: &Root, dir: &dyn LoopStore, with_patch: bool) -> Result<Review> {
 /// The config changes recorded since the last approval: those after the
 /// last `approvals-used`, and those committed with it unless it approved a
 /// config change (they were found by the tick it released, unseen).
-pub fn config_changes(events: &[Event]) -> Vec<ConfigChangeReview> {
+pub(crate) fn config_changes(events: &[Event]) -> Vec<ConfigChangeReview> {
     let last = events
         .iter()
         .rposition(|e| matches!(e.kind, EventKind::ApprovalsUsed { .. }));
@@ -252,14 +256,14 @@ pub fn config_changes(events: &[Event]) -> Vec<ConfigChangeReview> {
 
 /// The config's files as they are now, when they differ from those the
 /// loop last recorded (read only: recording them is a committer's job).
-pub fn unrecorded(root: &Root, dir: &dyn LoopStore, state: &crate::state::State) -> Option<Hashes> {
+pub(crate) fn unrecorded(root: &Root, dir: &dyn LoopStore, state: &crate::state::State) -> Option<Hashes> {
     let config = dir.config().ok()?;
     let now = Current::of(root.path(), &config);
     now.unrecorded(state).then_some(now.hashes)
 }
 
 /// The line `status` and `review` show for a change not yet recorded.
-pub const UNRECORDED: &str = "loop.toml changed since it was last recorded (not yet recorded)";
+pub(crate) const UNRECORDED: &str = "loop.toml changed since it was last recorded (not yet recorded)";
 
 /// The decisions of tick `tick`'s gates that did not proceed, from the
 /// events up to its own.
@@ -282,7 +286,7 @@ fn gates_of(events: &[Event], tick: u64) -> Vec<GateReview> {
 
 /// The last `lines` lines of each output tick `tick` kept on this host,
 /// by file (`step.out`, `step.err`, ...); an empty one is left out.
-pub fn outputs(dir: &dyn LoopStore, tick: u64, lines: usize) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn outputs(dir: &dyn LoopStore, tick: u64, lines: usize) -> BTreeMap<String, Vec<String>> {
     let mut found = BTreeMap::new();
     let Ok(Some(runs)) = Runs::open(dir.base_dir()) else {
         return found;
@@ -322,7 +326,10 @@ fn tail(text: &str, cut: bool, n: usize) -> Vec<String> {
 fn work(range: Range, with_patch: bool) -> Work {
     let patch = (with_patch && range.ends().is_some()).then(|| range.diff(false));
     let snapshot = range.snapshot();
-    let mut uncommitted = snapshot.as_ref().map(|s| s.dirty()).unwrap_or_default();
+    let mut uncommitted = snapshot
+        .as_ref()
+        .map(crate::worktree::Snapshot::dirty)
+        .unwrap_or_default();
     let uncommitted_more = uncommitted
         .len()
         .saturating_sub(crate::worktree::MAX_DIRTY_LISTED);

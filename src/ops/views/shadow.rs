@@ -5,15 +5,15 @@
 
 use serde::Serialize;
 
-pub use crate::domain::Disagreement;
+pub(crate) use crate::domain::Disagreement;
 use crate::history::{Event, EventKind};
 
 /// How many of a shadow gate's latest evaluations its evidence counts.
-pub const WINDOW: usize = 50;
+pub(crate) const WINDOW: usize = 50;
 
 /// A shadow gate's record over its latest evaluations.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The shadow gate, as loop.toml writes it.
     pub gate: String,
     /// The most evaluations counted.
@@ -32,7 +32,7 @@ pub struct Evidence {
 
 /// The evidence of shadow gate `gate` in `events` (oldest first), over
 /// its last `window` evaluations.
-pub fn evidence(events: &[Event], gate: &str, window: usize) -> Evidence {
+pub(crate) fn evidence(events: &[Event], gate: &str, window: usize) -> Evidence {
     let mut seen: Vec<(bool, Disagreement)> = Vec::new();
     for e in events.iter().rev() {
         if seen.len() == window {
@@ -80,7 +80,7 @@ pub fn evidence(events: &[Event], gate: &str, window: usize) -> Evidence {
 }
 
 /// The evidence of each shadow gate of `config`, in config order.
-pub fn of_config(config: &crate::config::LoopConfig, events: &[Event]) -> Vec<Evidence> {
+pub(crate) fn of_config(config: &crate::config::LoopConfig, events: &[Event]) -> Vec<Evidence> {
     config
         .gates
         .iter()

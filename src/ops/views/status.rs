@@ -21,7 +21,7 @@ use crate::store::LoopStore;
 /// A loop as `status --json` and `list --json` show it: its name, what its
 /// config says, its state, when it is next due and who holds its lock.
 #[derive(Serialize)]
-pub struct LoopView {
+pub(crate) struct LoopView {
     pub name: String,
     pub description: Option<String>,
     /// `null` when loop.toml loads; else why it does not.
@@ -88,7 +88,7 @@ pub struct LoopView {
 
 impl LoopView {
     /// The status an operator sees: the stored one, or `invalid`.
-    pub fn shown_status(&self) -> String {
+    pub(crate) fn shown_status(&self) -> String {
         match &self.config_error {
             Some(_) => "invalid".into(),
             None => self.state.status.to_string(),
@@ -97,7 +97,7 @@ impl LoopView {
 
     /// The tick running now, when a tick holds the loop's lock: its
     /// number and when it took the lock.
-    pub fn running(&self) -> Option<(u64, Timestamp)> {
+    pub(crate) fn running(&self) -> Option<(u64, Timestamp)> {
         self.lock
             .as_ref()
             .filter(|h| h.command == "tick")
@@ -106,7 +106,7 @@ impl LoopView {
 }
 
 /// The view of loop `dir` in `state`, as a listing shows it.
-pub fn view(dir: &dyn LoopStore, state: &State) -> LoopView {
+pub(crate) fn view(dir: &dyn LoopStore, state: &State) -> LoopView {
     view_read(dir, state.clone(), &dir.config(), LoopStore::holder(dir))
 }
 
@@ -141,7 +141,7 @@ fn view_read(
         last_missed: None,
         refused_firings: None,
         os_schedule: None,
-        access: config.map(|c| c.access()),
+        access: config.map(crate::config::LoopConfig::access),
         unrecorded_config: None,
         config_changes: Vec::new(),
         last_output: Default::default(),
@@ -166,7 +166,7 @@ fn view_read(
 
 impl LoopView {
     /// The schedule without its jitter, as the table shows it.
-    pub fn schedule_cadence(&self) -> Option<String> {
+    pub(crate) fn schedule_cadence(&self) -> Option<String> {
         self.schedule
             .as_deref()
             .map(|s| s.split(" (jitter").next().unwrap_or(s).to_owned())
@@ -239,21 +239,21 @@ fn check_gates(root: &Root, dir: &dyn LoopStore) -> Result<()> {
 /// A loop in a listing: its view, or why its state could not be read.
 #[derive(Serialize)]
 #[serde(untagged)]
-pub enum Listed {
+pub(crate) enum Listed {
     Loop(Box<LoopView>),
     Unreadable { name: String, error: String },
 }
 
 /// Every loop the context's actor may see, as `list --json` shows them,
 /// and the error of the first whose state could not be read.
-pub struct Listing {
+pub(crate) struct Listing {
     pub loops: Vec<Listed>,
     pub first_error: Option<Error>,
 }
 
 /// `list`: every loop the context's actor may see, each with its config
 /// as a tick would load it.
-pub fn list(ctx: &Ctx) -> Result<Listing> {
+pub(crate) fn list(ctx: &Ctx) -> Result<Listing> {
     let mut listing = Listing {
         loops: Vec::new(),
         first_error: None,
@@ -270,7 +270,7 @@ pub fn list(ctx: &Ctx) -> Result<Listing> {
 /// A loop the context's actor may see, as a listing read it: its store,
 /// its view (or why its state could not be read), its config when that
 /// loads, and the error its state gave.
-pub struct Seen {
+pub(crate) struct Seen {
     pub dir: Box<dyn LoopStore>,
     pub listed: Listed,
     pub config: Option<crate::config::LoopConfig>,
@@ -280,7 +280,7 @@ pub struct Seen {
 /// Every loop the context's actor may see, read once: what `list` shows,
 /// with the store and config each was read from (`/metrics` reads on from
 /// them).
-pub fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
+pub(crate) fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
     let defaults = &ctx.root.settings().access;
     let mut out = Vec::new();
     for r in ctx.stores.read_all()? {
@@ -308,7 +308,7 @@ pub fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
 }
 
 /// The most lines of each output of a failed tick `status` shows.
-pub const FAILED_LINES: usize = 5;
+pub(crate) const FAILED_LINES: usize = 5;
 
 /// The last lines of each output of the last tick, when it failed.
 fn failed_output(dir: &dyn LoopStore, state: &State) -> std::collections::BTreeMap<String, Vec<String>> {
@@ -339,7 +339,7 @@ fn sees(ctx: &Ctx, defaults: &crate::access::Access, listed: &Listed) -> bool {
 /// listing does not look for: its gates checked as `validate` would, the
 /// gate that stopped it, whether anything fires it, its missed and
 /// refused firings, and the record of its rules.
-pub fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
+pub(crate) fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
     let dir = ctx.stores.get(name)?;
     let dir = &*dir;
     super::may_view(ctx, dir)?;
@@ -381,19 +381,19 @@ const OVERDUE: std::time::Duration = std::time::Duration::from_secs(5);
 impl LoopView {
     /// How long it has been due, when that is long enough to say
     /// `overdue` (`list` and `status NAME` alike).
-    pub fn overdue_by(&self) -> Option<std::time::Duration> {
+    pub(crate) fn overdue_by(&self) -> Option<std::time::Duration> {
         self.overdue.filter(|d| *d >= OVERDUE)
     }
 }
 
 /// Whether a daemon serves the root, by its status record.
-pub fn serving(status: &Result<Option<crate::daemon::DaemonStatus>>) -> bool {
+pub(crate) fn serving(status: &Result<Option<crate::daemon::DaemonStatus>>) -> bool {
     matches!(status, Ok(Some(s)) if s.serving)
 }
 
 /// The loops of `views` that are overdue and have no OS schedule on:
 /// nothing fires them unless a daemon serves the root.
-pub fn unfired<'a>(root: &Root, views: impl IntoIterator<Item = &'a LoopView>) -> Vec<&'a str> {
+pub(crate) fn unfired<'a>(root: &Root, views: impl IntoIterator<Item = &'a LoopView>) -> Vec<&'a str> {
     views
         .into_iter()
         .filter(|v| v.overdue_by().is_some())
@@ -435,7 +435,7 @@ fn stopped_by(dir: &dyn LoopStore, state: &State) -> Option<(String, crate::doma
 }
 
 /// What clears a stop by gate `gate` of loop `name`.
-pub fn clears(name: &str, gate: &str) -> String {
+pub(crate) fn clears(name: &str, gate: &str) -> String {
     match gate {
         "stock:budget" => format!(
             "`automaton resume {name} --reset-budget` starts its totals over (or raise the gate's `max`: `automaton edit {name}`)"

@@ -23,13 +23,13 @@ const MAX: u64 = 8 * 1024;
 const WAIT: Wait = Wait::For(std::time::Duration::from_secs(2));
 
 /// The file, under `root`.
-pub fn path(root: &Path) -> PathBuf {
+pub(super) fn path(root: &Path) -> PathBuf {
     root.join(APPROVED)
 }
 
 /// The approvals the file holds, oldest first: each loop's name and the
 /// version its approval made. Lines that do not read are passed over.
-pub fn read(root: &Path) -> Vec<(String, u64)> {
+pub(super) fn read(root: &Path) -> Vec<(String, u64)> {
     let Ok(Some(bytes)) = crate::fsx::read_regular(&path(root), MAX) else {
         return Vec::new();
     };
@@ -59,7 +59,7 @@ pub(super) fn say_of(dir: &super::LoopDir, version: u64) {
 }
 
 /// Adds loop `name`'s approval, which made `version`, to the file.
-pub fn say(root: &Path, name: &str, version: u64) -> Result<()> {
+pub(super) fn say(root: &Path, name: &str, version: u64) -> Result<()> {
     let _held = lock::acquire(&root.join(APPROVED_LOCK), APPROVED, Holder::me("approve"), WAIT)?;
     let mut all = read(root);
     all.push((name.to_owned(), version));

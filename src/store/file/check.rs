@@ -167,7 +167,7 @@ impl LoopDir {
 /// What is wrong in `root`'s loops directory itself: loop directories
 /// that are links, and what a killed `new` or `rm` left (removed by `fix`
 /// once older than `leftover_age`, so a `new` or `rm` at work is spared).
-pub fn check_loops_dir(root: &Root, fix: bool, leftover_age: Duration) -> Vec<Finding> {
+pub(crate) fn check_loops_dir(root: &Root, fix: bool, leftover_age: Duration) -> Vec<Finding> {
     let mut out = Vec::new();
     let loops = root.loops_dir();
     for entry in std::fs::read_dir(&loops).into_iter().flatten().flatten() {

@@ -14,7 +14,7 @@ use crate::state::State;
 use crate::who::Actor;
 
 /// Makes the root's directories.
-pub fn init_root(root: &Root) -> Result<bool> {
+pub(crate) fn init_root(root: &Root) -> Result<bool> {
     let fresh = !root.loops_dir().is_dir();
     create_dirs(&root.loops_dir())?;
     create_dirs(&root.cache_dir())?;
@@ -24,7 +24,7 @@ pub fn init_root(root: &Root) -> Result<bool> {
 /// Builds a new loop in a temporary directory beside the others and renames
 /// it into place; fails if the loop exists. No lock file is made. `events`
 /// are the loop's first history, committed with `state` as `by`'s.
-pub fn create_loop(
+pub(super) fn create_loop(
     root: &Root,
     name: &LoopName,
     config_text: &str,
@@ -90,7 +90,7 @@ pub fn create_loop(
 /// which may hold the loop's files already (step output, gate files): its
 /// loop.toml and history as given (each event keeps its version), then its
 /// state, the commit point. Fails if the loop exists here.
-pub fn adopt_loop(
+pub(super) fn adopt_loop(
     root: &Root,
     name: &LoopName,
     config_text: &str,

@@ -47,7 +47,7 @@ pub struct Leftover {
 
 /// Reads loop.toml for an edit: a regular file (a FIFO, a device or a
 /// symbolic link is refused at once, naming it) of at most 1 MiB.
-pub fn read_config(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_config(path: &Path) -> Result<Vec<u8>> {
     fsx::read_regular(path, CONFIG_MAX)?.ok_or_else(|| {
         let source = io::ErrorKind::NotFound.into();
         Error::io("reading", path)(source)
@@ -55,12 +55,12 @@ pub fn read_config(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// Reads the editor's copy back (as loop.toml is read: regular, bounded).
-pub fn read_copy(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_copy(path: &Path) -> Result<Vec<u8>> {
     read_config(path)
 }
 
 /// A new copy holding `bytes`, removed when the returned path is dropped.
-pub fn new_copy(dir: &Path, bytes: &[u8]) -> Result<TempPath> {
+pub(crate) fn new_copy(dir: &Path, bytes: &[u8]) -> Result<TempPath> {
     let modes = fsx::Modes::of_dir(dir);
     let mut copy = tempfile::Builder::new()
         .prefix(&ours(COPY_PREFIX))

@@ -38,20 +38,20 @@ const PAYLOAD_MAX: u64 = 48 * 1024 * 1024;
 /// One `in_flight` commit: the state of `version` and its events, stamped
 /// with it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Flight {
+pub(super) struct Flight {
     pub state: State,
     pub events: Vec<Event>,
 }
 
 impl Flight {
-    pub fn version(&self) -> u64 {
+    pub(super) fn version(&self) -> u64 {
         self.state.version
     }
 }
 
 /// What the record file holds, read against the version it must have.
 #[derive(Debug)]
-pub enum Found {
+pub(super) enum Found {
     /// No record file, or one never written (all zeros).
     Missing,
     /// A whole record of the version asked for: committed.
@@ -72,7 +72,7 @@ pub enum Found {
 /// A whole record whose contents do not parse as this build's state and
 /// events is an error naming the file (it is never passed over: it may be
 /// the only record of a commit).
-pub fn read(path: &Path, version: u64) -> Result<Found> {
+pub(super) fn read(path: &Path, version: u64) -> Result<Found> {
     let Some((file, len)) = fsx::open_read(path)? else {
         return Ok(Found::Missing);
     };
@@ -132,7 +132,7 @@ pub fn read(path: &Path, version: u64) -> Result<Found> {
 /// directory `dir` to disk before returning (the file may have been made
 /// by an unsynced write, and its name must survive a power loss too). The
 /// file only ever grows, in whole blocks.
-pub fn write(dir: &Path, path: &Path, flight: &Flight, sync: bool) -> Result<()> {
+pub(super) fn write(dir: &Path, path: &Path, flight: &Flight, sync: bool) -> Result<()> {
     let (file, len) = fsx::open_rw(path)?;
     let bytes = encode(flight, len);
     write_at(&file, &bytes, sync).map_err(Error::io("writing", path))?;

@@ -23,7 +23,7 @@ use crate::history::{BadLine, Event, History};
 /// cut short (a full disk, a file size limit) is cut back to where it
 /// began, so the next commit never glues onto half a line; if even that
 /// fails, the next session's repair does it. Only a lock holder may.
-pub fn append(dir: &Path, lines: &[u8], limits: &HistoryLimits) -> Result<bool> {
+pub(super) fn append(dir: &Path, lines: &[u8], limits: &HistoryLimits) -> Result<bool> {
     if lines.is_empty() {
         return Ok(false);
     }
@@ -54,7 +54,7 @@ struct Probe {
 /// killed or a disk full mid-append) and lines stamped with a version the
 /// state never reached (a commit that died before its state was written).
 /// Returns how many bytes were cut. Only a lock holder may call it.
-pub fn repair(path: &Path, version: u64) -> Result<u64> {
+pub(super) fn repair(path: &Path, version: u64) -> Result<u64> {
     let Some((file, len)) = fsx::open_write(path)? else {
         return Ok(0);
     };
@@ -69,7 +69,7 @@ pub fn repair(path: &Path, version: u64) -> Result<u64> {
 
 /// How many bytes at the end of the file are not committed (a torn line,
 /// lines of a version the state never reached); read-only.
-pub fn uncommitted(path: &Path, version: u64) -> Result<u64> {
+pub(super) fn uncommitted(path: &Path, version: u64) -> Result<u64> {
     let Some((file, len)) = fsx::open_read(path)? else {
         return Ok(0);
     };
@@ -121,7 +121,7 @@ fn line_start(file: &File, end: u64) -> std::io::Result<u64> {
 /// lines of a later version are an unfinished commit, passed over in
 /// silence; other lines that do not parse (damage, an event kind from a
 /// newer version) are returned apart, so readers can say so.
-pub fn read_committed(files: Vec<Opened>, version: u64) -> Result<History> {
+pub(super) fn read_committed(files: Vec<Opened>, version: u64) -> Result<History> {
     let mut history = History::default();
     for Opened { path, file, current } in files {
         let mut reader = BufReader::new(file);
@@ -167,7 +167,7 @@ pub fn read_committed(files: Vec<Opened>, version: u64) -> Result<History> {
 /// newest first, each complete line once, as it is needed; a last line
 /// not ended yet (an append in progress, or torn) is passed over. So a reader that wants the newest events holds those
 /// only, never a whole file.
-pub struct Backwards {
+pub(super) struct Backwards {
     /// The files still to read, oldest first: the last is being read.
     files: Vec<Opened>,
     /// Where the unread part of the last file ends.
@@ -175,7 +175,7 @@ pub struct Backwards {
 }
 
 /// One line read backwards: where it is and its bytes.
-pub struct BackLine {
+pub(super) struct BackLine {
     pub path: std::path::PathBuf,
     /// Its offset in its file.
     pub start: u64,
@@ -183,30 +183,29 @@ pub struct BackLine {
 }
 
 impl Backwards {
-    pub fn new(files: Vec<Opened>) -> Backwards {
+    pub(super) fn new(files: Vec<Opened>) -> Backwards {
         Backwards { files, end: None }
     }
 
     /// The next line back, if any is left.
-    pub fn next_line(&mut self) -> Result<Option<BackLine>> {
+    pub(super) fn next_line(&mut self) -> Result<Option<BackLine>> {
         loop {
             let Some(file) = self.files.last() else {
                 return Ok(None);
             };
-            let end = match self.end {
-                Some(end) => end,
-                None => {
-                    let len = file
-                        .file
-                        .metadata()
-                        .map_err(Error::io("reading", &file.path))?
-                        .len();
-                    // A line not ended yet is an append in progress (or
-                    // torn): it is no part of the history.
-                    let end = complete_end(&file.file, len).map_err(Error::io("reading", &file.path))?;
-                    self.end = Some(end);
-                    end
-                }
+            let end = if let Some(end) = self.end {
+                end
+            } else {
+                let len = file
+                    .file
+                    .metadata()
+                    .map_err(Error::io("reading", &file.path))?
+                    .len();
+                // A line not ended yet is an append in progress (or
+                // torn): it is no part of the history.
+                let end = complete_end(&file.file, len).map_err(Error::io("reading", &file.path))?;
+                self.end = Some(end);
+                end
             };
             if end == 0 {
                 self.files.pop();
@@ -244,7 +243,7 @@ fn complete_end(file: &File, len: u64) -> std::io::Result<u64> {
 
 /// The number (from 1) of the line that starts at `start` in `path`,
 /// counted by streaming the file: said only of a line that does not read.
-pub fn line_number(path: &Path, start: u64) -> usize {
+pub(super) fn line_number(path: &Path, start: u64) -> usize {
     let Ok(Some((file, _))) = fsx::open_read(path) else {
         return 0;
     };
@@ -267,7 +266,7 @@ pub fn line_number(path: &Path, start: u64) -> usize {
 /// line), with `refusals` (read backwards too) merged in after the events
 /// of the version each saw; oldest first. Reads from the end, so it holds
 /// the answer, not the files.
-pub fn read_last(
+pub(super) fn read_last(
     files: Vec<Opened>,
     version: u64,
     newer: &[Event],

@@ -46,8 +46,8 @@ use crate::lock::{self, Holder, Wait};
 use crate::root::{LoopName, Root};
 use crate::state::State;
 use crate::who::Actor;
-pub use check::check_loops_dir;
-pub use create::init_root;
+pub(crate) use check::check_loops_dir;
+pub(crate) use create::init_root;
 use create::{adopt_loop, create_loop};
 use flight::Found;
 use rotation::HISTORY;
@@ -93,11 +93,6 @@ impl LoopDir {
         LoopDir { name, dir }
     }
 
-    /// The directory of `name` when it is a valid loop name.
-    pub fn new_checked(root: &Root, name: &str) -> Option<LoopDir> {
-        LoopName::new(name).ok().map(|n| LoopDir::new(root, n))
-    }
-
     /// The loop `name`, which must exist (have a state file). A loop
     /// directory that is a symbolic link is refused: its files would be
     /// read, written and removed wherever it points.
@@ -116,7 +111,7 @@ impl LoopDir {
     }
 
     /// Whether the loop directory is a symbolic link.
-    pub fn is_link(&self) -> bool {
+    pub(crate) fn is_link(&self) -> bool {
         self.dir
             .symlink_metadata()
             .is_ok_and(|m| m.file_type().is_symlink())
@@ -135,27 +130,27 @@ impl LoopDir {
         self.state_path().symlink_metadata().is_ok()
     }
 
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self.dir.join(CONFIG)
     }
 
-    pub fn state_path(&self) -> PathBuf {
+    pub(crate) fn state_path(&self) -> PathBuf {
         self.dir.join(STATE)
     }
 
-    pub fn lock_path(&self) -> PathBuf {
+    pub(crate) fn lock_path(&self) -> PathBuf {
         self.dir.join(LOCK)
     }
 
-    pub fn history_path(&self) -> PathBuf {
+    pub(crate) fn history_path(&self) -> PathBuf {
         self.dir.join(HISTORY)
     }
 
-    pub fn refusals_path(&self) -> PathBuf {
+    pub(crate) fn refusals_path(&self) -> PathBuf {
         self.dir.join(refusals::REFUSALS)
     }
 
-    pub fn flight_path(&self) -> PathBuf {
+    pub(crate) fn flight_path(&self) -> PathBuf {
         self.dir.join(FLIGHT)
     }
 
@@ -177,7 +172,7 @@ impl LoopDir {
 
     /// Reads the state. Missing means no such loop; unparsable or of an
     /// unknown schema is an error naming the file.
-    pub fn read_state(&self) -> Result<State> {
+    pub(crate) fn read_state(&self) -> Result<State> {
         let path = self.state_path();
         match fsx::read_regular(&path, STATE_MAX)? {
             Some(text) => parse_state(&text, &path),
@@ -230,7 +225,7 @@ impl LoopDir {
     }
 
     /// Temporary files that writers killed mid-write left behind.
-    pub fn stray_files(&self) -> Result<Vec<PathBuf>> {
+    pub(crate) fn stray_files(&self) -> Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         let entries = fs::read_dir(&self.dir).map_err(Error::io("listing", &self.dir))?;
         for entry in entries {

@@ -21,15 +21,15 @@ use crate::fsx;
 use crate::history::{Event, History};
 
 /// The file refusals are appended to.
-pub const REFUSALS: &str = "refusals.jsonl";
+pub(super) const REFUSALS: &str = "refusals.jsonl";
 /// The one it was last rotated into.
-pub const ROTATED: &str = "refusals.1.jsonl";
+pub(super) const ROTATED: &str = "refusals.1.jsonl";
 
 /// Appends `event` to `dir`'s refusals, first rotating them when they are
 /// past `max_size` bytes. Appenders take turns on a lock of the file's
 /// own; one that finds the file rotated under it (another appender's
 /// rotation, made while it waited) opens the new one.
-pub fn append(dir: &Path, event: &Event, max_size: u64) -> Result<()> {
+pub(super) fn append(dir: &Path, event: &Event, max_size: u64) -> Result<()> {
     let path = dir.join(REFUSALS);
     loop {
         let (mut file, _) = fsx::open_append(&path)?;
@@ -81,7 +81,7 @@ fn current_len(file: &File, path: &Path) -> Result<u64> {
 
 /// The refusal files in `dir`, opened oldest first (to read backwards,
 /// [`super::journal::read_last`]).
-pub fn open(dir: &Path) -> Result<Vec<Opened>> {
+pub(super) fn open(dir: &Path) -> Result<Vec<Opened>> {
     let mut files = Vec::new();
     for name in [ROTATED, REFUSALS] {
         let path = dir.join(name);
@@ -100,7 +100,7 @@ pub fn open(dir: &Path) -> Result<Vec<Opened>> {
 /// ([`super::journal::read_committed`]): a line cut short at the end of
 /// the current file (an append that died) is passed over; a line that
 /// does not read is returned apart, as the history's are.
-pub fn read(dir: &Path) -> Result<History> {
+pub(super) fn read(dir: &Path) -> Result<History> {
     super::journal::read_committed(open(dir)?, u64::MAX)
 }
 

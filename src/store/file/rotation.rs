@@ -20,11 +20,11 @@ use crate::fsx;
 use crate::store::{Finding, Level};
 
 /// The history file commits append to.
-pub const HISTORY: &str = "history.jsonl";
+pub(super) const HISTORY: &str = "history.jsonl";
 
 /// A rotated history file, by its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rotated {
+pub(super) enum Rotated {
     /// `history.jsonl.<n>`, rotated by an older build: 1 is its newest.
     Old(u64),
     /// `history.<n>.jsonl`: the higher, the newer.
@@ -46,7 +46,7 @@ impl Rotated {
         number(n).map(Rotated::Seq)
     }
 
-    pub fn file_name(self) -> String {
+    pub(super) fn file_name(self) -> String {
         match self {
             Rotated::Old(n) => format!("{HISTORY}.{n}"),
             Rotated::Seq(n) => format!("history.{n}.jsonl"),
@@ -76,7 +76,7 @@ impl PartialOrd for Rotated {
 /// A loop directory's history files as one listing saw them, each with
 /// its inode number (so a name given to another file is a change).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Listing {
+pub(super) struct Listing {
     /// Rotated files, oldest first.
     rotated: Vec<(Rotated, u64)>,
     /// `history.jsonl`, when it is there.
@@ -84,7 +84,7 @@ pub struct Listing {
 }
 
 /// Lists the history files in `dir`.
-pub fn list(dir: &Path) -> Result<Listing> {
+pub(super) fn list(dir: &Path) -> Result<Listing> {
     let mut listing = Listing::default();
     for entry in fs::read_dir(dir).map_err(Error::io("listing", dir))? {
         let entry = entry.map_err(Error::io("listing", dir))?;
@@ -103,13 +103,13 @@ pub fn list(dir: &Path) -> Result<Listing> {
 
 impl Listing {
     /// The rotated files, oldest first.
-    pub fn rotated(&self) -> impl DoubleEndedIterator<Item = Rotated> + '_ {
+    pub(super) fn rotated(&self) -> impl DoubleEndedIterator<Item = Rotated> + '_ {
         self.rotated.iter().map(|(r, _)| *r)
     }
 
     /// Every history file's path, oldest first: the rotated ones, then
     /// `history.jsonl` (whether or not it is there).
-    pub fn paths(&self, dir: &Path) -> Vec<PathBuf> {
+    pub(super) fn paths(&self, dir: &Path) -> Vec<PathBuf> {
         let mut paths: Vec<PathBuf> = self.rotated().map(|r| dir.join(r.file_name())).collect();
         paths.push(dir.join(HISTORY));
         paths
@@ -117,7 +117,7 @@ impl Listing {
 
     /// The numbers missing among an older build's files, below its
     /// highest: where that build's readers stop.
-    pub fn gaps(&self) -> Vec<u64> {
+    pub(super) fn gaps(&self) -> Vec<u64> {
         let old: Vec<u64> = self.old().collect();
         let highest = old.first().copied().unwrap_or(0);
         (1..highest).filter(|n| !old.contains(n)).collect()
@@ -142,7 +142,7 @@ impl Listing {
 
 /// What `doctor` says of the rotated files' names: a gap among an older
 /// build's (which `--fix` mends), or that there are some, read first.
-pub fn check(dir: &Path) -> Option<Finding> {
+pub(super) fn check(dir: &Path) -> Option<Finding> {
     let listing = match list(dir) {
         Ok(l) => l,
         Err(e) => {
@@ -175,7 +175,7 @@ pub fn check(dir: &Path) -> Option<Finding> {
 }
 
 /// One history file open for reading.
-pub struct Opened {
+pub(super) struct Opened {
     pub path: PathBuf,
     pub file: File,
     /// Whether it is `history.jsonl`, the one commits append to.
@@ -187,7 +187,7 @@ pub struct Opened {
 /// the two listings (no file renamed, made or deleted, and every file
 /// listed still there to open): only then do they hold every event the
 /// history had when the first listing was made that is still kept.
-pub fn open_all(dir: &Path) -> Result<(Vec<Opened>, bool)> {
+pub(super) fn open_all(dir: &Path) -> Result<(Vec<Opened>, bool)> {
     let before = list(dir)?;
     let mut settled = true;
     let mut files = Vec::new();
@@ -210,7 +210,7 @@ pub fn open_all(dir: &Path) -> Result<(Vec<Opened>, bool)> {
 /// synced, then the oldest rotated files past `keep` are deleted, oldest
 /// first. A failed deletion is left for the next rotation, which deletes
 /// every file past `keep`. Only a lock holder may.
-pub fn rotate(dir: &Path, keep: usize) -> Result<()> {
+pub(super) fn rotate(dir: &Path, keep: usize) -> Result<()> {
     let listing = list(dir)?;
     let next = Rotated::Seq(listing.seqs().next_back().unwrap_or(0) + 1);
     let from = dir.join(HISTORY);
@@ -242,7 +242,7 @@ pub fn rotate(dir: &Path, keep: usize) -> Result<()> {
 /// before the next: this build's files newest first, then the older
 /// build's newest first, each taking the number just below the lowest.
 /// Returns how many files were renamed. Only a lock holder may.
-pub fn renumber_old(dir: &Path) -> Result<usize> {
+pub(super) fn renumber_old(dir: &Path) -> Result<usize> {
     let listing = list(dir)?;
     let old: Vec<u64> = listing.old().rev().collect();
     let count = old.len() as u64;

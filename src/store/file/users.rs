@@ -31,7 +31,7 @@ fn path(root: &Path) -> PathBuf {
 
 /// The admin record's entries, oldest first; none when it is not there.
 /// A line that does not read is an error naming the file and the line.
-pub fn read_log(root: &Path) -> Result<Vec<Entry>> {
+pub(super) fn read_log(root: &Path) -> Result<Vec<Entry>> {
     let file = root.join(ADMIN_LOG);
     let Some(bytes) = crate::fsx::read_regular(&file, ADMIN_LOG_MAX)? else {
         return Ok(Vec::new());
@@ -51,7 +51,7 @@ pub fn read_log(root: &Path) -> Result<Vec<Entry>> {
 
 /// Appends `entry` to the admin record, durably. The caller holds
 /// `users.lock`.
-pub fn append_log(root: &Path, entry: &Entry) -> Result<()> {
+pub(super) fn append_log(root: &Path, entry: &Entry) -> Result<()> {
     let file = root.join(ADMIN_LOG);
     let mut line = serde_json::to_vec(entry).expect("entries serialise");
     line.push(b'\n');
@@ -67,7 +67,7 @@ pub fn append_log(root: &Path, entry: &Entry) -> Result<()> {
 }
 
 /// The root's users, sorted by name; none when the file is not there.
-pub fn read(root: &Path) -> Result<Vec<User>> {
+pub(super) fn read(root: &Path) -> Result<Vec<User>> {
     let file = path(root);
     private(&file)?;
     let Some(bytes) = crate::fsx::read_regular(&file, USERS_MAX)? else {
@@ -82,7 +82,7 @@ pub fn read(root: &Path) -> Result<Vec<User>> {
 }
 
 /// Replaces the root's users with `users`, atomically and durably.
-pub fn write(root: &Path, users: &[User]) -> Result<()> {
+pub(super) fn write(root: &Path, users: &[User]) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(users).expect("users serialise");
     bytes.push(b'\n');
     let file = path(root);

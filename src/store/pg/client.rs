@@ -42,7 +42,7 @@ type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 /// Why a call on a connection failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PgError {
+pub(super) enum PgError {
     /// The server answered with an error, or the connection failed.
     #[error(transparent)]
     Server(#[from] tokio_postgres::Error),
@@ -62,7 +62,7 @@ impl PgError {
     /// was sent and its answer was lost (no answer in time, the connection
     /// cut or ended by the server). An error the server answered with on
     /// a live session means the write's transaction was rolled back.
-    pub fn outcome_unknown(&self) -> bool {
+    pub(super) fn outcome_unknown(&self) -> bool {
         match self {
             PgError::NoAnswer(_) | PgError::Ended => true,
             PgError::Abandoned => false,
@@ -71,20 +71,22 @@ impl PgError {
                 // have committed before it said so.
                 Some(db) => matches!(db.parsed_severity(), Some(Severity::Fatal | Severity::Panic)),
                 None => {
-                    e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+                    e.is_closed()
+                        || std::error::Error::source(e)
+                            .is_some_and(<dyn std::error::Error + 'static>::is::<std::io::Error>)
                 }
             },
         }
     }
 
     /// Whether the call went unanswered within its bound.
-    pub fn timed_out(&self) -> bool {
+    pub(super) fn timed_out(&self) -> bool {
         matches!(self, PgError::NoAnswer(_) | PgError::Abandoned)
     }
 
     /// Whether the server gave up waiting for a table or row lock
     /// (`lock_timeout`).
-    pub fn is_lock_wait(&self) -> bool {
+    pub(super) fn is_lock_wait(&self) -> bool {
         match self {
             PgError::Server(e) => e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE),
             _ => false,
@@ -94,7 +96,7 @@ impl PgError {
 
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(super) enum ConnectError {
     #[error(transparent)]
     Server(tokio_postgres::Error),
     #[error("the server did not answer within {}", crate::duration::format(*.0))]
@@ -124,7 +126,7 @@ struct Link {
 }
 
 /// One connection, every call bounded.
-pub struct Client {
+pub(super) struct Client {
     io: Io,
     /// Dropped first when the connection is closed, so the driver says
     /// goodbye to the server.
@@ -133,7 +135,7 @@ pub struct Client {
 
 /// A transaction on a [`Client`]; rolled back when dropped uncommitted
 /// (the rollback is sent ahead of the connection's next call).
-pub struct Transaction<'a> {
+pub(super) struct Transaction<'a> {
     io: &'a mut Io,
     tx: tokio_postgres::Transaction<'a>,
 }
@@ -146,7 +148,7 @@ impl Link {
             match self.connection.poll_message(cx) {
                 Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => self.notifications.push_back(n),
                 Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
-                    tracing::debug!("PostgreSQL: {}: {}", n.severity(), n.message())
+                    tracing::debug!("PostgreSQL: {}: {}", n.severity(), n.message());
                 }
                 Poll::Ready(Some(Ok(_))) => {}
                 Poll::Ready(Some(Err(e))) => {
@@ -195,12 +197,11 @@ impl Io {
         }
         let bound = self.bound;
         let mut request = pin!(request);
-        match self.drive(bound, |cx, _| request.as_mut().poll(cx).map_err(PgError::Server)) {
-            Some(answer) => answer,
-            None => {
-                self.abandoned = true;
-                Err(PgError::NoAnswer(bound))
-            }
+        if let Some(answer) = self.drive(bound, |cx, _| request.as_mut().poll(cx).map_err(PgError::Server)) {
+            answer
+        } else {
+            self.abandoned = true;
+            Err(PgError::NoAnswer(bound))
         }
     }
 }
@@ -242,7 +243,11 @@ impl Client {
     /// Connects within `within` (the whole of it: the socket, the start-up,
     /// authentication), whatever the other end does; each call on the
     /// connection then waits at most `bound`.
-    pub fn connect(config: &Config, within: Duration, bound: Duration) -> Result<Client, ConnectError> {
+    pub(super) fn connect(
+        config: &Config,
+        within: Duration,
+        bound: Duration,
+    ) -> Result<Client, ConnectError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
@@ -274,37 +279,37 @@ impl Client {
         self.client.as_ref().expect("a client until dropped")
     }
 
-    pub fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
+    pub(super) fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
         let s = self.io.statement(sql, || client.prepare(sql))?;
         self.io.run_kept(sql, client.query(&s, params))
     }
 
-    pub fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, PgError> {
+    pub(super) fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
         let s = self.io.statement(sql, || client.prepare(sql))?;
         self.io.run_kept(sql, client.query_one(&s, params))
     }
 
-    pub fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, PgError> {
+    pub(super) fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
         let s = self.io.statement(sql, || client.prepare(sql))?;
         self.io.run_kept(sql, client.query_opt(&s, params))
     }
 
-    pub fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
+    pub(super) fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
         let s = self.io.statement(sql, || client.prepare(sql))?;
         self.io.run_kept(sql, client.execute(&s, params))
     }
 
-    pub fn batch_execute(&mut self, sql: &str) -> Result<(), PgError> {
+    pub(super) fn batch_execute(&mut self, sql: &str) -> Result<(), PgError> {
         let client = self.client.as_ref().expect("a client until dropped");
         self.io.run(client.batch_execute(sql))
     }
 
     /// Begins a transaction.
-    pub fn transaction(&mut self) -> Result<Transaction<'_>, PgError> {
+    pub(super) fn transaction(&mut self) -> Result<Transaction<'_>, PgError> {
         let Client { io, client } = self;
         let client = client.as_mut().expect("a client until dropped");
         let tx = io.run(client.transaction())?;
@@ -313,19 +318,19 @@ impl Client {
 
     /// Whether the connection is of no more use: closed, failed, or
     /// abandoned after a call went unanswered.
-    pub fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.io.link.ended || self.io.abandoned || self.inner().is_closed()
     }
 
     /// Whether a call went unanswered within its bound: the server may not
     /// answer a new connection either.
-    pub fn is_abandoned(&self) -> bool {
+    pub(super) fn is_abandoned(&self) -> bool {
         self.io.abandoned
     }
 
     /// The notifications that arrived, waiting up to `wait` for the first
     /// (none when none came); an error when the connection ended.
-    pub fn notifications(&mut self, wait: Duration) -> Result<Vec<Notification>, PgError> {
+    pub(super) fn notifications(&mut self, wait: Duration) -> Result<Vec<Notification>, PgError> {
         if self.io.link.notifications.is_empty() {
             let arrived = self.io.drive(wait, |_, notes| {
                 if notes.is_empty() {
@@ -358,28 +363,28 @@ impl Drop for Client {
 }
 
 impl Transaction<'_> {
-    pub fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, PgError> {
+    pub(super) fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, PgError> {
         let s = self.io.statement(sql, || self.tx.prepare(sql))?;
         self.io.run_kept(sql, self.tx.query_one(&s, params))
     }
 
-    pub fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, PgError> {
+    pub(super) fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, PgError> {
         let s = self.io.statement(sql, || self.tx.prepare(sql))?;
         self.io.run_kept(sql, self.tx.query_opt(&s, params))
     }
 
-    pub fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
+    pub(super) fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
         let s = self.io.statement(sql, || self.tx.prepare(sql))?;
         self.io.run_kept(sql, self.tx.execute(&s, params))
     }
 
-    pub fn batch_execute(&mut self, sql: &str) -> Result<(), PgError> {
+    pub(super) fn batch_execute(&mut self, sql: &str) -> Result<(), PgError> {
         self.io.run(self.tx.batch_execute(sql))
     }
 
     /// Commits. An error whose [`PgError::outcome_unknown`] holds leaves
     /// whether it committed unknown.
-    pub fn commit(self) -> Result<(), PgError> {
+    pub(super) fn commit(self) -> Result<(), PgError> {
         let Transaction { io, tx } = self;
         io.run(tx.commit())
     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio_postgres::Config;
 use tokio_postgres::config::Host;
 
-pub use super::client::{Client, ConnectError};
+pub(super) use super::client::{Client, ConnectError};
 use crate::error::{Error, Result};
 
 /// How long a connection attempt may take when the URL does not say.
@@ -34,15 +34,15 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// ...and given up after this many unanswered probes (about a minute in all).
 const KEEPALIVE_RETRIES: u32 = 3;
 /// The longest a call on a connection waits for its answer.
-pub const CALL_BOUND: Duration = Duration::from_secs(30);
+pub(super) const CALL_BOUND: Duration = Duration::from_secs(30);
 /// The longest a statement may wait for a lock on a table or row.
-pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shortest bound a command's `--timeout` sets on its server waits.
 const MIN_BOUND: Duration = Duration::from_secs(1);
 
 /// How to connect, and the bounds of what is done on a connection.
 #[derive(Clone)]
-pub struct Connector {
+pub(super) struct Connector {
     config: Config,
     /// The whole of a connection attempt.
     within: Duration,
@@ -60,7 +60,7 @@ fn server_timeouts(bound: Duration) -> (Duration, Duration) {
 /// Reads `url` into a connector; `shown` is the redacted URL, for
 /// messages. `bound` (a command's `--timeout`, at least 1s) shortens the
 /// connect timeout and the call bound where it is shorter than they are.
-pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Connector> {
+pub(super) fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Connector> {
     let bounded = |default: Duration| bound.map_or(default, |b| default.min(b.max(MIN_BOUND)));
     let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| Error::Database {
         name: None,
@@ -117,13 +117,13 @@ pub fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<Connect
 
 impl Connector {
     /// Opens one connection, within the connect timeout.
-    pub fn connect(&self) -> Result<Client, ConnectError> {
+    pub(super) fn connect(&self) -> Result<Client, ConnectError> {
         Client::connect(&self.config, self.within, self.bound)
     }
 
     /// Opens one connection within `bound`, each call on it bounded by
     /// `bound` too.
-    pub fn connect_within(&self, bound: Duration) -> Result<Client, ConnectError> {
+    pub(super) fn connect_within(&self, bound: Duration) -> Result<Client, ConnectError> {
         Client::connect(&self.config, bound.min(self.within), bound.min(self.bound))
     }
 }
@@ -135,17 +135,14 @@ fn var(name: &str) -> Option<String> {
 /// What libpq would take from the environment where the URL is silent.
 fn fill_from_env(config: &mut Config) {
     if config.get_hosts().is_empty() {
-        match var("PGHOST") {
-            Some(h) => {
-                config.host(&h);
-            }
-            None => {
-                let socket = ["/var/run/postgresql", "/tmp"]
-                    .into_iter()
-                    .find(|d| Path::new(d).is_dir())
-                    .unwrap_or("/tmp");
-                config.host_path(socket);
-            }
+        if let Some(h) = var("PGHOST") {
+            config.host(&h);
+        } else {
+            let socket = ["/var/run/postgresql", "/tmp"]
+                .into_iter()
+                .find(|d| Path::new(d).is_dir())
+                .unwrap_or("/tmp");
+            config.host_path(socket);
         }
     }
     if config.get_ports().is_empty()

@@ -58,7 +58,7 @@ impl PgLoop {
                     tracing::warn!(
                         "loop {:?}: passed over a firing that does not read: {e}",
                         self.name.as_str()
-                    )
+                    );
                 })
                 .ok()
         });

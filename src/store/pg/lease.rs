@@ -36,13 +36,13 @@ use crate::lock::{Holder, LockWatch};
 
 /// How long a lease lasts past its last renewal, by the server's clock,
 /// unless `AUTOMATON_LEASE_TTL` says otherwise.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// The shortest lease `AUTOMATON_LEASE_TTL` may ask for.
 const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// The lease's length: `AUTOMATON_LEASE_TTL` (a duration, at least 1s),
 /// else [`DEFAULT_TTL`].
-pub fn ttl() -> Duration {
+pub(super) fn ttl() -> Duration {
     std::env::var("AUTOMATON_LEASE_TTL")
         .ok()
         .and_then(|v| crate::duration::parse(&v).ok())
@@ -56,7 +56,7 @@ pub fn ttl() -> Duration {
 /// before the server set the expiry, or `None` when a live lease stands.
 /// Call it holding the loop's advisory lock, or having seen no live lease:
 /// the upsert alone decides between takers.
-pub fn take(
+pub(super) fn take(
     client: &mut Client,
     name: &str,
     me: &Holder,
@@ -149,7 +149,7 @@ fn upsert(
 /// Inside a commit's transaction: whether the lease still holds `fence`
 /// and has not run out, locking its row until the transaction ends, so no
 /// one takes the lock between this check and the commit.
-pub fn fenced(tx: &mut Transaction<'_>, name: &str, fence: i64) -> Result<bool, PgError> {
+pub(super) fn fenced(tx: &mut Transaction<'_>, name: &str, fence: i64) -> Result<bool, PgError> {
     tx.query_opt(
         "SELECT 1 FROM leases WHERE loop = $1 AND fence = $2 AND expires_at > clock_timestamp() FOR UPDATE",
         &[&name, &fence],
@@ -163,7 +163,7 @@ pub fn fenced(tx: &mut Transaction<'_>, name: &str, fence: i64) -> Result<bool, 
 /// broke; a renewal still waiting on the server is left to itself, and
 /// the next one makes a connection of its own).
 #[derive(Clone)]
-pub struct Renewals(Arc<Renewer>);
+pub(super) struct Renewals(Arc<Renewer>);
 
 struct Renewer {
     connector: Connector,
@@ -178,7 +178,7 @@ struct Renewer {
 }
 
 impl Renewals {
-    pub fn new(connector: Connector) -> Renewals {
+    pub(super) fn new(connector: Connector) -> Renewals {
         Renewals(Arc::new(Renewer {
             connector,
             leases: Mutex::new(Vec::new()),
@@ -207,7 +207,7 @@ impl Renewals {
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Renewer {
@@ -222,7 +222,10 @@ impl Renewer {
                     if let Some(ttl) = leases.iter().filter_map(|l| Some(l.upgrade()?.ttl)).min() {
                         break ttl / 4;
                     }
-                    leases = self.added.wait(leases).unwrap_or_else(|e| e.into_inner());
+                    leases = self
+                        .added
+                        .wait(leases)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
             };
             std::thread::sleep(every);
@@ -287,14 +290,16 @@ impl Renewer {
             }
             Err(e) => {
                 let why = crate::error::with_causes(&e);
-                held.iter().for_each(|l| l.failed(why.clone()));
+                for l in held {
+                    l.failed(why.clone());
+                }
             }
         }
     }
 }
 
 /// A held lease, renewed until dropped; [`Lease::watch`] says when it is lost.
-pub struct Lease {
+pub(super) struct Lease {
     shared: Arc<Shared>,
 }
 
@@ -321,7 +326,7 @@ struct State {
 impl Lease {
     /// Starts renewing the lease of loop `name` held with `fence`, taken by
     /// a statement sent at `taken`, with the process's other leases.
-    pub fn start(name: &str, fence: i64, ttl: Duration, renewals: &Renewals, taken: Instant) -> Lease {
+    pub(super) fn start(name: &str, fence: i64, ttl: Duration, renewals: &Renewals, taken: Instant) -> Lease {
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             fence,
@@ -335,7 +340,7 @@ impl Lease {
             }),
             wake: Condvar::new(),
         });
-        shared.watch.renewed(taken + ttl - ttl / 4);
+        shared.watch.renewed((taken + ttl).checked_sub(ttl / 4).unwrap());
         let watchdog = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("lease-watchdog".into())
@@ -352,23 +357,23 @@ impl Lease {
         Lease { shared }
     }
 
-    pub fn watch(&self) -> LockWatch {
+    pub(super) fn watch(&self) -> LockWatch {
         self.shared.watch.clone()
     }
 
-    pub fn fence(&self) -> i64 {
+    pub(super) fn fence(&self) -> i64 {
         self.shared.fence
     }
 
     /// Why the lease is lost, when it is.
-    pub fn lost(&self) -> Option<String> {
+    pub(super) fn lost(&self) -> Option<String> {
         self.shared.watch.is_lost().then(|| self.shared.why_lost())
     }
 }
 
 impl Lease {
     /// Stops renewing: the holder is letting the lease go.
-    pub fn stop(&self) {
+    pub(super) fn stop(&self) {
         self.shared.lock().stopped = true;
         self.shared.wake.notify_all();
     }
@@ -382,7 +387,9 @@ impl Drop for Lease {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The watchdog: declares the lock lost when the server said so or
@@ -396,7 +403,7 @@ impl Shared {
                 return;
             }
             let now = Instant::now();
-            let kill_at = state.renewed + self.ttl - every;
+            let kill_at = (state.renewed + self.ttl).checked_sub(every).unwrap();
             if state.gone || now >= kill_at {
                 drop(state);
                 tracing::warn!(
@@ -410,7 +417,7 @@ impl Shared {
             state = self
                 .wake
                 .wait_timeout(state, kill_at.saturating_duration_since(now))
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
     }
@@ -427,7 +434,7 @@ impl Shared {
         }
         state.renewed = state.renewed.max(sent);
         state.error = None;
-        let kill_at = state.renewed + self.ttl - self.ttl / 4;
+        let kill_at = (state.renewed + self.ttl).checked_sub(self.ttl / 4).unwrap();
         drop(state);
         self.watch.renewed(kill_at);
     }

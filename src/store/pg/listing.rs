@@ -22,7 +22,7 @@ const READ_ALL: &str = "SELECT l.name, l.config, l.state::text, l.version,
 impl Database {
     /// Every loop with its config, state and holder, read in one query
     /// (one snapshot).
-    pub fn read_all(self: &Arc<Self>) -> Result<Vec<Listing>> {
+    pub(crate) fn read_all(self: &Arc<Self>) -> Result<Vec<Listing>> {
         let rows = self.with(None, "cannot list the loops", |c| c.query(READ_ALL, &[]))?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {

@@ -56,7 +56,7 @@ const KEY: &str = "hashtextextended('automaton:' || current_schema() || ':' || $
 const WAITING_KEY: &str = "hashtextextended('automaton:waiting:' || current_schema() || ':' || $1, 0)";
 /// The notification channel: a loop's name, sent on every create, config
 /// change and removal; `NAME state` on every commit of its state.
-pub const CHANNEL: &str = "automaton_loops";
+pub(super) const CHANNEL: &str = "automaton_loops";
 /// Keeps a connection that idles by design (the listener, the lease
 /// renewals') from being ended by the server's `idle_session_timeout`,
 /// where the server has one and it is set (a DBA's default).
@@ -162,7 +162,7 @@ impl Database {
 
     /// An idle connection, or a new one.
     fn take(&self, name: Option<&str>) -> Result<Client> {
-        let idle = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+        let idle = self.idle.lock().map_or(None, |mut v| v.pop());
         match idle {
             Some(c) if !c.is_closed() => Ok(c),
             _ => self.connect(name),
@@ -215,7 +215,7 @@ impl Database {
     }
 
     /// The loop `name`, which must exist.
-    pub fn open_loop(self: &Arc<Self>, name: &str) -> Result<PgLoop> {
+    pub(crate) fn open_loop(self: &Arc<Self>, name: &str) -> Result<PgLoop> {
         let lp = self.handle(LoopName::new(name)?);
         if !lp.exists()? {
             return Err(lp.no_such());
@@ -688,7 +688,7 @@ impl LoopStore for PgLoop {
         }
         match self.history() {
             Ok(h) if h.bad.is_empty() => {
-                out.push(Finding::ok("history", format!("{} events", h.events.len())))
+                out.push(Finding::ok("history", format!("{} events", h.events.len())));
             }
             Ok(h) => out.extend(h.bad.iter().take(5).map(|b| {
                 Finding::new(

@@ -67,7 +67,7 @@ impl PgLoop {
             }
             match rows.last() {
                 Some(last) if rows.len() as i64 == PAGE => {
-                    after = Some((last.get(0), last.get(1), last.get(2)))
+                    after = Some((last.get(0), last.get(1), last.get(2)));
                 }
                 _ => break,
             }

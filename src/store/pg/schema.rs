@@ -22,11 +22,11 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// The schema version this binary reads and writes.
-pub const KNOWN: i32 = MIGRATIONS.len() as i32;
+pub(super) const KNOWN: i32 = MIGRATIONS.len() as i32;
 
 /// Brings the schema to [`KNOWN`], or refuses a newer one. `url` is the
 /// redacted URL, for messages.
-pub fn ensure(client: &mut Client, url: &str) -> Result<()> {
+pub(super) fn ensure(client: &mut Client, url: &str) -> Result<()> {
     let fail = |action: &str| {
         let action = action.to_owned();
         move |e: PgError| Error::Database {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::users::User;
 
 /// Every user, sorted by name.
-pub fn read(db: &Database) -> Result<Vec<User>> {
+pub(super) fn read(db: &Database) -> Result<Vec<User>> {
     let rows = db.with(None, "cannot read the users", |c| {
         c.query("SELECT name, record::text FROM users ORDER BY name", &[])
     })?;
@@ -27,7 +27,7 @@ pub fn read(db: &Database) -> Result<Vec<User>> {
 
 /// Adds `user`, or replaces the one of its name, with `entry` recorded
 /// in the same transaction.
-pub fn put(db: &Database, user: &User, entry: &Entry) -> Result<()> {
+pub(super) fn put(db: &Database, user: &User, entry: &Entry) -> Result<()> {
     let record = serde_json::to_string(user).expect("users serialise");
     db.with(None, "cannot save the user", |c| {
         let mut tx = c.transaction()?;
@@ -43,7 +43,7 @@ pub fn put(db: &Database, user: &User, entry: &Entry) -> Result<()> {
 
 /// Removes the user `name`, with `entry` recorded in the same
 /// transaction; false (nothing recorded) when there is none.
-pub fn remove(db: &Database, name: &str, entry: &Entry) -> Result<bool> {
+pub(super) fn remove(db: &Database, name: &str, entry: &Entry) -> Result<bool> {
     db.with(None, "cannot remove the user", |c| {
         let mut tx = c.transaction()?;
         let n = tx.execute("DELETE FROM users WHERE name = $1", &[&name])?;
@@ -56,7 +56,7 @@ pub fn remove(db: &Database, name: &str, entry: &Entry) -> Result<bool> {
 }
 
 /// The admin record, oldest first.
-pub fn log(db: &Database) -> Result<Vec<Entry>> {
+pub(super) fn log(db: &Database) -> Result<Vec<Entry>> {
     let rows = db.with(None, "cannot read the admin record", |c| {
         c.query("SELECT n, record::text FROM admin_log ORDER BY n", &[])
     })?;
@@ -67,7 +67,7 @@ pub fn log(db: &Database) -> Result<Vec<Entry>> {
 
 /// Gives `change` the recorded delegates and records the entry it
 /// returns, the table locked against another change between the two.
-pub fn change_delegates(
+pub(super) fn change_delegates(
     db: &Database,
     change: &mut dyn FnMut(Vec<String>) -> Option<Entry>,
 ) -> Result<Option<Entry>> {
@@ -94,7 +94,7 @@ pub fn change_delegates(
 }
 
 /// Adds `entry`, which changes nothing else, to the admin record.
-pub fn record(db: &Database, entry: &Entry) -> Result<()> {
+pub(super) fn record(db: &Database, entry: &Entry) -> Result<()> {
     db.with(None, "cannot add to the admin record", |c| {
         let mut tx = c.transaction()?;
         record_in(&mut tx, entry)?;

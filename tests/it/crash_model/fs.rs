@@ -13,10 +13,10 @@ use super::trace::{Arg, Call};
 
 /// A directory's contents: relative path → a file's bytes, or `None` for
 /// a directory. The loop directory itself is not listed.
-pub type Tree = BTreeMap<String, Option<Vec<u8>>>;
+pub(super) type Tree = BTreeMap<String, Option<Vec<u8>>>;
 
 /// Reads `dir` into a tree (symbolic links are not followed, nor listed).
-pub fn read_tree(dir: &Path) -> Tree {
+pub(super) fn read_tree(dir: &Path) -> Tree {
     let mut tree = Tree::new();
     for rel in crate::common::tree(dir) {
         let path = dir.join(&rel);
@@ -31,7 +31,7 @@ pub fn read_tree(dir: &Path) -> Tree {
 }
 
 /// Writes `tree` into `dir`, which must not exist.
-pub fn write_tree(dir: &Path, tree: &Tree) {
+pub(super) fn write_tree(dir: &Path, tree: &Tree) {
     std::fs::create_dir_all(dir).unwrap();
     for (rel, content) in tree {
         let path = dir.join(rel);
@@ -47,7 +47,7 @@ pub fn write_tree(dir: &Path, tree: &Tree) {
 
 /// A metadata operation, journaled in program order.
 #[derive(Debug, Clone)]
-pub enum Meta {
+pub(super) enum Meta {
     /// A name for an inode: a file or directory made (or a hard link).
     Name { name: String, ino: usize },
     /// A name removed (unlink, rmdir).
@@ -66,7 +66,7 @@ pub enum Meta {
 }
 
 #[derive(Debug, Clone)]
-pub enum Kind {
+pub(super) enum Kind {
     Meta(Meta),
     /// Data written at `off`.
     Write {
@@ -85,7 +85,7 @@ pub enum Kind {
 
 /// One step of the recorded command, with what it was for reports.
 #[derive(Debug, Clone)]
-pub struct Step {
+pub(super) struct Step {
     pub what: String,
     pub kind: Kind,
 }
@@ -177,7 +177,7 @@ fn parent(name: &str) -> &str {
 }
 
 /// The recorded command as steps on the directory it started from.
-pub struct Recording {
+pub(super) struct Recording {
     start: Fs,
     pub steps: Vec<Step>,
     /// Writes to files that had lost their last name, passed over.
@@ -186,7 +186,7 @@ pub struct Recording {
 
 /// How much of an unsynced write a crash leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Keep {
+pub(super) enum Keep {
     Lost,
     Half,
     Whole,
@@ -195,7 +195,7 @@ pub enum Keep {
 impl Recording {
     /// Turns `calls` into steps on `start`, the directory at `dir` (as the
     /// command was given it) before the command ran.
-    pub fn new(dir: &Path, start: &Tree, calls: &[Call]) -> Recording {
+    pub(super) fn new(dir: &Path, start: &Tree, calls: &[Call]) -> Recording {
         let mut conv = Convert::new(dir, start);
         for call in calls {
             if call.ret.is_some() {
@@ -217,7 +217,7 @@ impl Recording {
     /// The tree a crash after the first `k` steps leaves when only the
     /// first `m` metadata operations reached the disk and write step `i`
     /// left `keep(i)` of its bytes.
-    pub fn replay(&self, k: usize, m: usize, keep: &dyn Fn(usize) -> Keep) -> Tree {
+    pub(super) fn replay(&self, k: usize, m: usize, keep: &dyn Fn(usize) -> Keep) -> Tree {
         let mut fs = self.start.clone();
         let mut meta = 0;
         for (i, step) in self.steps[..k].iter().enumerate() {
@@ -240,13 +240,13 @@ impl Recording {
     }
 
     /// Every step, whole: what the command left.
-    pub fn replay_all(&self, k: usize) -> Tree {
+    pub(super) fn replay_all(&self, k: usize) -> Tree {
         let m = self.metas_before(k);
         self.replay(k, m, &|_| Keep::Whole)
     }
 
     /// How many of the first `k` steps are metadata operations.
-    pub fn metas_before(&self, k: usize) -> usize {
+    pub(super) fn metas_before(&self, k: usize) -> usize {
         self.steps[..k]
             .iter()
             .filter(|s| matches!(s.kind, Kind::Meta(_)))
@@ -254,7 +254,7 @@ impl Recording {
     }
 
     /// The inodes named after the first `m` metadata operations.
-    pub fn named_after(&self, m: usize) -> Vec<usize> {
+    pub(super) fn named_after(&self, m: usize) -> Vec<usize> {
         let mut fs = self.start.clone();
         let metas = self.steps.iter().filter_map(|s| match &s.kind {
             Kind::Meta(op) => Some(op),
@@ -271,7 +271,7 @@ impl Recording {
 
 /// Where a half-kept write is cut: at a 4 KiB boundary inside it, the
 /// one nearest its middle, else at half its bytes (a torn sector).
-pub fn half(off: u64, len: usize) -> usize {
+pub(super) fn half(off: u64, len: usize) -> usize {
     const BLOCK: u64 = 4096;
     let (start, end) = (off, off + len as u64);
     let mid = off + len as u64 / 2;
@@ -487,22 +487,19 @@ impl Convert {
         let has = |f: &str| flags.split('|').any(|x| x == f);
         assert!(!has("O_TMPFILE"), "{}: O_TMPFILE is not modelled", c.name);
         let writable = has("O_WRONLY") || has("O_RDWR");
-        let ino = match self.fs.names.get(&name) {
-            Some(&ino) => {
-                if has("O_TRUNC") && writable && self.fs.len(ino) > 0 {
-                    self.meta(
-                        format!("{}(O_TRUNC) {name}", c.name),
-                        Meta::SetLen { ino, len: 0 },
-                    );
-                }
-                ino
+        let ino = if let Some(&ino) = self.fs.names.get(&name) {
+            if has("O_TRUNC") && writable && self.fs.len(ino) > 0 {
+                self.meta(
+                    format!("{}(O_TRUNC) {name}", c.name),
+                    Meta::SetLen { ino, len: 0 },
+                );
             }
-            None => {
-                let ino = self.fs.nodes.len();
-                self.fs.nodes.push(Some(Vec::new()));
-                self.meta(format!("{}(O_CREAT) {name}", c.name), Meta::Name { name, ino });
-                ino
-            }
+            ino
+        } else {
+            let ino = self.fs.nodes.len();
+            self.fs.nodes.push(Some(Vec::new()));
+            self.meta(format!("{}(O_CREAT) {name}", c.name), Meta::Name { name, ino });
+            ino
         };
         if writable {
             let fd = ret.value.to_string();
@@ -518,19 +515,18 @@ impl Convert {
         let ino = self.ino(&name);
         data.truncate(c.ret.as_ref().unwrap().value as usize);
         let len = self.fs.len(ino);
-        let off = match at {
-            Some(off) => off,
-            None => {
-                let w = self.writers.get_mut(&ino).unwrap_or_else(|| {
-                    panic!(
-                        "{}: a write to {name} through a descriptor not opened for writing",
-                        c.name
-                    )
-                });
-                let off = if w.append { len } else { w.pos };
-                w.pos = off + data.len() as u64;
-                off
-            }
+        let off = if let Some(off) = at {
+            off
+        } else {
+            let w = self.writers.get_mut(&ino).unwrap_or_else(|| {
+                panic!(
+                    "{}: a write to {name} through a descriptor not opened for writing",
+                    c.name
+                )
+            });
+            let off = if w.append { len } else { w.pos };
+            w.pos = off + data.len() as u64;
+            off
         };
         if data.is_empty() {
             return;

@@ -13,7 +13,7 @@ use super::fs::{Keep, Kind, Meta, Recording, Tree};
 /// first `m` of their `metas` metadata operations on disk (`floor` of them
 /// durable), and the fates of the writes not yet synced.
 #[derive(Debug, Clone)]
-pub struct Crash {
+pub(super) struct Crash {
     pub k: usize,
     pub m: usize,
     pub metas: usize,
@@ -24,7 +24,7 @@ pub struct Crash {
 impl Crash {
     /// `after step 12 (fdatasync history.jsonl): 5 of 6 metadata
     /// operations (4 durable); write 9 lost`.
-    pub fn describe(&self, rec: &Recording) -> String {
+    pub(super) fn describe(&self, rec: &Recording) -> String {
         let at = match self.k {
             0 => "before the first step".to_owned(),
             k => format!("after step {k} ({})", rec.steps[k - 1].what),
@@ -49,7 +49,7 @@ impl Crash {
 /// The distinct states, each with the last crash point that leaves it
 /// (the one whose promises are the strictest), and how many crash states
 /// were enumerated before duplicates were dropped.
-pub struct Enumerated {
+pub(super) struct Enumerated {
     pub states: Vec<(Tree, Crash)>,
     pub tried: usize,
 }
@@ -69,7 +69,7 @@ struct WriteStep {
 /// The most metadata prefixes tried at one crash point.
 const PREFIXES: usize = 8;
 
-pub fn enumerate(rec: &Recording) -> Enumerated {
+pub(super) fn enumerate(rec: &Recording) -> Enumerated {
     let writes = write_steps(rec);
     let total = rec.metas_before(rec.steps.len());
     let named: Vec<BTreeSet<usize>> = (0..=total)
@@ -105,12 +105,11 @@ pub fn enumerate(rec: &Recording) -> Enumerated {
                     floor,
                     fates: open.iter().copied().zip(fate.iter().copied()).collect(),
                 };
-                match index.get(&tree) {
-                    Some(&at) => states[at].1 = crash,
-                    None => {
-                        index.insert(tree.clone(), states.len());
-                        states.push((tree, crash));
-                    }
+                if let Some(&at) = index.get(&tree) {
+                    states[at].1 = crash;
+                } else {
+                    index.insert(tree.clone(), states.len());
+                    states.push((tree, crash));
                 }
             }
         }
@@ -255,7 +254,11 @@ mod tests {
 
     #[test]
     fn a_file_synced_then_renamed_over_another_is_never_seen_torn() {
-        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let set = |v: &[&str]| {
+            v.iter()
+                .map(std::string::ToString::to_string)
+                .collect::<BTreeSet<_>>()
+        };
         assert_eq!(outcomes(true, "rename"), (set(&["old", "new"]), set(&["new"])));
         // auto_da_alloc: a rename that replaces a file flushes its data.
         assert_eq!(outcomes(false, "rename"), (set(&["old", "new"]), set(&["new"])));

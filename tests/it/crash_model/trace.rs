@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 /// One completed system call.
 #[derive(Debug)]
-pub struct Call {
+pub(super) struct Call {
     pub name: String,
     pub args: Vec<Arg>,
     /// The result, or `None` when the call failed (or never returned).
@@ -20,14 +20,14 @@ pub struct Call {
 /// A successful call's result: the number and, for a new descriptor, the
 /// path it is open on.
 #[derive(Debug)]
-pub struct Ret {
+pub(super) struct Ret {
     pub value: i64,
     pub path: Option<Vec<u8>>,
 }
 
 /// One argument as strace prints it.
 #[derive(Debug)]
-pub enum Arg {
+pub(super) enum Arg {
     /// A string; `cut` when strace printed only its start (`"..."...`).
     Str { bytes: Vec<u8>, cut: bool },
     /// A descriptor (or `AT_FDCWD`) with the path `-y` showed for it.
@@ -40,14 +40,14 @@ pub enum Arg {
 }
 
 impl Arg {
-    pub fn path(&self) -> Option<&[u8]> {
+    pub(super) fn path(&self) -> Option<&[u8]> {
         match self {
             Arg::Fd { path, .. } => Some(path),
             _ => None,
         }
     }
 
-    pub fn bytes(&self) -> Option<&[u8]> {
+    pub(super) fn bytes(&self) -> Option<&[u8]> {
         match self {
             Arg::Str { bytes, cut: false } => Some(bytes),
             Arg::Str { cut: true, .. } => panic!("strace cut a string short: raise -s"),
@@ -55,7 +55,7 @@ impl Arg {
         }
     }
 
-    pub fn atom(&self) -> &str {
+    pub(super) fn atom(&self) -> &str {
         match self {
             Arg::Atom(a) => a,
             Arg::Fd { fd, .. } => fd,
@@ -63,13 +63,13 @@ impl Arg {
         }
     }
 
-    pub fn number(&self) -> Option<u64> {
+    pub(super) fn number(&self) -> Option<u64> {
         self.atom().parse().ok()
     }
 }
 
 /// Every completed call in `text`, in the order they completed.
-pub fn parse(text: &str) -> Vec<Call> {
+pub(super) fn parse(text: &str) -> Vec<Call> {
     let mut pending: HashMap<&str, String> = HashMap::new();
     let mut calls = Vec::new();
     for line in text.lines() {
