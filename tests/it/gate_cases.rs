@@ -235,3 +235,57 @@ fn cases_json_is_plain_and_bench_times_each_case() {
         "{v}"
     );
 }
+
+/// Takes any object in `check-params`, but describes its params as
+/// `start_hour`, a whole hour of the day.
+fn schema_gate() -> Vec<u8> {
+    fx::WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))")
+        .schema(
+            r#"{"type":"object","properties":{"start_hour":{"type":"integer","minimum":0,"maximum":23}},"additionalProperties":false}"#,
+        )
+        .build()
+}
+
+/// The host holds params to the gate's own `params-schema`, whatever its
+/// `check-params` lets through, in `gate test`, `validate` and `new`,
+/// naming the param and the rule.
+#[test]
+fn params_are_held_to_the_gates_schema_naming_the_param() {
+    let env = Env::new();
+    let gate = write(&env.scratch(), "hours.wasm", &schema_gate());
+    let gate = gate.to_str().unwrap();
+
+    env.ok(&["gate", "test", gate, "--params", r#"{"start_hour": 9}"#]);
+    let err = env.fails(1, &["gate", "test", gate, "--params", r#"{"start_hour": 25}"#]);
+    assert!(
+        err.contains("start_hour: 25 is greater than the maximum of 23 (params-schema: maximum)"),
+        "{err}"
+    );
+
+    let table = serde_json::json!([
+        {"name": "late", "params": {"start_hour": 25}, "expect": {"rejected_param": "start_hour", "reason_matches": "maximum"}},
+        {"name": "typo", "params": {"start_hour": 9, "evry": 1}, "expect": {"error": "bad-params", "reason_matches": "evry"}},
+        {"name": "fine", "params": {"start_hour": 9}, "expect": {"decision": "proceed"}},
+    ]);
+    let out = cases(&env, gate, &table, 0, &[]);
+    assert!(out.ends_with("3 passed, 0 failed\n"), "{out}");
+
+    let toml = |hour: u32| {
+        format!("step = \"true\"\n[[gate]]\npath = \"{gate}\"\nparams = {{ start_hour = {hour} }}\n")
+    };
+    let file = write(&env.scratch(), "late.toml", toml(25).as_bytes());
+    let err = env.fails(5, &["new", "late", "--from", file.to_str().unwrap()]);
+    assert!(
+        err.contains("start_hour: 25 is greater than the maximum of 23"),
+        "{err}"
+    );
+
+    env.new_loop("hours", &toml(9));
+    std::fs::write(env.loop_dir("hours").join("loop.toml"), toml(24)).unwrap();
+    let err = env.fails(5, &["validate", "hours"]);
+    assert!(err.contains("loop.toml:4:"), "{err}");
+    assert!(
+        err.contains("start_hour: 24 is greater than the maximum of 23"),
+        "{err}"
+    );
+}
