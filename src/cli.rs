@@ -729,10 +729,17 @@ pub enum GateCommand {
         #[arg(long, value_name = "FILE", conflicts_with = "cases")]
         context: Option<String>,
         /// A JSON array of cases, each {"name", "context", "params",
-        /// "phase", "expect": {"decision", "reason"}}: prints one line per
-        /// case and `N passed, N failed`, and fails when one does
+        /// "phase", "expect"}; "expect" holds a "decision" or an "error"
+        /// (trap, timeout, memory, refused, bad-params…) or a
+        /// "rejected_param", and optionally "reason", "reason_matches" and
+        /// "log" (regular expressions): prints one line per case with its
+        /// time and `N passed, N failed`, and fails when one does
         #[arg(long, value_name = "FILE")]
         cases: Option<PathBuf>,
+        /// Run each case RUNS more times and print its median and 99th
+        /// percentile time
+        #[arg(long, value_name = "RUNS", requires = "cases", num_args = 0..=1, default_missing_value = "100")]
+        bench: Option<u32>,
         /// The gate's params, as a JSON object (overrides the context's)
         #[arg(long, value_name = "JSON", value_parser = parse_json)]
         params: Option<serde_json::Value>,

@@ -27,6 +27,7 @@ pub(crate) fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Res
             target,
             context,
             cases,
+            bench,
             params,
             phase,
             timeout,
@@ -41,7 +42,8 @@ pub(crate) fn run(cmd: GateCommand, root: Flags<'_>, out: &mut dyn Write) -> Res
             if let Some(file) = cases {
                 let table = cases::read(&file)?;
                 let host = GateHost::new(cache())?;
-                let r = cases::run(&host, &target, table, params, phase, &limits)?;
+                let defaults = cases::Defaults { params, phase, bench };
+                let r = cases::run(&host, &target, table, &defaults, &limits)?;
                 cases::render(&r, json.json, out).map_err(Error::Output)?;
                 return Ok(if r.failed() == 0 { Exit::Ok } else { Exit::Wanting });
             }

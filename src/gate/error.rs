@@ -110,6 +110,51 @@ pub enum GateErrorKind {
     Host { message: String },
 }
 
+impl GateErrorKind {
+    /// The kind's name, as a cases file expects it (`"error": "timeout"`)
+    /// and `gate test --cases --json` reports it. A gate's own failure
+    /// (`panic`, `exception`, `thrown`, `not-returnable`, `wrong-value`)
+    /// is also a `trap`: see [`GateErrorKind::is_trap`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            GateErrorKind::Timeout { .. } => "timeout",
+            GateErrorKind::MemoryCap { .. } => "memory",
+            GateErrorKind::Trap { .. } => "trap",
+            GateErrorKind::Exception { .. } => "exception",
+            GateErrorKind::Panic { .. } => "panic",
+            GateErrorKind::Thrown { .. } => "thrown",
+            GateErrorKind::NotReturnable { .. } => "not-returnable",
+            GateErrorKind::WrongValue { .. } => "wrong-value",
+            GateErrorKind::NotAComponent { .. } => "not-a-component",
+            GateErrorKind::WrongWorld { .. } => "wrong-world",
+            GateErrorKind::MissingFile { .. } => "missing-file",
+            GateErrorKind::Io { .. } => "io",
+            GateErrorKind::HashMismatch { .. } => "hash-mismatch",
+            GateErrorKind::ParamsRejected { .. } => "bad-params",
+            GateErrorKind::Refused { .. } => "refused",
+            GateErrorKind::Compile { .. } => "compile",
+            GateErrorKind::UnknownStock { .. } => "unknown-stock",
+            GateErrorKind::Untrusted { .. } => "untrusted",
+            GateErrorKind::Host { .. } => "host",
+        }
+    }
+
+    /// Whether the gate's code itself stopped the call: a trap, or a
+    /// language's account of one (a panic, an exception, a thrown value,
+    /// a value its bindings or the host could not read).
+    pub fn is_trap(&self) -> bool {
+        matches!(
+            self,
+            GateErrorKind::Trap { .. }
+                | GateErrorKind::Exception { .. }
+                | GateErrorKind::Panic { .. }
+                | GateErrorKind::Thrown { .. }
+                | GateErrorKind::NotReturnable { .. }
+                | GateErrorKind::WrongValue { .. }
+        )
+    }
+}
+
 impl fmt::Display for GateErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

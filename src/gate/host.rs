@@ -368,8 +368,21 @@ impl GateHost {
         Ok(info)
     }
 
-    /// Asks the gate whether these params are acceptable.
+    /// Asks the gate whether these params are acceptable, then holds them
+    /// to the `params-schema` its `describe` gives: the gate's own words
+    /// come first; the schema catches what its `check-params` lets through,
+    /// naming the param and the rule.
     pub fn check_params(&self, gate: &Gate, params: &serde_json::Value) -> Result<(), GateError> {
+        self.gate_check_params(gate, params)?;
+        let info = self.describe(gate)?;
+        match super::schema::violation(&info.params_schema, params) {
+            Some(message) => Err(gate.error(GateErrorKind::ParamsRejected { message, line: None })),
+            None => Ok(()),
+        }
+    }
+
+    /// The gate's own `check-params`.
+    fn gate_check_params(&self, gate: &Gate, params: &serde_json::Value) -> Result<(), GateError> {
         let json = params.to_string();
         let (answer, _, _) = self.call(
             gate,

@@ -13,6 +13,7 @@ mod pool;
 mod returned;
 mod sandbox;
 pub(crate) mod scaffold;
+mod schema;
 mod seal;
 mod spare;
 mod stock;

@@ -26,6 +26,8 @@ pub(crate) struct WatGate {
     pub extra: String,
     /// Whether the module imports WASI preview1 (wrapped with the adapter).
     pub wasi: bool,
+    /// The `params-schema` `describe` gives (at offset 4096).
+    pub schema: String,
 }
 
 impl WatGate {
@@ -35,6 +37,7 @@ impl WatGate {
             data: Vec::new(),
             extra: String::new(),
             wasi: false,
+            schema: r#"{"type":"object"}"#.to_owned(),
         }
     }
 
@@ -45,6 +48,13 @@ impl WatGate {
 
     pub(crate) fn extra(mut self, wat: &str) -> WatGate {
         self.extra.push_str(wat);
+        self
+    }
+
+    /// The params schema `describe` gives; `check-params` still takes any
+    /// object.
+    pub(crate) fn schema(mut self, schema: &str) -> WatGate {
+        self.schema = schema.to_owned();
         self
     }
 
@@ -79,7 +89,7 @@ impl WatGate {
   (data (i32.const 100) "test-gate")
   (data (i32.const 120) "0.1.0")
   (data (i32.const 130) "a gate for tests")
-  (data (i32.const 150) "{{\"type\":\"object\"}}")
+  (data (i32.const 4096) "{schema}")
   (data (i32.const 180) "params must be a JSON object")
   {data}
   (func $realloc (export "cabi_realloc") (param $old i32) (param $old_size i32) (param $align i32) (param $new_size i32) (result i32)
@@ -103,8 +113,8 @@ impl WatGate {
     (i32.store (i32.const {r12}) (i32.const 5))
     (i32.store (i32.const {r16}) (i32.const 130))
     (i32.store (i32.const {r20}) (i32.const 16))
-    (i32.store (i32.const {r24}) (i32.const 150))
-    (i32.store (i32.const {r28}) (i32.const 17))
+    (i32.store (i32.const {r24}) (i32.const 4096))
+    (i32.store (i32.const {r28}) (i32.const {schema_len}))
     (i32.const {RET}))
   (func (export "check-params") (param $p i32) (param $len i32) (result i32)
     (if (i32.and (i32.gt_u (local.get $len) (i32.const 0))
@@ -136,6 +146,8 @@ impl WatGate {
             r20 = RET + 20,
             r24 = RET + 24,
             r28 = RET + 28,
+            schema = escape(&self.schema),
+            schema_len = self.schema.len(),
             extra = self.extra,
             body = self.body,
         )

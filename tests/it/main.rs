@@ -14,6 +14,7 @@ mod doctor;
 mod edit;
 mod example_gates;
 mod gate_author;
+mod gate_cases;
 mod gate_fixtures;
 mod gate_host;
 mod gate_promote;

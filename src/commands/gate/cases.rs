@@ -4,6 +4,7 @@
 
 use std::io::{self, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -12,11 +13,11 @@ use crate::domain::{
     Approval, Asker, Commits, Context, Decision, GateSource, Limits, PendingAwait, Phase, RunResult,
 };
 use crate::error::{Error, Result};
-use crate::gate::GateHost;
+use crate::gate::{Gate, GateError, GateErrorKind, GateHost};
 use crate::term::safe;
 
 /// One case: a context (missing fields take defaults), optional params and
-/// phase overriding the context's, and the decision expected.
+/// phase overriding the context's, and what is expected.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Case {
@@ -31,13 +32,31 @@ pub(super) struct Case {
     pub expect: Expect,
 }
 
-/// The decision a case expects; `reason`, when given, must match exactly.
+/// What a case expects: a decision, or an error (of a kind, or the params
+/// rejected naming one param); then, optionally, the reason (the
+/// decision's, or the error's message) exactly or by a pattern, and a log
+/// line matching a pattern. Every expectation given must hold.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Expect {
-    pub decision: DecisionName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorName>,
+    /// The param `check-params` must reject: its message names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_param: Option<String>,
+    /// The decision's reason or the error's message, exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A regular expression the reason or message must match (anywhere in
+    /// it, unless anchored with `^` and `$`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_matches: Option<Pattern>,
+    /// A regular expression one of the gate's log lines must match; a line
+    /// reads `LEVEL: MESSAGE` (`info: hello`), as history keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<Pattern>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -62,18 +81,165 @@ impl DecisionName {
     }
 }
 
-impl Expect {
-    fn matches(&self, d: &Decision) -> bool {
-        self.decision.as_str() == d.name() && self.reason.as_deref().is_none_or(|r| r == d.reason())
+/// The kinds of error a case can expect: those a call to a loaded gate can
+/// end in (see [`GateErrorKind::name`]). `trap` is any failure of the
+/// gate's own code, whatever its language called it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum ErrorName {
+    Trap,
+    Panic,
+    Exception,
+    Thrown,
+    NotReturnable,
+    WrongValue,
+    Timeout,
+    Memory,
+    Refused,
+    BadParams,
+}
+
+impl ErrorName {
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorName::Trap => "trap",
+            ErrorName::Panic => "panic",
+            ErrorName::Exception => "exception",
+            ErrorName::Thrown => "thrown",
+            ErrorName::NotReturnable => "not-returnable",
+            ErrorName::WrongValue => "wrong-value",
+            ErrorName::Timeout => "timeout",
+            ErrorName::Memory => "memory",
+            ErrorName::Refused => "refused",
+            ErrorName::BadParams => "bad-params",
+        }
+    }
+
+    fn matches(self, kind: &GateErrorKind) -> bool {
+        match self {
+            ErrorName::Trap => kind.is_trap(),
+            other => other.as_str() == kind.name(),
+        }
     }
 }
 
-impl std::fmt::Display for Expect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.reason {
-            Some(r) => write!(f, "{}: {r}", self.decision.as_str()),
-            None => f.write_str(self.decision.as_str()),
+/// A regular expression from a cases file, compiled when the file is read
+/// so a bad one is an error naming its case.
+#[derive(Debug, Clone)]
+pub(super) struct Pattern(regex::Regex);
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        regex::Regex::new(&text)
+            .map(Pattern)
+            .map_err(|e| serde::de::Error::custom(format!("invalid pattern {text:?}: {e}")))
+    }
+}
+
+impl Serialize for Pattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl Expect {
+    /// A case expects one outcome: a decision, or an error.
+    fn check(&self) -> std::result::Result<(), String> {
+        let wants_error = self.error.is_some() || self.rejected_param.is_some();
+        match (self.decision, wants_error) {
+            (Some(_), true) => Err("expect holds a decision and an error: give one".to_owned()),
+            (None, false) => Err("expect needs a decision, an error or a rejected_param".to_owned()),
+            _ if self.rejected_param.is_some() && self.error.is_some_and(|e| e != ErrorName::BadParams) => {
+                Err("a rejected_param is a bad-params error".to_owned())
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// Which expectation the gate's answer fails, if one does.
+    fn judge(
+        &self,
+        got: &std::result::Result<Decision, GateError>,
+        logs: &[String],
+    ) -> std::result::Result<(), String> {
+        let plain = Got::from_result(got);
+        let reason = match got {
+            Ok(d) => {
+                if let Some(want) = self.decision.filter(|w| w.as_str() != d.name()) {
+                    return Err(format!("expected {}, got {plain}", want.as_str()));
+                }
+                if self.decision.is_none() {
+                    return Err(format!("expected {}, got {plain}", self.error_wanted()));
+                }
+                d.reason().to_owned()
+            }
+            Err(e) => {
+                let wanted = self
+                    .error
+                    .or(self.rejected_param.as_ref().map(|_| ErrorName::BadParams));
+                if !wanted.is_some_and(|w| w.matches(e.kind())) {
+                    let want = self
+                        .decision
+                        .map_or_else(|| self.error_wanted(), |d| d.as_str().to_owned());
+                    return Err(format!("expected {want}, got {plain}"));
+                }
+                let message = message(e.kind());
+                if let Some(p) = self
+                    .rejected_param
+                    .as_ref()
+                    .filter(|p| !message.contains(p.as_str()))
+                {
+                    return Err(format!(
+                        "expected {p:?} rejected, but the rejection names it not: {message}"
+                    ));
+                }
+                message
+            }
+        };
+        self.judge_reason(&reason)?;
+        self.judge_logs(logs)
+    }
+
+    fn error_wanted(&self) -> String {
+        match (&self.rejected_param, self.error) {
+            (Some(p), _) => format!("the param {p:?} rejected"),
+            (None, Some(e)) => format!("a {} error", e.as_str()),
+            (None, None) => "an error".to_owned(),
+        }
+    }
+
+    fn judge_reason(&self, reason: &str) -> std::result::Result<(), String> {
+        if let Some(want) = self.reason.as_ref().filter(|w| *w != reason) {
+            return Err(format!("expected the reason {want:?}, got {reason:?}"));
+        }
+        match &self.reason_matches {
+            Some(p) if !p.0.is_match(reason) => {
+                Err(format!("the reason {reason:?} does not match /{}/", p.0.as_str()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn judge_logs(&self, logs: &[String]) -> std::result::Result<(), String> {
+        match &self.log {
+            Some(p) if !logs.iter().any(|l| p.0.is_match(l)) => Err(format!(
+                "no log line matches /{}/ (the gate logged {} line{})",
+                p.0.as_str(),
+                logs.len(),
+                if logs.len() == 1 { "" } else { "s" }
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An error's own message: what the gate said when it refused or rejected
+/// its params, else the host's account of the error.
+fn message(kind: &GateErrorKind) -> String {
+    match kind {
+        GateErrorKind::Refused { message } | GateErrorKind::ParamsRejected { message, .. } => message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -95,23 +261,98 @@ pub(super) fn read(path: &Path) -> Result<Vec<Case>> {
                 Some(name) => format!("{} ({name:?})", i + 1),
                 None => (i + 1).to_string(),
             };
-            Case::deserialize(item).map_err(|source| Error::CasesJson {
-                path: path.to_owned(),
-                case: Some(case),
-                source,
-            })
+            Case::deserialize(item)
+                .and_then(|c| {
+                    c.expect
+                        .check()
+                        .map_err(<serde_json::Error as serde::de::Error>::custom)?;
+                    Ok(c)
+                })
+                .map_err(|source| Error::CasesJson {
+                    path: path.to_owned(),
+                    case: Some(case),
+                    source,
+                })
         })
         .collect()
+}
+
+/// What the gate answered, as `--json` shows it: `{"decision": "skip",
+/// "reason": "weekend"}` or `{"error": "trap", "message": "…"}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(super) enum Got {
+    Decision(Decision),
+    Error { error: &'static str, message: String },
+}
+
+impl Got {
+    fn from_result(r: &std::result::Result<Decision, GateError>) -> Got {
+        match r {
+            Ok(d) => Got::Decision(d.clone()),
+            Err(e) => Got::Error {
+                error: e.kind().name(),
+                message: message(e.kind()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Got {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Got::Decision(d) => write!(f, "{d}"),
+            Got::Error { error, message } => write!(f, "a {error} error: {message}"),
+        }
+    }
 }
 
 /// One case's outcome.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct Outcome {
     pub name: String,
-    pub expected: Expect,
-    /// What the gate decided, or its error.
-    pub got: std::result::Result<Decision, String>,
     pub passed: bool,
+    /// The expectation the gate's answer failed, said as a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    pub expected: Expect,
+    pub got: Got,
+    /// What the gate logged and printed, each line `LEVEL: MESSAGE`.
+    pub logs: Vec<String>,
+    /// The case's time: `check-params` and `evaluate`, instantiation
+    /// included, in milliseconds.
+    pub ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bench: Option<Bench>,
+}
+
+/// A case run again and again (`--bench N`): its times' median and 99th
+/// percentile (nearest rank), in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(super) struct Bench {
+    pub runs: u32,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl Bench {
+    fn of(mut times: Vec<Duration>) -> Bench {
+        times.sort_unstable();
+        let rank = |q: f64| {
+            let n = times.len() as f64;
+            let i = ((q * n).ceil() as usize).clamp(1, times.len()) - 1;
+            ms(times[i])
+        };
+        Bench {
+            runs: u32::try_from(times.len()).unwrap_or(u32::MAX),
+            median_ms: rank(0.5),
+            p99_ms: rank(0.99),
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// What `gate test --cases` found.
@@ -128,14 +369,21 @@ impl CasesReport {
     }
 }
 
+/// The params and phase every case takes unless it gives its own, and how
+/// often to run each (`--bench`).
+pub(super) struct Defaults {
+    pub params: Option<serde_json::Value>,
+    pub phase: Option<Phase>,
+    pub bench: Option<u32>,
+}
+
 /// Loads and describes the gate once, then checks and evaluates each case
-/// in a fresh instance. A case whose gate errs fails with the error.
+/// in a fresh instance, timing it.
 pub(super) fn run(
     host: &GateHost,
     target: &GateSource,
     cases: Vec<Case>,
-    params: Option<serde_json::Value>,
-    phase: Option<Phase>,
+    defaults: &Defaults,
     limits: &Limits,
 ) -> Result<CasesReport> {
     let gate = host.load(target)?;
@@ -143,22 +391,26 @@ pub(super) fn run(
     let mut outcomes = Vec::new();
     for (i, case) in cases.into_iter().enumerate() {
         let mut ctx = case.context;
-        if let Some(p) = case.params.or_else(|| params.clone()) {
+        if let Some(p) = case.params.or_else(|| defaults.params.clone()) {
             ctx.params = p;
         }
-        if let Some(p) = case.phase.or(phase) {
+        if let Some(p) = case.phase.or(defaults.phase) {
             ctx.phase = p;
         }
-        let got = host
-            .check_params(&gate, &ctx.params)
-            .and_then(|()| host.evaluate(&gate, &ctx, limits))
-            .map(|e| e.decision)
-            .map_err(|e| e.to_string());
+        let (got, logs, took) = once(host, &gate, &ctx, limits);
+        let bench = defaults
+            .bench
+            .map(|n| Bench::of((0..n.max(1)).map(|_| once(host, &gate, &ctx, limits).2).collect()));
+        let failed = case.expect.judge(&got, &logs).err();
         outcomes.push(Outcome {
             name: case.name.unwrap_or_else(|| format!("case {}", i + 1)),
-            passed: got.as_ref().is_ok_and(|d| case.expect.matches(d)),
+            passed: failed.is_none(),
+            failed,
             expected: case.expect,
-            got,
+            got: Got::from_result(&got),
+            logs,
+            ms: ms(took),
+            bench,
         });
     }
     Ok(CasesReport {
@@ -168,25 +420,47 @@ pub(super) fn run(
     })
 }
 
+/// One call of `check-params` then `evaluate`: the answer, the log lines
+/// and the time it took.
+fn once(
+    host: &GateHost,
+    gate: &Gate,
+    ctx: &Context,
+    limits: &Limits,
+) -> (std::result::Result<Decision, GateError>, Vec<String>, Duration) {
+    let start = Instant::now();
+    let answer = host
+        .check_params(gate, &ctx.params)
+        .and_then(|()| host.evaluate(gate, ctx, limits));
+    let took = start.elapsed();
+    let logs = match &answer {
+        Ok(e) => &e.logs[..],
+        Err(e) => e.logs(),
+    };
+    let lines = logs
+        .iter()
+        .map(|l| format!("{}: {}", l.level.as_str(), l.message))
+        .collect();
+    (answer.map(|e| e.decision), lines, took)
+}
+
 pub(super) fn render(r: &CasesReport, json: bool, out: &mut dyn Write) -> io::Result<()> {
     if json {
         return super::write_json(r, out);
     }
     writeln!(out, "gate {} ({})", safe(&r.gate), safe(&r.version))?;
     for c in &r.cases {
-        let (name, expected) = (safe(&c.name), safe(&c.expected.to_string()).into_owned());
-        match (&c.got, c.passed) {
-            (Ok(d), true) => writeln!(out, "ok    {name}: {}", safe(&d.to_string()))?,
-            (Ok(d), false) => writeln!(
-                out,
-                "FAIL  {name}: expected {expected}, got {}",
-                safe(&d.to_string())
-            )?,
-            (Err(e), _) => writeln!(
-                out,
-                "FAIL  {name}: expected {expected}, got an error: {}",
-                safe(e)
-            )?,
+        let time = match &c.bench {
+            Some(b) => format!(
+                "median {:.3} ms, p99 {:.3} ms over {} runs",
+                b.median_ms, b.p99_ms, b.runs
+            ),
+            None => format!("{:.3} ms", c.ms),
+        };
+        let name = safe(&c.name);
+        match &c.failed {
+            None => writeln!(out, "ok    {name}: {} ({time})", safe(&c.got.to_string()))?,
+            Some(why) => writeln!(out, "FAIL  {name}: {} ({time})", safe(why))?,
         }
     }
     let failed = r.failed();
@@ -280,13 +554,35 @@ mod tests {
 
     #[test]
     fn expectations_match_name_and_reason() {
+        let judge = |e: &Expect, d: Decision| e.judge(&Ok(d), &[]);
         let e: Expect = serde_json::from_str(r#"{"decision":"skip","reason":"weekend"}"#).unwrap();
-        assert!(e.matches(&Decision::Skip("weekend".into())));
-        assert!(!e.matches(&Decision::Skip("holiday".into())));
-        assert!(!e.matches(&Decision::Proceed));
+        assert!(judge(&e, Decision::Skip("weekend".into())).is_ok());
+        assert!(judge(&e, Decision::Skip("holiday".into())).is_err());
+        assert!(judge(&e, Decision::Proceed).is_err());
         let any: Expect = serde_json::from_str(r#"{"decision":"await-approval"}"#).unwrap();
-        assert!(any.matches(&Decision::AwaitApproval("x".into())));
+        assert!(judge(&any, Decision::AwaitApproval("x".into())).is_ok());
         assert!(serde_json::from_str::<Expect>(r#"{"decision":"maybe"}"#).is_err());
+        let pat: Expect =
+            serde_json::from_str(r#"{"decision":"skip","reason_matches":"^outside \\d+"}"#).unwrap();
+        assert!(judge(&pat, Decision::Skip("outside 9-17".into())).is_ok());
+        assert!(judge(&pat, Decision::Skip("it is outside 9".into())).is_err());
+    }
+
+    #[test]
+    fn a_case_expects_one_outcome_and_a_pattern_that_compiles() {
+        let check = |s: &str| {
+            serde_json::from_str::<Expect>(s)
+                .map_err(|e| e.to_string())
+                .and_then(|e| e.check())
+        };
+        assert!(check(r#"{"error":"trap"}"#).is_ok());
+        assert!(check(r#"{"rejected_param":"start_hour"}"#).is_ok());
+        assert!(check(r#"{"decision":"skip","error":"trap"}"#).is_err());
+        assert!(check(r#"{"reason":"x"}"#).is_err());
+        assert!(check(r#"{"error":"refused","rejected_param":"x"}"#).is_err());
+        assert!(check(r#"{"error":"crash"}"#).is_err());
+        let bad = check(r#"{"decision":"skip","reason_matches":"("}"#).unwrap_err();
+        assert!(bad.contains("invalid pattern \"(\""), "{bad}");
     }
 
     /// A typo in a case is an error that names the file, the case and the
