@@ -41,6 +41,8 @@ pub struct Settings {
     /// `[gates]`: the signatures every loop's gates need, and the trust
     /// file (absolute) they are checked against.
     pub gates: Gates,
+    /// `[[budget]]`: the root's budgets (docs/budgets.md).
+    pub budgets: Vec<crate::budget::BudgetSpec>,
 }
 
 /// The root's `[gates]`, its paths made absolute.
@@ -281,6 +283,8 @@ struct RootConfig {
     /// file (docs/writing-gates.md, "Signing a gate").
     #[serde(default)]
     gates: RootGates,
+    #[serde(default, rename = "budget")]
+    budgets: Vec<crate::budget::BudgetSpec>,
 }
 
 /// The root's `[gates]`: a loop's `[gates]`, and the trust file.
@@ -347,6 +351,7 @@ impl RootConfig {
                 ),
                 revoked_keys: self.gates.revoked_keys.map(|p| root.join(p)),
             },
+            budgets: self.budgets,
         }
     }
 }
