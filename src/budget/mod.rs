@@ -466,3 +466,35 @@ pub fn release(root: &Path, loop_name: &str, tick: u64) -> Result<()> {
         ((), ledger.holds.len() != before)
     })
 }
+
+/// The budgets the loop `name` (with `config`) belongs to, as gates and
+/// listings see them now. A ledger that cannot be read shows none (said
+/// as a warning): what reads this decides nothing by itself.
+pub(crate) fn for_gate(
+    root: &crate::root::Root,
+    name: &str,
+    config: &LoopConfig,
+) -> Vec<crate::domain::GateBudget> {
+    let members = of_loop(&root.settings().budgets, name, config);
+    if members.is_empty() {
+        return Vec::new();
+    }
+    match standings(root.path(), &members) {
+        Ok(s) => s
+            .into_iter()
+            .map(|s| crate::domain::GateBudget {
+                name: s.name,
+                metric: s.metric,
+                window: s.window,
+                spent: s.spent,
+                reserved: s.reserved,
+                cap: s.cap,
+                window_end_ms: s.window_end_ms,
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!("loop {name:?}: its budgets are not shown: {e}");
+            Vec::new()
+        }
+    }
+}

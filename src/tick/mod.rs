@@ -340,6 +340,19 @@ impl Tick<'_> {
         }
         let amount = self.config.max_per_tick.map_or(0.0, |c| c.0);
         let name = self.store.name().as_str();
+        if let crate::root::StoreChoice::Postgres(_) = self.root.store() {
+            // The ledger is the root's file: one host's, not the team's.
+            return Err(Error::BudgetsUnsupported {
+                name: name.to_owned(),
+                budgets: self
+                    .budgets
+                    .iter()
+                    .map(|m| m.spec.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                store: "PostgreSQL".to_owned(),
+            });
+        }
         let r = crate::budget::reserve(self.root.path(), &self.budgets, name, self.number, amount, false)?;
         self.events.extend(r.events);
         let Some(refusal) = r.refused else {

@@ -38,7 +38,7 @@ const SPEND_ONE: &str = "step = \"echo cost_usd=1 > \\\"$AUTOMATON_METRICS\\\"\"
 /// is not counted.
 #[test]
 fn many_loops_ticking_at_once_spend_no_more_than_their_daily_cap() {
-    let env = Env::new();
+    let env = crate::files_only!("the budgets' ledger is the root's file");
     root_budgets(
         &env,
         "[[budget]]\nname = \"team-daily\"\nwindow = \"1d\"\ntz = \"Europe/Berlin\"\ncap = 10.0\n\
@@ -99,6 +99,25 @@ fn many_loops_ticking_at_once_spend_no_more_than_their_daily_cap() {
     assert_eq!(b["loops"].as_array().unwrap().len(), 12);
     assert!(b["window_end_ms"].as_i64().unwrap() > b["window_start_ms"].as_i64().unwrap());
     assert_eq!(ledger(&env)["holds"], serde_json::json!([]));
+    // status and list show the spend of the budgets a loop belongs to.
+    let status = env.status("agent-0");
+    assert_eq!(status["budgets"][0]["name"], "team-daily");
+    assert_eq!(status["budgets"][0]["spent"], 10.0);
+    assert_eq!(status["budgets"][0]["cap"], 10.0);
+    assert!(env.status("outsider").get("budgets").is_none());
+    let text = env.ok(&["status", "agent-0"]);
+    assert!(
+        text.contains("team-daily (1d): spent 10.00 and reserved 0.00 of cost_usd 10.00, window ends "),
+        "{text}"
+    );
+    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "agent-3")
+        .unwrap();
+    assert_eq!(listed["budgets"][0]["reserved"], 0.0);
     assert!(of_kind(&env, "outsider", "budget-reserved").is_empty());
 }
 
@@ -107,7 +126,7 @@ fn many_loops_ticking_at_once_spend_no_more_than_their_daily_cap() {
 /// passed the loop runs again by itself.
 #[test]
 fn a_loop_awaiting_its_cap_runs_on_approval_and_in_the_next_window() {
-    let env = Env::new();
+    let env = crate::files_only!("the budgets' ledger is the root's file");
     env.new_loop(
         "spender",
         &format!(
@@ -161,7 +180,7 @@ fn a_loop_awaiting_its_cap_runs_on_approval_and_in_the_next_window() {
 /// `resume --reset-budget` says what it reset and the loop spends again.
 #[test]
 fn a_halt_on_the_cap_is_resumed_with_its_budget_reset() {
-    let env = Env::new();
+    let env = crate::files_only!("the budgets' ledger is the root's file");
     env.new_loop(
         "spender",
         &format!("{SPEND_ONE}[[budget]]\nname = \"daily\"\nwindow = \"1d\"\ncap = 1.5\n"),
@@ -192,7 +211,7 @@ fn a_halt_on_the_cap_is_resumed_with_its_budget_reset() {
 /// loop says `unreported = "zero"`; a cost reported counts as reported.
 #[test]
 fn a_step_that_reports_nothing_counts_at_its_reservation() {
-    let env = Env::new();
+    let env = crate::files_only!("the budgets' ledger is the root's file");
     root_budgets(
         &env,
         "[[budget]]\nname = \"per-loop\"\nwindow = \"month\"\ncap = 100.0\n",
@@ -223,7 +242,7 @@ fn a_step_that_reports_nothing_counts_at_its_reservation() {
 /// spent it) before reserving its own.
 #[test]
 fn a_dead_ticks_reservation_stays_counted_until_the_next_tick() {
-    let env = Env::new();
+    let env = crate::files_only!("the budgets' ledger is the root's file");
     let mark = env.scratch().join("started");
     env.new_loop(
         "spender",
