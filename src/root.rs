@@ -43,6 +43,9 @@ pub struct Settings {
     pub gates: Gates,
     /// `[[budget]]`: the root's budgets (docs/budgets.md).
     pub budgets: Vec<crate::budget::BudgetSpec>,
+    /// `[pricing]`: the price of each reported metric (tokens) in a budget's
+    /// metric (`cost_usd`), for steps that report tokens but no cost.
+    pub pricing: crate::budget::Pricing,
 }
 
 /// The root's `[gates]`, its paths made absolute.
@@ -285,6 +288,8 @@ struct RootConfig {
     gates: RootGates,
     #[serde(default, rename = "budget")]
     budgets: Vec<crate::budget::BudgetSpec>,
+    #[serde(default)]
+    pricing: crate::budget::Pricing,
 }
 
 /// The root's `[gates]`: a loop's `[gates]`, and the trust file.
@@ -352,6 +357,7 @@ impl RootConfig {
                 revoked_keys: self.gates.revoked_keys.map(|p| root.join(p)),
             },
             budgets: self.budgets,
+            pricing: self.pricing,
         }
     }
 }

@@ -391,18 +391,19 @@ pub fn reserve(
 }
 
 /// Settles `loop_name`'s tick `tick`: in each budget at the cost its
-/// metric has in `metrics`, else (nothing reported) at the reservation or
-/// at zero as `unreported` says.
+/// metric has in `metrics` (reported, or priced by `pricing`), else
+/// (nothing reported) at the reservation or at zero as `unreported` says.
 pub fn settle(
     root: &Path,
     members: &[Member],
     loop_name: &str,
     tick: u64,
     metrics: &BTreeMap<String, f64>,
+    pricing: &Pricing,
     unreported: Unreported,
 ) -> Result<Vec<EventKind>> {
     with_ledger(root, |ledger| {
-        let cost = |metric: &str, amount: f64| match (cost_of(metrics, metric), unreported) {
+        let cost = |metric: &str, amount: f64| match (cost_of(metrics, metric, pricing), unreported) {
             (Some(c), _) => c,
             (None, Unreported::Reservation) => amount,
             (None, Unreported::Zero) => 0.0,
@@ -447,12 +448,28 @@ pub fn reset_own(root: &Path, members: &[Member], loop_name: &str) -> Result<BTr
     })
 }
 
-/// What the step of a tick cost in `metric`, from the metrics it reported.
-pub fn cost_of(metrics: &BTreeMap<String, f64>, metric: &str) -> Option<f64> {
-    metrics
-        .get(metric)
-        .copied()
-        .filter(|v| v.is_finite() && *v >= 0.0)
+/// `[pricing]` of automaton.toml: for a budget's metric (`cost_usd`), the
+/// price of one unit of each metric a step may report instead
+/// (`input_tokens = 0.000003`).
+pub type Pricing = BTreeMap<String, BTreeMap<String, spec::Cap>>;
+
+/// What the step of a tick cost in `metric`: as it reported it, else
+/// priced from what it reported by `pricing`'s table for `metric` (when
+/// it reported one of the metrics priced); `None` when neither.
+pub fn cost_of(metrics: &BTreeMap<String, f64>, metric: &str, pricing: &Pricing) -> Option<f64> {
+    let ok = |v: f64| v.is_finite() && v >= 0.0;
+    if let Some(v) = metrics.get(metric).copied().filter(|v| ok(*v)) {
+        return Some(v);
+    }
+    let prices = pricing.get(metric)?;
+    let priced: Vec<f64> = prices
+        .iter()
+        .filter_map(|(k, price)| Some(metrics.get(k).copied().filter(|v| ok(*v))? * price.0))
+        .collect();
+    if priced.is_empty() {
+        return None;
+    }
+    Some(priced.iter().fold(0.0, |sum, v| sum + v)).filter(|v| ok(*v))
 }
 
 /// Drops `loop_name`'s tick `tick`'s reservation without counting it: the

@@ -402,6 +402,7 @@ impl Tick<'_> {
             name,
             self.number,
             &state.metrics,
+            &self.root.settings().pricing,
             self.config.unreported,
         ) {
             Ok(events) => self.events.extend(events),

@@ -310,3 +310,44 @@ fn a_bad_budget_is_refused_with_its_file_and_line() {
         "{err}"
     );
 }
+
+/// A step that writes Claude Code's JSON result as its metrics file is
+/// counted at its `total_cost_usd`, its usage kept as token metrics.
+#[test]
+fn claude_codes_json_result_is_read_for_its_cost() {
+    let env = crate::files_only!("the budgets' ledger is the root's file");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/claude/result.json");
+    env.new_loop(
+        "agent",
+        &format!(
+            "step = \"cat {fixture} > \\\"$AUTOMATON_METRICS\\\"\"\nmax_per_tick = 2.0\n\
+             [[budget]]\nname = \"daily\"\nwindow = \"1d\"\ncap = 10.0\n"
+        ),
+    );
+    env.ok(&["tick", "agent"]);
+    let state = env.state("agent");
+    assert_eq!(state["metrics"]["cost_usd"], 0.412_765_5);
+    assert_eq!(state["metrics"]["output_tokens"], 3921.0);
+    assert_eq!(state["metrics"]["tokens"], 23.0 + 18734.0 + 241_507.0 + 3921.0);
+    assert_eq!(state["metrics"]["num_turns"], 7.0);
+    assert_eq!(budgets(&env)[0]["spent"], 0.412_765_5);
+}
+
+/// A step that reports tokens but no cost is priced by the root's
+/// `[pricing]` table for the budget's metric.
+#[test]
+fn tokens_are_priced_by_the_roots_pricing_table() {
+    let env = crate::files_only!("the budgets' ledger is the root's file");
+    root_budgets(
+        &env,
+        "[pricing.cost_usd]\ninput_tokens = 0.000003\noutput_tokens = 0.000015\n\n\
+         [[budget]]\nname = \"team\"\nwindow = \"7d\"\ncap = 5.0\nscope = \"root\"\n",
+    );
+    env.new_loop(
+        "agent",
+        "step = \"printf 'input_tokens=100000\\\\noutput_tokens=20000\\\\n' > \\\"$AUTOMATON_METRICS\\\"\"\nmax_per_tick = 2.0\n",
+    );
+    env.ok(&["tick", "agent"]);
+    let spent = budgets(&env)[0]["spent"].as_f64().unwrap();
+    assert!((spent - 0.6).abs() < 1e-9, "{spent}");
+}
