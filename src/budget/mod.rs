@@ -293,6 +293,18 @@ pub fn with_ledger<T>(root: &Path, f: impl FnOnce(&mut Ledger) -> (T, bool)) -> 
     let lock_path = dir.join("ledger.lock");
     let (lock, _) = crate::fsx::open_rw(&lock_path)?;
     lock.lock().map_err(Error::io("locking", lock_path.clone()))?;
+    // A temporary file left here is a writer's that died before its
+    // rename: every writer holds the lock.
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(crate::fsx::TMP_PREFIX)
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
     let path = ledger_path(root);
     let mut ledger = match crate::fsx::read_regular(&path, LEDGER_MAX)? {
         None => Ledger::default(),
