@@ -15,17 +15,6 @@ pub enum Error {
     #[error("invalid loop name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
 
-    /// A loop that belongs to budgets, on a store whose ledger cannot keep
-    /// them yet: its ticks do not run (a governor fails closed).
-    #[error(
-        "loop {name:?} belongs to budgets ({budgets}), which the {store} store does not keep yet: its step does not run"
-    )]
-    BudgetsUnsupported {
-        name: String,
-        budgets: String,
-        store: String,
-    },
-
     #[error("invalid user name {name:?}: {reason}")]
     InvalidUser { name: String, reason: &'static str },
 
@@ -480,7 +469,6 @@ impl Error {
             | Error::InvalidUser { .. }
             | Error::InvalidVersion { .. } => Class::Usage,
             Error::NotShared { .. } => Class::Failed,
-            Error::BudgetsUnsupported { .. } => Class::InvalidState,
             Error::NoSuchUser { .. } | Error::NoSuchDelegate { .. } => Class::NotFound,
             Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,
             Error::Signals(_) | Error::DaemonThread { .. } => Class::Failed,

@@ -278,6 +278,68 @@ pub struct Reserved {
     pub refused: Option<Refusal>,
 }
 
+/// Where a root's ledger is kept: its file, or a store shared by hosts.
+#[derive(Clone, Copy)]
+pub enum Place<'a> {
+    File(&'a Path),
+    Shared(&'a dyn SharedLedger),
+}
+
+impl<'a> Place<'a> {
+    /// The ledger of the root at `root` whose store keeps `shared`.
+    pub fn of(root: &'a Path, shared: Option<&'a dyn SharedLedger>) -> Place<'a> {
+        shared.map_or(Place::File(root), Place::Shared)
+    }
+}
+
+/// An account as a reservation names it: its window now, and its cap.
+#[derive(Debug, Clone)]
+pub struct Window4 {
+    pub account: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub cap: f64,
+}
+
+/// What a shared ledger's reservation answered.
+#[derive(Debug, Clone)]
+pub struct RawReserve {
+    /// The index of the first account it did not fit in.
+    pub refused: Option<usize>,
+    pub spent: f64,
+    pub reserved: f64,
+    /// The holds of ticks that died, settled at their amounts.
+    pub dead: Vec<(u64, f64)>,
+}
+
+/// One account a shared ledger settled a hold in.
+#[derive(Debug, Clone)]
+pub struct RawSettled {
+    pub account: String,
+    pub amount: f64,
+    pub before: f64,
+    pub after: f64,
+}
+
+/// A ledger kept by a store that hosts share (PostgreSQL): each change in
+/// one round trip, checked and made atomically.
+pub trait SharedLedger: Send + Sync {
+    fn reserve(
+        &self,
+        loop_name: &str,
+        tick: u64,
+        amount: f64,
+        force: bool,
+        accounts: &[Window4],
+    ) -> Result<RawReserve>;
+    fn settle(&self, loop_name: &str, tick: u64, costs: &[(String, f64)]) -> Result<Vec<RawSettled>>;
+    fn release(&self, loop_name: &str, tick: u64) -> Result<()>;
+    /// These accounts, and the holds in any of them.
+    fn read(&self, accounts: &[String]) -> Result<Ledger>;
+    /// Starts these accounts' spend over: what each had spent.
+    fn reset(&self, accounts: &[String]) -> Result<BTreeMap<String, f64>>;
+}
+
 /// The ledger file of the root at `root`.
 pub fn ledger_path(root: &Path) -> PathBuf {
     root.join("budgets").join("ledger.json")
@@ -329,7 +391,7 @@ pub fn with_ledger<T>(root: &Path, f: impl FnOnce(&mut Ledger) -> (T, bool)) -> 
 /// at its amount. Refused (nothing held) when it does not fit in one of
 /// them, unless `force` (a person approved spending past the cap).
 pub fn reserve(
-    root: &Path,
+    place: Place<'_>,
     members: &[Member],
     loop_name: &str,
     tick: u64,
@@ -337,6 +399,10 @@ pub fn reserve(
     force: bool,
 ) -> Result<Reserved> {
     let now = crate::clock::now();
+    let root = match place {
+        Place::File(root) => root,
+        Place::Shared(db) => return reserve_shared(db, members, loop_name, tick, amount, force, now),
+    };
     with_ledger(root, |ledger| {
         let mut events = ledger.settle(members, loop_name, None, &|_, amount| amount);
         ledger.roll(members, now);
@@ -406,7 +472,7 @@ pub fn reserve(
 /// metric has in `metrics` (reported, or priced by `pricing`), else
 /// (nothing reported) at the reservation or at zero as `unreported` says.
 pub fn settle(
-    root: &Path,
+    place: Place<'_>,
     members: &[Member],
     loop_name: &str,
     tick: u64,
@@ -414,6 +480,17 @@ pub fn settle(
     pricing: &Pricing,
     unreported: Unreported,
 ) -> Result<Vec<EventKind>> {
+    let root = match place {
+        Place::File(root) => root,
+        Place::Shared(db) => {
+            let cost = |metric: &str| match (cost_of(metrics, metric, pricing), unreported) {
+                (Some(c), _) => Some(c),
+                (None, Unreported::Reservation) => None,
+                (None, Unreported::Zero) => Some(0.0),
+            };
+            return settle_shared(db, members, loop_name, tick, &cost);
+        }
+    };
     with_ledger(root, |ledger| {
         let cost = |metric: &str, amount: f64| match (cost_of(metrics, metric, pricing), unreported) {
             (Some(c), _) => c,
@@ -428,8 +505,16 @@ pub fn settle(
 
 /// Each of `members` as it stands now (read under the ledger's lock; a
 /// missing ledger is an empty one, and is not made).
-pub fn standings(root: &Path, members: &[Member]) -> Result<Vec<Standing>> {
+pub fn standings(place: Place<'_>, members: &[Member]) -> Result<Vec<Standing>> {
     let now = crate::clock::now();
+    let root = match place {
+        Place::File(root) => root,
+        Place::Shared(db) => {
+            let accounts: Vec<String> = members.iter().map(|m| m.account.clone()).collect();
+            let ledger = db.read(&accounts)?;
+            return Ok(members.iter().map(|m| ledger.standing(m, now)).collect());
+        }
+    };
     let path = ledger_path(root);
     let ledger: Ledger = match crate::fsx::read_regular(&path, LEDGER_MAX)? {
         None => Ledger::default(),
@@ -443,7 +528,19 @@ pub fn standings(root: &Path, members: &[Member]) -> Result<Vec<Standing>> {
 
 /// Starts the loop's own accounts (`NAME@LOOP`, `LOOP:NAME`) over: what
 /// each had spent, by budget name. Shared budgets are left as they are.
-pub fn reset_own(root: &Path, members: &[Member], loop_name: &str) -> Result<BTreeMap<String, f64>> {
+pub fn reset_own(place: Place<'_>, members: &[Member], loop_name: &str) -> Result<BTreeMap<String, f64>> {
+    let root = match place {
+        Place::File(root) => root,
+        Place::Shared(db) => {
+            let own: Vec<&Member> = members.iter().filter(|m| m.account != m.spec.name).collect();
+            let accounts: Vec<String> = own.iter().map(|m| m.account.clone()).collect();
+            let reset = db.reset(&accounts)?;
+            return Ok(own
+                .iter()
+                .filter_map(|m| Some((m.spec.name.clone(), *reset.get(&m.account)?)))
+                .collect());
+        }
+    };
     with_ledger(root, |ledger| {
         let mut reset = BTreeMap::new();
         for m in members.iter().filter(|m| m.account != m.spec.name) {
@@ -486,7 +583,11 @@ pub fn cost_of(metrics: &BTreeMap<String, f64>, metric: &str, pricing: &Pricing)
 
 /// Drops `loop_name`'s tick `tick`'s reservation without counting it: the
 /// tick did not run its step after all (its await was not released).
-pub fn release(root: &Path, loop_name: &str, tick: u64) -> Result<()> {
+pub fn release(place: Place<'_>, loop_name: &str, tick: u64) -> Result<()> {
+    let root = match place {
+        Place::File(root) => root,
+        Place::Shared(db) => return db.release(loop_name, tick),
+    };
     with_ledger(root, |ledger| {
         let before = ledger.holds.len();
         ledger
@@ -501,6 +602,7 @@ pub fn release(root: &Path, loop_name: &str, tick: u64) -> Result<()> {
 /// as a warning): what reads this decides nothing by itself.
 pub(crate) fn for_gate(
     root: &crate::root::Root,
+    shared: Option<&dyn SharedLedger>,
     name: &str,
     config: &LoopConfig,
 ) -> Vec<crate::domain::GateBudget> {
@@ -508,7 +610,7 @@ pub(crate) fn for_gate(
     if members.is_empty() {
         return Vec::new();
     }
-    match standings(root.path(), &members) {
+    match standings(Place::of(root.path(), shared), &members) {
         Ok(s) => s
             .into_iter()
             .map(|s| crate::domain::GateBudget {
@@ -526,4 +628,162 @@ pub(crate) fn for_gate(
             Vec::new()
         }
     }
+}
+
+/// [`reserve`] on a shared ledger: the tick windows checked here, every
+/// other budget by the store in one round trip.
+fn reserve_shared(
+    db: &dyn SharedLedger,
+    members: &[Member],
+    loop_name: &str,
+    tick: u64,
+    amount: f64,
+    force: bool,
+    now: Timestamp,
+) -> Result<Reserved> {
+    let mut events = Vec::new();
+    let capped = |m: &Member, spent: f64, reserved: f64, window: Option<(i64, i64)>| {
+        let standing = Standing {
+            name: m.spec.name.clone(),
+            account: m.account.clone(),
+            metric: m.spec.metric.clone(),
+            window: m.spec.window.to_string(),
+            scope: m.spec.scope.clone().into(),
+            tz: m.spec.tz.as_ref().map(|t| t.name.clone()),
+            spent,
+            reserved,
+            cap: m.spec.cap.0,
+            on_cap: m.spec.on_cap,
+            window_start_ms: window.map(|w| w.0),
+            window_end_ms: window.map(|w| w.1),
+        };
+        let event = EventKind::BudgetCapped {
+            tick,
+            budget: m.spec.name.clone(),
+            window: m.spec.window.to_string(),
+            spent,
+            reserved,
+            cap: m.spec.cap.0,
+            amount,
+            on_cap: m.spec.on_cap,
+        };
+        (Refusal { standing, amount }, event)
+    };
+    if !force
+        && let Some(m) = members
+            .iter()
+            .find(|m| m.spec.window == Window::Tick && amount > m.spec.cap.0)
+    {
+        let (refusal, event) = capped(m, 0.0, 0.0, None);
+        events.push(event);
+        return Ok(Reserved {
+            events,
+            refused: Some(refusal),
+        });
+    }
+    let windowed: Vec<(&Member, Window4)> = members
+        .iter()
+        .filter_map(|m| {
+            let (start_ms, end_ms) = spec::bounds(&m.spec.window, m.spec.tz.as_ref(), now)?;
+            Some((
+                m,
+                Window4 {
+                    account: m.account.clone(),
+                    start_ms,
+                    end_ms,
+                    cap: m.spec.cap.0,
+                },
+            ))
+        })
+        .collect();
+    let accounts: Vec<Window4> = windowed.iter().map(|(_, w)| w.clone()).collect();
+    let raw = db.reserve(loop_name, tick, amount, force, &accounts)?;
+    for (dead, held) in &raw.dead {
+        events.push(EventKind::BudgetSettled {
+            tick: *dead,
+            reserved: *held,
+            costs: accounts.iter().map(|a| (a.account.clone(), *held)).collect(),
+            died: true,
+        });
+    }
+    if let Some(i) = raw.refused
+        && let Some((m, w)) = windowed.get(i)
+    {
+        let (refusal, event) = capped(m, raw.spent, raw.reserved, Some((w.start_ms, w.end_ms)));
+        events.push(event);
+        return Ok(Reserved {
+            events,
+            refused: Some(refusal),
+        });
+    }
+    events.push(EventKind::BudgetReserved {
+        tick,
+        amount,
+        budgets: accounts.iter().map(|a| a.account.clone()).collect(),
+        approved: force,
+    });
+    Ok(Reserved {
+        events,
+        refused: None,
+    })
+}
+
+/// [`settle`] on a shared ledger: `cost` gives each budget's metric's
+/// cost (`None`: the reservation).
+fn settle_shared(
+    db: &dyn SharedLedger,
+    members: &[Member],
+    loop_name: &str,
+    tick: u64,
+    cost: &dyn Fn(&str) -> Option<f64>,
+) -> Result<Vec<EventKind>> {
+    let costs: Vec<(String, f64)> = members
+        .iter()
+        .filter(|m| m.spec.window != Window::Tick)
+        .filter_map(|m| Some((m.account.clone(), cost(&m.spec.metric)?)))
+        .collect();
+    let settled = db.settle(loop_name, tick, &costs)?;
+    let mut events = Vec::new();
+    let mut by_account = BTreeMap::new();
+    let mut reserved = 0.0;
+    for s in &settled {
+        reserved = s.amount;
+        by_account.insert(s.account.clone(), s.after - s.before);
+        if let Some(m) = members.iter().find(|m| m.account == s.account)
+            && let Some(warn) = m.spec.warn_at
+        {
+            let at = warn.0 * m.spec.cap.0;
+            if s.before < at && s.after >= at {
+                events.push(EventKind::BudgetWarning {
+                    budget: m.spec.name.clone(),
+                    window: m.spec.window.to_string(),
+                    spent: s.after,
+                    cap: m.spec.cap.0,
+                    warn_at: warn.0,
+                });
+            }
+        }
+    }
+    for m in members.iter().filter(|m| m.spec.window == Window::Tick) {
+        if let Some(c) = cost(&m.spec.metric)
+            && c > m.spec.cap.0
+        {
+            events.push(EventKind::BudgetWarning {
+                budget: m.spec.name.clone(),
+                window: "tick".to_owned(),
+                spent: c,
+                cap: m.spec.cap.0,
+                warn_at: 1.0,
+            });
+        }
+    }
+    if !settled.is_empty() {
+        events.push(EventKind::BudgetSettled {
+            tick,
+            reserved,
+            costs: by_account,
+            died: false,
+        });
+    }
+    Ok(events)
 }

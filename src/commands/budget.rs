@@ -55,7 +55,10 @@ pub(super) fn run(root: &Root, stores: &Stores, args: &BudgetArgs, out: &mut dyn
         }
     }
     let members: Vec<Member> = accounts.values().map(|(m, _)| m.clone()).collect();
-    let standings = crate::budget::standings(root.path(), &members)?;
+    let standings = crate::budget::standings(
+        crate::budget::Place::of(root.path(), stores.shared_ledger()),
+        &members,
+    )?;
     let view = View {
         budgets: standings
             .into_iter()

@@ -72,7 +72,11 @@ pub(crate) fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) ->
         }
         // Under the loop's lock, as a tick takes the ledger's.
         if !members.is_empty() {
-            budgets_reset = crate::budget::reset_own(ctx.root.path(), &members, dir.name().as_str())?;
+            budgets_reset = crate::budget::reset_own(
+                crate::budget::Place::of(ctx.root.path(), dir.shared_ledger()),
+                &members,
+                dir.name().as_str(),
+            )?;
             if !budgets_reset.is_empty() {
                 events.push(EventKind::BudgetReset {
                     by: by.clone(),

@@ -306,7 +306,7 @@ impl Tick<'_> {
         ) != was;
         if let Go::Stop(outcome, reason) = go {
             if self.held {
-                crate::budget::release(self.root.path(), self.store.name().as_str(), self.number)?;
+                crate::budget::release(self.ledger(), self.store.name().as_str(), self.number)?;
                 self.held = false;
                 self.events
                     .retain(|e| !matches!(e, EventKind::BudgetReserved { .. }));
@@ -318,7 +318,7 @@ impl Tick<'_> {
             let members = &self.budgets;
             let amount = self.config.max_per_tick.map_or(0.0, |c| c.0);
             let name = self.store.name().as_str();
-            let r = crate::budget::reserve(self.root.path(), members, name, self.number, amount, true)?;
+            let r = crate::budget::reserve(self.ledger(), members, name, self.number, amount, true)?;
             self.events.extend(r.events);
             self.held = true;
         }
@@ -326,6 +326,11 @@ impl Tick<'_> {
         // the after-step gates' host is made now.
         self.host_for(Phase::AfterStep)?;
         Ok(Before::Run(worktree, before.combined))
+    }
+
+    /// Where the root's budgets are kept.
+    fn ledger(&self) -> crate::budget::Place<'_> {
+        crate::budget::Place::of(self.root.path(), self.store.shared_ledger())
     }
 
     /// Reserves the tick's `max_per_tick` in every budget the loop belongs
@@ -340,20 +345,7 @@ impl Tick<'_> {
         }
         let amount = self.config.max_per_tick.map_or(0.0, |c| c.0);
         let name = self.store.name().as_str();
-        if let crate::root::StoreChoice::Postgres(_) = self.root.store() {
-            // The ledger is the root's file: one host's, not the team's.
-            return Err(Error::BudgetsUnsupported {
-                name: name.to_owned(),
-                budgets: self
-                    .budgets
-                    .iter()
-                    .map(|m| m.spec.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                store: "PostgreSQL".to_owned(),
-            });
-        }
-        let r = crate::budget::reserve(self.root.path(), &self.budgets, name, self.number, amount, false)?;
+        let r = crate::budget::reserve(self.ledger(), &self.budgets, name, self.number, amount, false)?;
         self.events.extend(r.events);
         let Some(refusal) = r.refused else {
             self.held = true;
@@ -397,7 +389,7 @@ impl Tick<'_> {
         }
         let name = self.store.name().as_str();
         match crate::budget::settle(
-            self.root.path(),
+            self.ledger(),
             &self.budgets,
             name,
             self.number,

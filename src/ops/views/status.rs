@@ -293,7 +293,12 @@ pub(crate) fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
             Ok(state) => {
                 let mut v = view_read(r.dir.as_ref(), state, &r.config, r.holder);
                 if let Ok(config) = &r.config {
-                    v.budgets = crate::budget::for_gate(ctx.root, r.dir.name().as_str(), config);
+                    v.budgets = crate::budget::for_gate(
+                        ctx.root,
+                        r.dir.shared_ledger(),
+                        r.dir.name().as_str(),
+                        config,
+                    );
                 }
                 (Listed::Loop(Box::new(v)), None)
             }
@@ -359,7 +364,7 @@ pub(crate) fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
     }
     v.stopped_by = stopped_by(dir, &state);
     if let Ok(config) = dir.config() {
-        v.budgets = crate::budget::for_gate(root, name, &config);
+        v.budgets = crate::budget::for_gate(root, dir.shared_ledger(), name, &config);
     }
     v.unfired = !serving(&crate::daemon::daemon_status(root)) && !unfired(root, [&v]).is_empty();
     let fires = dir.fires(None).unwrap_or_else(|e| {
