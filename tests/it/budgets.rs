@@ -353,3 +353,91 @@ fn tokens_are_priced_by_the_roots_pricing_table() {
     let spent = budgets(&env)[0]["spent"].as_f64().unwrap();
     assert!((spent - 0.6).abs() < 1e-9, "{spent}");
 }
+
+/// Three daemons, as three hosts, on one PostgreSQL root: 30 loops
+/// firing every 200ms, all spending into one daily budget of 20. Every
+/// reservation is checked and held in one statement on the server: exactly
+/// 20 steps run, whichever host ran them, and the budget ends at its cap
+/// with nothing reserved; every settlement is in history.
+#[test]
+fn daemons_on_three_hosts_spend_no_more_than_one_shared_budget() {
+    let Some(env) = Env::postgres() else { return };
+    const LOOPS: usize = 30;
+    let budget = "\n[[budget]]\nname = \"team-daily\"\nwindow = \"1d\"\ntz = \"Europe/Berlin\"\ncap = 20.0\n\
+                  scope = \"group:agents\"\non_cap = \"skip\"\n";
+    root_budgets(&env, budget);
+    let names: Vec<String> = (0..LOOPS).map(|i| format!("agent-{i}")).collect();
+    for name in &names {
+        env.new_often_loop(
+            name,
+            &format!("group = \"agents\"\n{SPEND_ONE}[schedule]\nevery = \"200ms\"\n"),
+        );
+    }
+    let url = env.pg.as_ref().unwrap().url.clone();
+    let mut daemons: Vec<std::process::Child> = ["host-a", "host-b", "host-c"]
+        .iter()
+        .map(|host| {
+            let root = env.root.with_file_name(format!("root-{host}"));
+            let cmd = |root: &std::path::Path| {
+                let mut c = std::process::Command::new(crate::common::BIN);
+                crate::common::isolate(&mut c)
+                    .arg("--root")
+                    .arg(root)
+                    .env("AUTOMATON_STORE", &url)
+                    .env("AUTOMATON_HOST", host)
+                    .env("AUTOMATON_MIN_EVERY", "100ms")
+                    .env("NO_COLOR", "1")
+                    .stdin(Stdio::null());
+                c
+            };
+            assert!(cmd(&root).arg("init").output().unwrap().status.success());
+            let file = root.join("automaton.toml");
+            let text = std::fs::read_to_string(&file).unwrap_or_default() + budget;
+            std::fs::write(&file, text).unwrap();
+            cmd(&root)
+                .arg("daemon")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let capped = |env: &Env| -> usize { names.iter().map(|n| of_kind(env, n, "budget-capped").len()).sum() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(2);
+    while capped(&env) < LOOPS {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the loops never met their cap"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for d in &mut daemons {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(d.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        d.wait().unwrap();
+    }
+    let (mut ran, mut settled, mut hosts) = (0, 0.0, std::collections::BTreeSet::new());
+    for name in &names {
+        for e in env.history(name) {
+            match e["kind"].as_str().unwrap() {
+                "tick" if e["outcome"] == "ran" => {
+                    ran += 1;
+                    hosts.insert(e["host"].as_str().unwrap().to_owned());
+                }
+                "budget-settled" => settled += e["costs"]["team-daily"].as_f64().unwrap(),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(ran, 20);
+    assert!((settled - 20.0).abs() < 1e-9, "{settled}");
+    let b = &budgets(&env)[0];
+    assert_eq!(
+        (b["spent"].as_f64(), b["reserved"].as_f64()),
+        (Some(20.0), Some(0.0))
+    );
+    assert!(hosts.len() > 1, "one host ran every step: {hosts:?}");
+}
