@@ -297,6 +297,26 @@ mod tests {
     }
 
     #[test]
+    fn claude_codes_json_result_gives_its_cost_and_tokens() {
+        let got = read(include_str!("../tests/fixtures/claude/result.json")).unwrap();
+        assert_eq!(
+            got,
+            map(&[
+                ("cost_usd", 0.412_765_5),
+                ("input_tokens", 23.0),
+                ("cache_creation_input_tokens", 18_734.0),
+                ("cache_read_input_tokens", 241_507.0),
+                ("output_tokens", 3_921.0),
+                ("tokens", 23.0 + 18_734.0 + 241_507.0 + 3_921.0),
+                ("duration_ms", 48_213.0),
+                ("num_turns", 7.0),
+            ])
+        );
+        // Another object with a "type" of its own is read as any other.
+        assert!(read(r#"{"type": "result", "cost_usd": 1}"#).is_err());
+    }
+
+    #[test]
     fn key_value_lines_skip_blanks_and_comments() {
         let got =
             read("# cost so far\ncost_usd=1.25\n\n  tokens = 1200 \nerr.rate-x=-3e-2\ncost_usd=2\n").unwrap();
