@@ -85,6 +85,8 @@ automaton fires nightly --since 1d   those of the last day\n  \
 automaton fires nightly --json       as JSON records"
     )]
     Fires(FiresArgs),
+    /// The budgets: their windows, what each has spent and holds reserved against its cap
+    Budget(BudgetArgs),
     /// What an approver decides on: the pending await, the ticks since the
     /// last approval, their metrics, and the commits since the last approved one
     Review(ReviewArgs),
@@ -481,6 +483,12 @@ pub struct FiresArgs {
     /// Only the last N records
     #[arg(long, short = 'n', value_name = "N")]
     pub limit: Option<usize>,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
     #[command(flatten)]
     pub json: JsonArg,
 }

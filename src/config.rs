@@ -72,6 +72,20 @@ pub struct LoopConfig {
     /// `/metrics` (docs/metrics.md): a few, named by Prometheus's rules.
     #[serde(default)]
     pub labels: Labels,
+    /// The group the loop's spend counts in (`scope = "group:NAME"`
+    /// budgets of the root's automaton.toml).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// The most one step may spend: what a tick reserves in every budget
+    /// it belongs to before its step runs (0 when unset).
+    #[serde(default)]
+    pub max_per_tick: Option<crate::budget::spec::Cap>,
+    /// What a step that reports no cost counts at in its budgets.
+    #[serde(default)]
+    pub unreported: crate::budget::Unreported,
+    /// `[[budget]]`: budgets of the loop's own.
+    #[serde(default, rename = "budget")]
+    pub budgets: Vec<crate::budget::BudgetSpec>,
     /// The text it was read from, with its sha256: what the record of the
     /// rules compares (not a key of loop.toml).
     #[serde(skip)]
@@ -842,6 +856,23 @@ impl LoopConfig {
         config.source = crate::rules::Source::of(text);
         for gate in &mut config.gates {
             gate.params_line = gate.params_at.take().map(|at| line_column(text, at).0);
+        }
+        if let Some(b) = config
+            .budgets
+            .iter()
+            .find(|b| b.scope != crate::budget::Scope::Loop)
+        {
+            let at = text.find("scope").unwrap_or(0);
+            let (line, column) = line_column(text, at);
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                line,
+                column,
+                message: format!(
+                    "budget {:?}: a loop.toml's budget is the loop's own (scope = \"loop\"); a group's or the root's is declared in the root's automaton.toml",
+                    b.name
+                ),
+            });
         }
         if config.approval.approvers.is_some() && config.access_lists.approvers.is_some() {
             let at = text.find("[access]").unwrap_or(0);

@@ -196,6 +196,50 @@ pub enum EventKind {
         #[serde(flatten)]
         change: crate::rules::ConfigChange,
     },
+    /// A tick reserved `amount` in these budgets' accounts before its
+    /// step (`approved`: past a cap, a person having approved it).
+    BudgetReserved {
+        tick: u64,
+        amount: f64,
+        budgets: Vec<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        approved: bool,
+    },
+    /// A tick's reservation settled at what its step cost, by account
+    /// (`died`: the tick died, and is counted at its reservation).
+    BudgetSettled {
+        tick: u64,
+        reserved: f64,
+        costs: std::collections::BTreeMap<String, f64>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        died: bool,
+    },
+    /// A budget's spend passed its `warn_at` share of the cap.
+    BudgetWarning {
+        budget: String,
+        window: String,
+        spent: f64,
+        cap: f64,
+        warn_at: f64,
+    },
+    /// A tick's reservation did not fit in a budget: what it did is
+    /// `on_cap`.
+    BudgetCapped {
+        tick: u64,
+        budget: String,
+        window: String,
+        spent: f64,
+        reserved: f64,
+        cap: f64,
+        amount: f64,
+        on_cap: crate::budget::OnCap,
+    },
+    /// `resume --reset-budget` started the loop's own budgets' spend
+    /// over: what each had spent.
+    BudgetReset {
+        by: String,
+        budgets: std::collections::BTreeMap<String, f64>,
+    },
     /// The step's metrics file could not be read.
     MetricsWarning {
         tick: u64,
@@ -332,6 +376,11 @@ pub(crate) const KINDS: &[&str] = &[
     "approvals-used",
     "config-changed",
     "metrics-warning",
+    "budget-reserved",
+    "budget-settled",
+    "budget-warning",
+    "budget-capped",
+    "budget-reset",
     "worktree-created",
     "gate-promoted",
     "check-gate",
@@ -357,6 +406,11 @@ impl EventKind {
             EventKind::ApprovalsUsed { .. } => "approvals-used",
             EventKind::ConfigChanged { .. } => "config-changed",
             EventKind::MetricsWarning { .. } => "metrics-warning",
+            EventKind::BudgetReserved { .. } => "budget-reserved",
+            EventKind::BudgetSettled { .. } => "budget-settled",
+            EventKind::BudgetWarning { .. } => "budget-warning",
+            EventKind::BudgetCapped { .. } => "budget-capped",
+            EventKind::BudgetReset { .. } => "budget-reset",
             EventKind::WorktreeCreated { .. } => "worktree-created",
             EventKind::GatePromoted { .. } => "gate-promoted",
             EventKind::CheckGate { .. } => "check-gate",

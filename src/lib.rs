@@ -8,6 +8,7 @@
 mod access;
 mod admin;
 mod bounds;
+pub mod budget;
 pub mod cli;
 pub mod clock;
 pub mod commands;

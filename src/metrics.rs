@@ -207,6 +207,9 @@ impl JsonError {
 fn parse_json(text: &str) -> Result<BTreeMap<String, f64>, JsonError> {
     let object: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(text).map_err(JsonError::Syntax)?;
+    if let Some(metrics) = claude_result(&object) {
+        return Ok(metrics);
+    }
     let mut metrics = BTreeMap::new();
     for (key, value) in object {
         check_key(&key).map_err(JsonError::Value)?;
@@ -225,6 +228,44 @@ fn parse_json(text: &str) -> Result<BTreeMap<String, f64>, JsonError> {
         metrics.insert(key, number);
     }
     Ok(metrics)
+}
+
+/// The usage counts of Claude Code's JSON result, each a metric.
+const CLAUDE_USAGE: [&str; 4] = [
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+];
+
+/// Claude Code's JSON result (`claude -p --output-format json`, or the
+/// last line of `stream-json`), as its metrics: `cost_usd` from
+/// `total_cost_usd`, each of `usage`'s token counts and their sum
+/// `tokens`, `duration_ms` and `num_turns`. `None` when `object` is not
+/// one (it has no `"type": "result"` with a `total_cost_usd`).
+fn claude_result(object: &serde_json::Map<String, serde_json::Value>) -> Option<BTreeMap<String, f64>> {
+    if object.get("type")?.as_str()? != "result" {
+        return None;
+    }
+    let finite = |v: &serde_json::Value| v.as_f64().filter(|n| n.is_finite() && *n >= 0.0);
+    let cost = finite(object.get("total_cost_usd")?)?;
+    let mut metrics = BTreeMap::from([("cost_usd".to_owned(), cost)]);
+    if let Some(usage) = object.get("usage").and_then(serde_json::Value::as_object) {
+        let mut tokens = 0.0;
+        for key in CLAUDE_USAGE {
+            if let Some(n) = usage.get(key).and_then(finite) {
+                metrics.insert(key.to_owned(), n);
+                tokens += n;
+            }
+        }
+        metrics.insert("tokens".to_owned(), tokens);
+    }
+    for key in ["duration_ms", "num_turns"] {
+        if let Some(n) = object.get(key).and_then(finite) {
+            metrics.insert(key.to_owned(), n);
+        }
+    }
+    Some(metrics)
 }
 
 fn check_key(key: &str) -> Result<(), Invalid> {
@@ -253,6 +294,26 @@ mod tests {
 
     fn map(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
         pairs.iter().map(|&(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    #[test]
+    fn claude_codes_json_result_gives_its_cost_and_tokens() {
+        let got = read(include_str!("../tests/fixtures/claude/result.json")).unwrap();
+        assert_eq!(
+            got,
+            map(&[
+                ("cost_usd", 0.412_765_5),
+                ("input_tokens", 23.0),
+                ("cache_creation_input_tokens", 18_734.0),
+                ("cache_read_input_tokens", 241_507.0),
+                ("output_tokens", 3_921.0),
+                ("tokens", 23.0 + 18_734.0 + 241_507.0 + 3_921.0),
+                ("duration_ms", 48_213.0),
+                ("num_turns", 7.0),
+            ])
+        );
+        // Another object with a "type" of its own is read as any other.
+        assert!(read(r#"{"type": "result", "cost_usd": 1}"#).is_err());
     }
 
     #[test]

@@ -41,6 +41,11 @@ pub struct Settings {
     /// `[gates]`: the signatures every loop's gates need, and the trust
     /// file (absolute) they are checked against.
     pub gates: Gates,
+    /// `[[budget]]`: the root's budgets (docs/budgets.md).
+    pub budgets: Vec<crate::budget::BudgetSpec>,
+    /// `[pricing]`: the price of each reported metric (tokens) in a budget's
+    /// metric (`cost_usd`), for steps that report tokens but no cost.
+    pub pricing: crate::budget::Pricing,
 }
 
 /// The root's `[gates]`, its paths made absolute.
@@ -281,6 +286,10 @@ struct RootConfig {
     /// file (docs/writing-gates.md, "Signing a gate").
     #[serde(default)]
     gates: RootGates,
+    #[serde(default, rename = "budget")]
+    budgets: Vec<crate::budget::BudgetSpec>,
+    #[serde(default)]
+    pricing: crate::budget::Pricing,
 }
 
 /// The root's `[gates]`: a loop's `[gates]`, and the trust file.
@@ -347,6 +356,8 @@ impl RootConfig {
                 ),
                 revoked_keys: self.gates.revoked_keys.map(|p| root.join(p)),
             },
+            budgets: self.budgets,
+            pricing: self.pricing,
         }
     }
 }

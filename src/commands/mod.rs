@@ -4,6 +4,7 @@
 //! administer) and render.
 
 mod approve;
+mod budget;
 mod cancel;
 mod check_gate;
 mod daemon;
@@ -76,6 +77,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         }),
         Command::History(args) => opened(root).and_then(|(r, s)| history::run(&r, &s, &args, out)),
         Command::Fires(args) => opened(root).and_then(|(r, s)| fires::run(&r, &s, &args, out)),
+        Command::Budget(args) => opened(root).and_then(|(r, s)| budget::run(&r, &s, &args, out)),
         Command::Review(args) => opened(root).and_then(|(r, s)| review::run(&r, &s, &args, out)),
         Command::Logs(args) => opened(root).and_then(|(r, s)| logs::run(&r, &s, &args, out)),
         Command::Validate(args) => validate::run(root, &args, out),

@@ -94,8 +94,26 @@ pub(super) fn resume(root: &Root, stores: &Stores, args: &ResumeArgs, out: &mut 
             Status::Active => format!("loop {name} is already active"),
             _ => format!("resumed loop {name} (was {from})"),
         };
-        line += &match (r.dropped.is_empty(), from == Status::Active) {
-            (false, _) => format!("; its totals start over (they were {})", totals(&r.dropped)),
+        line += &match (
+            r.dropped.is_empty() && r.budgets_reset.is_empty(),
+            from == Status::Active,
+        ) {
+            (false, _) => {
+                let mut said = Vec::new();
+                if !r.dropped.is_empty() {
+                    said.push(format!(
+                        "its totals start over (they were {})",
+                        totals(&r.dropped)
+                    ));
+                }
+                if !r.budgets_reset.is_empty() {
+                    said.push(format!(
+                        "its budgets' spend starts over (was {})",
+                        totals(&r.budgets_reset)
+                    ));
+                }
+                format!("; {}", said.join("; "))
+            }
             (true, true) => "; nothing changed".to_owned(),
             (true, false) => String::new(),
         };

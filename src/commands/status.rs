@@ -238,6 +238,7 @@ fn detail(v: &LoopView) -> String {
     rows.approvals(&v.state);
     rows.holdings(v);
     rows.shadows(v);
+    rows.budgets(v);
     let mut text = table(&rows.0);
     text += &config_record(v);
     text
@@ -300,6 +301,28 @@ pub(crate) fn shadow_line(e: &crate::ops::views::shadow::Evidence) -> String {
 }
 
 impl Rows {
+    /// Each budget it belongs to: spent and reserved of the cap, and when
+    /// the window ends.
+    fn budgets(&mut self, v: &LoopView) {
+        for b in &v.budgets {
+            let ends = match b
+                .window_end_ms
+                .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+            {
+                Some(end) => format!(", window ends {}", local(end)),
+                None => String::new(),
+            };
+            self.row(
+                "budget",
+                safe(&format!(
+                    "{} ({}): spent {:.2} and reserved {:.2} of {} {:.2}{ends}",
+                    b.name, b.window, b.spent, b.reserved, b.metric, b.cap
+                ))
+                .into_owned(),
+            );
+        }
+    }
+
     /// Each shadow gate's evidence.
     fn shadows(&mut self, v: &LoopView) {
         for e in &v.shadows {

@@ -348,3 +348,17 @@ mod tests {
         assert_eq!(p, Decision::Proceed);
     }
 }
+
+/// A budget the loop belongs to, as a gate sees it: what its current
+/// window has spent and holds reserved against its cap, and when the
+/// window ends (`None`: a tick window).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GateBudget {
+    pub name: String,
+    pub metric: String,
+    pub window: String,
+    pub spent: f64,
+    pub reserved: f64,
+    pub cap: f64,
+    pub window_end_ms: Option<i64>,
+}

@@ -37,6 +37,10 @@ pub(crate) struct Resumed {
     /// The totals that started over, as they were.
     #[serde(skip)]
     pub dropped: BTreeMap<String, f64>,
+    /// The loop's own budgets whose window's spend started over, with what
+    /// each had spent.
+    #[serde(skip)]
+    pub budgets_reset: BTreeMap<String, f64>,
 }
 
 pub(crate) fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) -> Result<Resumed> {
@@ -44,6 +48,13 @@ pub(crate) fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) ->
     let by = ctx.actor.user.clone();
     let mut from = Status::Active;
     let mut dropped = BTreeMap::new();
+    let mut budgets_reset = BTreeMap::new();
+    let members = if req.reset_budget {
+        let config = dir.config()?;
+        crate::budget::of_loop(&ctx.root.settings().budgets, dir.name().as_str(), &config)
+    } else {
+        Vec::new()
+    };
     let state = ctx.update(&*dir, "resume", req.wait, |s| {
         let mut events = Vec::new();
         // Active already: nothing changes (not even the failure count) and
@@ -59,6 +70,20 @@ pub(crate) fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) ->
                 totals: dropped.clone(),
             });
         }
+        // Under the loop's lock, as a tick takes the ledger's.
+        if !members.is_empty() {
+            budgets_reset = crate::budget::reset_own(
+                crate::budget::Place::of(ctx.root.path(), dir.shared_ledger()),
+                &members,
+                dir.name().as_str(),
+            )?;
+            if !budgets_reset.is_empty() {
+                events.push(EventKind::BudgetReset {
+                    by: by.clone(),
+                    budgets: budgets_reset.clone(),
+                });
+            }
+        }
         Ok(events)
     })?;
     // Outside the lock: a schedule a halt or completion disabled runs again.
@@ -70,12 +95,13 @@ pub(crate) fn resume(ctx: &Ctx<'_>, req: Resume, answer: Answer<'_, Resumed>) ->
     if let Some(warning) = &warning {
         tracing::warn!("{warning}");
     }
-    let changed = from != Status::Active || !dropped.is_empty();
+    let changed = from != Status::Active || !dropped.is_empty() || !budgets_reset.is_empty();
     let notice = changed.then(|| ctx.operated(&*dir, &state, "resume"));
     let resumed = Resumed {
         view: Looked { dir, state },
         from,
         dropped,
+        budgets_reset,
     };
     let said = answer(&resumed);
     if let Some(notice) = notice {

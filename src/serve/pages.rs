@@ -474,6 +474,29 @@ fn loop_body(v: &status::LoopView, actions: Markup, events: &[Line]) -> Markup {
             }
             @if let Some(h) = &v.lock { dt { "Lock" } dd { (h.describe()) } }
         }
+        @if !v.budgets.is_empty() {
+            h2 { "Budgets" }
+            table.budgets {
+                thead { tr { th { "Budget" } th { "Window" } th { "Spent" } th { "Reserved" } th { "Cap" } th { "Window ends" } } }
+                tbody {
+                    @for b in &v.budgets {
+                        tr {
+                            td { (b.name) }
+                            td { (b.window) }
+                            td { (format!("{:.2}", b.spent)) " " (b.metric) }
+                            td { (format!("{:.2}", b.reserved)) }
+                            td { (format!("{:.2}", b.cap)) }
+                            td {
+                                @match b.window_end_ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()) {
+                                    Some(end) => (crate::clock::local(end)),
+                                    None => "each tick",
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         @if !v.shadows.is_empty() {
             h2 { "Shadow gates" }
             table.shadows {

@@ -61,6 +61,12 @@ pub trait Store: Send + Sync {
     }
 
     /// Every loop, sorted by name.
+    /// The budgets' ledger the store keeps for every host, when it keeps
+    /// one (PostgreSQL); else the root's file is (src/budget/mod.rs).
+    fn shared_ledger(&self) -> Option<&dyn crate::budget::SharedLedger> {
+        None
+    }
+
     fn list(&self) -> Result<Vec<Box<dyn LoopStore>>>;
 
     /// Every loop, sorted by name, with what a listing shows of it, read
@@ -420,6 +426,12 @@ pub trait LoopStore: Send + Sync {
     }
 
     /// The loop's config, read and validated.
+    /// The budgets' ledger its store keeps for every host, when it keeps
+    /// one: as [`Store::shared_ledger`].
+    fn shared_ledger(&self) -> Option<&dyn crate::budget::SharedLedger> {
+        None
+    }
+
     fn config(&self) -> Result<LoopConfig>;
 
     /// The loop's config as written.

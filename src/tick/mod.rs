@@ -133,6 +133,8 @@ pub(crate) fn run_configured(
         verdicts: Vec::new(),
         first_disagreed: Vec::new(),
         current: crate::rules::Current::of(root.path(), config),
+        budgets: crate::budget::of_loop(&root.settings().budgets, store.name().as_str(), config),
+        held: false,
     };
     let report = tick.run(session);
     if opts.process_exits {
@@ -193,6 +195,10 @@ struct Tick<'a> {
     /// The config this tick runs with: what the record of the rules
     /// compares and the tick's event names.
     current: crate::rules::Current,
+    /// The budgets the loop belongs to.
+    budgets: Vec<crate::budget::Member>,
+    /// This tick holds a reservation in them.
+    held: bool,
 }
 
 /// Where the before-step phase leaves the tick.
@@ -285,7 +291,8 @@ impl Tick<'_> {
                 return self.end_early(session, state, true, Outcome::Failed, reason);
             }
         };
-        let before = self.gates(state, Phase::BeforeStep)?;
+        let mut before = self.gates(state, Phase::BeforeStep)?;
+        let refused = self.reserve(&mut before)?;
         let was = (
             state.status,
             state.status_reason.clone(),
@@ -298,12 +305,105 @@ impl Tick<'_> {
             state.pending_approvals.len(),
         ) != was;
         if let Go::Stop(outcome, reason) = go {
+            if self.held {
+                crate::budget::release(self.ledger(), self.store.name().as_str(), self.number)?;
+                self.held = false;
+                self.events
+                    .retain(|e| !matches!(e, EventKind::BudgetReserved { .. }));
+            }
             return self.end_early(session, state, changed, outcome, reason);
+        }
+        if refused {
+            // A person approved spending past the cap.
+            let members = &self.budgets;
+            let amount = self.config.max_per_tick.map_or(0.0, |c| c.0);
+            let name = self.store.name().as_str();
+            let r = crate::budget::reserve(self.ledger(), members, name, self.number, amount, true)?;
+            self.events.extend(r.events);
+            self.held = true;
         }
         // Nothing after the step may fail before its result is committed:
         // the after-step gates' host is made now.
         self.host_for(Phase::AfterStep)?;
         Ok(Before::Run(worktree, before.combined))
+    }
+
+    /// Where the root's budgets are kept.
+    fn ledger(&self) -> crate::budget::Place<'_> {
+        crate::budget::Place::of(self.root.path(), self.store.shared_ledger())
+    }
+
+    /// Reserves the tick's `max_per_tick` in every budget the loop belongs
+    /// to, when the before-step gates let the step run (or await). One it
+    /// does not fit in decides as its `on_cap` says, beside the gates:
+    /// whether it refused.
+    fn reserve(&mut self, before: &mut gates::PhaseResult) -> Result<bool> {
+        if self.budgets.is_empty()
+            || !matches!(before.combined, Decision::Proceed | Decision::AwaitApproval(_))
+        {
+            return Ok(false);
+        }
+        let amount = self.config.max_per_tick.map_or(0.0, |c| c.0);
+        let name = self.store.name().as_str();
+        let r = crate::budget::reserve(self.ledger(), &self.budgets, name, self.number, amount, false)?;
+        self.events.extend(r.events);
+        let Some(refusal) = r.refused else {
+            self.held = true;
+            return Ok(false);
+        };
+        let reason = refusal.reason();
+        let on_cap = self
+            .budgets
+            .iter()
+            .find(|m| m.account == refusal.standing.account)
+            .map_or(crate::budget::OnCap::Halt, |m| m.spec.on_cap);
+        let decision = match on_cap {
+            crate::budget::OnCap::Await => Decision::AwaitApproval(reason),
+            crate::budget::OnCap::Halt => Decision::Halt(reason),
+            crate::budget::OnCap::Skip => Decision::Skip(reason),
+        };
+        let verdict = Verdict {
+            gate: format!("budget:{}", refusal.standing.name),
+            version: None,
+            name: None,
+            sha256: None,
+            phase: Phase::BeforeStep,
+            decision,
+            micros: 0,
+            error: None,
+            logs: Vec::new(),
+        };
+        self.verdicts.push(verdict.clone());
+        before.verdicts.push(verdict);
+        before.shadows.push(Vec::new());
+        before.combined = Decision::combine(before.verdicts.iter().map(|v| &v.decision));
+        Ok(true)
+    }
+
+    /// Settles the tick's reservation at what the step reported, before
+    /// the tick is committed. A ledger that cannot be written leaves the
+    /// reservation held: the next tick counts it at its amount.
+    fn settle(&mut self, state: &State) {
+        if !self.held {
+            return;
+        }
+        let name = self.store.name().as_str();
+        match crate::budget::settle(
+            self.ledger(),
+            &self.budgets,
+            name,
+            self.number,
+            &state.metrics,
+            &self.root.settings().pricing,
+            self.config.unreported,
+        ) {
+            Ok(events) => self.events.extend(events),
+            Err(e) => tracing::warn!(
+                "loop {name:?}: tick {}: its budgets' reservation stays held: {e}",
+                self.number
+            ),
+        }
+        self.held = false;
     }
 
     /// The step: commit it as in flight, run it and the verifier, and
@@ -425,6 +525,7 @@ impl Tick<'_> {
         }
         state.in_flight = None;
         self.note_gate_error(state);
+        self.settle(state);
         self.events.push(EventKind::Tick {
             tick: number,
             outcome,
@@ -793,7 +894,8 @@ impl Tick<'_> {
         // started the wait recorded it, and this one records nothing.
         let repeat_await = outcome == Outcome::AwaitingApproval && !changed;
         if repeat_await {
-            self.events.retain(|e| !matches!(e, EventKind::Gate { .. }));
+            self.events
+                .retain(|e| !matches!(e, EventKind::Gate { .. } | EventKind::BudgetCapped { .. }));
         }
         if outcome != Outcome::Inactive && !repeat_await {
             self.events.push(EventKind::Tick {

@@ -261,6 +261,13 @@ struct Scenario {
     template: fn() -> (Scratch, String),
     command: &'static [&'static str],
     recover: &'static [&'static str],
+    /// What else must hold after the recovering command.
+    check: fn(&Scratch) -> Vec<String>,
+}
+
+/// No check beyond the loop's invariants.
+fn nothing_more(_: &Scratch) -> Vec<String> {
+    Vec::new()
 }
 
 /// What the kills of one scenario found.
@@ -425,6 +432,9 @@ fn one_fault(
     for v in after.violations(&acked, floor, &s.loop_dir("l")) {
         note(v, "after recovery");
     }
+    for v in (sc.check)(&s) {
+        note(v, "after recovery");
+    }
     Some((faulted, seen))
 }
 
@@ -435,6 +445,82 @@ fn tick_killed_at_every_write_side_syscall() {
         template: ticked,
         command: &["tick", "l"],
         recover: &["pause", "l"],
+        check: nothing_more,
+    });
+}
+
+/// A loop spending into a budget: each tick reserves 1 in the root's
+/// ledger before its step and settles it (the step reports 1) before its
+/// record is committed.
+const BUDGETED: &str = r#"
+step = 'echo cost_usd=1 > "$AUTOMATON_METRICS"'
+max_per_tick = 1.0
+[[budget]]
+name = "daily"
+window = "1d"
+cap = 1000.0
+"#;
+
+fn budgeted() -> (Scratch, String) {
+    let s = Scratch::new();
+    s.new_loop("l", BUDGETED);
+    s.ok(&["tick", "l"]);
+    // Given ahead, and kept pending: no gate of the loop awaits.
+    let id = approval_id(&s.ok(&["approve", "l", "--ahead", "--note", "go"])).unwrap();
+    (s, id)
+}
+
+/// After a tick that recovers: the ledger parses, holds nothing, has no
+/// temporary file left beside it, and has counted every settlement
+/// history records, and at most one reservation more for each tick
+/// recorded as crashed (one that died after its settlement was written
+/// but before its record).
+fn ledger_accounts_for_every_tick(s: &Scratch) -> Vec<String> {
+    let mut out = Vec::new();
+    let dir = s.root.join("budgets");
+    let ledger: serde_json::Value = match std::fs::read(dir.join("ledger.json")) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => return vec![format!("the ledger does not parse: {e}")],
+        },
+        Err(e) => return vec![format!("the ledger cannot be read: {e}")],
+    };
+    out.extend(crate::invariants::stray_temps(&dir));
+    if ledger["holds"].as_array().is_none_or(|h| !h.is_empty()) {
+        out.push(format!(
+            "the ledger still holds reservations: {}",
+            ledger["holds"]
+        ));
+    }
+    let spent = ledger["accounts"]["l:daily"]["spent"].as_f64().unwrap_or(0.0);
+    let history = std::fs::read_to_string(s.loop_dir("l").join("history.jsonl")).unwrap_or_default();
+    let (mut settled, mut crashed) = (0.0, 0.0);
+    for e in history
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    {
+        match e["kind"].as_str() {
+            Some("budget-settled") => settled += e["costs"]["l:daily"].as_f64().unwrap_or(0.0),
+            Some("crashed") => crashed += 1.0,
+            _ => {}
+        }
+    }
+    if spent < settled - 1e-9 || spent > settled + crashed + 1e-9 {
+        out.push(format!(
+            "the ledger's spend {spent} is not within what history settled ({settled}) and {crashed} crashed tick(s) more"
+        ));
+    }
+    out
+}
+
+#[test]
+fn tick_with_a_budget_killed_at_every_write_side_syscall() {
+    crash_everywhere(&Scenario {
+        name: "tick with a budget",
+        template: budgeted,
+        command: &["tick", "l"],
+        recover: &["tick", "l"],
+        check: ledger_accounts_for_every_tick,
     });
 }
 
@@ -445,6 +531,7 @@ fn approve_killed_at_every_write_side_syscall() {
         template: ticked,
         command: &["approve", "l", "--ahead", "--note", "k"],
         recover: &["tick", "l"],
+        check: nothing_more,
     });
 }
 
@@ -455,6 +542,7 @@ fn check_gate_apply_killed_at_every_write_side_syscall() {
         template: ticked,
         command: &["check-gate", "l", "--apply"],
         recover: &["approve", "l", "--ahead"],
+        check: nothing_more,
     });
 }
 
@@ -465,6 +553,7 @@ fn pause_that_finds_a_dead_tick_killed_at_every_write_side_syscall() {
         template: crashed,
         command: &["pause", "l"],
         recover: &["resume", "l"],
+        check: nothing_more,
     });
 }
 
@@ -596,24 +685,28 @@ fn errno_everywhere(errno: &'static str) {
             template: ticked,
             command: &["tick", "l"],
             recover: &["pause", "l"],
+            check: nothing_more,
         },
         Scenario {
             name: "approve",
             template: ticked,
             command: &["approve", "l", "--ahead", "--note", "k"],
             recover: &["tick", "l"],
+            check: nothing_more,
         },
         Scenario {
             name: "check-gate --apply",
             template: ticked,
             command: &["check-gate", "l", "--apply"],
             recover: &["approve", "l", "--ahead"],
+            check: nothing_more,
         },
         Scenario {
             name: "pause",
             template: crashed,
             command: &["pause", "l"],
             recover: &["resume", "l"],
+            check: nothing_more,
         },
     ];
     for sc in &scenarios {

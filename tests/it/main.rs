@@ -4,6 +4,8 @@
 mod access;
 mod admin;
 mod approvals;
+#[cfg(unix)]
+mod budgets;
 mod common;
 mod config_record;
 mod confine;

@@ -84,6 +84,10 @@ pub(crate) struct LoopView {
     /// agreed with the live side, and its last disagreement (`status NAME`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shadows: Vec<super::shadow::Evidence>,
+    /// The budgets it belongs to: spent and reserved against each cap in
+    /// the current window.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<crate::domain::GateBudget>,
 }
 
 impl LoopView {
@@ -147,6 +151,7 @@ fn view_read(
         last_output: Default::default(),
         unconfined: config.is_some_and(|c| c.step.confine == crate::config::Confine::Off),
         shadows: Vec::new(),
+        budgets: Vec::new(),
     };
     if let Some(schedule) = config.and_then(|c| c.schedule.as_ref()) {
         let running = v.running().map(|(_, since)| since);
@@ -285,10 +290,18 @@ pub(crate) fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
     let mut out = Vec::new();
     for r in ctx.stores.read_all()? {
         let (listed, error) = match r.state {
-            Ok(state) => (
-                Listed::Loop(Box::new(view_read(r.dir.as_ref(), state, &r.config, r.holder))),
-                None,
-            ),
+            Ok(state) => {
+                let mut v = view_read(r.dir.as_ref(), state, &r.config, r.holder);
+                if let Ok(config) = &r.config {
+                    v.budgets = crate::budget::for_gate(
+                        ctx.root,
+                        r.dir.shared_ledger(),
+                        r.dir.name().as_str(),
+                        config,
+                    );
+                }
+                (Listed::Loop(Box::new(v)), None)
+            }
             Err(e) => {
                 let name = r.dir.name().to_string();
                 let error = e.to_string();
@@ -350,6 +363,9 @@ pub(crate) fn status(ctx: &Ctx, name: &str) -> Result<LoopView> {
         v.config_error = check_gates(root, dir).err().map(|e| e.to_string());
     }
     v.stopped_by = stopped_by(dir, &state);
+    if let Ok(config) = dir.config() {
+        v.budgets = crate::budget::for_gate(root, dir.shared_ledger(), name, &config);
+    }
     v.unfired = !serving(&crate::daemon::daemon_status(root)) && !unfired(root, [&v]).is_empty();
     let fires = dir.fires(None).unwrap_or_else(|e| {
         tracing::warn!("{e}");

@@ -14,6 +14,7 @@
 //! `tokio_postgres` type; every call on the server keeps its bound
 //! (`client.rs`).
 
+mod budgets;
 mod client;
 mod commit;
 mod conn;
@@ -357,6 +358,10 @@ impl Store for Arc<Database> {
         Database::read_all(self)
     }
 
+    fn shared_ledger(&self) -> Option<&dyn crate::budget::SharedLedger> {
+        Some(&**self)
+    }
+
     fn list(&self) -> Result<Vec<Box<dyn LoopStore>>> {
         Ok(Database::list(self)?
             .into_iter()
@@ -582,6 +587,10 @@ impl PgLoop {
 impl LoopStore for PgLoop {
     fn name(&self) -> &LoopName {
         &self.name
+    }
+
+    fn shared_ledger(&self) -> Option<&dyn crate::budget::SharedLedger> {
+        Some(&*self.db)
     }
 
     fn base_dir(&self) -> &Path {
