@@ -39,6 +39,7 @@ mod pg_claims;
 mod pg_lease;
 mod pg_outcome;
 mod pg_restart;
+mod pg_roles;
 mod quickstart;
 mod refusals;
 mod resume;

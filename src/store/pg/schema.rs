@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_admin_log.sql"),
     include_str!("migrations/0007_lease_process.sql"),
     include_str!("migrations/0008_refusals.sql"),
+    include_str!("migrations/0009_attributed.sql"),
 ];
 
 /// The schema version this binary reads and writes.
