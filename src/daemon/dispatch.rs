@@ -59,6 +59,8 @@ pub(super) struct Dispatcher<'a> {
     pub(super) ledger: Writer,
     /// The figures `--metrics` answers (src/exposition/daemon.rs).
     pub(super) figures: Arc<crate::exposition::DaemonFigures>,
+    /// The server refuses new connections: no tick starts meanwhile.
+    pub(super) refused: Option<super::refused::Refused>,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -89,6 +91,7 @@ impl<'a> Dispatcher<'a> {
             busy: 0,
             ledger: Writer::new(crate::clock::now()),
             figures: Arc::default(),
+            refused: None,
         }
     }
 
@@ -203,7 +206,7 @@ impl<'a> Dispatcher<'a> {
     /// Hands due loops to idle workers, most overdue first.
     pub(super) fn dispatch(&mut self, handoff: &Handoff) {
         let now = crate::clock::now();
-        while self.running.len() < self.max {
+        while self.room() > 0 {
             let Some((due, name)) = self.queue.pop_due(now) else {
                 break;
             };
@@ -246,6 +249,7 @@ impl<'a> Dispatcher<'a> {
                 }
                 _ => None,
             };
+            self.started_one(&name);
             handoff.give(Job {
                 name,
                 cancel,
@@ -291,6 +295,9 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
         if result.as_ref().is_ok_and(|r| r.outcome == Outcome::Busy) {
             self.busy += 1;
+        }
+        if self.stores.is_shared() {
+            self.connection_answer(Some(&name), result.as_ref().err());
         }
         let crashed = result
             .as_ref()
@@ -374,11 +381,16 @@ impl<'a> Dispatcher<'a> {
         if let Some(look) = self.awaits.next_look() {
             wait = wait.min(look.saturating_duration_since(Instant::now()));
         }
-        if self.running.len() < self.max
+        // While the server refuses connections, nothing starts before the
+        // pause ends, however overdue.
+        if let Some(until) = self.refused_until() {
+            wait = wait.min(until.saturating_duration_since(Instant::now()));
+        }
+        if self.room() > 0
             && let Some(at) = self.next_claim()
         {
             wait = wait.min(at.saturating_duration_since(Instant::now()));
-        } else if self.running.len() < self.max
+        } else if self.room() > 0
             && let Some((due, _)) = self.queue.peek()
         {
             let until = Duration::try_from(due.duration_since(crate::clock::now())).unwrap_or_default();

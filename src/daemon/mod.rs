@@ -41,6 +41,7 @@ mod messages;
 mod phase;
 pub(crate) mod presence;
 mod queue;
+mod refused;
 mod report;
 mod scan;
 mod workers;

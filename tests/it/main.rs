@@ -35,6 +35,7 @@ mod parsers;
 mod paths;
 mod pg;
 mod pg_bounds;
+mod pg_budget;
 mod pg_claims;
 mod pg_lease;
 mod pg_outcome;
