@@ -116,6 +116,13 @@ impl<'a> Dispatcher<'a> {
         let mut next = Instant::now() + MAX_SLEEP;
         let claimed = match claimed {
             Ok(claimed) => claimed,
+            Err(e @ crate::error::Error::SchemaTooNew { .. }) => {
+                // Run on, it would write what the newer binaries may not
+                // read: no tick starts; the daemon stops as on a signal,
+                // and ends with the error.
+                self.fatal = Some(e);
+                return;
+            }
             Err(e) if crate::store::refuses_connections(&e) => {
                 self.connection_answer(None, Some(&e));
                 return;

@@ -61,6 +61,9 @@ pub(super) struct Dispatcher<'a> {
     pub(super) figures: Arc<crate::exposition::DaemonFigures>,
     /// The server refuses new connections: no tick starts meanwhile.
     pub(super) refused: Option<super::refused::Refused>,
+    /// Why the daemon must stop (the store's schema was upgraded under
+    /// it): it stops as on a signal and ends with this error.
+    pub(super) fatal: Option<crate::error::Error>,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -92,6 +95,7 @@ impl<'a> Dispatcher<'a> {
             ledger: Writer::new(crate::clock::now()),
             figures: Arc::default(),
             refused: None,
+            fatal: None,
         }
     }
 
@@ -105,6 +109,10 @@ impl<'a> Dispatcher<'a> {
         loop {
             if !phase.stopping() {
                 self.serve(handoff);
+                if self.fatal.is_some() {
+                    phase = phase.signalled(Instant::now(), self.opts.grace);
+                    continue;
+                }
             } else if phase.stopped(self.running.len()) {
                 break;
             } else {

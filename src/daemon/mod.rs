@@ -195,7 +195,7 @@ pub(crate) fn run(root: &Root, opts: &Options) -> Result<()> {
             d.busy
         );
         d.presence.release(root);
-        Ok(())
+        d.fatal.map_or(Ok(()), Err)
     });
     signals.close();
     tracing::info!("daemon stopped");

@@ -4,7 +4,8 @@
 //! running go on (their lock sessions and the lease renewals' connection
 //! are already made). After a pause, one tick is tried; the pause doubles,
 //! up to [`MAX_PAUSE`], while the server still refuses, and ends the
-//! moment a tick gets its connection.
+//! moment a tick gets its connection. A tick of its own that ends frees a
+//! connection the next reuses: one is tried then, without waiting.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,9 +18,12 @@ const FIRST_PAUSE: Duration = Duration::from_secs(1);
 /// The longest pause between two tries.
 const MAX_PAUSE: Duration = Duration::from_secs(30);
 
-/// The server refused this daemon a connection: no tick starts until
-/// `until`, and then one at a time until one is let in.
+/// The server refused this daemon a connection: at most `ceiling` ticks
+/// run (as many as had their connections then); one more is tried after
+/// each pause, and each let in raises the ceiling by one, until the
+/// workers are all in use again.
 pub(super) struct Refused {
+    ceiling: usize,
     until: Instant,
     pause: Duration,
     /// The tick started to try the server again, until it ends.
@@ -37,48 +41,59 @@ pub(super) fn warn(e: &Error) {
 }
 
 impl Dispatcher<'_> {
-    /// How many more ticks may start now: the free workers, none while the
-    /// server refuses connections, one to try it again after the pause.
+    /// How many more ticks may start now: the free workers; while the
+    /// server refuses connections, those under the ceiling, or one to try
+    /// it again once the pause is over.
     pub(super) fn room(&self) -> usize {
-        let free = self.max.saturating_sub(self.running.len());
+        let running = self.running.len();
+        let free = self.max.saturating_sub(running);
         match &self.refused {
             None => free,
-            Some(r) if r.trying.is_some() || Instant::now() < r.until => 0,
-            Some(_) => free.min(1),
+            Some(r) if running < r.ceiling => free.min(r.ceiling - running),
+            Some(r) if r.trying.is_none() && Instant::now() >= r.until => free.min(1),
+            Some(_) => 0,
         }
     }
 
-    /// A tick was handed out: while refused, it is the one trying.
+    /// Tick `name` was handed out (and counts among those running): past
+    /// the ceiling, it is the one trying the server.
     pub(super) fn started_one(&mut self, name: &Arc<str>) {
-        if let Some(r) = &mut self.refused {
+        let running = self.running.len();
+        if let Some(r) = &mut self.refused
+            && running > r.ceiling
+        {
             r.trying = Some(Arc::clone(name));
         }
     }
 
-    /// When the pause ends, if the daemon is pausing.
+    /// When the pause ends, if the daemon waits for it to try again.
     pub(super) fn refused_until(&self) -> Option<Instant> {
         self.refused
             .as_ref()
-            .filter(|r| r.trying.is_none())
+            .filter(|r| r.trying.is_none() && self.running.len() >= r.ceiling)
             .map(|r| r.until)
     }
 
-    /// Takes in how a tick (`name`) or a claim (`None`) that needed a
-    /// connection went: `error`, what it failed with, if it did. A refusal
-    /// stops ticks starting (said once); while stopped, only the outcome
-    /// of the tick started to try again counts: refused, the pause
-    /// doubles; let in, ticks start again.
+    /// Takes in how a tick (`name`, still among those running) or a claim
+    /// (`None`) that needed a connection went: `error`, what it failed
+    /// with, if it did. The first refusal is said, and sets the ceiling at
+    /// the ticks that have their connections; a try refused doubles the
+    /// pause; a try let in raises the ceiling, and once it reaches the
+    /// workers, that is said too.
     pub(super) fn connection_answer(&mut self, name: Option<&Arc<str>>, error: Option<&Error>) {
         let refused = error.is_some_and(crate::store::refuses_connections);
+        // Those running that hold their connections: not this one.
+        let holding = self.running.len().saturating_sub(usize::from(name.is_some()));
         let Some(r) = &mut self.refused else {
             if refused {
                 tracing::warn!(
-                    "the PostgreSQL server refuses new connections (too many clients): no tick is \
-                     started until it accepts one again (tried again in {}, then less often); \
-                     the ticks running go on",
+                    "the PostgreSQL server refuses new connections (too many clients): at most \
+                     {holding} ticks run, as many as have their connections, until it accepts \
+                     more (one more tried in {}, then less often); the ticks running go on",
                     crate::duration::format(FIRST_PAUSE)
                 );
                 self.refused = Some(Refused {
+                    ceiling: holding,
                     until: Instant::now() + FIRST_PAUSE,
                     pause: FIRST_PAUSE,
                     trying: None,
@@ -86,25 +101,31 @@ impl Dispatcher<'_> {
             }
             return;
         };
-        // The ticks started before the refusal end as they may: only the
-        // try tells (or a claim refused again).
         let the_try = match name {
             Some(n) => r.trying.as_ref() == Some(n),
             None => refused,
         };
+        if refused {
+            r.ceiling = r.ceiling.min(holding);
+        }
         if !the_try {
             return;
         }
+        r.trying = None;
         if refused {
             r.pause = (r.pause * 2).min(MAX_PAUSE);
             r.until = Instant::now() + r.pause;
-            r.trying = None;
             tracing::debug!(
                 "a connection is still refused; the next try in {}",
                 crate::duration::format(r.pause)
             );
-        } else {
-            tracing::info!("the PostgreSQL server accepts connections again: ticks start again");
+            return;
+        }
+        r.ceiling += 1;
+        r.pause = FIRST_PAUSE;
+        r.until = Instant::now();
+        if r.ceiling >= self.max {
+            tracing::info!("the PostgreSQL server accepts connections again: every worker may run a tick");
             self.refused = None;
         }
     }

@@ -76,7 +76,7 @@ pub(super) fn ensure(client: &mut Client, url: &str) -> Result<()> {
     tx.commit().map_err(fail("cannot commit the schema migration"))
 }
 
-fn refuse_newer(found: i32, url: &str) -> Result<()> {
+pub(super) fn refuse_newer(found: i32, url: &str) -> Result<()> {
     if found > KNOWN {
         return Err(Error::SchemaTooNew {
             url: url.to_owned(),
