@@ -101,6 +101,7 @@ impl<'a> Dispatcher<'a> {
     /// ask, and hands them out. With fewer due than asked for, the store
     /// is asked again when the next comes due, or within a second.
     pub(super) fn dispatch_claimed(&mut self, handoff: &Handoff) {
+        self.review_try();
         let (Some(claims), Some(c)) = (self.claims(), self.claimant.as_ref()) else {
             return;
         };

@@ -213,6 +213,7 @@ impl<'a> Dispatcher<'a> {
 
     /// Hands due loops to idle workers, most overdue first.
     pub(super) fn dispatch(&mut self, handoff: &Handoff) {
+        self.review_try();
         let now = crate::clock::now();
         while self.room() > 0 {
             let Some((due, name)) = self.queue.pop_due(now) else {

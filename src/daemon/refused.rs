@@ -17,6 +17,9 @@ use crate::error::{Error, with_causes};
 const FIRST_PAUSE: Duration = Duration::from_secs(1);
 /// The longest pause between two tries.
 const MAX_PAUSE: Duration = Duration::from_secs(30);
+/// A try still running after this long got its connection (a refused
+/// one fails at once): the ceiling is raised without waiting for its end.
+const LET_IN: Duration = Duration::from_secs(1);
 
 /// The server refused this daemon a connection: at most `ceiling` ticks
 /// run (as many as had their connections then); one more is tried after
@@ -26,8 +29,9 @@ pub(super) struct Refused {
     ceiling: usize,
     until: Instant,
     pause: Duration,
-    /// The tick started to try the server again, until it ends.
-    trying: Option<Arc<str>>,
+    /// The tick started to try the server again, and when, until it ends
+    /// or has run [`LET_IN`].
+    trying: Option<(Arc<str>, Instant)>,
 }
 
 /// Says `e` as a warning, or, when it is the server refusing a connection
@@ -62,16 +66,19 @@ impl Dispatcher<'_> {
         if let Some(r) = &mut self.refused
             && running > r.ceiling
         {
-            r.trying = Some(Arc::clone(name));
+            r.trying = Some((Arc::clone(name), Instant::now()));
         }
     }
 
-    /// When the pause ends, if the daemon waits for it to try again.
+    /// When the dispatcher must look again: the pause ends, or the try
+    /// running has run long enough to count as let in.
     pub(super) fn refused_until(&self) -> Option<Instant> {
-        self.refused
-            .as_ref()
-            .filter(|r| r.trying.is_none() && self.running.len() >= r.ceiling)
-            .map(|r| r.until)
+        let r = self.refused.as_ref()?;
+        match &r.trying {
+            Some((_, since)) => Some(*since + LET_IN),
+            None if self.running.len() >= r.ceiling => Some(r.until),
+            None => None,
+        }
     }
 
     /// Takes in how a tick (`name`, still among those running) or a claim
@@ -102,7 +109,7 @@ impl Dispatcher<'_> {
             return;
         };
         let the_try = match name {
-            Some(n) => r.trying.as_ref() == Some(n),
+            Some(n) => r.trying.as_ref().is_some_and(|(t, _)| t == n),
             None => refused,
         };
         if refused {
@@ -112,15 +119,35 @@ impl Dispatcher<'_> {
             return;
         }
         r.trying = None;
-        if refused {
-            r.pause = (r.pause * 2).min(MAX_PAUSE);
-            r.until = Instant::now() + r.pause;
-            tracing::debug!(
-                "a connection is still refused; the next try in {}",
-                crate::duration::format(r.pause)
-            );
+        if !refused {
+            self.let_in();
             return;
         }
+        r.pause = (r.pause * 2).min(MAX_PAUSE);
+        r.until = Instant::now() + r.pause;
+        tracing::debug!(
+            "a connection is still refused; the next try in {}",
+            crate::duration::format(r.pause)
+        );
+    }
+
+    /// A try that has run [`LET_IN`] got its connection: let in.
+    pub(super) fn review_try(&mut self) {
+        if let Some(Refused {
+            trying: Some((_, since)),
+            ..
+        }) = &self.refused
+            && since.elapsed() >= LET_IN
+        {
+            self.let_in();
+        }
+    }
+
+    /// The try was let in: the ceiling rises by one, and the next try may
+    /// start at once; at the workers' number, the refusal is over.
+    fn let_in(&mut self) {
+        let Some(r) = &mut self.refused else { return };
+        r.trying = None;
         r.ceiling += 1;
         r.pause = FIRST_PAUSE;
         r.until = Instant::now();
