@@ -16,7 +16,6 @@ use super::dispatch::{Dispatcher, reschedule};
 use super::due::jittered;
 use super::workers::{Handoff, Job};
 use super::{CLAIM_GATHER, MAX_SLEEP};
-use crate::error::with_causes;
 use crate::store::{Claims, Firing, Offer};
 use crate::tick::Cancel;
 
@@ -90,7 +89,7 @@ impl<'a> Dispatcher<'a> {
         if !offers.is_empty()
             && let Err(e) = claims.offer(&offers)
         {
-            tracing::warn!("{}", with_causes(&e));
+            super::refused::warn(&e);
         }
         for name in names {
             self.queue.unset(name);
@@ -102,10 +101,11 @@ impl<'a> Dispatcher<'a> {
     /// ask, and hands them out. With fewer due than asked for, the store
     /// is asked again when the next comes due, or within a second.
     pub(super) fn dispatch_claimed(&mut self, handoff: &Handoff) {
+        self.review_try();
         let (Some(claims), Some(c)) = (self.claims(), self.claimant.as_ref()) else {
             return;
         };
-        let free = self.max.saturating_sub(self.running.len());
+        let free = self.room();
         if free == 0 || Instant::now() < c.next_claim {
             return;
         }
@@ -117,8 +117,19 @@ impl<'a> Dispatcher<'a> {
         let mut next = Instant::now() + MAX_SLEEP;
         let claimed = match claimed {
             Ok(claimed) => claimed,
+            Err(e @ crate::error::Error::SchemaTooNew { .. }) => {
+                // Run on, it would write what the newer binaries may not
+                // read: no tick starts; the daemon stops as on a signal,
+                // and ends with the error.
+                self.fatal = Some(e);
+                return;
+            }
+            Err(e) if crate::store::refuses_connections(&e) => {
+                self.connection_answer(None, Some(&e));
+                return;
+            }
             Err(e) => {
-                tracing::warn!("{}", with_causes(&e));
+                super::refused::warn(&e);
                 self.set_next_claim(next);
                 if let Some(c) = &mut self.claimant {
                     c.unsure = true;
@@ -163,6 +174,7 @@ impl<'a> Dispatcher<'a> {
             let cancel = Cancel::default();
             self.running.insert(Arc::clone(&name), cancel.clone());
             let released = self.awaits.take_released(&name);
+            self.started_one(&name);
             handoff.give(Job {
                 name,
                 cancel,
@@ -197,7 +209,7 @@ impl<'a> Dispatcher<'a> {
             false => claims.settle(me, name, Some(next)),
         };
         if let Err(e) = result {
-            tracing::warn!("{}", with_causes(&e));
+            super::refused::warn(&e);
             self.unsettled(name, (!unscheduled).then_some(next));
         }
         self.scanner.relist();
@@ -226,7 +238,7 @@ impl<'a> Dispatcher<'a> {
         self.queue.unset(name);
         let due = next.as_ref().map_or(now, |f| f.due);
         if let Err(e) = claims.settle(&me, name, next) {
-            tracing::warn!("{}", with_causes(&e));
+            super::refused::warn(&e);
             self.unsettled(name, next);
         }
         let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
@@ -266,7 +278,7 @@ impl<'a> Dispatcher<'a> {
             c.next_renew = Instant::now() + every;
         }
         if let Err(e) = self.settle_unsettled(claims, &me) {
-            return tracing::warn!("{}", with_causes(&e));
+            return super::refused::warn(&e);
         }
         let running: Vec<String> = self
             .running
@@ -284,7 +296,7 @@ impl<'a> Dispatcher<'a> {
                     c.unsure = false;
                 }
             }
-            Err(e) => tracing::warn!("{}", with_causes(&e)),
+            Err(e) => super::refused::warn(&e),
         }
     }
 
@@ -308,7 +320,7 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn fire_claimed(&mut self, name: &str, version: u64) -> bool {
         let Some(claims) = self.claims() else { return false };
         if let Err(e) = claims.fire_now(name, version) {
-            tracing::warn!("{}", with_causes(&e));
+            super::refused::warn(&e);
         }
         self.set_next_claim(Instant::now());
         true

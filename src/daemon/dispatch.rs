@@ -59,6 +59,11 @@ pub(super) struct Dispatcher<'a> {
     pub(super) ledger: Writer,
     /// The figures `--metrics` answers (src/exposition/daemon.rs).
     pub(super) figures: Arc<crate::exposition::DaemonFigures>,
+    /// The server refuses new connections: no tick starts meanwhile.
+    pub(super) refused: Option<super::refused::Refused>,
+    /// Why the daemon must stop (the store's schema was upgraded under
+    /// it): it stops as on a signal and ends with this error.
+    pub(super) fatal: Option<crate::error::Error>,
 }
 
 impl<'a> Dispatcher<'a> {
@@ -89,6 +94,8 @@ impl<'a> Dispatcher<'a> {
             busy: 0,
             ledger: Writer::new(crate::clock::now()),
             figures: Arc::default(),
+            refused: None,
+            fatal: None,
         }
     }
 
@@ -102,6 +109,10 @@ impl<'a> Dispatcher<'a> {
         loop {
             if !phase.stopping() {
                 self.serve(handoff);
+                if self.fatal.is_some() {
+                    phase = phase.signalled(Instant::now(), self.opts.grace);
+                    continue;
+                }
             } else if phase.stopped(self.running.len()) {
                 break;
             } else {
@@ -202,8 +213,9 @@ impl<'a> Dispatcher<'a> {
 
     /// Hands due loops to idle workers, most overdue first.
     pub(super) fn dispatch(&mut self, handoff: &Handoff) {
+        self.review_try();
         let now = crate::clock::now();
-        while self.running.len() < self.max {
+        while self.room() > 0 {
             let Some((due, name)) = self.queue.pop_due(now) else {
                 break;
             };
@@ -246,6 +258,7 @@ impl<'a> Dispatcher<'a> {
                 }
                 _ => None,
             };
+            self.started_one(&name);
             handoff.give(Job {
                 name,
                 cancel,
@@ -291,6 +304,9 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn done(&mut self, name: Arc<str>, result: &Result<TickReport>) {
         if result.as_ref().is_ok_and(|r| r.outcome == Outcome::Busy) {
             self.busy += 1;
+        }
+        if self.stores.is_shared() {
+            self.connection_answer(Some(&name), result.as_ref().err());
         }
         let crashed = result
             .as_ref()
@@ -374,11 +390,16 @@ impl<'a> Dispatcher<'a> {
         if let Some(look) = self.awaits.next_look() {
             wait = wait.min(look.saturating_duration_since(Instant::now()));
         }
-        if self.running.len() < self.max
+        // While the server refuses connections, nothing starts before the
+        // pause ends, however overdue.
+        if let Some(until) = self.refused_until() {
+            wait = wait.min(until.saturating_duration_since(Instant::now()));
+        }
+        if self.room() > 0
             && let Some(at) = self.next_claim()
         {
             wait = wait.min(at.saturating_duration_since(Instant::now()));
-        } else if self.running.len() < self.max
+        } else if self.room() > 0
             && let Some((due, _)) = self.queue.peek()
         {
             let until = Duration::try_from(due.duration_since(crate::clock::now())).unwrap_or_default();

@@ -41,6 +41,7 @@ mod messages;
 mod phase;
 pub(crate) mod presence;
 mod queue;
+mod refused;
 mod report;
 mod scan;
 mod workers;
@@ -194,7 +195,7 @@ pub(crate) fn run(root: &Root, opts: &Options) -> Result<()> {
             d.busy
         );
         d.presence.release(root);
-        Ok(())
+        d.fatal.map_or(Ok(()), Err)
     });
     signals.close();
     tracing::info!("daemon stopped");

@@ -106,6 +106,12 @@ impl Dispatcher<'_> {
 pub(super) fn log_tick(name: &str, result: &Result<TickReport>, shared: bool) {
     let r = match result {
         Ok(r) => r,
+        // A server out of connection slots is said once, by the
+        // dispatcher, which stops starting ticks (src/daemon/refused.rs).
+        Err(e) if shared && crate::store::refuses_connections(e) => {
+            tracing::debug!("{name}: tick failed: {}", crate::error::with_causes(e));
+            return;
+        }
         Err(e) => {
             tracing::warn!("{name}: tick failed: {}", crate::error::with_causes(e));
             return;

@@ -38,6 +38,7 @@ use crate::who::Actor;
 
 pub use file::{FileStore, LoopDir, edits, parse_state};
 pub(crate) use file::{check_loops_dir, init_root};
+pub(crate) use pg::refuses_connections;
 
 /// A root's store: where its loops are kept, and how they are found,
 /// listed, made and watched. The file store ([`FileStore`]) and PostgreSQL

@@ -397,6 +397,46 @@ fn a_schema_newer_than_the_binary_is_refused_untouched() {
 }
 
 #[test]
+fn a_daemon_stops_when_the_schema_is_upgraded_under_it() {
+    let Some(env) = Env::postgres() else { return };
+    env.new_often_loop("often", "step = \"true\"\n[schedule]\nevery = \"100ms\"\n");
+    let log = env.scratch().join("daemon.log");
+    let mut daemon = env
+        .cmd()
+        .env("AUTOMATON_MIN_EVERY", "100ms")
+        .arg("daemon")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ticked = || env.state("often")["tick"].as_u64().unwrap_or(0);
+    until(&log, "the daemon ticks", || ticked() >= 2);
+    let pg = env.pg.as_ref().unwrap();
+    pg.client()
+        .batch_execute("INSERT INTO automaton_schema (version) VALUES (999)")
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = daemon.kill();
+            panic!("the daemon ran on: {}", std::fs::read_to_string(&log).unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let said = std::fs::read_to_string(&log).unwrap();
+    // The code a command gives for the same store (5, as `tick` above).
+    assert_eq!(status.code(), Some(5), "{said}");
+    assert!(said.contains("schema version 999"), "{said}");
+    assert_eq!(said.matches("schema version 999").count(), 1, "said once: {said}");
+    let after = ticked();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(ticked(), after, "nothing ticks once it stopped");
+}
+
+#[test]
 fn the_store_is_recorded_in_the_root_and_used_without_the_flag() {
     let Some(url) = crate::common::test_store() else {
         crate::common::skip_without_postgres();

@@ -92,21 +92,32 @@ impl Claims for Database {
                          RETURNING f.loop, f.nominal)
                      SELECT loop, ",
                     utc!("nominal"),
-                    " FROM c
+                    ", NULL::integer FROM c
                      UNION ALL
                      (SELECT NULL, ",
                     utc!("due"),
-                    " FROM firings
+                    ", NULL::integer FROM firings
                       WHERE due > (SELECT statement_timestamp())
                         AND (owner IS NULL OR claim_expires <= (SELECT statement_timestamp()))
                         AND (hosts = '{}' OR $3 = ANY (hosts))
-                      ORDER BY due LIMIT 1)"
+                      ORDER BY due LIMIT 1)
+                     UNION ALL
+                     -- The schema's version: one upgraded under the daemon
+                     -- is noticed at its next claim.
+                     SELECT NULL, NULL, max(version) FROM automaton_schema"
                 ),
                 &[&me, &ttl_secs(), &host, &max],
             )
         })?;
         let mut claimed = Claimed::default();
         for row in rows {
+            if let Some(found) = row.get::<_, Option<i32>>(2) {
+                // Claimed or not, nothing is run under a schema this
+                // binary does not know: the firings' claims run out for a
+                // daemon that does.
+                super::schema::refuse_newer(found, &self.url)?;
+                continue;
+            }
             let at = parse(row.get(1));
             match (row.get::<_, Option<String>>(0), at) {
                 (Some(name), Some(at)) => claimed.loops.push((name, at)),

@@ -66,6 +66,31 @@ const NEVER_IDLE_OUT: &str = "SELECT set_config('idle_session_timeout', '0', fal
 /// What follows a loop's name in a commit's notification.
 const STATE_ONLY: &str = " state";
 
+/// Whether `e`, or an error that caused it, is a PostgreSQL server turning
+/// a new connection away for want of slots (`too many clients`,
+/// `remaining connection slots are reserved`: SQLSTATE 53300).
+pub(crate) fn refuses_connections(e: &Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let server = c
+            .downcast_ref::<client::ConnectError>()
+            .and_then(|c| match c {
+                client::ConnectError::Server(e) => Some(e),
+                _ => None,
+            })
+            .or_else(|| match c.downcast_ref::<PgError>() {
+                Some(PgError::Server(e)) => Some(e),
+                _ => None,
+            })
+            .or_else(|| c.downcast_ref::<tokio_postgres::Error>());
+        if server.is_some_and(|e| e.code() == Some(&tokio_postgres::error::SqlState::TOO_MANY_CONNECTIONS)) {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// One PostgreSQL store: how to connect, and the connections kept idle.
 pub struct Database {
     /// The URL with its password redacted: the only form ever shown.

@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_lease_process.sql"),
     include_str!("migrations/0008_refusals.sql"),
     include_str!("migrations/0009_budgets.sql"),
+    include_str!("migrations/0010_attributed.sql"),
 ];
 
 /// The schema version this binary reads and writes.
@@ -76,7 +77,7 @@ pub(super) fn ensure(client: &mut Client, url: &str) -> Result<()> {
     tx.commit().map_err(fail("cannot commit the schema migration"))
 }
 
-fn refuse_newer(found: i32, url: &str) -> Result<()> {
+pub(super) fn refuse_newer(found: i32, url: &str) -> Result<()> {
     if found > KNOWN {
         return Err(Error::SchemaTooNew {
             url: url.to_owned(),
