@@ -5,8 +5,9 @@
 # durable tick
 # (../shared/peers/floor.c, cc -O2). 40 interleaved rounds by default (each
 # round runs every command once, so load on a shared machine falls on all
-# alike); wall time and CPU time (user + system of the process and the
-# children it waited for, from getrusage via wait4); medians.
+# alike); wall time, CPU time (user + system of the process and the
+# children it waited for, from getrusage via wait4) and page faults (minor
+# and major, the same way); medians.
 # usage: bench/tick-cost.sh [-n ROUNDS] LABEL=BIN...   env: SHARED, PYTHON
 #   e.g. bench/tick-cost.sh before=/tmp/old/automaton after=target/release/automaton
 set -euo pipefail
@@ -46,7 +47,8 @@ bins = [rest[i:i + 3] for i in range(0, len(rest), 3)]
 null = os.open(os.devnull, os.O_RDWR)
 
 def run(argv):
-    """(wall ms, CPU ms) of one run, CPU counting waited-for descendants."""
+    """(wall ms, CPU ms, page faults) of one run, CPU and faults counting
+    waited-for descendants."""
     t = time.perf_counter()
     pid = os.posix_spawn(argv[0], argv, os.environ,
                          file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
@@ -56,7 +58,7 @@ def run(argv):
     wall = (time.perf_counter() - t) * 1e3
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{argv} failed")
-    return wall, (ru.ru_utime + ru.ru_stime) * 1e3
+    return wall, (ru.ru_utime + ru.ru_stime) * 1e3, ru.ru_minflt + ru.ru_majflt
 
 commands = {"floor.c tick": [floor, floor_dir]}
 for label, binary, root in bins:
@@ -76,17 +78,17 @@ def med(k, i):
 fw, fc = med("floor.c tick", 0), med("floor.c tick", 1)
 print(f"{rounds} interleaved rounds, medians; {os.cpu_count()} cores, "
       f"load {os.getloadavg()[0]:.1f}")
-print(f"{'':28} {'wall ms':>8} {'CPU ms':>8}   {'x floor wall':>12} {'x floor CPU':>11}")
-print(f"{'floor.c tick':28} {fw:8.2f} {fc:8.2f}")
+print(f"{'':28} {'wall ms':>8} {'CPU ms':>8}   {'x floor wall':>12} {'x floor CPU':>11} {'faults':>7}")
+print(f"{'floor.c tick':28} {fw:8.2f} {fc:8.2f}   {'':>12} {'':>11} {med('floor.c tick', 2):7.0f}")
 for label, binary, _ in bins:
     size = os.path.getsize(binary) / 1e6
     v = f"{label}: --version"
     t = f"{label}: tick"
     print(f"{label + ': binary':28} {size:7.1f} MB")
     print(f"{v:28} {med(v, 0):8.2f} {med(v, 1):8.2f}   "
-          f"{med(v, 0) / fw:11.2f}x {med(v, 1) / fc:10.2f}x")
+          f"{med(v, 0) / fw:11.2f}x {med(v, 1) / fc:10.2f}x {med(v, 2):7.0f}")
     print(f"{t:28} {med(t, 0):8.2f} {med(t, 1):8.2f}   "
-          f"{med(t, 0) / fw:11.2f}x {med(t, 1) / fc:10.2f}x")
+          f"{med(t, 0) / fw:11.2f}x {med(t, 1) / fc:10.2f}x {med(t, 2):7.0f}")
 print("targets (docs/design.md): tick <= 2.5x the floor's wall time, <= 2x its CPU time; "
       "start-up (--version) <= 0.4x the floor's tick CPU")
 PY
