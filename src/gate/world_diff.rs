@@ -576,4 +576,15 @@ mod tests {
             assert!(!Wit::parse(text).exports.is_empty());
         }
     }
+
+    #[test]
+    fn every_version_the_host_links_has_its_wit_here() {
+        let here: Vec<String> = WITS.iter().map(|t| Wit::parse(t).version).collect();
+        for version in super::super::world::VERSIONS {
+            assert!(
+                here.iter().any(|v| v == version),
+                "automaton:gate@{version} is linked but not in world_diff::WITS"
+            );
+        }
+    }
 }
