@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 
 use super::render::safe;
 use crate::cli::TickArgs;
+use crate::domain::{Decision, Phase};
 use crate::error::{Exit, Result};
 use crate::fires::FiredBy;
 use crate::ops::tick::Tick;
@@ -73,16 +74,28 @@ fn human(r: &TickReport) -> String {
     {
         // On a gate error the decision's reason is the error: say it once.
         let gate = safe(&v.gate);
+        // A before-step await the step ran past was approved: the gate
+        // asked, and an approval let the tick go on.
+        let approved = if r.step.is_some()
+            && v.phase == Phase::BeforeStep
+            && matches!(v.decision, Decision::AwaitApproval(_))
+        {
+            " (approved, so the step ran)"
+        } else {
+            ""
+        };
+        let name = v.decision.name();
         match &v.error {
             Some(e) => {
-                line += &format!(
-                    "  {} {gate}: {} on error: {}",
-                    v.phase,
-                    v.decision.name(),
-                    safe(e)
-                );
+                line += &format!("  {} {gate}: {name}{approved} on error: {}", v.phase, safe(e));
             }
-            None => line += &format!("  {} {gate}: {}", v.phase, safe(&v.decision.to_string())),
+            None if approved.is_empty() => {
+                line += &format!("  {} {gate}: {}", v.phase, safe(&v.decision.to_string()));
+            }
+            None => {
+                let reason = safe(v.decision.reason());
+                line += &format!("  {} {gate}: {name}{approved}: {reason}", v.phase);
+            }
         }
         line.push('\n');
     }

@@ -18,8 +18,15 @@ pub enum GateErrorKind {
     /// The gate tried to grow its memory past the cap.
     MemoryCap { limit: u64 },
     /// The gate trapped (a panic, `unreachable`, a stack overflow, a bad
-    /// value returned to the host…). `guest_output` is what it printed.
-    Trap { message: String, guest_output: String },
+    /// value returned to the host…). `function` is the gate's function it
+    /// trapped in, when the component keeps its functions' names (the
+    /// innermost frame that is not the C library's or Rust's standard
+    /// library's, Rust names demangled); `guest_output` is what it printed.
+    Trap {
+        message: String,
+        function: Option<String>,
+        guest_output: String,
+    },
     /// The gate's code raised an exception it did not catch (a Python
     /// gate): `ValueError: bad hour`, and where (`app.py, line 18, in
     /// evaluate`). `trap` and `guest_output` are the raw detail, logged at
@@ -166,9 +173,13 @@ impl fmt::Display for GateErrorKind {
             }
             GateErrorKind::Trap {
                 message,
+                function,
                 guest_output,
             } => {
                 write!(f, "trapped: {message}")?;
+                if let Some(function) = function {
+                    write!(f, " (in {function})")?;
+                }
                 let output = super::fault::without_boilerplate(guest_output);
                 if !output.is_empty() {
                     write!(f, "; gate output: {}", tail(&output, 2048))?;
@@ -431,6 +442,7 @@ mod tests {
             "g",
             GateErrorKind::Trap {
                 message: "unreachable".into(),
+                function: None,
                 guest_output: long,
             },
         );

@@ -609,8 +609,9 @@ fn classify(
     let raw = error_text(e);
     let trap_text = raw.strip_prefix("wasm trap: ").unwrap_or(&raw).to_owned();
     let guest_output = state.guest_output();
+    let trapped = trapped(e, trap);
     if let Some(export) = export
-        && let Some(r) = returned::read(&trapped(e, trap), export.name(), &guest_output)
+        && let Some(r) = returned::read(&trapped, export.name(), &guest_output)
     {
         return GateErrorKind::NotReturnable {
             not: export.returns(),
@@ -642,6 +643,7 @@ fn classify(
         },
         None => GateErrorKind::Trap {
             message: trap,
+            function: trapped_in(&trapped.frames),
             guest_output,
         },
     }
@@ -665,9 +667,72 @@ fn trapped(e: &wasmtime::Error, trap: Option<&Trap>) -> returned::Trapped {
     }
 }
 
+/// The function of the gate's own code a trap was in: the innermost frame
+/// of its backtrace that is not the C library's (`abort`), Rust's standard
+/// library's (`std::process::abort`, the panic machinery) or the WASI
+/// adapter's, Rust names demangled without their hash. None when the
+/// component keeps no names (a stripped build, componentize-js).
+fn trapped_in(frames: &[String]) -> Option<String> {
+    /// Prefixes of the runtimes' own functions, demangled.
+    const RUNTIME: &[&str] = &[
+        "std::",
+        "core::",
+        "alloc::",
+        "panic_abort::",
+        "panic_unwind::",
+        "<std::",
+        "<core::",
+        "<alloc::",
+        "__rust",
+        "__rdl_",
+        "__rg_",
+        "rust_panic",
+        "wasi_snapshot_preview1::",
+        "__wasi",
+        "__wasilibc",
+        "__wasm_call_",
+        "wasi:",
+    ];
+    /// The C library's ways of ending a program.
+    const LIBC: &[&str] = &["abort", "_Exit", "_exit", "exit", "raise", "__assert_fail"];
+    frames
+        .iter()
+        .map(|f| rustc_demangle::try_demangle(f).map_or_else(|_| f.clone(), |d| format!("{d:#}")))
+        .find(|name| {
+            !name.is_empty() && !LIBC.contains(&name.as_str()) && !RUNTIME.iter().any(|p| name.starts_with(p))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trap_is_placed_in_the_gates_own_function() {
+        let frames = |names: &[&str]| names.iter().map(|&n| n.to_owned()).collect::<Vec<_>>();
+        // C: abort() in decide_hours, called from the export.
+        assert_eq!(
+            trapped_in(&frames(&["abort", "decide_hours", "exports_gate_evaluate"])).as_deref(),
+            Some("decide_hours")
+        );
+        // Rust: std::process::abort in a gate function, names mangled (v0
+        // and legacy), the hash dropped.
+        assert_eq!(
+            trapped_in(&frames(&[
+                "_ZN3std3sys3pal4wasi7helpers14abort_internal17h0123456789abcdefE",
+                "_ZN3std7process5abort17h0123456789abcdefE",
+                "_ZN14night_owl_gate6decide17h0123456789abcdefE",
+            ]))
+            .as_deref(),
+            Some("night_owl_gate::decide")
+        );
+        assert_eq!(
+            trapped_in(&frames(&["_RNvCs1234_14night_owl_gate6decide"])).as_deref(),
+            Some("night_owl_gate::decide")
+        );
+        assert_eq!(trapped_in(&frames(&["abort", "std::process::abort"])), None);
+        assert_eq!(trapped_in(&[]), None);
+    }
 
     #[test]
     fn the_offered_version_is_the_wits() {

@@ -24,9 +24,9 @@ macro_rules! files {
     };
 }
 
-/// The interface the examples are written against (the first version: a
-/// project moves to a later one by copying wit/gate.wit, docs/writing-gates.md).
-const WIT: &str = include_str!("../../wit/0.1.0/gate.wit");
+/// The newest interface, which the examples are written against (their
+/// `wit/gate.wit` copies it; a test holds them to it).
+const WIT: &str = include_str!("../../wit/gate.wit");
 
 fn files(lang: Lang) -> &'static [(&'static str, &'static str)] {
     match lang {
@@ -94,6 +94,25 @@ mod tests {
         assert!(parse_name("g2").is_ok());
         for bad in ["", "Office", "2fa", "a_b", "a-", "a b"] {
             assert!(parse_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_examples_are_on_the_newest_interface() {
+        let examples = [
+            ("rust", include_str!("../../examples/gates/rust/wit/gate.wit")),
+            ("python", include_str!("../../examples/gates/python/wit/gate.wit")),
+            (
+                "javascript",
+                include_str!("../../examples/gates/javascript/wit/gate.wit"),
+            ),
+            ("c", include_str!("../../examples/gates/c/wit/gate.wit")),
+        ];
+        for (lang, copy) in examples {
+            assert!(
+                copy == WIT,
+                "examples/gates/{lang}/wit/gate.wit is not wit/gate.wit: copy it, and move the example to it"
+            );
         }
     }
 

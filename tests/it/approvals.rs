@@ -199,6 +199,33 @@ fn awaiting_is_recorded_once_not_at_every_firing() {
     assert_eq!(tick(&env), "ran");
 }
 
+/// The tick an approval lets run says the gate's await was approved, not
+/// that the gate's `await-approval` ran; a tick that waits says it waits.
+#[test]
+fn the_tick_an_approval_lets_run_says_so() {
+    let env = Env::new();
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    env.ok(&["tick", "demo"]);
+    let waits = env.ok(&["tick", "demo"]);
+    assert!(waits.starts_with("demo tick 2: awaiting-approval\n"), "{waits}");
+    assert!(
+        waits.contains("\n  before-step stock:approve-every: await-approval: approval needed"),
+        "{waits}"
+    );
+    env.ok(&["approve", "demo"]);
+    let ran = env.ok(&["tick", "demo"]);
+    assert!(ran.starts_with("demo tick 2: ran "), "{ran}");
+    assert!(
+        ran.contains(
+            "\n  before-step stock:approve-every: await-approval (approved, so the step ran): approval needed"
+        ),
+        "{ran}"
+    );
+}
+
 #[test]
 fn notify_runs_outside_the_lock_when_a_loop_starts_waiting() {
     let env = Env::new();

@@ -257,24 +257,108 @@ fn c_example_gate() {
     run_example("c", C_TOOLCHAIN, has_c_toolchain());
 }
 
-/// `gate new` makes a project that builds as generated and passes its own
-/// cases.
+/// `gate new` makes a project that builds and passes its own cases after
+/// the first things an author does: bump its version, and add a
+/// dependency the gate's code uses (a crate, a PyPI package, an npm
+/// package, another C file). Each language's build script must notice
+/// both (a stale lock file, requirements never installed, an import left
+/// unbundled, a file left out all fail here).
 #[test]
-fn gate_new_scaffolds_a_rust_project_that_builds() {
+fn gate_new_rust_builds_after_a_version_bump_and_a_new_dependency() {
     let present = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
-    scaffold_and_build("rust", "the wasm32-wasip2 target", present);
+    scaffold_and_build("rust", "the wasm32-wasip2 target", present, |dir| {
+        edit(
+            &dir.join("Cargo.toml"),
+            "version = \"1.0.0\"",
+            "version = \"1.1.0\"",
+        );
+        edit(
+            &dir.join("Cargo.toml"),
+            "[dependencies]\n",
+            "[dependencies]\nitoa = \"1\"\n",
+        );
+        edit(
+            &dir.join("src/lib.rs"),
+            "const MS_PER_HOUR: u64 = 3_600_000;",
+            "const MS_PER_HOUR: u64 = 3_600_000;\n\n\
+             /// An hour as digits, by the new dependency.\n\
+             pub fn hour_digits() -> String {\n    \
+             itoa::Buffer::new().format(MS_PER_HOUR).to_owned()\n}",
+        );
+    });
 }
 
 #[test]
-fn gate_new_scaffolds_a_c_project_that_builds() {
-    scaffold_and_build("c", C_TOOLCHAIN, has_c_toolchain());
+fn gate_new_python_builds_after_a_version_bump_and_a_new_dependency() {
+    let present = has("componentize-py", "--version") || has("python3", "--version");
+    scaffold_and_build("python", "componentize-py or python3", present, |dir| {
+        edit(&dir.join("app.py"), "version=\"1.0.0\"", "version=\"1.1.0\"");
+        edit(&dir.join("requirements.txt"), "\n", "\nsix==1.17.0\n");
+        edit(
+            &dir.join("app.py"),
+            "import json\n",
+            "import json\n\nimport six\n",
+        );
+        edit(
+            &dir.join("app.py"),
+            "MS_PER_HOUR = 3_600_000",
+            "MS_PER_HOUR = 3_600_000 if six.PY3 else 0",
+        );
+    });
 }
 
-fn scaffold_and_build(lang: &str, toolchain: &str, present: bool) {
-    let env = Env::new();
+#[test]
+fn gate_new_javascript_builds_after_a_version_bump_and_a_new_dependency() {
+    let present = has("node", "--version") && has("npm", "--version");
+    scaffold_and_build("javascript", "node and npm", present, |dir| {
+        edit(&dir.join("gate.js"), "version: '1.0.0'", "version: '1.1.0'");
+        edit(
+            &dir.join("package.json"),
+            "\"devDependencies\"",
+            "\"dependencies\": {\n    \"ms\": \"2.1.3\"\n  },\n  \"devDependencies\"",
+        );
+        edit(
+            &dir.join("gate.js"),
+            "const MS_PER_HOUR = 3_600_000n;",
+            "import ms from 'ms';\n\nconst MS_PER_HOUR = BigInt(ms('1h'));",
+        );
+    });
+}
+
+#[test]
+fn gate_new_c_builds_after_a_version_bump_and_a_new_dependency() {
+    scaffold_and_build("c", C_TOOLCHAIN, has_c_toolchain(), |dir| {
+        edit(&dir.join("gate.c"), "\"1.0.0\"", "\"1.1.0\"");
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(dir.join("lib/hours.h"), "unsigned long long ms_per_hour(void);\n").unwrap();
+        std::fs::write(
+            dir.join("lib/hours.c"),
+            "#include \"hours.h\"\nunsigned long long ms_per_hour(void) { return 3600000ull; }\n",
+        )
+        .unwrap();
+        edit(
+            &dir.join("gate.c"),
+            "#define MS_PER_HOUR 3600000ull",
+            "#include \"lib/hours.h\"\n#define MS_PER_HOUR (ms_per_hour())",
+        );
+    });
+}
+
+/// Replaces `from` (which must be there) with `to` in `path`.
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{} has no {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// `gate new night-owl --lang LANG`, then `change` as an author would,
+/// then the project's build script and `gate test --cases` with its
+/// cases: all pass, from the bumped version 1.1.0.
+fn scaffold_and_build(lang: &str, toolchain: &str, present: bool, change: impl Fn(&Path)) {
+    let env = env_for(lang);
     let dir = env.root.join("night-owl");
     let new = [
         "gate",
@@ -298,6 +382,7 @@ fn scaffold_and_build(lang: &str, toolchain: &str, present: bool) {
         eprintln!("skipped: building a scaffolded {lang} gate needs {toolchain}");
         return;
     }
+    change(&dir);
     let wasm = env.root.join("night-owl.wasm");
     let status = build_script(&dir.join("build.sh")).arg(&wasm).status().unwrap();
     assert!(status.success(), "{status}");
@@ -309,8 +394,133 @@ fn scaffold_and_build(lang: &str, toolchain: &str, present: bool) {
         "--cases",
         cases.to_str().unwrap(),
     ]);
-    assert!(out.contains("(night-owl 1.0.0)"), "{out}");
+    assert!(out.contains("(night-owl 1.1.0)"), "{out}");
     assert!(out.ends_with("12 passed, 0 failed\n"), "{out}");
+    // A param of the wrong type: the gate's own words name it.
+    let said = env.fails(
+        1,
+        &[
+            "gate",
+            "test",
+            wasm.to_str().unwrap(),
+            "--params",
+            r#"{"end_hour": 17, "start_hour": "9"}"#,
+        ],
+    );
+    assert!(said.contains("rejected its params: start_hour"), "{said}");
+}
+
+/// A C gate whose own code sets a decision tag the WIT does not have, with
+/// the example's check of it taken out: the bindings trap (it never
+/// reaches the host as `proceed`), saying which type and tag, and the
+/// error names the function the trap was in. `abort()` and
+/// `__builtin_trap()` in the gate's code are named by their function too.
+#[test]
+fn a_c_gates_unknown_tag_and_aborts_trap_in_a_named_function() {
+    let env = env_for("c");
+    let dir = env.root.join("tagged");
+    env.ok(&[
+        "gate",
+        "new",
+        "tagged",
+        "--lang",
+        "c",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    if !has_c_toolchain() {
+        let _ = build("c", C_TOOLCHAIN, false, &env.root);
+        return;
+    }
+    let gate = dir.join("gate.c");
+    edit(
+        &gate,
+        "  if (ret->tag > AUTOMATON_GATE_TYPES_DECISION_COMPLETE) {",
+        "  if (false) {",
+    );
+    edit(
+        &gate,
+        "// The decision: true with `*ret` set",
+        "__attribute__((noinline)) void give_up(void) { abort(); }\n\
+         __attribute__((noinline)) void stop_here(void) { __builtin_trap(); }\n\n\
+         // The decision: true with `*ret` set",
+    );
+    edit(
+        &gate,
+        "  uint64_t weekday =",
+        "  if (ctx->loop_name.len == 4 && memcmp(ctx->loop_name.ptr, \"nine\", 4) == 0) {\n    \
+         ret->tag = 9;\n    gate_context_free(ctx);\n    return true;\n  }\n  \
+         if (ctx->loop_name.len == 5 && memcmp(ctx->loop_name.ptr, \"abort\", 5) == 0)\n    \
+         give_up();\n  \
+         if (ctx->loop_name.len == 4 && memcmp(ctx->loop_name.ptr, \"trap\", 4) == 0)\n    \
+         stop_here();\n  uint64_t weekday =",
+    );
+    let wasm = env.root.join("tagged.wasm");
+    let status = build_script(&dir.join("build.sh")).arg(&wasm).status().unwrap();
+    assert!(status.success(), "{status}");
+    let unreachable = "trapped: wasm `unreachable` instruction executed";
+    assert_eq!(
+        error_of(&env, &wasm, "nine", "tagged 1.0.0"),
+        format!(
+            "{unreachable} (in gate_variant_tag_unknown); gate output: gate_decision_t has no tag 9: \
+             the WIT's cases are numbered from 0 in the order written"
+        )
+    );
+    assert_eq!(
+        error_of(&env, &wasm, "abort", "tagged 1.0.0"),
+        format!("{unreachable} (in give_up)")
+    );
+    assert_eq!(
+        error_of(&env, &wasm, "trap", "tagged 1.0.0"),
+        format!("{unreachable} (in stop_here)")
+    );
+}
+
+/// A Rust gate's `std::process::abort()` (no panic message to read) is
+/// named by the gate's function, demangled: the template keeps the
+/// functions' names.
+#[test]
+fn a_rust_gates_abort_names_its_function() {
+    let env = Env::new();
+    let dir = env.root.join("aborting");
+    env.ok(&[
+        "gate",
+        "new",
+        "aborting",
+        "--lang",
+        "rust",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    let present = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    if !present {
+        let _ = build("rust", "the wasm32-wasip2 target", false, &env.root);
+        return;
+    }
+    let lib = dir.join("src/lib.rs");
+    let text = std::fs::read_to_string(&lib).unwrap();
+    let at = text.find("fn evaluate(").expect("the template has evaluate");
+    let body = at + text[at..].find('{').unwrap() + 1;
+    std::fs::write(
+        &lib,
+        format!(
+            "{}\n        if ctx.loop_name == \"abort\" {{\n            give_up();\n        }}{}\n\
+             #[inline(never)]\nfn give_up() {{\n    std::process::abort();\n}}\n",
+            &text[..body],
+            &text[body..]
+        ),
+    )
+    .unwrap();
+    let wasm = env.root.join("aborting.wasm");
+    let status = build_script(&dir.join("build.sh")).arg(&wasm).status().unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        error_of(&env, &wasm, "abort", "aborting 1.0.0"),
+        "trapped: wasm `unreachable` instruction executed (in aborting_gate::give_up)"
+    );
 }
 
 /// A Python gate's uncaught exception, from the real interpreter runtime,
@@ -431,6 +641,13 @@ fn a_javascript_gates_thrown_value_is_named() {
 /// What `gate test WASM --context` says of loop `loop_name`'s evaluation:
 /// it fails (exit 1), and this is its error after the gate's name.
 fn evaluation_error(env: &Env, wasm: &Path, loop_name: &str) -> String {
+    error_of(env, wasm, loop_name, "office-hours 1.0.0")
+}
+
+/// What `gate test WASM --context` says of loop `loop_name`'s evaluation
+/// by the gate `gate` (its name and version): it fails (exit 1), and this
+/// is its error after them.
+fn error_of(env: &Env, wasm: &Path, loop_name: &str, gate: &str) -> String {
     let ctx = env.root.join(format!("{loop_name}.json"));
     std::fs::write(
         &ctx,
@@ -452,7 +669,7 @@ fn evaluation_error(env: &Env, wasm: &Path, loop_name: &str) -> String {
     let stderr = String::from_utf8(out.stderr).unwrap();
     stderr
         .trim_end()
-        .split_once(" (office-hours 1.0.0) ")
+        .split_once(&format!(" ({gate}) "))
         .map_or_else(|| panic!("{loop_name}: {stderr}"), |(_, said)| said.to_owned())
 }
 

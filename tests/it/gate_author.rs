@@ -113,8 +113,35 @@ fn a_gate_built_against_an_edited_wit_says_which_export_differs() {
         .load(&file(&write(tmp.path(), "edited.wasm", &edited)))
         .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("automaton:gate@0.1.0"), "{text}");
+    assert!(
+        text.contains(
+            "does not target the automaton:gate@0.1.0/gate world: record `context` has a field \
+             `extra` (string) after `totals`, which automaton:gate@0.1.0's has not ("
+        ),
+        "{text}"
+    );
     assert!(text.contains("export func `evaluate`"), "{text}");
+
+    // A field of another type, deeper down; a decision case renamed.
+    for (edit, says) in [
+        (
+            ("exit-code: option<s32>,", "exit-code: option<u32>,"),
+            "field `exit-code` of record `run-result` is u32 here; automaton:gate@0.1.0's is s32",
+        ),
+        (
+            ("await-approval(string),", "wait(string),"),
+            "variant `decision` has a case `wait` (string) after `skip`, which \
+             automaton:gate@0.1.0's has not (it has `await-approval` (string) there)",
+        ),
+    ] {
+        let edited = fx::WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))")
+            .build_against("0.1.0", |t| t.replace(edit.0, edit.1));
+        let err = host
+            .load(&file(&write(tmp.path(), "edited2.wasm", &edited)))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(says), "{text}");
+    }
 }
 
 #[test]

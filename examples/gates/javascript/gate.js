@@ -11,7 +11,7 @@
 // The shapes componentize-js gives WIT types: records are objects with
 // camelCase fields, u64 is a BigInt, option<T> is T or undefined, a variant
 // is {tag, val}, and a result's error is a thrown string.
-import { log } from 'automaton:gate/host@0.1.0';
+import { log } from 'automaton:gate/host@0.2.0';
 
 const SCHEMA = JSON.stringify({
   type: 'object',

@@ -16,6 +16,7 @@ use crate::gate::error::{GateError, GateErrorKind};
 use crate::gate::seal::Fingerprint;
 use crate::gate::stock;
 use crate::gate::world::Pre;
+use crate::gate::world_diff;
 
 /// A component file identified: its sha256, and its bytes when they were
 /// read to get it.
@@ -155,12 +156,22 @@ impl GateHost {
         let named = self.names_version(&component);
         let offered = named.as_deref().filter(|v| GATE_WIT_VERSIONS.contains(v));
         let wrong_world = |e: wasmtime::Error| {
+            let world = offered.unwrap_or(GATE_WIT_VERSION);
+            // Which record and field differ, when the gate names a version
+            // this host offers (else it is another version altogether).
+            let differs = named
+                .as_deref()
+                .filter(|_| offered.is_some())
+                .and_then(|_| world_diff::explain(&self.engine, &component, world));
             GateError::new(
                 label,
                 GateErrorKind::WrongWorld {
-                    detail: error_text(&e),
+                    detail: match differs {
+                        Some(d) => format!("{d} ({})", error_text(&e)),
+                        None => error_text(&e),
+                    },
                     built_against: named.clone().filter(|_| offered.is_none()),
-                    world: offered.unwrap_or(GATE_WIT_VERSION).to_owned(),
+                    world: world.to_owned(),
                 },
             )
         };

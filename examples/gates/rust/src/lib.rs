@@ -38,8 +38,23 @@ fn seventeen() -> u64 {
     17
 }
 
+/// serde's error about the params, naming the param it is about
+/// (`start_hour: invalid type: string "9", expected u64`): each param is
+/// read alone (the others take their defaults) until one fails.
+fn params_error(params: &str, e: &serde_json::Error) -> String {
+    if let Ok(fields) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(params) {
+        for (name, value) in fields {
+            let alone = serde_json::Value::Object([(name.clone(), value)].into_iter().collect());
+            if let Err(e) = serde_json::from_value::<Params>(alone) {
+                return format!("{name}: {e}");
+            }
+        }
+    }
+    format!("invalid params: {e}")
+}
+
 fn hours(params: &str) -> Result<(u64, u64), String> {
-    let p: Params = serde_json::from_str(params).map_err(|e| format!("invalid params: {e}"))?;
+    let p: Params = serde_json::from_str(params).map_err(|e| params_error(params, &e))?;
     for (name, v) in [("start_hour", p.start_hour), ("end_hour", p.end_hour)] {
         if v > 24 {
             return Err(format!("{name} must be a whole hour from 0 to 24, not {v}"));
