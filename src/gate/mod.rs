@@ -21,6 +21,7 @@ mod ticker;
 pub mod trust;
 mod verdict;
 mod world;
+mod zone;
 
 pub use cache::{CacheStats, sha256_hex};
 pub(crate) use error::decide_on_error;

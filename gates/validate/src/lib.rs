@@ -1,6 +1,7 @@
 //! Checks that a built gate is what the host will accept: a valid component
 //! that exports the world `gate` of the WIT version it was built against
-//! (one of those the host links: `wit/0.1.0/gate.wit`, `wit/gate.wit`) with
+//! (one of those the host links: `wit/0.1.0/gate.wit`, `wit/0.2.0/gate.wit`,
+//! `wit/gate.wit`) with
 //! the same types, and imports nothing but the gate's `host` interface and
 //! WASI. The tests run the check over every file in `gates/dist/`.
 
@@ -13,9 +14,10 @@ pub const GATE_WIT: &str = include_str!("../../../wit/gate.wit");
 
 /// Every version of the WIT package the host links, oldest first, with its
 /// text: a gate built against any of them runs.
-pub const GATE_WITS: [(&str, &str); 2] = [
+pub const GATE_WITS: [(&str, &str); 3] = [
     ("0.1.0", include_str!("../../../wit/0.1.0/gate.wit")),
-    ("0.2.0", GATE_WIT),
+    ("0.2.0", include_str!("../../../wit/0.2.0/gate.wit")),
+    ("0.3.0", GATE_WIT),
 ];
 
 /// The version of `automaton:gate` that `component` was built against, as
