@@ -174,11 +174,17 @@ fn a_gate_of_each_version_is_called_in_its_own_world() {
 }
 
 #[test]
-fn the_stock_gates_stay_built_against_the_first_version_and_decide_as_before() {
+fn the_stock_gates_but_time_window_stay_built_against_the_first_version_and_decide_as_before() {
     let host = GateHost::new(None).unwrap();
     for stock in stock_gates() {
         let gate = host.load(&GateSource::Stock(stock.name.to_owned())).unwrap();
-        assert_eq!(gate.wit_version(), "0.1.0", "{}", stock.name);
+        // time-window reads the host's zones (`in-zone`, 0.3.0).
+        let built = if stock.name == "time-window" {
+            "0.3.0"
+        } else {
+            "0.1.0"
+        };
+        assert_eq!(gate.wit_version(), built, "{}", stock.name);
     }
     // What 0.2.0 adds changes nothing of a 0.1.0 gate's decision.
     let gate = host.load(&GateSource::Stock("approve-every".to_owned())).unwrap();
@@ -377,4 +383,45 @@ fn a_ticks_gate_sees_the_runs_and_window_sums_of_the_loops_history() {
     std::fs::write(&ledger, "not json\n").unwrap();
     assert_eq!(check(), r#"{"cost_usd":1.5}"#);
     assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 3);
+}
+
+#[test]
+fn the_stock_time_window_takes_an_iana_zone_from_the_hosts_database() {
+    let host = GateHost::new(None).unwrap();
+    let gate = host.load(&GateSource::Stock("time-window".to_owned())).unwrap();
+    let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    let decide = |now: &str, zone: &str| {
+        let ctx = Context {
+            now: at(now),
+            params: serde_json::json!({"start": "09:00", "end": "17:00", "timezone": zone}),
+            ..Context::default()
+        };
+        host.evaluate(&gate, &ctx, &Limits::default())
+    };
+    // 09:00 in Paris is 08:00 UTC in winter, 07:00 UTC in summer.
+    assert_eq!(
+        decide("2026-11-30T08:00:00Z", "Europe/Paris").unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        decide("2026-06-29T07:00:00Z", "Europe/Paris").unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        decide("2026-06-29T06:59:00Z", "Europe/Paris").unwrap().decision,
+        Decision::Skip("outside the time window 09:00–17:00 (Europe/Paris): it is mon 08:59".to_owned())
+    );
+    assert_eq!(
+        decide("2026-11-30T14:00:00Z", "America/New_York")
+            .unwrap()
+            .decision,
+        Decision::Proceed
+    );
+    let err = decide("2026-11-30T14:00:00Z", "Mars/Olympus")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("timezone: unknown time zone \"Mars/Olympus\""),
+        "{err}"
+    );
 }
