@@ -567,28 +567,20 @@ fn a_javascript_gate_that_returns_no_decision_is_told_what_a_decision_is() {
     assert!(thrown.starts_with("threw a number "), "{thrown}");
 }
 
-/// The worked example of docs/writing-gates.md in Rust (WIT 0.3.0):
+/// The worked example of docs/writing-gates.md (WIT 0.3.0), in Rust and C:
 /// business hours in a zone from the host's database, a cap on the cost
 /// summed by the host over the last 24 hours, a halt after failures. Its
 /// cases pass, and in a real loop the third tick awaits approval once two
 /// runs spent 6 of a cap of 5 (at a weekend in Paris, every tick skips).
-#[test]
-fn windowed_rust_example_gate() {
-    let present = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+fn windowed_example(lang: &str, toolchain: &str, present: bool) {
     if !present {
         let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "the windowed example gate needs the wasm32-wasip2 target"
-        );
-        eprintln!("skipped: the windowed example gate needs the wasm32-wasip2 target");
+        assert!(!required, "the {lang} windowed example gate needs {toolchain}");
+        eprintln!("skipped: the {lang} windowed example gate needs {toolchain}");
         return;
     }
-    let dir = example_dir("windowed/rust");
-    let wasm = built("windowed-rust", &dir);
+    let dir = example_dir(&format!("windowed/{lang}"));
+    let wasm = built(&format!("windowed-{lang}"), &dir);
     let env = Env::new();
     let cases = dir.join("cases.json");
     let out = env.ok(&[
@@ -633,4 +625,18 @@ fn windowed_rust_example_gate() {
         third["decisions"][0]["reason"], "cost_usd over the last 24 h is 6, over the cap of 5",
         "{third}"
     );
+}
+
+#[test]
+fn windowed_rust_example_gate() {
+    let present = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    windowed_example("rust", "the wasm32-wasip2 target", present);
+}
+
+#[test]
+fn windowed_c_example_gate() {
+    windowed_example("c", C_TOOLCHAIN, has_c_toolchain());
 }
