@@ -297,6 +297,8 @@ impl LedgerFile {
             }
             w.flush()?;
         }
+        // Closed first: Windows renames over no open file.
+        self.file = None;
         tmp.persist(&self.path).map_err(|e| e.error)?;
         *self = LedgerFile::open(&self.path)?;
         Ok(())
