@@ -24,6 +24,7 @@ pub mod fires;
 pub mod fsx;
 pub mod gate;
 pub mod history;
+pub mod ledger;
 pub mod lock;
 pub mod metrics;
 mod notify;

@@ -52,7 +52,7 @@ pub(super) fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Res
             Some(h) => gates::evaluate_phase(
                 h,
                 dir.name().as_str(),
-                dir.base_dir(),
+                dir.as_ref(),
                 (&config, &root.settings().gates.policy(&config.signing)),
                 &state,
                 Phase::BeforeStep,

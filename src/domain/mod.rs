@@ -7,8 +7,8 @@ mod types;
 mod verdict;
 
 pub use types::{
-    Approval, Asker, Commits, Context, Decision, GateBudget, GateSource, Limits, Mode, OnError, PendingAwait,
-    Phase, RunResult,
+    Approval, Asker, Commits, Context, Decision, GateBudget, GateHistory, GateSource, HistoryRequest, Limits,
+    Mode, OnError, PastRun, PendingAwait, Phase, RunResult, WindowSums,
 };
 pub(crate) use verdict::LOG_LINES;
 pub use verdict::{Disagreement, ShadowVerdict, Verdict};

@@ -285,6 +285,98 @@ pub struct Context {
     /// As `commits`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_await: Option<PendingAwait>,
+    /// The runs and windows the gate asked for in `describe`; seen by gates
+    /// built against 0.3.0 on (recorded only when it asked for any).
+    #[serde(skip_serializing_if = "GateHistory::is_empty")]
+    pub history: GateHistory,
+    /// The loop's spend budgets, where they stand; seen by gates built
+    /// against 0.3.0 on.
+    pub budgets: Vec<GateBudget>,
+}
+
+/// A budget the loop belongs to, as a gate sees it (`budget` in the WIT,
+/// new in 0.3.0): what its current window has spent and holds reserved
+/// against its cap, and when the window ends (`None`: a tick window).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GateBudget {
+    pub name: String,
+    pub metric: String,
+    pub window: String,
+    pub spent: f64,
+    pub reserved: f64,
+    pub cap: f64,
+    pub window_end_ms: Option<i64>,
+}
+
+/// What of the loop's history a gate asks for; mirrors `history-request`
+/// in the WIT (new in 0.3.0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryRequest {
+    /// How many of the last runs.
+    pub runs: u32,
+    /// The windows to sum the metrics over, in milliseconds.
+    pub windows_ms: Vec<u64>,
+}
+
+impl HistoryRequest {
+    /// The most runs the host gives.
+    pub const MAX_RUNS: u32 = 1000;
+    /// The most windows the host sums over.
+    pub const MAX_WINDOWS: usize = 16;
+
+    /// Whether it asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.runs == 0 && self.windows_ms.is_empty()
+    }
+
+    /// The request within the host's bounds: at most [`Self::MAX_RUNS`]
+    /// runs and the first [`Self::MAX_WINDOWS`] windows.
+    #[must_use]
+    pub fn bounded(&self) -> HistoryRequest {
+        HistoryRequest {
+            runs: self.runs.min(Self::MAX_RUNS),
+            windows_ms: self.windows_ms.iter().copied().take(Self::MAX_WINDOWS).collect(),
+        }
+    }
+}
+
+/// One past run (a tick whose step ran); mirrors `past-run` in the WIT.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PastRun {
+    pub tick: u64,
+    pub ended_at_ms: u64,
+    /// False when the step or verifier failed.
+    pub ok: bool,
+    pub metrics: std::collections::BTreeMap<String, f64>,
+}
+
+/// Each metric's sum over one window; mirrors `window-sums` in the WIT.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WindowSums {
+    pub window_ms: u64,
+    pub runs: u32,
+    pub failures: u32,
+    pub sums: std::collections::BTreeMap<String, f64>,
+}
+
+/// What a gate asked to see of the loop's history; mirrors `history` in
+/// the WIT (new in 0.3.0).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GateHistory {
+    /// The last runs, oldest first.
+    pub runs: Vec<PastRun>,
+    /// One entry a window asked for, in the order asked.
+    pub windows: Vec<WindowSums>,
+}
+
+impl GateHistory {
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.windows.is_empty()
+    }
 }
 
 impl Default for Context {
@@ -304,6 +396,8 @@ impl Default for Context {
             totals: serde_json::json!({}),
             commits: None,
             pending_await: None,
+            history: GateHistory::default(),
+            budgets: Vec::new(),
         }
     }
 }
@@ -347,18 +441,4 @@ mod tests {
         let p: Decision = serde_json::from_str(r#"{"decision":"proceed"}"#).unwrap();
         assert_eq!(p, Decision::Proceed);
     }
-}
-
-/// A budget the loop belongs to, as a gate sees it: what its current
-/// window has spent and holds reserved against its cap, and when the
-/// window ends (`None`: a tick window).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct GateBudget {
-    pub name: String,
-    pub metric: String,
-    pub window: String,
-    pub spent: f64,
-    pub reserved: f64,
-    pub cap: f64,
-    pub window_end_ms: Option<i64>,
 }

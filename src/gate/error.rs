@@ -212,7 +212,7 @@ impl fmt::Display for GateErrorKind {
             } => write!(
                 f,
                 "was built against automaton:gate@{theirs}; this automaton offers automaton:gate@{} ({detail})",
-                super::host::GATE_WIT_VERSIONS.join(" and @")
+                offered(super::host::GATE_WIT_VERSIONS)
             ),
             GateErrorKind::WrongWorld { detail, world, .. } => write!(
                 f,
@@ -245,6 +245,14 @@ impl fmt::Display for GateErrorKind {
 }
 
 /// What a guest raised (`how`: raised, panicked, threw), and where.
+/// `["0.1.0", "0.2.0", "0.3.0"]` as `0.1.0, @0.2.0 and @0.3.0`.
+fn offered(versions: &[&str]) -> String {
+    match versions.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and @{last}", rest.join(", @")),
+        _ => versions.join(""),
+    }
+}
+
 fn raised(f: &mut fmt::Formatter<'_>, how: &str, what: &str, at: Option<&str>) -> fmt::Result {
     write!(f, "{how} {}", tail(what, 2048))?;
     at.iter().try_for_each(|at| write!(f, " (at {at})"))

@@ -31,12 +31,12 @@ use super::seal::Fingerprint;
 use super::spare::{Make, SpareKey, SpareStats, Spares, Taken};
 use super::ticker::{self, Ticker};
 use super::world::{self, Pre, World};
-use crate::domain::{Context, Decision, Limits};
+use crate::domain::{Context, Decision, HistoryRequest, Limits};
 
 /// The version of the `automaton:gate` package (wit/gate.wit) this host
 /// offers; it also calls gates built against the earlier versions of
 /// [`GATE_WIT_VERSIONS`], each in its own world.
-pub(super) const GATE_WIT_VERSION: &str = "0.2.0";
+pub(super) const GATE_WIT_VERSION: &str = "0.3.0";
 
 /// Every `automaton:gate` version this host calls gates of, oldest first.
 pub(super) const GATE_WIT_VERSIONS: &[&str] = world::VERSIONS;
@@ -51,6 +51,10 @@ pub struct GateInfo {
     /// JSON in JSON output; as a string only if the gate's is not JSON).
     #[serde(serialize_with = "as_json")]
     pub params_schema: String,
+    /// The runs and windows of history it asks for in its context (shown
+    /// only when it asks for any: gates before 0.3.0 cannot).
+    #[serde(skip_serializing_if = "HistoryRequest::is_empty")]
+    pub history: HistoryRequest,
 }
 
 fn as_json<S: serde::Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
@@ -363,6 +367,7 @@ impl GateHost {
             version: info.version,
             description: info.description,
             params_schema: info.params_schema,
+            history: info.history,
         };
         let _ = gate.compiled.info.set(info.clone());
         Ok(info)
@@ -743,7 +748,9 @@ mod tests {
         );
         let old = include_str!("../../wit/0.1.0/gate.wit");
         assert!(old.contains("package automaton:gate@0.1.0;"));
-        assert_eq!(GATE_WIT_VERSIONS, ["0.1.0", GATE_WIT_VERSION]);
+        let old = include_str!("../../wit/0.2.0/gate.wit");
+        assert!(old.contains("package automaton:gate@0.2.0;"));
+        assert_eq!(GATE_WIT_VERSIONS, ["0.1.0", "0.2.0", GATE_WIT_VERSION]);
     }
 
     #[test]

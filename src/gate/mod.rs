@@ -22,6 +22,7 @@ pub mod trust;
 mod verdict;
 mod world;
 mod world_diff;
+mod zone;
 
 pub use cache::{CacheStats, sha256_hex};
 pub(crate) use error::decide_on_error;

@@ -1,5 +1,6 @@
 //! The worlds of `automaton:gate` this host links, one for each minor
-//! version it accepts: `wit/gate.wit` (0.2.0) and `wit/0.1.0/gate.wit`. A
+//! version it accepts: `wit/gate.wit` (0.3.0), `wit/0.2.0/gate.wit` and
+//! `wit/0.1.0/gate.wit`. A
 //! gate is called in the world it was built against, which its imports
 //! name (`automaton:gate/types@0.1.0`), so a gate built against 0.1.0 keeps
 //! running unchanged and sees what 0.1.0 carries; the mapping of a
@@ -9,7 +10,7 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::sandbox::{HostState, LogLevel, millis};
-use crate::domain::{Context, Decision, Phase};
+use crate::domain::{Context, Decision, HistoryRequest, Phase};
 
 /// Bindings generated from `wit/0.1.0/gate.wit`.
 pub(crate) mod v0_1 {
@@ -19,8 +20,16 @@ pub(crate) mod v0_1 {
     });
 }
 
-/// Bindings generated from `wit/gate.wit`.
+/// Bindings generated from `wit/0.2.0/gate.wit`.
 pub(crate) mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "wit/0.2.0",
+        world: "gate",
+    });
+}
+
+/// Bindings generated from `wit/gate.wit`.
+pub(crate) mod v0_3 {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "gate",
@@ -29,7 +38,7 @@ pub(crate) mod v0_2 {
 
 /// The `automaton:gate` versions this host offers, oldest first; the last
 /// is wit/gate.wit's.
-pub(super) const VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
+pub(super) const VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
 
 /// What a gate says about itself, in any version.
 pub(crate) struct Info {
@@ -37,6 +46,8 @@ pub(crate) struct Info {
     pub version: String,
     pub description: String,
     pub params_schema: String,
+    /// What of the history it asks for (nothing before 0.3.0).
+    pub history: HistoryRequest,
 }
 
 /// A component pre-instantiated for the world it was built against.
@@ -44,24 +55,28 @@ pub(crate) struct Info {
 pub(crate) enum Pre {
     V0_1(v0_1::GatePre<HostState>),
     V0_2(v0_2::GatePre<HostState>),
+    V0_3(v0_3::GatePre<HostState>),
 }
 
 /// An instance of a gate, in its world.
 pub(crate) enum World {
     V0_1(v0_1::Gate),
     V0_2(v0_2::Gate),
+    V0_3(v0_3::Gate),
 }
 
 /// A context in one version's shape, made before the call.
 pub(crate) enum WitContext {
     V0_1(v0_1::automaton::gate::types::Context),
     V0_2(v0_2::automaton::gate::types::Context),
+    V0_3(v0_3::automaton::gate::types::Context),
 }
 
 /// Links the host's imports of every version.
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     v0_1::Gate::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
-    v0_2::Gate::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+    v0_2::Gate::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
+    v0_3::Gate::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
 }
 
 impl Pre {
@@ -75,9 +90,13 @@ impl Pre {
         match minor {
             Some("1") => Ok(Pre::V0_1(v0_1::GatePre::new(pre)?)),
             Some("2") => Ok(Pre::V0_2(v0_2::GatePre::new(pre)?)),
-            _ => match v0_2::GatePre::new(pre.clone()) {
-                Ok(p) => Ok(Pre::V0_2(p)),
-                Err(newest) => v0_1::GatePre::new(pre).map(Pre::V0_1).map_err(|_| newest),
+            Some("3") => Ok(Pre::V0_3(v0_3::GatePre::new(pre)?)),
+            _ => match v0_3::GatePre::new(pre.clone()) {
+                Ok(p) => Ok(Pre::V0_3(p)),
+                Err(newest) => v0_2::GatePre::new(pre.clone())
+                    .map(Pre::V0_2)
+                    .or_else(|_| v0_1::GatePre::new(pre).map(Pre::V0_1))
+                    .map_err(|_| newest),
             },
         }
     }
@@ -87,6 +106,7 @@ impl Pre {
         match self {
             Pre::V0_1(_) => VERSIONS[0],
             Pre::V0_2(_) => VERSIONS[1],
+            Pre::V0_3(_) => VERSIONS[2],
         }
     }
 
@@ -94,6 +114,7 @@ impl Pre {
         Ok(match self {
             Pre::V0_1(p) => World::V0_1(p.instantiate(store)?),
             Pre::V0_2(p) => World::V0_2(p.instantiate(store)?),
+            Pre::V0_3(p) => World::V0_3(p.instantiate(store)?),
         })
     }
 
@@ -102,6 +123,7 @@ impl Pre {
         match self {
             Pre::V0_1(_) => WitContext::V0_1(to_v0_1(ctx)),
             Pre::V0_2(_) => WitContext::V0_2(to_v0_2(ctx)),
+            Pre::V0_3(_) => WitContext::V0_3(to_v0_3(ctx)),
         }
     }
 }
@@ -109,9 +131,10 @@ impl Pre {
 impl World {
     pub(crate) fn call_describe(&self, store: &mut Store<HostState>) -> wasmtime::Result<Info> {
         macro_rules! info {
-            ($i:expr) => {{
+            ($i:expr, $history:expr) => {{
                 let i = $i;
                 Info {
+                    history: $history(&i),
                     name: i.name,
                     version: i.version,
                     description: i.description,
@@ -120,8 +143,17 @@ impl World {
             }};
         }
         Ok(match self {
-            World::V0_1(g) => info!(g.call_describe(store)?),
-            World::V0_2(g) => info!(g.call_describe(store)?),
+            World::V0_1(g) => info!(g.call_describe(store)?, |_| HistoryRequest::default()),
+            World::V0_2(g) => info!(g.call_describe(store)?, |_| HistoryRequest::default()),
+            World::V0_3(g) => info!(
+                g.call_describe(store)?,
+                |i: &v0_3::automaton::gate::types::GateInfo| {
+                    HistoryRequest {
+                        runs: i.history.runs,
+                        windows_ms: i.history.windows_ms.clone(),
+                    }
+                }
+            ),
         })
     }
 
@@ -133,6 +165,7 @@ impl World {
         match self {
             World::V0_1(g) => g.call_check_params(store, params),
             World::V0_2(g) => g.call_check_params(store, params),
+            World::V0_3(g) => g.call_check_params(store, params),
         }
     }
 
@@ -144,6 +177,7 @@ impl World {
         Ok(match (self, ctx) {
             (World::V0_1(g), WitContext::V0_1(c)) => g.call_evaluate(store, c)?.map(Decision::from),
             (World::V0_2(g), WitContext::V0_2(c)) => g.call_evaluate(store, c)?.map(Decision::from),
+            (World::V0_3(g), WitContext::V0_3(c)) => g.call_evaluate(store, c)?.map(Decision::from),
             _ => {
                 return Err(wasmtime::Error::msg(
                     "a context of another version than the gate's",
@@ -160,17 +194,16 @@ macro_rules! version {
     ($m:ident, $to_wit:ident, $($extra:ident: $value:expr),*) => {
         impl $m::automaton::gate::types::Host for HostState {}
 
-        impl $m::automaton::gate::host::Host for HostState {
-            fn log(&mut self, level: $m::automaton::gate::types::Level, message: String) {
+        impl From<$m::automaton::gate::types::Level> for LogLevel {
+            fn from(level: $m::automaton::gate::types::Level) -> LogLevel {
                 use $m::automaton::gate::types::Level as L;
-                let level = match level {
+                match level {
                     L::Trace => LogLevel::Trace,
                     L::Debug => LogLevel::Debug,
                     L::Info => LogLevel::Info,
                     L::Warn => LogLevel::Warn,
                     L::Error => LogLevel::Error,
-                };
-                self.log_line(level, message);
+                }
             }
         }
 
@@ -232,35 +265,139 @@ macro_rules! approval {
     }};
 }
 
-version!(v0_1, to_v0_1,);
-version!(v0_2, to_v0_2, commits: commits_v0_2, pending_await: await_v0_2);
-
-fn commits_v0_2(ctx: &Context) -> Option<v0_2::automaton::gate::types::Commits> {
-    let c = ctx.commits.as_ref()?;
-    Some(v0_2::automaton::gate::types::Commits {
-        branch: c.branch.clone(),
-        head_before: c.head_before.clone(),
-        head_after: c.head_after.clone(),
-    })
+/// The host's `log`, the one import of the versions before 0.3.0.
+macro_rules! log_only {
+    ($m:ident) => {
+        impl $m::automaton::gate::host::Host for HostState {
+            fn log(&mut self, level: $m::automaton::gate::types::Level, message: String) {
+                self.log_line(level.into(), message);
+            }
+        }
+    };
 }
 
-fn await_v0_2(ctx: &Context) -> Option<v0_2::automaton::gate::types::PendingAwait> {
-    use v0_2::automaton::gate::types as wit;
-    let a = ctx.pending_await.as_ref()?;
-    Some(wit::PendingAwait {
-        id: a.id.clone(),
-        tick: a.tick,
-        asked: a
-            .asked
+/// The 0.2.0 parts of a version's context (`$m`: 0.2.0 on).
+macro_rules! since_v0_2 {
+    ($m:ident, $commits:ident, $await:ident) => {
+        fn $commits(ctx: &Context) -> Option<$m::automaton::gate::types::Commits> {
+            let c = ctx.commits.as_ref()?;
+            Some($m::automaton::gate::types::Commits {
+                branch: c.branch.clone(),
+                head_before: c.head_before.clone(),
+                head_after: c.head_after.clone(),
+            })
+        }
+
+        fn $await(ctx: &Context) -> Option<$m::automaton::gate::types::PendingAwait> {
+            use $m::automaton::gate::types as wit;
+            let a = ctx.pending_await.as_ref()?;
+            Some(wit::PendingAwait {
+                id: a.id.clone(),
+                tick: a.tick,
+                asked: a
+                    .asked
+                    .iter()
+                    .map(|g| wit::Asked {
+                        gate: g.gate.clone(),
+                        version: g.version.clone(),
+                        reason: g.reason.clone(),
+                    })
+                    .collect(),
+                since_ms: millis(a.since),
+                head: a.head.clone(),
+                approvals: a.approvals.iter().map(|x| approval!(wit, x)).collect(),
+            })
+        }
+    };
+}
+
+version!(v0_1, to_v0_1,);
+log_only!(v0_1);
+version!(v0_2, to_v0_2, commits: commits_v0_2, pending_await: await_v0_2);
+log_only!(v0_2);
+since_v0_2!(v0_2, commits_v0_2, await_v0_2);
+version!(
+    v0_3,
+    to_v0_3,
+    commits: commits_v0_3,
+    pending_await: await_v0_3,
+    history: history_v0_3,
+    budgets: budgets_v0_3
+);
+since_v0_2!(v0_3, commits_v0_3, await_v0_3);
+
+impl v0_3::automaton::gate::host::Host for HostState {
+    fn log(&mut self, level: v0_3::automaton::gate::types::Level, message: String) {
+        self.log_line(level.into(), message);
+    }
+
+    fn in_zone(
+        &mut self,
+        at_ms: i64,
+        zone: String,
+    ) -> Result<v0_3::automaton::gate::types::LocalTime, String> {
+        let t = super::zone::in_zone(at_ms, &zone)?;
+        Ok(v0_3::automaton::gate::types::LocalTime {
+            year: t.year,
+            month: t.month,
+            day: t.day,
+            hour: t.hour,
+            minute: t.minute,
+            second: t.second,
+            millisecond: t.millisecond,
+            weekday: t.weekday,
+            offset_seconds: t.offset_seconds,
+            dst: t.dst,
+            abbreviation: t.abbreviation,
+        })
+    }
+}
+
+fn history_v0_3(ctx: &Context) -> v0_3::automaton::gate::types::History {
+    use v0_3::automaton::gate::types as wit;
+    let json =
+        |m: &std::collections::BTreeMap<String, f64>| serde_json::to_string(m).expect("numbers serialise");
+    wit::History {
+        runs: ctx
+            .history
+            .runs
             .iter()
-            .map(|g| wit::Asked {
-                gate: g.gate.clone(),
-                version: g.version.clone(),
-                reason: g.reason.clone(),
+            .map(|r| wit::PastRun {
+                tick: r.tick,
+                ended_at_ms: r.ended_at_ms,
+                outcome: if r.ok {
+                    wit::RunOutcome::Ran
+                } else {
+                    wit::RunOutcome::Failed
+                },
+                metrics: json(&r.metrics),
             })
             .collect(),
-        since_ms: millis(a.since),
-        head: a.head.clone(),
-        approvals: a.approvals.iter().map(|x| approval!(wit, x)).collect(),
-    })
+        windows: ctx
+            .history
+            .windows
+            .iter()
+            .map(|w| wit::WindowSums {
+                window_ms: w.window_ms,
+                runs: w.runs,
+                failures: w.failures,
+                sums: json(&w.sums),
+            })
+            .collect(),
+    }
+}
+
+fn budgets_v0_3(ctx: &Context) -> Vec<v0_3::automaton::gate::types::Budget> {
+    ctx.budgets
+        .iter()
+        .map(|b| v0_3::automaton::gate::types::Budget {
+            name: b.name.clone(),
+            metric: b.metric.clone(),
+            window: b.window.clone(),
+            spent: b.spent,
+            reserved: b.reserved,
+            cap: b.cap,
+            window_end_ms: b.window_end_ms,
+        })
+        .collect()
 }

@@ -21,6 +21,7 @@ use wasmtime::component::types::{ComponentItem, Type};
 /// `package` line).
 const WITS: &[&str] = &[
     include_str!("../../wit/0.1.0/gate.wit"),
+    include_str!("../../wit/0.2.0/gate.wit"),
     include_str!("../../wit/gate.wit"),
 ];
 

@@ -124,7 +124,7 @@ fn stops_again(ctx: &Ctx<'_>, dir: &dyn LoopStore, state: &State) -> Option<Stri
     let verdict = [Phase::BeforeStep, Phase::AfterStep]
         .into_iter()
         .find_map(|phase| {
-            gates::evaluate_phase(&host, name, dir.base_dir(), (&config, &policy), state, phase)
+            gates::evaluate_phase(&host, name, dir, (&config, &policy), state, phase)
                 .verdicts
                 .into_iter()
                 .find(|v| matches!(v.decision, Decision::Halt(_) | Decision::Complete(_)))

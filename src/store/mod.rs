@@ -469,6 +469,30 @@ pub trait LoopStore: Send + Sync {
         Ok(history)
     }
 
+    /// What a gate's `request` asks to see of the loop's runs at `now`
+    /// (`context.history`): the committed runs up to tick `committed`, and
+    /// `current` (this tick's run, after its step, not yet committed) as
+    /// the newest. Made here from the whole history; the file store keeps
+    /// a ledger so a tick reads little of it ([`crate::ledger`]).
+    fn gate_history(
+        &self,
+        committed: u64,
+        request: &crate::domain::HistoryRequest,
+        now: jiff::Timestamp,
+        current: Option<&crate::domain::PastRun>,
+    ) -> Result<crate::domain::GateHistory> {
+        let history = self.history()?;
+        let entries = crate::ledger::from_events(
+            history
+                .events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::Tick { tick, .. } if tick <= committed)),
+        );
+        let now = u64::try_from(now.as_millisecond()).unwrap_or(0);
+        crate::ledger::answer(&mut entries.as_slice(), request, now, current)
+            .map_err(crate::error::Error::io("read the history of", self.location()))
+    }
+
     /// Keeps a `refused` event apart from the history, without the loop's
     /// lock: a record of its own, bounded (the oldest go first), that
     /// [`LoopStore::history`] merges in. So refusals never rotate the

@@ -5,7 +5,6 @@
 //! said once, and again when it changes.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 use jiff::Timestamp;
@@ -13,12 +12,14 @@ use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
 use crate::domain::{
-    Asker, Commits, Context, Decision, Mode, PendingAwait, Phase, RunResult, ShadowVerdict, Verdict,
+    Asker, Commits, Context, Decision, GateHistory, Mode, PastRun, PendingAwait, Phase, RunResult,
+    ShadowVerdict, Verdict,
 };
 use crate::gate::trust::{self, Policy, Signed};
 use crate::gate::{self, GateError, GateErrorKind, GateHost};
 use crate::history::EventKind;
 use crate::state::{LastTick, State};
+use crate::store::LoopStore;
 
 /// A phase's verdicts, their combination, and the contexts they saw.
 pub(crate) struct PhaseResult {
@@ -66,6 +67,9 @@ pub(crate) fn context(name: &str, state: &State, gate: &GateConfig, phase: Phase
         totals: to_json(&state.totals),
         commits: commits(state),
         pending_await: pending_await(state),
+        // Filled for a gate that asks, once it is loaded.
+        history: GateHistory::default(),
+        budgets: Vec::new(),
     }
 }
 
@@ -144,7 +148,7 @@ fn to_json(value: &impl Serialize) -> serde_json::Value {
 pub(crate) fn evaluate_phase(
     host: &GateHost,
     name: &str,
-    loop_dir: &Path,
+    store: &dyn LoopStore,
     (config, policy): (&LoopConfig, &Policy),
     state: &State,
     phase: Phase,
@@ -158,8 +162,8 @@ pub(crate) fn evaluate_phase(
         .filter(|g| g.mode == Mode::Enforce && g.phases.contains(&phase));
     let mut signed = Vec::new();
     for g in live {
-        let ctx = context(name, state, g, phase, now);
-        let (verdict, s) = evaluate_gate(host, name, loop_dir, g, &ctx, Said::Info, (policy, state));
+        let mut ctx = context(name, state, g, phase, now);
+        let (verdict, s) = evaluate_gate(host, name, store, g, &mut ctx, Said::Info, (policy, state));
         signed.extend(s);
         verdicts.push(verdict);
         contexts.push(ctx);
@@ -167,7 +171,7 @@ pub(crate) fn evaluate_phase(
     let combined = Decision::combine(verdicts.iter().map(|v| &v.decision));
     let at = super::shadow::At {
         name,
-        loop_dir,
+        store,
         state,
         phase,
         now,
@@ -197,13 +201,13 @@ pub(crate) enum Said {
 pub(crate) fn evaluate_gate(
     host: &GateHost,
     name: &str,
-    loop_dir: &Path,
+    store: &dyn LoopStore,
     g: &GateConfig,
-    ctx: &Context,
+    ctx: &mut Context,
     said: Said,
     (policy, floors): (&Policy, &State),
 ) -> (Verdict, Option<Signed>) {
-    let source = g.resolved_source(loop_dir);
+    let source = g.resolved_source(store.base_dir());
     let label = g.source.to_string();
     let started = std::time::Instant::now();
     let mut build = Build::default();
@@ -213,6 +217,7 @@ pub(crate) fn evaluate_gate(
     let result = load_trusted(host, &source, policy, floors)
         .and_then(|(gate, s)| {
             signed = s;
+            ctx.history = gate_history(host, &gate, store, floors, ctx)?;
             let eval = host
                 .evaluate(&gate, ctx, &g.limits)
                 .map_err(|e| explain_refusal(host, &gate, g, e));
@@ -278,6 +283,56 @@ impl Said {
             }
         }
     }
+}
+
+/// What of the loop's runs `gate` asks to see in its `describe` (gates of
+/// 0.3.0 on), at the context's time and phase: after the step, this
+/// tick's run is the newest.
+fn gate_history(
+    host: &GateHost,
+    gate: &gate::Gate,
+    store: &dyn LoopStore,
+    state: &State,
+    ctx: &Context,
+) -> Result<GateHistory, GateError> {
+    if matches!(gate.wit_version(), "0.1.0" | "0.2.0") {
+        return Ok(GateHistory::default());
+    }
+    let request = host.describe(gate)?.history;
+    if request.is_empty() {
+        return Ok(GateHistory::default());
+    }
+    let current = match ctx.phase {
+        Phase::AfterStep => state
+            .last_tick
+            .as_ref()
+            .filter(|t| t.number == state.tick)
+            .and_then(|t| {
+                let run = run_result(t)?;
+                Some(PastRun {
+                    tick: run.tick,
+                    ended_at_ms: u64::try_from(run.ended_at.as_millisecond()).unwrap_or(0),
+                    ok: t.step.as_ref().is_some_and(crate::state::ProcessOutcome::success)
+                        && run.verifier_passed != Some(false),
+                    metrics: state.metrics.clone(),
+                })
+            }),
+        Phase::BeforeStep => None,
+    };
+    let committed = state.tick - u64::from(current.is_some());
+    store
+        .gate_history(committed, &request, ctx.now, current.as_ref())
+        .map_err(|e| {
+            GateError::new(
+                gate.label(),
+                GateErrorKind::Host {
+                    message: format!(
+                        "cannot give the history it asks for: {}",
+                        crate::error::with_causes(&e)
+                    ),
+                },
+            )
+        })
 }
 
 /// Which build of a gate decided: the name and version it says (asked

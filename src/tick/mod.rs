@@ -661,12 +661,13 @@ impl Tick<'_> {
 
     /// Evaluates one phase's gates and keeps their verdicts and contexts.
     fn gates(&mut self, state: &mut State, phase: Phase) -> Result<gates::PhaseResult> {
-        let (name, base) = (self.store.name().as_str(), self.store.base_dir());
+        let store = self.store;
+        let name = store.name().as_str();
         let config = self.config;
         let policy = self.root.settings().gates.policy(&config.signing);
         let result = match self.host_for(phase)? {
             None => return Ok(gates::PhaseResult::empty()),
-            Some(host) => gates::evaluate_phase(host, name, base, (config, &policy), state, phase),
+            Some(host) => gates::evaluate_phase(host, name, store, (config, &policy), state, phase),
         };
         gates::raise_floors(state, &result.signed);
         let tick = state.tick + u64::from(phase == Phase::BeforeStep);

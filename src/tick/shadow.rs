@@ -5,8 +5,6 @@
 //! `on_error` to the loop, and a shadow that times out is recorded, not
 //! tried again.
 
-use std::path::Path;
-
 use jiff::Timestamp;
 
 use super::gates::{Said, context, evaluate_gate};
@@ -18,7 +16,8 @@ use crate::state::State;
 /// Where and when a phase's gates are evaluated.
 pub(crate) struct At<'a> {
     pub name: &'a str,
-    pub loop_dir: &'a Path,
+    /// The loop's store, whose history a gate may ask to see.
+    pub store: &'a dyn crate::store::LoopStore,
     pub state: &'a State,
     pub phase: Phase,
     pub now: Timestamp,
@@ -44,14 +43,14 @@ pub(crate) fn evaluate(
         .iter()
         .filter(|g| g.mode == Mode::Shadow && g.phases.contains(&at.phase));
     for g in shadows {
-        let ctx = context(at.name, at.state, g, at.phase, at.now);
+        let mut ctx = context(at.name, at.state, g, at.phase, at.now);
         // A shadow's signed build raises no floor: it did not decide.
         let (verdict, _) = evaluate_gate(
             host,
             at.name,
-            at.loop_dir,
+            at.store,
             g,
-            &ctx,
+            &mut ctx,
             Said::Debug,
             (at.policy, at.state),
         );

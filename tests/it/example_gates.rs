@@ -783,3 +783,77 @@ fn a_javascript_gate_that_returns_no_decision_is_told_what_a_decision_is() {
     let thrown = evaluation_error(&env, &wasm, "thrown");
     assert!(thrown.starts_with("threw a number "), "{thrown}");
 }
+
+/// The worked example of docs/writing-gates.md (WIT 0.3.0), in Rust and C:
+/// business hours in a zone from the host's database, a cap on the cost
+/// summed by the host over the last 24 hours, a halt after failures. Its
+/// cases pass, and in a real loop the third tick awaits approval once two
+/// runs spent 6 of a cap of 5 (at a weekend in Paris, every tick skips).
+fn windowed_example(lang: &str, toolchain: &str, present: bool) {
+    if !present {
+        let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
+        assert!(!required, "the {lang} windowed example gate needs {toolchain}");
+        eprintln!("skipped: the {lang} windowed example gate needs {toolchain}");
+        return;
+    }
+    let dir = example_dir(&format!("windowed/{lang}"));
+    let wasm = built(&format!("windowed-{lang}"), &dir);
+    let env = Env::new();
+    let cases = dir.join("cases.json");
+    let out = env.ok(&[
+        "gate",
+        "test",
+        wasm.to_str().unwrap(),
+        "--cases",
+        cases.to_str().unwrap(),
+    ]);
+    assert!(out.contains("(windowed 1.0.0)"), "{out}");
+    assert!(out.ends_with("26 passed, 0 failed\n"), "{out}");
+
+    let step = "step = \"echo '{\\\"cost_usd\\\": 3}' > \\\"$AUTOMATON_METRICS\\\"\"\n";
+    env.new_loop(
+        "spend",
+        &format!(
+            "{step}[[gate]]\npath = \"gates/windowed.wasm\"\n\
+             params = {{ timezone = \"Europe/Paris\", cap = 5, start_hour = 0, end_hour = 24 }}\n"
+        ),
+    );
+    std::fs::create_dir_all(env.loop_dir("spend").join("gates")).unwrap();
+    std::fs::copy(&wasm, env.loop_dir("spend").join("gates/windowed.wasm")).unwrap();
+    let tick =
+        || -> serde_json::Value { serde_json::from_str(&env.ok(&["tick", "spend", "--json"])).unwrap() };
+    let weekend = || {
+        let paris = Timestamp::now().in_tz("Europe/Paris").unwrap();
+        paris.weekday().to_monday_one_offset() > 5
+    };
+    let first = tick();
+    if weekend() {
+        assert_eq!(first["outcome"], "skipped", "{first}");
+        return;
+    }
+    assert_eq!(first["outcome"], "ran", "{first}");
+    assert_eq!(tick()["outcome"], "ran");
+    let third = tick();
+    if weekend() {
+        return; // Paris's Friday ended between the ticks.
+    }
+    assert_eq!(third["outcome"], "awaiting-approval", "{third}");
+    assert_eq!(
+        third["decisions"][0]["reason"], "cost_usd over the last 24 h is 6, over the cap of 5",
+        "{third}"
+    );
+}
+
+#[test]
+fn windowed_rust_example_gate() {
+    let present = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"));
+    windowed_example("rust", "the wasm32-wasip2 target", present);
+}
+
+#[test]
+fn windowed_c_example_gate() {
+    windowed_example("c", C_TOOLCHAIN, has_c_toolchain());
+}

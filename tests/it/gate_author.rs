@@ -85,7 +85,7 @@ fn a_gate_built_against_another_wit_names_both_versions() {
     let tmp = tempfile::tempdir().unwrap();
     let host = GateHost::new(None).unwrap();
     let newer = fx::WatGate::new("(call $decide (i32.const 0) (i32.const 0) (i32.const 0))")
-        .build_against("0.3.0", str::to_owned);
+        .build_against("0.9.0", str::to_owned);
     let err = host
         .load(&file(&write(tmp.path(), "newer.wasm", &newer)))
         .unwrap_err();
@@ -93,7 +93,7 @@ fn a_gate_built_against_another_wit_names_both_versions() {
     let text = err.to_string();
     assert!(
         text.starts_with(
-            "gate {}/newer.wasm was built against automaton:gate@0.3.0; this automaton offers automaton:gate@0.1.0 and @0.2.0 ("
+            "gate {}/newer.wasm was built against automaton:gate@0.9.0; this automaton offers automaton:gate@0.1.0, @0.2.0 and @0.3.0 ("
                 .replace("{}", &tmp.path().display().to_string())
                 .as_str()
         ),

@@ -3,7 +3,7 @@
 //! the `gate` world with the wat and wit-component crates. They are built
 //! against the interface's first version (wit/0.1.0/gate.wit), as gates
 //! built before later versions were; [`reads_commits_and_await`] is built
-//! against wit/gate.wit (0.2.0) and reads what that version added.
+//! against wit/0.2.0/gate.wit and reads what that version added.
 
 use std::path::Path;
 
@@ -172,11 +172,20 @@ impl WatGate {
     }
 }
 
-/// wit/gate.wit, parsed, and its world `gate`.
+/// wit/0.2.0/gate.wit, parsed, and its world `gate`.
 pub(crate) fn wit_v0_2() -> (wit_parser::Resolve, wit_parser::WorldId) {
+    wit_at("wit/0.2.0")
+}
+
+/// wit/gate.wit (0.3.0), parsed, and its world `gate`.
+pub(crate) fn wit_v0_3() -> (wit_parser::Resolve, wit_parser::WorldId) {
+    wit_at("wit")
+}
+
+fn wit_at(dir: &str) -> (wit_parser::Resolve, wit_parser::WorldId) {
     let mut resolve = wit_parser::Resolve::default();
-    let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit");
-    let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/ parses");
+    let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let (pkg, _) = resolve.push_dir(&wit_dir).expect("the wit parses");
     let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
     (resolve, world)
 }
@@ -435,5 +444,107 @@ pub(crate) fn versioned(version: &str) -> Vec<u8> {
     let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/0.1.0");
     let (pkg, _) = resolve.push_dir(&wit_dir).expect("wit/0.1.0 parses");
     let world = resolve.select_world(&[pkg], Some("gate")).unwrap();
+    encode(&module, &resolve, world, false)
+}
+
+/// The offset of `field` in record `record` of wit/gate.wit (0.3.0), in the
+/// canonical ABI on wasm32.
+pub(crate) fn offset_v0_3(record: &str, field: &str) -> u32 {
+    let (resolve, _) = wit_v0_3();
+    let mut sizes = wit_parser::SizeAlign::default();
+    sizes.fill(&resolve);
+    let (_, def) = resolve
+        .types
+        .iter()
+        .find(|(_, t)| t.name.as_deref() == Some(record))
+        .unwrap_or_else(|| panic!("no record {record}"));
+    let wit_parser::TypeDefKind::Record(r) = &def.kind else {
+        panic!("{record} is not a record")
+    };
+    let offsets = sizes.field_offsets(r.fields.iter().map(|f| &f.ty));
+    let (_, (offset, _)) = r
+        .fields
+        .iter()
+        .zip(offsets)
+        .find(|(f, _)| f.name == field)
+        .unwrap_or_else(|| panic!("no field {field} in {record}"));
+    u32::try_from(offset.size_wasm32()).unwrap()
+}
+
+/// Built against 0.3.0: its `describe` asks for the last `runs` runs and
+/// the sums over `windows_ms`; it skips with the first window's `sums`
+/// (the JSON object) as the reason and logs how many runs and failures
+/// that window had and how many last runs it was given; it proceeds when
+/// it is given no window.
+pub(crate) fn reads_history(runs: u32, windows_ms: &[u64]) -> Vec<u8> {
+    let history = offset_v0_3("context", "history");
+    let windows = history + offset_v0_3("history", "windows");
+    let last_runs = history + offset_v0_3("history", "runs");
+    let sums = offset_v0_3("window-sums", "sums");
+    let w_runs = offset_v0_3("window-sums", "runs");
+    let w_failures = offset_v0_3("window-sums", "failures");
+    let info_history = offset_v0_3("gate-info", "history");
+    let asked: String = windows_ms
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .map(|b| format!("\\{b:02x}"))
+        .collect();
+    let gate = WatGate::new(&format!(
+        "(local $w i32)
+    (if (i32.eqz (i32.load (i32.add (local.get $ctx) (i32.const {windows_len}))))
+      (then (return (call $decide (i32.const 0) (i32.const 0) (i32.const 0)))))
+    (local.set $w (i32.load (i32.add (local.get $ctx) (i32.const {windows}))))
+    (call $say (i32.const 1200) (i32.load (i32.add (local.get $w) (i32.const {w_runs}))))
+    (call $say (i32.const 1201) (i32.load (i32.add (local.get $w) (i32.const {w_failures}))))
+    (call $say (i32.const 1202) (i32.load (i32.add (local.get $ctx) (i32.const {last_runs_len}))))
+    (call $decide (i32.const 1)
+      (i32.load (i32.add (local.get $w) (i32.const {sums})))
+      (i32.load (i32.add (local.get $w) (i32.const {sums_len}))))",
+        windows_len = windows + 4,
+        last_runs_len = last_runs + 4,
+        sums_len = sums + 4,
+    ))
+    .data(1200, "rfl")
+    .extra(
+        // Logs "<letter><digit>" for a number below 10, "<letter>+" above.
+        r"(func $say (param $letter i32) (param $n i32)
+    (i32.store8 (i32.const 1300) (i32.load8_u (local.get $letter)))
+    (i32.store8 (i32.const 1301)
+      (if (result i32) (i32.lt_u (local.get $n) (i32.const 10))
+        (then (i32.add (i32.const 48) (local.get $n)))
+        (else (i32.const 43))))
+    (call $log (i32.const 2) (i32.const 1300) (i32.const 2)))",
+    );
+    let describe_end = format!(
+        "(i32.store (i32.const {}) (i32.const {}))\n    (i32.const {RET}))\n  (func (export \"check-params\")",
+        RET + 28,
+        gate.schema.len()
+    );
+    let module = gate
+        .module()
+        .replace("automaton:gate/host@0.1.0", "automaton:gate/host@0.3.0")
+        .replace(
+            &describe_end,
+            &format!(
+                "(i32.store (i32.const {r28}) (i32.const {len}))
+    (i32.store (i32.const {runs_at}) (i32.const {runs}))
+    (i32.store (i32.const {ptr_at}) (i32.const 3072))
+    (i32.store (i32.const {len_at}) (i32.const {n}))
+    (i32.const {RET}))
+  (func (export \"check-params\")",
+                r28 = RET + 28,
+                len = gate.schema.len(),
+                runs_at = RET + info_history,
+                ptr_at = RET + info_history + 4,
+                len_at = RET + info_history + 8,
+                n = windows_ms.len(),
+            ),
+        )
+        .replace(
+            "(memory (export \"memory\") 1)",
+            &format!("(memory (export \"memory\") 1)\n  (data (i32.const 3072) \"{asked}\")"),
+        );
+    assert!(module.contains("(i32.const 3072))"), "describe was extended");
+    let (resolve, world) = wit_v0_3();
     encode(&module, &resolve, world, false)
 }

@@ -1,12 +1,17 @@
 //! Gate authors keep their gates: the host calls a gate built against
 //! `automaton:gate@0.1.0` in that version's world, deciding as it did, and
 //! one built against 0.2.0 in its own, where the context carries the
-//! worktree's commits and the pending await. The stock gates stay built
+//! worktree's commits and the pending await; one built against 0.3.0 asks
+//! in its `describe` for runs and windows of history, and the host gives
+//! them, computed from the loop's history. The stock gates stay built
 //! against 0.1.0 and are the standing proof of it.
 
 use std::path::{Path, PathBuf};
 
-use automaton::domain::{Approval, Asker, Commits, Context, Decision, GateSource, Limits, PendingAwait};
+use automaton::domain::{
+    Approval, Asker, Commits, Context, Decision, GateHistory, GateSource, HistoryRequest, Limits, PastRun,
+    PendingAwait, WindowSums,
+};
 use automaton::gate::{GateHost, stock_gates};
 use serde_json::Value;
 use wit_parser::{Int, SizeAlign, Type, TypeDefKind};
@@ -169,11 +174,17 @@ fn a_gate_of_each_version_is_called_in_its_own_world() {
 }
 
 #[test]
-fn the_stock_gates_stay_built_against_the_first_version_and_decide_as_before() {
+fn the_stock_gates_but_time_window_stay_built_against_the_first_version_and_decide_as_before() {
     let host = GateHost::new(None).unwrap();
     for stock in stock_gates() {
         let gate = host.load(&GateSource::Stock(stock.name.to_owned())).unwrap();
-        assert_eq!(gate.wit_version(), "0.1.0", "{}", stock.name);
+        // time-window reads the host's zones (`in-zone`, 0.3.0).
+        let built = if stock.name == "time-window" {
+            "0.3.0"
+        } else {
+            "0.1.0"
+        };
+        assert_eq!(gate.wit_version(), built, "{}", stock.name);
     }
     // What 0.2.0 adds changes nothing of a 0.1.0 gate's decision.
     let gate = host.load(&GateSource::Stock("approve-every".to_owned())).unwrap();
@@ -266,5 +277,151 @@ fn gate_test_reads_a_context_with_the_new_fields() {
         (v["decision"].as_str(), v["reason"].as_str()),
         (Some("skip"), Some("bbb")),
         "{v}"
+    );
+}
+
+#[test]
+fn a_gate_of_0_3_0_asks_for_history_and_reads_what_the_host_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = GateHost::new(None).unwrap();
+    let gate = host
+        .load(&file(&write(
+            tmp.path(),
+            "v3.wasm",
+            &fx::reads_history(2, &[3_600_000, 86_400_000]),
+        )))
+        .unwrap();
+    assert_eq!(gate.wit_version(), "0.3.0");
+    assert_eq!(
+        host.describe(&gate).unwrap().history,
+        HistoryRequest {
+            runs: 2,
+            windows_ms: vec![3_600_000, 86_400_000],
+        }
+    );
+    let run = |tick| PastRun {
+        tick,
+        ended_at_ms: 1000 * tick,
+        ok: tick != 2,
+        metrics: [("cost_usd".to_owned(), 1.25)].into(),
+    };
+    let ctx = Context {
+        history: GateHistory {
+            runs: vec![run(2), run(3)],
+            windows: vec![WindowSums {
+                window_ms: 3_600_000,
+                runs: 3,
+                failures: 1,
+                sums: [("cost_usd".to_owned(), 3.75)].into(),
+            }],
+        },
+        ..Context::default()
+    };
+    let eval = host.evaluate(&gate, &ctx, &Limits::default()).unwrap();
+    assert_eq!(eval.decision, Decision::Skip(r#"{"cost_usd":3.75}"#.to_owned()));
+    let said: Vec<&str> = eval.logs.iter().map(|l| l.message.as_str()).collect();
+    assert_eq!(said, ["r3", "f1", "l2"]);
+    // Given nothing, it proceeds; a 0.2.0 gate is never asked.
+    let eval = host
+        .evaluate(&gate, &Context::default(), &Limits::default())
+        .unwrap();
+    assert_eq!(eval.decision, Decision::Proceed);
+    let v2 = host
+        .load(&file(&write(
+            tmp.path(),
+            "v2.wasm",
+            &fx::reads_commits_and_await(),
+        )))
+        .unwrap();
+    assert!(host.describe(&v2).unwrap().history.is_empty());
+}
+
+#[test]
+fn a_ticks_gate_sees_the_runs_and_window_sums_of_the_loops_history() {
+    let env = crate::files_only!("loop.toml edited by hand, and the file store's ledger");
+    let step = "step = \"echo '{\\\"cost_usd\\\": 0.5}' > \\\"$AUTOMATON_METRICS\\\"\"\n";
+    env.new_loop("h", step);
+    let gates = env.loop_dir("h").join("gates");
+    std::fs::create_dir_all(&gates).unwrap();
+    write(&gates, "h.wasm", &fx::reads_history(5, &[86_400_000]));
+    let toml = format!("{step}[[gate]]\npath = \"gates/h.wasm\"\nphase = [\"after-step\"]\n");
+    std::fs::write(env.loop_dir("h").join("loop.toml"), toml).unwrap();
+    let said = || {
+        let last = env
+            .history("h")
+            .into_iter()
+            .rev()
+            .find(|e| e["kind"] == "gate")
+            .unwrap();
+        last["reason"].as_str().unwrap().to_owned()
+    };
+    for sum in ["0.5", "1.0", "1.5"] {
+        let v: Value = serde_json::from_str(&env.ok(&["tick", "h", "--json"])).unwrap();
+        assert_eq!(v["outcome"], "ran");
+        // After the step, this tick's run is counted.
+        assert_eq!(said(), format!("{{\"cost_usd\":{sum}}}"));
+    }
+    let ledger = env.loop_dir("h").join("ledger.jsonl");
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(
+        text.lines().count(),
+        2,
+        "the committed runs before the third: {text}"
+    );
+    // Before the next step, as `check-gate` evaluates: the three runs.
+    let toml = format!("{step}[[gate]]\npath = \"gates/h.wasm\"\n");
+    std::fs::write(env.loop_dir("h").join("loop.toml"), toml).unwrap();
+    let check = || {
+        let v: Value = serde_json::from_str(&env.ok(&["check-gate", "h", "--json"])).unwrap();
+        v["decisions"][0]["reason"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(check(), r#"{"cost_usd":1.5}"#);
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 3);
+    // A lost or damaged ledger is made again from the history.
+    std::fs::remove_file(&ledger).unwrap();
+    assert_eq!(check(), r#"{"cost_usd":1.5}"#);
+    std::fs::write(&ledger, "not json\n").unwrap();
+    assert_eq!(check(), r#"{"cost_usd":1.5}"#);
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 3);
+}
+
+#[test]
+fn the_stock_time_window_takes_an_iana_zone_from_the_hosts_database() {
+    let host = GateHost::new(None).unwrap();
+    let gate = host.load(&GateSource::Stock("time-window".to_owned())).unwrap();
+    let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    let decide = |now: &str, zone: &str| {
+        let ctx = Context {
+            now: at(now),
+            params: serde_json::json!({"start": "09:00", "end": "17:00", "timezone": zone}),
+            ..Context::default()
+        };
+        host.evaluate(&gate, &ctx, &Limits::default())
+    };
+    // 09:00 in Paris is 08:00 UTC in winter, 07:00 UTC in summer.
+    assert_eq!(
+        decide("2026-11-30T08:00:00Z", "Europe/Paris").unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        decide("2026-06-29T07:00:00Z", "Europe/Paris").unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        decide("2026-06-29T06:59:00Z", "Europe/Paris").unwrap().decision,
+        Decision::Skip("outside the time window 09:00–17:00 (Europe/Paris): it is mon 08:59".to_owned())
+    );
+    assert_eq!(
+        decide("2026-11-30T14:00:00Z", "America/New_York")
+            .unwrap()
+            .decision,
+        Decision::Proceed
+    );
+    let err = decide("2026-11-30T14:00:00Z", "Mars/Olympus")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("timezone: unknown time zone \"Mars/Olympus\""),
+        "{err}"
     );
 }

@@ -33,7 +33,7 @@ pub struct Approval {
 }
 
 /// Everything a gate may base its decision on (see `context` in the WIT).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Context {
     pub loop_name: String,
     pub phase: Phase,
@@ -47,6 +47,20 @@ pub struct Context {
     pub state: String,
     pub metrics: String,
     pub totals: String,
+    /// The host's `in-zone` (0.3.0): none for a gate built against an
+    /// earlier version.
+    pub in_zone: Option<InZone>,
+}
+
+/// The host's `in-zone`: an instant (ms since the Unix epoch) in an IANA
+/// time zone.
+pub type InZone = fn(i64, &str) -> Result<LocalTime, String>;
+
+/// An instant's local time in a zone, as far as the stock gates read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LocalTime {
+    /// The zone's offset from UTC then, in seconds.
+    pub offset_seconds: i32,
 }
 
 impl Default for Context {
@@ -64,6 +78,7 @@ impl Default for Context {
             state: String::from("{}"),
             metrics: String::from("{}"),
             totals: String::from("{}"),
+            in_zone: None,
         }
     }
 }

@@ -10,6 +10,9 @@
 /// the first version of the interface: the stock gates read nothing newer,
 /// and so prove with every tick that gates built against it keep running.
 /// The reported version is that crate's `CARGO_PKG_VERSION`.
+///
+/// `export_gate!(G, v0_3)` builds against `../../wit` (0.3.0) instead, for
+/// a gate that uses the host's `in-zone`; it asks for no history.
 #[macro_export]
 macro_rules! export_gate {
     ($gate:ty) => {
@@ -20,6 +23,30 @@ macro_rules! export_gate {
             });
         }
 
+        $crate::export_gate!(@glue $gate, None, {});
+    };
+    ($gate:ty, v0_3) => {
+        mod bindings {
+            ::wit_bindgen::generate!({
+                world: "gate",
+                path: "../../wit",
+            });
+        }
+
+        fn in_zone(at_ms: i64, zone: &str) -> Result<$crate::LocalTime, String> {
+            bindings::automaton::gate::host::in_zone(at_ms, zone).map(|t| $crate::LocalTime {
+                offset_seconds: t.offset_seconds,
+            })
+        }
+
+        $crate::export_gate!(@glue $gate, Some(in_zone), {
+            history: wit::HistoryRequest {
+                runs: 0,
+                windows_ms: Vec::new(),
+            },
+        });
+    };
+    (@glue $gate:ty, $in_zone:expr, { $($info:tt)* }) => {
         use bindings::automaton::gate::types as wit;
 
         struct Component;
@@ -31,6 +58,7 @@ macro_rules! export_gate {
                     version: env!("CARGO_PKG_VERSION").into(),
                     description: <$gate as $crate::Gate>::DESCRIPTION.into(),
                     params_schema: <$gate as $crate::Gate>::PARAMS_SCHEMA.into(),
+                    $($info)*
                 }
             }
 
@@ -72,6 +100,7 @@ macro_rules! export_gate {
                     state: ctx.state,
                     metrics: ctx.metrics,
                     totals: ctx.totals,
+                    in_zone: $in_zone,
                 };
                 let mut log = $crate::Log::default();
                 let decision = $crate::evaluate::<$gate>(&ctx, &mut log);

@@ -18,7 +18,7 @@ pub mod max_ticks;
 pub mod no_progress;
 pub mod time_window;
 
-pub use context::{Approval, Context, Decision, Level, Log, Phase, RunResult};
+pub use context::{Approval, Context, Decision, InZone, Level, LocalTime, Log, Phase, RunResult};
 
 use serde::de::DeserializeOwned;
 

@@ -22,7 +22,12 @@ pub struct Params {
     pub days: Option<Vec<Weekday>>,
     /// The offset from UTC the times are written in, "+HH:MM" or "-HH:MM".
     #[serde(default)]
-    pub utc_offset: UtcOffset,
+    pub utc_offset: Option<UtcOffset>,
+    /// The IANA time zone the times are written in (`Europe/Paris`), its
+    /// offset at each instant from the host's zone database; instead of
+    /// `utc_offset`.
+    #[serde(default)]
+    pub timezone: Option<String>,
 }
 
 /// Minutes since midnight, parsed from "HH:MM".
@@ -134,8 +139,22 @@ enum Position {
     Outside,
 }
 
-fn position(p: &Params, now_ms: u64) -> (Position, Weekday, TimeOfDay) {
-    let local = now_ms as i64 + i64::from(p.utc_offset.0) * 60_000;
+/// The offset from UTC, in ms, that `p`'s times are written in at `now_ms`.
+fn offset_ms(p: &Params, ctx: &Context) -> Result<i64, String> {
+    match (&p.timezone, p.utc_offset) {
+        (Some(zone), _) => {
+            let in_zone = ctx.in_zone.ok_or_else(|| {
+                String::from("timezone: this build of the gate cannot read the host's zones")
+            })?;
+            let t = in_zone(ctx.now_ms as i64, zone).map_err(|e| format!("timezone: {e}"))?;
+            Ok(i64::from(t.offset_seconds) * 1000)
+        }
+        (None, offset) => Ok(i64::from(offset.unwrap_or_default().0) * 60_000),
+    }
+}
+
+fn position(p: &Params, now_ms: u64, offset_ms: i64) -> (Position, Weekday, TimeOfDay) {
+    let local = now_ms as i64 + offset_ms;
     let day = local.div_euclid(DAY_MS);
     let minute = (local.rem_euclid(DAY_MS) / 60_000) as u32;
     let (start, end) = (p.start.0, p.end.0);
@@ -162,7 +181,7 @@ fn position(p: &Params, now_ms: u64) -> (Position, Weekday, TimeOfDay) {
 impl Gate for TimeWindow {
     const NAME: &'static str = "time-window";
     const DESCRIPTION: &'static str = "Skips ticks outside a daily window of wall-clock time \
-        (`start` to `end`, in `utc_offset`), optionally only on some `days`. A window may wrap \
+        (`start` to `end`, in `timezone` or `utc_offset`), optionally only on some `days`. A window may wrap \
         midnight (22:00 to 06:00); it then belongs to the day it opens on.";
     const PARAMS_SCHEMA: &'static str = r##"{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -191,9 +210,15 @@ impl Gate for TimeWindow {
       "type": "string",
       "pattern": "^(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$",
       "default": "+00:00"
+    },
+    "timezone": {
+      "description": "The IANA time zone the times are written in (Europe/Paris), its offset at each instant from the host's zone database; instead of utc_offset.",
+      "type": "string",
+      "minLength": 1
     }
   },
   "required": ["start", "end"],
+  "not": { "required": ["timezone", "utc_offset"] },
   "additionalProperties": false
 }"##;
 
@@ -203,6 +228,16 @@ impl Gate for TimeWindow {
         if p.days.as_ref().is_some_and(Vec::is_empty) {
             return Err(String::from(
                 "days: must name at least one day (leave it out for every day)",
+            ));
+        }
+        if p.timezone.is_some() && p.utc_offset.is_some() {
+            return Err(String::from(
+                "timezone: give either timezone or utc_offset, not both",
+            ));
+        }
+        if p.timezone.as_ref().is_some_and(String::is_empty) {
+            return Err(String::from(
+                "timezone: must name a zone, e.g. Europe/Paris",
             ));
         }
         Ok(())
@@ -215,7 +250,8 @@ impl Gate for TimeWindow {
             log.debug("time-window only acts before the step");
             return Ok(Decision::Proceed);
         }
-        match position(p, ctx.now_ms) {
+        let offset = offset_ms(p, ctx)?;
+        match position(p, ctx.now_ms, offset) {
             (Position::Inside(_), _, _) => Ok(Decision::Proceed),
             (Position::Outside, weekday, time) => {
                 let days = match &p.days {
@@ -225,11 +261,14 @@ impl Gate for TimeWindow {
                     }
                     None => String::new(),
                 };
+                let zone = match &p.timezone {
+                    Some(zone) => zone.clone(),
+                    None => format!("UTC{}", p.utc_offset.unwrap_or_default()),
+                };
                 Ok(Decision::Skip(format!(
-                    "outside the time window {}–{}{days} (UTC{}): it is {} {time}",
+                    "outside the time window {}–{}{days} ({zone}): it is {} {time}",
                     p.start,
                     p.end,
-                    p.utc_offset,
                     weekday.name(),
                 )))
             }
@@ -325,6 +364,65 @@ mod tests {
         // 00:00 UTC Monday is Sunday 18:30 local.
         let p = r#"{"start": "18:00", "end": "19:00", "days": ["sun"], "utc_offset": "-05:30"}"#;
         assert!(open(p, at(0, "00:00")));
+    }
+
+    /// A stand-in for the host's `in-zone`: Europe/Paris as the 2026 rules
+    /// have it (CEST from 2026-03-29 01:00 UTC to 2026-10-25 01:00 UTC).
+    fn paris(at_ms: i64, zone: &str) -> Result<crate::LocalTime, String> {
+        if zone != "Europe/Paris" {
+            return Err(format!("unknown time zone {zone:?}"));
+        }
+        let summer = (1_774_746_000_000..1_792_890_000_000).contains(&at_ms);
+        Ok(crate::LocalTime {
+            offset_seconds: if summer { 7200 } else { 3600 },
+        })
+    }
+
+    fn decide_in(params: &str, now_ms: u64) -> Result<Decision, String> {
+        let ctx = Context {
+            now_ms,
+            params: params.into(),
+            in_zone: Some(paris),
+            ..Context::default()
+        };
+        evaluate::<TimeWindow>(&ctx, &mut Log::default())
+    }
+
+    #[test]
+    fn a_timezone_follows_the_zones_offset_at_each_instant() {
+        let p = r#"{"start": "09:00", "end": "17:00", "timezone": "Europe/Paris"}"#;
+        // Monday 2026-11-30 (CET, +1): 08:00 UTC is 09:00 local.
+        assert_eq!(decide_in(p, at(0, "08:00")), Ok(Decision::Proceed));
+        assert_eq!(
+            decide_in(p, at(0, "07:59")),
+            Ok(Decision::Skip(String::from(
+                "outside the time window 09:00–17:00 (Europe/Paris): it is mon 08:59"
+            )))
+        );
+        // Monday 2026-06-29 (CEST, +2): 07:00 UTC is 09:00 local.
+        let june = at(0, "07:00") - 154 * 86_400_000;
+        assert_eq!(decide_in(p, june), Ok(Decision::Proceed));
+        assert!(decide_in(p, june - 60_000).unwrap() != Decision::Proceed);
+        let unknown = r#"{"start": "09:00", "end": "17:00", "timezone": "Mars/Olympus"}"#;
+        assert_eq!(
+            decide_in(unknown, at(0, "08:00")),
+            Err(String::from("timezone: unknown time zone \"Mars/Olympus\""))
+        );
+        // A build without the host's zones says so.
+        let ctx = Context {
+            params: p.into(),
+            ..Context::default()
+        };
+        assert!(
+            evaluate::<TimeWindow>(&ctx, &mut Log::default())
+                .unwrap_err()
+                .starts_with("timezone: this build")
+        );
+        let both = r#"{"start": "09:00", "end": "17:00", "timezone": "UTC", "utc_offset": "Z"}"#;
+        assert_eq!(
+            check_params::<TimeWindow>(both).unwrap_err(),
+            "invalid params: timezone: give either timezone or utc_offset, not both"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Checks that a built gate is what the host will accept: a valid component
 //! that exports the world `gate` of the WIT version it was built against
-//! (one of those the host links: `wit/0.1.0/gate.wit`, `wit/gate.wit`) with
+//! (one of those the host links: `wit/0.1.0/gate.wit`, `wit/0.2.0/gate.wit`,
+//! `wit/gate.wit`) with
 //! the same types, and imports nothing but the gate's `host` interface and
 //! WASI. The tests run the check over every file in `gates/dist/`.
 
@@ -13,9 +14,10 @@ pub const GATE_WIT: &str = include_str!("../../../wit/gate.wit");
 
 /// Every version of the WIT package the host links, oldest first, with its
 /// text: a gate built against any of them runs.
-pub const GATE_WITS: [(&str, &str); 2] = [
+pub const GATE_WITS: [(&str, &str); 3] = [
     ("0.1.0", include_str!("../../../wit/0.1.0/gate.wit")),
-    ("0.2.0", GATE_WIT),
+    ("0.2.0", include_str!("../../../wit/0.2.0/gate.wit")),
+    ("0.3.0", GATE_WIT),
 ];
 
 /// The version of `automaton:gate` that `component` was built against, as
@@ -157,8 +159,15 @@ mod tests {
     }
 
     /// The version the stock gates are built against: the interface's
-    /// first, so that they prove gates built against it keep running.
-    const STOCK_VERSION: &str = "0.1.0";
+    /// first, so that they prove gates built against it keep running; but
+    /// time-window, which reads the host's zones (`in-zone`, 0.3.0).
+    fn stock_version(gate: &str) -> &'static str {
+        if gate == "time-window" {
+            "0.3.0"
+        } else {
+            "0.1.0"
+        }
+    }
 
     fn wit(version: &str) -> &'static str {
         GATE_WITS.iter().find(|(v, _)| *v == version).unwrap().1
@@ -168,7 +177,7 @@ mod tests {
     fn every_stock_gate_is_a_component_of_the_world_gate() {
         for gate in GATES {
             let version = check_built(&built(gate)).unwrap_or_else(|e| panic!("{gate}: {e}"));
-            assert_eq!(version, STOCK_VERSION, "{gate}");
+            assert_eq!(version, stock_version(gate), "{gate}");
         }
     }
 
@@ -252,32 +261,32 @@ mod tests {
 
     #[test]
     fn a_gate_for_another_signature_is_refused() {
-        let changed = wit(STOCK_VERSION).replace(
+        let changed = wit(stock_version("budget")).replace(
             "export check-params: func(params: string) -> result<_, string>;",
             "export check-params: func(params: string) -> result<_, u32>;",
         );
-        assert_ne!(changed, wit(STOCK_VERSION));
+        assert_ne!(changed, wit(stock_version("budget")));
         let err = check(&changed, &built("budget")).unwrap_err();
         assert!(err.contains("check-params"), "{err}");
     }
 
     #[test]
     fn a_gate_for_a_changed_record_is_refused() {
-        let changed = wit(STOCK_VERSION).replace(
+        let changed = wit(stock_version("budget")).replace(
             "        unchanged-ticks: u32,",
             "        unchanged-ticks: u64,",
         );
-        assert_ne!(changed, wit(STOCK_VERSION));
+        assert_ne!(changed, wit(stock_version("budget")));
         assert!(check(&changed, &built("no-progress")).is_err());
     }
 
     #[test]
     fn a_gate_missing_an_export_is_refused() {
-        let changed = wit(STOCK_VERSION).replace(
+        let changed = wit(stock_version("budget")).replace(
             "    export describe: func() -> gate-info;",
             "    export describe: func() -> gate-info;\n    export reset: func();",
         );
-        assert_ne!(changed, wit(STOCK_VERSION));
+        assert_ne!(changed, wit(stock_version("budget")));
         let err = check(&changed, &built("max-ticks")).unwrap_err();
         assert!(err.starts_with("exports"), "{err}");
     }

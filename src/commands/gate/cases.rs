@@ -10,7 +10,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    Approval, Asker, Commits, Context, Decision, GateSource, Limits, PendingAwait, Phase, RunResult,
+    Approval, Asker, Commits, Context, Decision, GateBudget, GateHistory, GateSource, Limits, PastRun,
+    PendingAwait, Phase, RunResult, WindowSums,
 };
 use crate::error::{Error, Result};
 use crate::gate::{Gate, GateError, GateErrorKind, GateHost};
@@ -518,6 +519,29 @@ pub(super) fn example_context() -> Context {
             head: Some("9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c".to_owned()),
             approvals: Vec::new(),
         }),
+        history: GateHistory {
+            runs: vec![PastRun {
+                tick: 4,
+                ended_at_ms: 1_796_029_281_000,
+                ok: false,
+                metrics: [("cost_usd".to_owned(), 0.42)].into(),
+            }],
+            windows: vec![WindowSums {
+                window_ms: 86_400_000,
+                runs: 4,
+                failures: 1,
+                sums: [("cost_usd".to_owned(), 3.1)].into(),
+            }],
+        },
+        budgets: vec![GateBudget {
+            name: "daily".to_owned(),
+            metric: "cost_usd".to_owned(),
+            window: "24h".to_owned(),
+            spent: 3.1,
+            reserved: 0.0,
+            cap: 5.0,
+            window_end_ms: Some(1_796_036_400_000),
+        }],
     }
 }
 
@@ -544,10 +568,12 @@ mod tests {
             "totals",
             "commits",
             "pending_await",
+            "history",
+            "budgets",
         ] {
             assert!(obj.contains_key(field), "{field}");
         }
-        assert_eq!(obj.len(), 14, "a new field belongs in the example");
+        assert_eq!(obj.len(), 16, "a new field belongs in the example");
         let back: Context = serde_json::from_value(json).unwrap();
         assert_eq!(back, example_context());
     }

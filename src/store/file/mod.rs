@@ -51,6 +51,9 @@ pub(crate) use create::init_root;
 use create::{adopt_loop, create_loop};
 use flight::Found;
 use rotation::HISTORY;
+
+/// The run ledger's file in a loop's directory.
+const LEDGER: &str = "ledger.jsonl";
 use session::FileSession;
 pub use state_file::parse_state;
 
@@ -119,6 +122,12 @@ impl LoopDir {
 
     pub fn name(&self) -> &LoopName {
         &self.name
+    }
+
+    /// The loop's run ledger ([`crate::ledger`]): a cache, made again
+    /// from the history when lost; it goes with the loop's directory.
+    fn ledger_path(&self) -> PathBuf {
+        self.dir.join(LEDGER)
     }
 
     pub fn path(&self) -> &Path {
@@ -347,6 +356,30 @@ impl LoopStore for LoopDir {
             }
             snap = now;
         }
+    }
+
+    fn gate_history(
+        &self,
+        committed: u64,
+        request: &crate::domain::HistoryRequest,
+        now: jiff::Timestamp,
+        current: Option<&crate::domain::PastRun>,
+    ) -> Result<crate::domain::GateHistory> {
+        use crate::ledger::{self, SyncError};
+        let path = self.ledger_path();
+        let runs = |h: History| h.events.iter().filter_map(ledger::run_of).collect::<Vec<_>>();
+        let mut newer = |after: u64, n: usize| {
+            let is_newer = move |e: &Event| ledger::run_of(e).is_some_and(|r| r.tick > after);
+            self.history_last(n, &is_newer).map(runs)
+        };
+        let mut all = || self.history().map(runs);
+        let mut file = match ledger::sync(&path, committed, &mut newer, &mut all) {
+            Ok(file) => file,
+            Err(SyncError::History(e)) => return Err(e),
+            Err(SyncError::Io(e)) => return Err(Error::io("bring up to date the run ledger", &path)(e)),
+        };
+        let now = u64::try_from(now.as_millisecond()).unwrap_or(0);
+        ledger::answer(&mut file, request, now, current).map_err(Error::io("read the run ledger", &path))
     }
 
     fn record_refusal(&self, event: &Event) -> Result<()> {
