@@ -52,6 +52,8 @@ DECLARE
     approvers name;
     attesters name;
     given record;
+    new_state json;
+    old_state json;
 BEGIN
     EXECUTE format('SELECT approvers, attesters FROM %I.attribution', TG_TABLE_SCHEMA)
         INTO approvers, attesters;
@@ -65,16 +67,23 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     -- Every approval the new state holds that the old did not, as it was.
+    -- A state's text may hold \u0000 (a gate's reason), which json's
+    -- operators cannot turn into text: it is read with each one made
+    -- U+FFFD, which changes no approval's id or name.
+    new_state := replace(NEW.state::text, '\u0000', '\ufffd')::json;
+    IF TG_OP = 'UPDATE' THEN
+        old_state := replace(OLD.state::text, '\u0000', '\ufffd')::json;
+    END IF;
     FOR given IN
         SELECT a->>'id' AS id, a->>'by' AS approver
         FROM json_array_elements(
-            CASE WHEN json_typeof(NEW.state->'pending_approvals') = 'array'
-                 THEN NEW.state->'pending_approvals' ELSE '[]'::json END) a
+            CASE WHEN json_typeof(new_state->'pending_approvals') = 'array'
+                 THEN new_state->'pending_approvals' ELSE '[]'::json END) a
         EXCEPT
         SELECT a->>'id', a->>'by'
         FROM json_array_elements(
-            CASE WHEN TG_OP = 'UPDATE' AND json_typeof(OLD.state->'pending_approvals') = 'array'
-                 THEN OLD.state->'pending_approvals' ELSE '[]'::json END) a
+            CASE WHEN TG_OP = 'UPDATE' AND json_typeof(old_state->'pending_approvals') = 'array'
+                 THEN old_state->'pending_approvals' ELSE '[]'::json END) a
     LOOP
         EXECUTE format('SELECT %I.automaton_attest($1, $2, $3, $4)', TG_TABLE_SCHEMA)
             USING approvers, attesters,
@@ -98,12 +107,15 @@ BEGIN
     IF approvers IS NOT NULL THEN
         EXECUTE format('SELECT %I.automaton_attest($1, $2, $3, $4)', TG_TABLE_SCHEMA)
             USING approvers, attesters,
-                format('an approved event of loop %s', NEW."loop"), NEW.event->>'by';
+                format('an approved event of loop %s', NEW."loop"), replace(NEW.event::text, '\u0000', '\ufffd')::json->>'by';
     END IF;
     RETURN NEW;
 END
 $$;
 
 CREATE TRIGGER attributed BEFORE INSERT ON events
-    FOR EACH ROW WHEN (NEW.event->>'kind' = 'approved')
+    -- An event's text may hold \u0000 (a gate's reason), which json's
+    -- operators cannot turn into text: its kind is read with each made
+    -- U+FFFD.
+    FOR EACH ROW WHEN (replace(NEW.event::text, '\u0000', '\ufffd')::json->>'kind' = 'approved')
     EXECUTE FUNCTION automaton_attributed_event();
