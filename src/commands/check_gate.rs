@@ -56,6 +56,7 @@ pub(super) fn run(root: &Root, args: &CheckGateArgs, out: &mut dyn Write) -> Res
                 (&config, &root.settings().gates.policy(&config.signing)),
                 &state,
                 Phase::BeforeStep,
+                &crate::budget::for_gate(root, dir.shared_ledger(), dir.name().as_str(), &config),
             ),
             None => PhaseResult::empty(),
         };

@@ -121,10 +121,11 @@ fn stops_again(ctx: &Ctx<'_>, dir: &dyn LoopStore, state: &State) -> Option<Stri
     let host = GateHost::new(Some(ctx.root.cache_dir())).ok()?;
     let name = dir.name().as_str();
     let policy = ctx.root.settings().gates.policy(&config.signing);
+    let budgets = crate::budget::for_gate(ctx.root, dir.shared_ledger(), name, &config);
     let verdict = [Phase::BeforeStep, Phase::AfterStep]
         .into_iter()
         .find_map(|phase| {
-            gates::evaluate_phase(&host, name, dir, (&config, &policy), state, phase)
+            gates::evaluate_phase(&host, name, dir, (&config, &policy), state, phase, &budgets)
                 .verdicts
                 .into_iter()
                 .find(|v| matches!(v.decision, Decision::Halt(_) | Decision::Complete(_)))

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::config::{GateConfig, LoopConfig};
 use crate::domain::{
-    Asker, Commits, Context, Decision, GateHistory, Mode, PastRun, PendingAwait, Phase, RunResult,
-    ShadowVerdict, Verdict,
+    Asker, Commits, Context, Decision, GateBudget, GateHistory, Mode, PastRun, PendingAwait, Phase,
+    RunResult, ShadowVerdict, Verdict,
 };
 use crate::gate::trust::{self, Policy, Signed};
 use crate::gate::{self, GateError, GateErrorKind, GateHost};
@@ -144,7 +144,8 @@ fn to_json(value: &impl Serialize) -> serde_json::Value {
 /// shadow gates of the phase are evaluated after them, when any live gate
 /// runs in it, and recorded beside them (`super::shadow`).
 /// A gate the trust `policy` refuses (unsigned, badly signed, rolled
-/// back) halts, whatever its `on_error`.
+/// back) halts, whatever its `on_error`. Each gate sees `budgets`, the
+/// spend budgets the loop belongs to as they stand now.
 pub(crate) fn evaluate_phase(
     host: &GateHost,
     name: &str,
@@ -152,6 +153,7 @@ pub(crate) fn evaluate_phase(
     (config, policy): (&LoopConfig, &Policy),
     state: &State,
     phase: Phase,
+    budgets: &[GateBudget],
 ) -> PhaseResult {
     let now = crate::clock::now();
     let mut verdicts = Vec::new();
@@ -163,6 +165,7 @@ pub(crate) fn evaluate_phase(
     let mut signed = Vec::new();
     for g in live {
         let mut ctx = context(name, state, g, phase, now);
+        ctx.budgets = budgets.to_vec();
         let (verdict, s) = evaluate_gate(host, name, store, g, &mut ctx, Said::Info, (policy, state));
         signed.extend(s);
         verdicts.push(verdict);
@@ -176,6 +179,7 @@ pub(crate) fn evaluate_phase(
         phase,
         now,
         policy,
+        budgets,
     };
     let shadows = super::shadow::evaluate(host, &at, config, &verdicts);
     PhaseResult {

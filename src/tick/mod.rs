@@ -665,9 +665,13 @@ impl Tick<'_> {
         let name = store.name().as_str();
         let config = self.config;
         let policy = self.root.settings().gates.policy(&config.signing);
+        let root = self.root;
         let result = match self.host_for(phase)? {
             None => return Ok(gates::PhaseResult::empty()),
-            Some(host) => gates::evaluate_phase(host, name, store, (config, &policy), state, phase),
+            Some(host) => {
+                let budgets = crate::budget::for_gate(root, store.shared_ledger(), name, config);
+                gates::evaluate_phase(host, name, store, (config, &policy), state, phase, &budgets)
+            }
         };
         gates::raise_floors(state, &result.signed);
         let tick = state.tick + u64::from(phase == Phase::BeforeStep);

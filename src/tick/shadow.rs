@@ -23,6 +23,8 @@ pub(crate) struct At<'a> {
     pub now: Timestamp,
     /// The signatures a gate needs to be loaded, shadow or live.
     pub policy: &'a crate::gate::trust::Policy,
+    /// The spend budgets the loop belongs to, as live gates see them.
+    pub budgets: &'a [crate::domain::GateBudget],
 }
 
 /// The shadow gates of `at.phase`, each beside the live verdict it is
@@ -44,6 +46,7 @@ pub(crate) fn evaluate(
         .filter(|g| g.mode == Mode::Shadow && g.phases.contains(&at.phase));
     for g in shadows {
         let mut ctx = context(at.name, at.state, g, at.phase, at.now);
+        ctx.budgets = at.budgets.to_vec();
         // A shadow's signed build raises no floor: it did not decide.
         let (verdict, _) = evaluate_gate(
             host,

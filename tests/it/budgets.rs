@@ -441,3 +441,31 @@ fn daemons_on_three_hosts_spend_no_more_than_one_shared_budget() {
     );
     assert!(hosts.len() > 1, "one host ran every step: {hosts:?}");
 }
+
+/// A gate's context carries the budgets its loop belongs to, where each
+/// stood when the gate ran: spent, reserved, cap and the window's end.
+#[test]
+fn a_gate_sees_its_loops_budgets_as_they_stand() {
+    let env = Env::new();
+    env.new_loop(
+        "seen",
+        &format!(
+            "{SPEND_ONE}[[budget]]\nname = \"daily\"\nwindow = \"1d\"\ncap = 10.0\n\
+             [[gate]]\nstock = \"max-ticks\"\nparams = {{ max = 100 }}\n"
+        ),
+    );
+    env.ok(&["tick", "seen"]);
+    env.ok(&["tick", "seen"]);
+    let contexts: Vec<serde_json::Value> = of_kind(&env, "seen", "gate")
+        .into_iter()
+        .map(|e| e["context"].clone())
+        .collect();
+    assert_eq!(contexts.len(), 2, "{contexts:?}");
+    let first = &contexts[0]["budgets"][0];
+    assert_eq!(first["name"], "daily", "{first}");
+    assert_eq!(first["spent"], 0.0, "{first}");
+    assert_eq!(first["cap"], 10.0, "{first}");
+    assert!(first["window_end_ms"].as_i64().unwrap() > 0, "{first}");
+    // The second tick's gate sees what the first one's step spent.
+    assert_eq!(contexts[1]["budgets"][0]["spent"], 1.0, "{}", contexts[1]);
+}
