@@ -356,7 +356,8 @@ fn edit(path: &Path, from: &str, to: &str) {
 
 /// `gate new night-owl --lang LANG`, then `change` as an author would,
 /// then the project's build script and `gate test --cases` with its
-/// cases: all pass, from the bumped version 1.1.0.
+/// cases: all pass, from the bumped version 1.1.0, and its imports name
+/// the newest version of the interface.
 fn scaffold_and_build(lang: &str, toolchain: &str, present: bool, change: impl Fn(&Path)) {
     let env = env_for(lang);
     let dir = env.root.join("night-owl");
@@ -396,6 +397,21 @@ fn scaffold_and_build(lang: &str, toolchain: &str, present: bool, change: impl F
     ]);
     assert!(out.contains("(night-owl 1.1.0)"), "{out}");
     assert!(out.ends_with("12 passed, 0 failed\n"), "{out}");
+    // Built against the newest interface, the one wit/gate.wit declares.
+    let newest = include_str!("../../wit/gate.wit")
+        .lines()
+        .find_map(|l| l.strip_prefix("package automaton:gate@"))
+        .and_then(|l| l.strip_suffix(';'))
+        .unwrap();
+    let inspect = env.ok(&["gate", "inspect", wasm.to_str().unwrap()]);
+    let versions: Vec<&str> = inspect
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("automaton:gate/"))
+        .collect();
+    assert!(
+        !versions.is_empty() && versions.iter().all(|v| v.ends_with(&format!("@{newest}"))),
+        "{inspect}"
+    );
     // A param of the wrong type: the gate's own words name it.
     let said = env.fails(
         1,

@@ -156,6 +156,11 @@ void exports_gate_describe(gate_gate_info_t *ret) {
   gate_string_dup(&ret->description,
                   "Runs only 09:00-17:00 UTC on weekdays, and awaits approval after a failed run.");
   gate_string_dup(&ret->params_schema, SCHEMA);
+  // No past runs or windows of history in the context: the last run
+  // (ctx->last_run) is all this gate reads.
+  ret->history.runs = 0;
+  ret->history.windows_ms.ptr = NULL;
+  ret->history.windows_ms.len = 0;
 }
 
 bool exports_gate_check_params(gate_string_t *params, gate_string_t *err) {

@@ -11,7 +11,7 @@
 // The shapes componentize-js gives WIT types: records are objects with
 // camelCase fields, u64 is a BigInt, option<T> is T or undefined, a variant
 // is {tag, val}, and a result's error is a thrown string.
-import { log } from 'automaton:gate/host@0.2.0';
+import { log } from 'automaton:gate/host@0.3.0';
 
 const SCHEMA = JSON.stringify({
   type: 'object',
@@ -54,6 +54,9 @@ export function describe() {
     version: '1.0.0',
     description: 'Runs only 09:00-17:00 UTC on weekdays, and awaits approval after a failed run.',
     paramsSchema: SCHEMA,
+    // No past runs or windows of history in the context: the last run
+    // (ctx.lastRun) is all this gate reads.
+    history: { runs: 0, windowsMs: [] },
   };
 }
 

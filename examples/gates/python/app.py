@@ -61,6 +61,9 @@ class WitWorld(wit_world.WitWorld):
             version="1.0.0",
             description="Runs only 09:00-17:00 UTC on weekdays, and awaits approval after a failed run.",
             params_schema=SCHEMA,
+            # No past runs or windows of history in the context: the last
+            # run (ctx.last_run) is all this gate reads.
+            history=types.HistoryRequest(runs=0, windows_ms=[]),
         )
 
     def check_params(self, params: str) -> None:

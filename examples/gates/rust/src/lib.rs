@@ -16,7 +16,7 @@ wit_bindgen::generate!({
 });
 
 use automaton::gate::host::log;
-use automaton::gate::types::{Level, RunResult};
+use automaton::gate::types::{HistoryRequest, Level, RunResult};
 
 const MS_PER_HOUR: u64 = 3_600_000;
 const MS_PER_DAY: u64 = 24 * MS_PER_HOUR;
@@ -92,6 +92,12 @@ impl Guest for OfficeHours {
             params_schema: String::from(
                 r#"{"type": "object", "additionalProperties": false, "properties": {"start_hour": {"type": "integer", "minimum": 0, "maximum": 23}, "end_hour": {"type": "integer", "minimum": 1, "maximum": 24}}}"#,
             ),
+            // No past runs or windows of history in the context: the last
+            // run (`ctx.last_run`) is all this gate reads.
+            history: HistoryRequest {
+                runs: 0,
+                windows_ms: Vec::new(),
+            },
         }
     }
 
