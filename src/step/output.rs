@@ -154,5 +154,5 @@ impl<'a> Sink<'a> {
 
 /// The truncation marker's longest possible length, for callers and tests
 /// that bound a file's size.
-#[cfg(test)]
+#[cfg(all(test, unix))]
 pub(crate) const MARKER_MAX_LEN: u64 = 100;

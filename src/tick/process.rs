@@ -486,11 +486,10 @@ impl Runner<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 
-    #[cfg(unix)]
     #[test]
     fn a_failure_keeps_its_causes_in_its_reason() {
         let f = Failure::Start {

@@ -489,10 +489,10 @@ pub(crate) fn shared_cache() -> &'static Path {
             }
         }
         let dir = parent.join(std::process::id().to_string());
-        let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
-        builder.mode(0o700);
-        builder.create(&dir).unwrap();
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        #[cfg(windows)]
+        std::fs::create_dir(&dir).unwrap();
         dir
     })
 }
