@@ -16,8 +16,6 @@
 //! `delegates` count only as far as an admin recorded them, and a command
 //! that would act through one that is not recorded says so.
 
-use std::os::unix::fs::MetadataExt;
-
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -150,7 +148,7 @@ pub(crate) fn recorded_delegates(log: &[Entry]) -> Vec<String> {
 
 /// Whether `name` is an OS user's name on this host.
 pub(crate) fn is_os_user(name: &str) -> bool {
-    matches!(nix::unistd::User::from_name(name), Ok(Some(_)))
+    crate::os::is_os_user(name)
 }
 
 /// Who holds the admin role, and where that is said.
@@ -171,10 +169,7 @@ pub(crate) fn admins(root: &Root) -> Result<Admins> {
         });
     }
     let meta = std::fs::metadata(root.path()).map_err(Error::io("reading the owner of", root.path()))?;
-    let owner = match nix::unistd::User::from_uid(meta.uid().into()) {
-        Ok(Some(user)) => user.name,
-        _ => format!("uid{}", meta.uid()),
-    };
+    let owner = crate::os::owner_name(&meta);
     Ok(Admins {
         holders: vec![owner],
         named: false,

@@ -306,7 +306,8 @@ impl From<CommandLine> for Step {
     }
 }
 
-/// A command: `["prog", "arg"]`, or `"a shell line"` run by `sh -c`.
+/// A command: `["prog", "arg"]`, or `"a shell line"` run by `sh -c`
+/// (on Windows, by `cmd /C`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandLine {
     Argv(Vec<String>),
@@ -318,7 +319,10 @@ impl CommandLine {
     pub(crate) fn argv(&self) -> Vec<String> {
         match self {
             CommandLine::Argv(v) => v.clone(),
+            #[cfg(unix)]
             CommandLine::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
+            #[cfg(windows)]
+            CommandLine::Shell(s) => vec!["cmd".into(), "/C".into(), s.clone()],
         }
     }
 }

@@ -9,15 +9,29 @@
 
 use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+#[cfg(unix)]
+use std::os::unix::fs::FileTypeExt;
+#[cfg(unix)]
+use std::os::unix::fs::OpenOptionsExt;
+#[cfg(windows)]
+use std::os::windows::fs::OpenOptionsExt;
 use std::path::Path;
 
+#[cfg(unix)]
 use nix::fcntl::OFlag;
 
 use crate::error::{Error, Result};
 
 mod atomic;
+#[cfg(unix)]
 mod beneath;
+#[cfg(windows)]
+#[path = "fsx/beneath_windows.rs"]
+mod beneath;
+#[cfg(unix)]
+pub mod mode;
+#[cfg(windows)]
+#[path = "fsx/mode_windows.rs"]
 pub mod mode;
 pub(crate) use atomic::TMP_PREFIX;
 pub(crate) use atomic::create_dirs;
@@ -26,21 +40,51 @@ pub(crate) use atomic::{sync_dir, write_file};
 pub use beneath::Dir;
 pub(crate) use beneath::io_error;
 pub(crate) use beneath::is_link;
+#[cfg(windows)]
+pub(crate) use beneath::is_reparse;
 pub use mode::Modes;
 
 /// Flags for every open of a loop's file.
+#[cfg(unix)]
 fn flags() -> i32 {
     (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits()
+}
+
+/// Flags for every open of a loop's file: a reparse point (a symbolic
+/// link, a junction) is opened as itself, then refused as not a regular
+/// file ([`check_regular`]).
+#[cfg(windows)]
+fn flags() -> u32 {
+    windows_sys::Win32::Storage::FileSystem::FILE_FLAG_OPEN_REPARSE_POINT
+}
+
+/// The mode of a file an open creates (Unix; Windows gives the file its
+/// directory's ACL, which [`crate::os::make_private`] restricts).
+#[cfg(unix)]
+pub(crate) fn create_mode(opts: &mut OpenOptions, mode: u32) -> &mut OpenOptions {
+    opts.mode(mode)
+}
+
+#[cfg(windows)]
+pub(crate) fn create_mode(opts: &mut OpenOptions, _mode: u32) -> &mut OpenOptions {
+    opts
 }
 
 /// What kind of file this is, for a message: `a FIFO`, `a directory`, ...
 pub(crate) fn describe_kind(t: FileType) -> &'static str {
     if t.is_dir() {
         "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
     } else if t.is_symlink() {
         "a symbolic link"
+    } else {
+        describe_special(t)
+    }
+}
+
+#[cfg(unix)]
+fn describe_special(t: FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO"
     } else if t.is_socket() {
         "a socket"
     } else if t.is_block_device() || t.is_char_device() {
@@ -50,11 +94,20 @@ pub(crate) fn describe_kind(t: FileType) -> &'static str {
     }
 }
 
+#[cfg(windows)]
+fn describe_special(_: FileType) -> &'static str {
+    "not a regular file"
+}
+
 /// Maps an open's error: a symbolic link (`O_NOFOLLOW` answers `ELOOP`)
 /// is refused by name; anything else is an I/O error of `action`.
 fn open_error<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
     move |e| {
-        if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+        #[cfg(unix)]
+        let link = e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32);
+        #[cfg(windows)]
+        let link = beneath::is_link(&e);
+        if link {
             Error::NotRegular {
                 path: path.to_owned(),
                 kind: "a symbolic link",
@@ -65,9 +118,17 @@ fn open_error<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error
     }
 }
 
-/// Checks that an opened file is a regular one.
+/// Checks that an opened file is a regular one (on Windows, not a
+/// reparse point either).
 fn check_regular(file: &File, path: &Path) -> Result<u64> {
     let meta = file.metadata().map_err(Error::io("reading", path))?;
+    #[cfg(windows)]
+    if beneath::is_reparse(&meta) {
+        return Err(Error::NotRegular {
+            path: path.to_owned(),
+            kind: "a symbolic link",
+        });
+    }
     if !meta.file_type().is_file() {
         return Err(Error::NotRegular {
             path: path.to_owned(),
@@ -155,14 +216,13 @@ fn modes_beside(path: &Path) -> Modes {
 /// group's root: [`mode`]).
 pub(crate) fn open_append(path: &Path) -> Result<(File, u64)> {
     let modes = modes_beside(path);
-    let file = OpenOptions::new()
-        .append(true)
-        .read(true)
-        .create(true)
-        .mode(modes.file())
-        .custom_flags(flags())
-        .open(path)
-        .map_err(open_error(path, "opening"))?;
+    let file = create_mode(
+        OpenOptions::new().append(true).read(true).create(true),
+        modes.file(),
+    )
+    .custom_flags(flags())
+    .open(path)
+    .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
     modes
         .set_file(&file)
@@ -174,15 +234,17 @@ pub(crate) fn open_append(path: &Path) -> Result<(File, u64)> {
 /// write in place, such as a lock file; with its length.
 pub(crate) fn open_rw(path: &Path) -> Result<(File, u64)> {
     let modes = modes_beside(path);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(modes.file())
-        .custom_flags(flags())
-        .open(path)
-        .map_err(open_error(path, "opening"))?;
+    let file = create_mode(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+        modes.file(),
+    )
+    .custom_flags(flags())
+    .open(path)
+    .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
     modes
         .set_file(&file)
@@ -230,7 +292,14 @@ pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
             _ => Err(io::Error::last_os_error()),
         }
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+    #[cfg(windows)]
+    {
+        crate::os::rename_noreplace(from, to)
+    }
+    #[cfg(all(
+        unix,
+        not(any(target_os = "linux", target_os = "android", target_vendor = "apple"))
+    ))]
     {
         std::fs::create_dir(to)?;
         std::fs::rename(from, to).inspect_err(|_| {
@@ -243,6 +312,7 @@ pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn fifos_symlinks_and_directories_are_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();

@@ -13,9 +13,17 @@
 //! record; a power loss reboots), and may skip looking for what one would
 //! have left. Anything else (an empty file, a holder record, another
 //! boot's line) means: look.
+//!
+//! On Windows `LockFileEx` locks are mandatory: a lock on the whole file
+//! would stop every other process reading the holder record. There the
+//! lock is one byte far past the record (offset 2^62), so `status` and a
+//! waiter read who holds the loop while it is held, as on Unix.
 
 use std::fs::{File, TryLockError};
+#[cfg(unix)]
 use std::os::unix::fs::FileExt;
+#[cfg(windows)]
+use std::os::windows::fs::FileExt;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::thread;
@@ -84,18 +92,14 @@ impl Holder {
     /// Whether the process this names still runs. A holder on another host
     /// cannot be checked and is taken at its word.
     pub(crate) fn is_alive(&self) -> bool {
-        // Pid 0 (or one past i32) names no process on any host; here,
-        // kill(0, ...) would ask about our own process group instead.
-        let Ok(pid @ 1..) = i32::try_from(self.pid) else {
+        // Pid 0 (or one past i32) names no process on any host.
+        if i32::try_from(self.pid).is_err() || self.pid == 0 {
             return false;
-        };
+        }
         if self.host != who::host() {
             return true;
         }
-        match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(()) => true,
-            Err(e) => e == nix::errno::Errno::EPERM,
-        }
+        crate::os::process_alive(self.pid)
     }
 }
 
@@ -160,7 +164,77 @@ impl Drop for Held {
         }
         // Closing the file releases the lock; unlocking first only makes
         // that explicit.
-        let _ = self.file.unlock();
+        let _ = unlock(&self.file);
+    }
+}
+
+/// Takes the exclusive lock on `file` without waiting: std's
+/// `File::try_lock` (`flock(2)`) on Unix.
+#[cfg(unix)]
+fn try_lock(file: &File) -> Result<(), TryLockError> {
+    file.try_lock()
+}
+
+#[cfg(unix)]
+fn unlock(file: &File) -> std::io::Result<()> {
+    file.unlock()
+}
+
+/// Where the one byte locked on Windows lies: far past any record, so the
+/// record stays readable while the lock is held.
+#[cfg(windows)]
+const LOCKED_BYTE: u64 = 1 << 62;
+
+/// Takes the exclusive lock on `file` without waiting: `LockFileEx` on the
+/// one byte at [`LOCKED_BYTE`] on Windows.
+#[cfg(windows)]
+fn try_lock(file: &File) -> Result<(), TryLockError> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::Foundation::{ERROR_IO_PENDING, ERROR_LOCK_VIOLATION};
+    use windows_sys::Win32::Storage::FileSystem::{
+        LOCKFILE_EXCLUSIVE_LOCK, LOCKFILE_FAIL_IMMEDIATELY, LockFileEx,
+    };
+    // SAFETY: a zeroed OVERLAPPED is valid; the handle is `file`'s, open
+    // for the call.
+    let ok = unsafe {
+        let mut at: windows_sys::Win32::System::IO::OVERLAPPED = std::mem::zeroed();
+        at.Anonymous.Anonymous.Offset = LOCKED_BYTE as u32;
+        at.Anonymous.Anonymous.OffsetHigh = (LOCKED_BYTE >> 32) as u32;
+        LockFileEx(
+            file.as_raw_handle(),
+            LOCKFILE_EXCLUSIVE_LOCK | LOCKFILE_FAIL_IMMEDIATELY,
+            0,
+            1,
+            0,
+            &raw mut at,
+        )
+    };
+    if ok != 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(c) if c == ERROR_LOCK_VIOLATION as i32 || c == ERROR_IO_PENDING as i32 => {
+            Err(TryLockError::WouldBlock)
+        }
+        _ => Err(TryLockError::Error(e)),
+    }
+}
+
+#[cfg(windows)]
+fn unlock(file: &File) -> std::io::Result<()> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::Storage::FileSystem::UnlockFileEx;
+    // SAFETY: as in `try_lock`.
+    let ok = unsafe {
+        let mut at: windows_sys::Win32::System::IO::OVERLAPPED = std::mem::zeroed();
+        at.Anonymous.Anonymous.Offset = LOCKED_BYTE as u32;
+        at.Anonymous.Anonymous.OffsetHigh = (LOCKED_BYTE >> 32) as u32;
+        UnlockFileEx(file.as_raw_handle(), 0, 1, 0, &raw mut at)
+    };
+    match ok {
+        0 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
     }
 }
 
@@ -200,7 +274,7 @@ pub(crate) fn acquire(path: &Path, name: &str, holder: Holder, wait: Wait) -> Re
                 },
                 false => None,
             };
-            match file.try_lock() {
+            match try_lock(&file) {
                 Ok(()) => Ok(true),
                 Err(TryLockError::WouldBlock) => {
                     if !gives_way && wait != Wait::No && line.is_none() {
@@ -289,7 +363,11 @@ const RELEASED_MAX: usize = 128;
 /// Reads from the start of `file` into `buf`, in one read: a read of a
 /// regular file that comes back short has met its end.
 fn read_at_most(file: &File, buf: &mut [u8]) -> Option<usize> {
-    file.read_at(buf, 0).ok()
+    #[cfg(unix)]
+    let n = file.read_at(buf, 0);
+    #[cfg(windows)]
+    let n = file.seek_read(buf, 0);
+    n.ok()
 }
 
 /// The one waiting discipline of every loop lock, whatever holds it (a
@@ -350,7 +428,7 @@ fn holder_line(holder: &Holder) -> Vec<u8> {
 /// and allocates no block for a rewrite.
 fn write_record(file: &File, line: &[u8], prev: u64) -> u64 {
     let len = line.len() as u64;
-    if file.write_all_at(line, 0).is_err() {
+    if write_all_at(file, line).is_err() {
         // Whatever is there now is no valid record of anything.
         let _ = file.set_len(0);
         return 0;
@@ -359,6 +437,25 @@ fn write_record(file: &File, line: &[u8], prev: u64) -> u64 {
         let _ = file.set_len(len);
     }
     len
+}
+
+/// Writes all of `line` at the start of `file`.
+fn write_all_at(file: &File, line: &[u8]) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        file.write_all_at(line, 0)
+    }
+    #[cfg(windows)]
+    {
+        let mut done = 0;
+        while done < line.len() {
+            match file.seek_write(&line[done..], done as u64)? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => done += n,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The current holder of the lock in `path`, read without locking: none
@@ -390,7 +487,7 @@ pub struct RootLock(#[allow(dead_code)] File);
 /// holds it.
 pub(crate) fn try_hold(path: &Path) -> Result<Option<RootLock>, Error> {
     let (file, _) = crate::fsx::open_rw(path)?;
-    match file.try_lock() {
+    match try_lock(&file) {
         Ok(()) => Ok(Some(RootLock(file))),
         Err(TryLockError::WouldBlock) => Ok(None),
         Err(TryLockError::Error(e)) => Err(Error::io("locking", path)(e)),

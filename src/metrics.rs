@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -67,12 +66,7 @@ pub enum Invalid {
 pub fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>, MetricsError> {
     // The step writes this file: never follow a link out of the run
     // directory, never block on a FIFO.
-    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits())
-        .open(path);
-    read_opened(opened, path)
+    read_opened(crate::os::open_no_follow(path), path)
 }
 
 /// Reads the metrics file `name` in the run directory `dir`, following no
@@ -81,8 +75,7 @@ pub(crate) fn read_metrics_in(
     dir: &crate::fsx::Dir,
     name: &str,
 ) -> Result<BTreeMap<String, f64>, MetricsError> {
-    let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_NONBLOCK;
-    let opened = dir.open_at(name.as_ref(), flags, 0).map(std::fs::File::from);
+    let opened = dir.open_file(name.as_ref());
     read_opened(opened, &dir.join(name))
 }
 

@@ -3,6 +3,7 @@
 //! which program it runs; and which boot this is. Where there is no
 //! `/proc` (macOS), every answer is `None`: nothing is proved there.
 
+#[cfg(unix)]
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -98,6 +99,7 @@ pub(crate) fn start_of(pid: i32) -> Option<ProcessStart> {
 
 /// The program process `pid` runs (`/proc/<pid>/exe`); `None` when it is
 /// gone or not ours to look at.
+#[cfg(unix)]
 pub(crate) fn exe(pid: i32) -> Option<PathBuf> {
     if pid <= 0 {
         return None;
@@ -107,7 +109,7 @@ pub(crate) fn exe(pid: i32) -> Option<PathBuf> {
 
 /// The first word of process `pid`'s command line (its `argv[0]`): how a
 /// guard is told where its executable cannot be compared.
-#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+#[cfg(all(unix, not(all(target_os = "linux", target_arch = "x86_64"))))]
 pub(crate) fn argv0(pid: i32) -> Option<Vec<u8>> {
     let line = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(line.split(|b| *b == 0).next()?.to_vec())
@@ -126,6 +128,7 @@ mod tests {
         assert!(parse_stat("4242 (x) S 1").is_none());
     }
 
+    #[cfg(unix)]
     #[test]
     fn this_process_is_seen_as_it_is() {
         let me = std::process::id() as i32;

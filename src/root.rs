@@ -530,17 +530,32 @@ pub(crate) fn user_cache_dir() -> Option<PathBuf> {
             env::var_os("HOME")
                 .filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".cache"))
-        })?;
-    Some(base.join("automaton"))
+        });
+    // Windows: `%LOCALAPPDATA%\automaton\cache`, beside the default root.
+    #[cfg(windows)]
+    if base.is_none() {
+        return local_app_data().map(|d| d.join("automaton").join("cache"));
+    }
+    Some(base?.join("automaton"))
 }
 
 fn default_root() -> PathBuf {
     let data = env::var_os("XDG_DATA_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    data.join("automaton")
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")));
+    // Windows: `%LOCALAPPDATA%\automaton` (the user's own, not roamed).
+    #[cfg(windows)]
+    let data = data.or_else(local_app_data);
+    data.unwrap_or_else(|| PathBuf::from(".")).join("automaton")
+}
+
+/// `%LOCALAPPDATA%`, the user's local application data on Windows.
+#[cfg(windows)]
+fn local_app_data() -> Option<PathBuf> {
+    env::var_os("LOCALAPPDATA")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// A validated loop name: `^[a-z0-9][a-z0-9._-]{0,63}$`.

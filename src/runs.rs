@@ -155,8 +155,12 @@ impl Runs {
         // A step may have opened its directory to others; the next one's
         // is private again (or its group's, in a group's root). Another
         // member's directory, whose mode only they may set, is made anew.
+        #[cfg(unix)]
+        let not_owner = |e: &io::Error| e.raw_os_error() == Some(nix::libc::EPERM);
+        #[cfg(windows)]
+        let not_owner = |e: &io::Error| e.kind() == io::ErrorKind::PermissionDenied;
         match dir.set_mode(self.dir.modes().dir()) {
-            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
+            Err(e) if not_owner(&e) => {
                 return self.dir.remove_tree(&from).map(|()| None);
             }
             done => done?,
@@ -274,5 +278,5 @@ pub(crate) fn run_path(base: &Path, tick: u64) -> PathBuf {
     base.join(RUNS).join(tick.to_string())
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;

@@ -75,10 +75,17 @@ impl std::fmt::Display for ProcessOutcome {
         match (self.timed_out, self.exit_code, self.signal) {
             (true, ..) => write!(f, "timed out after {took}"),
             (false, Some(code), _) => write!(f, "exited {code} in {took}"),
+            #[cfg(unix)]
             (false, None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
                 Ok(name) => write!(f, "killed by {name} after {took}"),
                 Err(_) => write!(f, "killed by signal {sig} after {took}"),
             },
+            // Windows has no signals: a step ended with its job is
+            // recorded as SIGKILL would be on Unix (9).
+            #[cfg(windows)]
+            (false, None, Some(9)) => write!(f, "killed (its job terminated) after {took}"),
+            #[cfg(windows)]
+            (false, None, Some(sig)) => write!(f, "killed by signal {sig} after {took}"),
             (false, None, None) => write!(f, "ended without a status after {took}"),
         }
     }

@@ -159,15 +159,8 @@ fn requested() -> Option<String> {
 /// with no name).
 pub fn os_user() -> String {
     static USER: OnceLock<String> = OnceLock::new();
-    USER.get_or_init(|| {
-        let uid = nix::unistd::getuid();
-        let name = match nix::unistd::User::from_uid(uid) {
-            Ok(Some(user)) => user.name,
-            _ => format!("uid{uid}"),
-        };
-        crate::bounds::name(name)
-    })
-    .clone()
+    USER.get_or_init(|| crate::bounds::name(crate::os::user_name()))
+        .clone()
 }
 
 /// This machine's host name: `$AUTOMATON_HOST` when set (runners that
@@ -185,10 +178,7 @@ fn unbounded_host() -> String {
     {
         return h.trim().to_owned();
     }
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_owned())
+    crate::os::host_name().unwrap_or_else(|| "localhost".to_owned())
 }
 
 #[cfg(test)]

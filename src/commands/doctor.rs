@@ -12,6 +12,7 @@
 //! its operators' to make, as any change to it is.
 
 use std::io::Write;
+#[cfg(unix)]
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
@@ -32,6 +33,10 @@ use crate::store::edits::{self, Left};
 use crate::store::{self, Finding, Level, LoopStore};
 use crate::who::Actor;
 
+#[cfg(unix)]
+pub(super) mod modes;
+#[cfg(windows)]
+#[path = "doctor/modes_windows.rs"]
 pub(super) mod modes;
 
 #[derive(Serialize)]
@@ -347,6 +352,7 @@ fn check_root(root: &Root, stores: &store::Stores, fix: bool, whole_root: bool) 
 /// The cache holds native code: a directory others can write (in a
 /// group's root: others than the group) is refused by the gate host, and
 /// made private (or the group's) again by `--fix` when it is ours.
+#[cfg(unix)]
 fn check_cache(cache: &Path, group: Option<u32>, fix: bool) -> Finding {
     let Ok(meta) = std::fs::metadata(cache) else {
         return Finding::ok("cache", format!("{} does not exist yet", cache.display()));
@@ -387,6 +393,27 @@ fn check_cache(cache: &Path, group: Option<u32>, fix: bool) -> Finding {
     };
     let finding = Finding::new("cache", Level::Warning, message, action);
     if mine { finding.fixable() } else { finding }
+}
+
+/// The cache holds native code: on Windows it is made with an ACL for its
+/// owner alone, which `--fix` sets again.
+#[cfg(windows)]
+fn check_cache(cache: &Path, _: Option<u32>, fix: bool) -> Finding {
+    if !cache.exists() {
+        return Finding::ok("cache", format!("{} does not exist yet", cache.display()));
+    }
+    if !fix {
+        return Finding::ok("cache", format!("{} is private (its ACL)", cache.display()));
+    }
+    match crate::os::make_private(cache) {
+        Ok(()) => Finding::ok("cache", format!("made {} private (its ACL)", cache.display())),
+        Err(e) => Finding::new(
+            "cache",
+            Level::Warning,
+            format!("cannot set the ACL of {}: {e}", cache.display()),
+            format!("delete {} (it is safe to delete at any time)", cache.display()),
+        ),
+    }
 }
 
 fn human(r: &Report) -> String {

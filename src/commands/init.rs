@@ -1,6 +1,7 @@
 //! `init`: create a root; with `--group`, one shared by an OS group.
 
 use std::io::Write;
+#[cfg(unix)]
 use std::os::unix::fs::PermissionsExt;
 
 use crate::cli::InitArgs;
@@ -72,6 +73,7 @@ pub(super) fn run(flags: Flags<'_>, args: &InitArgs, out: &mut dyn Write) -> Res
 /// Makes the root's directory its group's: the group `group`, mode 02770
 /// (set-group-ID, so what is made in it is the group's too, see
 /// [`crate::fsx::mode`]).
+#[cfg(unix)]
 fn share(root: &Root, group: &str) -> Result<()> {
     let gid = match nix::unistd::Group::from_name(group) {
         Ok(Some(g)) => g.gid.as_raw(),
@@ -90,4 +92,18 @@ fn share(root: &Root, group: &str) -> Result<()> {
     };
     std::os::unix::fs::chown(path, None, Some(gid)).map_err(refused)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o2770)).map_err(refused)
+}
+
+/// A root shared by an OS group is a Unix arrangement (set-group-ID
+/// directories): Windows roots are their user's.
+#[cfg(windows)]
+fn share(root: &Root, group: &str) -> Result<()> {
+    Err(Error::NotShared {
+        path: root.path().to_owned(),
+        group: group.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a root shared by a group needs Unix set-group-ID directories",
+        ),
+    })
 }

@@ -191,7 +191,13 @@ impl<'a> Dispatcher<'a> {
 
     /// The first stop signal: what happens to the ticks running.
     fn say_stopping(&self, sig: i32) {
+        #[cfg(unix)]
         let name = signal_hook::low_level::signal_name(sig).unwrap_or("signal");
+        #[cfg(windows)]
+        let name = match sig {
+            2 => "Ctrl-C",
+            _ => "Ctrl-Break",
+        };
         match self.running.len() {
             0 => tracing::info!("{name}: stopping"),
             n => tracing::info!(

@@ -5,7 +5,9 @@
 
 use std::thread;
 
+#[cfg(unix)]
 use signal_hook::consts::{SIGINT, SIGTERM};
+#[cfg(unix)]
 use signal_hook::iterator::{Handle, Signals};
 
 use super::MAX_SLEEP;
@@ -28,6 +30,7 @@ pub(super) enum Msg {
 
 /// A thread that passes each SIGTERM and SIGINT on to the dispatcher;
 /// the handle stops it.
+#[cfg(unix)]
 pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
     let handle = signals.handle();
@@ -47,6 +50,63 @@ pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
             source,
         })?;
     Ok(handle)
+}
+
+/// On Windows the console's Ctrl-C is passed on as SIGINT (2), and its
+/// Ctrl-Break, close, logoff and shutdown as SIGTERM (15): the daemon
+/// stops on each as on those signals. A handler registered with
+/// `SetConsoleCtrlHandler` runs on a thread the system makes for it.
+#[cfg(windows)]
+pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
+    use windows_sys::Win32::System::Console::SetConsoleCtrlHandler;
+    *console::TO_DISPATCHER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handoff.sender());
+    // SAFETY: a handler that only sends on a channel under a lock.
+    if unsafe { SetConsoleCtrlHandler(Some(console::handler), 1) } == 0 {
+        return Err(Error::Signals(std::io::Error::last_os_error()));
+    }
+    Ok(Handle)
+}
+
+/// Stops passing the console's events on.
+#[cfg(windows)]
+pub(super) struct Handle;
+
+#[cfg(windows)]
+impl Handle {
+    #[allow(clippy::unused_self)] // as signal-hook's handle, which Unix uses
+    pub(super) fn close(&self) {
+        use windows_sys::Win32::System::Console::SetConsoleCtrlHandler;
+        // SAFETY: removes the handler registered above.
+        unsafe { SetConsoleCtrlHandler(Some(console::handler), 0) };
+        console::TO_DISPATCHER
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+}
+
+#[cfg(windows)]
+mod console {
+    use std::sync::Mutex;
+    use std::sync::mpsc::Sender;
+
+    use windows_sys::Win32::System::Console::CTRL_C_EVENT;
+
+    use super::Msg;
+
+    pub(super) static TO_DISPATCHER: Mutex<Option<Sender<Msg>>> = Mutex::new(None);
+
+    pub(super) unsafe extern "system" fn handler(event: u32) -> windows_sys::core::BOOL {
+        let sig = if event == CTRL_C_EVENT { 2 } else { 15 };
+        let sent = TO_DISPATCHER
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|to| to.send(Msg::Signal(sig)).is_ok());
+        i32::from(sent)
+    }
 }
 
 /// The shared store's notifications, passed on to the dispatcher until

@@ -9,6 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+#[cfg(unix)]
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -90,6 +91,21 @@ impl Listener {
     }
 
     /// Whether a connection waits, within [`STOP_POLL`].
+    #[cfg(windows)]
+    fn readable(&self) -> bool {
+        use std::os::windows::io::AsRawSocket;
+        use windows_sys::Win32::Networking::WinSock::{POLLRDNORM, WSAPOLLFD, WSAPoll};
+        let mut fd = WSAPOLLFD {
+            fd: self.socket.as_raw_socket() as usize,
+            events: POLLRDNORM,
+            revents: 0,
+        };
+        // SAFETY: one WSAPOLLFD of a socket we own, for the call.
+        unsafe { WSAPoll(&raw mut fd, 1, STOP_POLL.as_millis() as i32) > 0 }
+    }
+
+    /// Whether a connection waits, within [`STOP_POLL`].
+    #[cfg(unix)]
     fn readable(&self) -> bool {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         let mut fds = [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN)];

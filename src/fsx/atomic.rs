@@ -7,6 +7,7 @@
 
 use std::fs::{DirBuilder, File};
 use std::io::Write;
+#[cfg(unix)]
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
@@ -32,9 +33,8 @@ pub(crate) fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
 /// changed), a failed directory sync after it is [`Written::Unsynced`].
 pub fn replace(dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> Written {
     let modes = Modes::of_dir(dir);
-    let renamed = tempfile::Builder::new()
+    let renamed = super::mode::builder(modes)
         .prefix(TMP_PREFIX)
-        .permissions(super::mode::file_permissions(modes))
         .tempfile_in(dir)
         .map_err(Error::io("creating a temporary file in", dir))
         .and_then(|mut tmp| {
@@ -70,7 +70,14 @@ pub enum Written {
 }
 
 /// Syncs a directory, so the names made, renamed or removed in it survive
-/// a power loss.
+/// a power loss. On Windows a directory cannot be opened as a file to be synced; NTFS
+/// journals its names itself.
+#[cfg(windows)]
+pub(crate) fn sync_dir(_: &Path) -> Result<()> {
+    Ok(())
+}
+
+#[cfg(unix)]
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -88,11 +95,17 @@ pub(crate) fn create_dirs(path: &Path) -> Result<()> {
         create_dirs(parent)?;
     }
     let modes = Modes::of_dir(parent.unwrap_or(Path::new(".")));
-    match DirBuilder::new().mode(modes.dir()).create(path) {
+    #[cfg(unix)]
+    let made = DirBuilder::new().mode(modes.dir()).create(path);
+    #[cfg(windows)]
+    let made = DirBuilder::new().create(path);
+    match made {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => return Ok(()),
         Err(e) => return Err(Error::io("creating directory", path)(e)),
     }
+    #[cfg(windows)]
+    crate::os::make_private(path).map_err(Error::io("setting the ACL of", path))?;
     if modes.shared() {
         File::open(path)
             .and_then(|d| modes.set_dir(&d))

@@ -109,6 +109,13 @@ impl Dir {
         )
     }
 
+    /// Opens the file `rel` beneath this directory to read, without
+    /// blocking on a FIFO, following no link.
+    pub(crate) fn open_file(&self, rel: &Path) -> io::Result<File> {
+        self.open_at(rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0)
+            .map(File::from)
+    }
+
     /// The directory `rel` beneath this one; `None` when it does not exist.
     pub(crate) fn open_dir(&self, rel: impl AsRef<Path>) -> io::Result<Option<Dir>> {
         let rel = rel.as_ref();

@@ -106,6 +106,14 @@ pub(crate) fn file_permissions(modes: Modes) -> std::fs::Permissions {
     std::fs::Permissions::from_mode(modes.file())
 }
 
+/// A temporary-file builder for what is made beside `modes`' files: made
+/// with their mode.
+pub(crate) fn builder<'a, 'b>(modes: Modes) -> tempfile::Builder<'a, 'b> {
+    let mut builder = tempfile::Builder::new();
+    builder.permissions(file_permissions(modes));
+    builder
+}
+
 /// What is wrong with the mode of one path of a root shared by group
 /// `group`, for `doctor`: `None` when its group's members can use it as
 /// automaton does and nobody else can write it.

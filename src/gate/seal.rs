@@ -25,6 +25,7 @@ const SETTLED_AFTER: Duration = Duration::from_secs(2);
 
 /// Why a cache path is not trusted.
 #[derive(Debug, thiserror::Error)]
+#[cfg_attr(not(unix), allow(dead_code))] // Windows: the cache's ACL is the owner's alone
 pub(crate) enum Untrusted {
     #[error(
         "{path} is owned by uid {owner}, not by this user (uid {me}), root or a member of the root's group"
@@ -82,6 +83,7 @@ impl Writers {
     }
 
     /// Whether the group may write a path with this group id.
+    #[cfg(unix)]
     fn group_may_write(self, gid: u32) -> bool {
         self.group == Some(gid)
     }

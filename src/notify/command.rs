@@ -8,7 +8,10 @@
 //! (the webhook, which runs no one's code, is still called).
 
 use std::borrow::Cow;
+#[cfg(unix)]
 use std::os::fd::AsFd;
+#[cfg(windows)]
+use std::os::windows::io::AsHandle;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,7 +34,11 @@ pub(super) fn run(command: &CommandLine, config: &LoopConfig, root: &Root, base:
         return;
     }
     // Its output goes to stderr: a tick's stdout is its report.
-    let stdout = match std::io::stderr().as_fd().try_clone_to_owned() {
+    #[cfg(unix)]
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned();
+    #[cfg(windows)]
+    let stderr = std::io::stderr().as_handle().try_clone_to_owned();
+    let stdout = match stderr {
         Ok(fd) => Stdio::from(fd),
         Err(_) => Stdio::null(),
     };

@@ -16,7 +16,9 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(unix)]
 use nix::sys::signal::{Signal, killpg};
+#[cfg(unix)]
 use nix::unistd::Pid;
 use serde::Serialize;
 
@@ -258,8 +260,19 @@ impl Target<'_> {
     }
 }
 
+/// Whether `group` is the job of a step the runner `runner` started: on
+/// Windows the job's name proves it ([`crate::step::Group`]).
+#[cfg(windows)]
+fn prove(group: i32, _: Option<&ProcessStart>, runner: u32) -> Found {
+    match group > 1 && crate::step::has_job(runner, group) {
+        true => Found::Proved(group),
+        false => Found::Nothing,
+    }
+}
+
 /// Whether `group`, led since `start`, is the group of a step the runner
 /// `runner` started.
+#[cfg(unix)]
 fn prove(group: i32, start: Option<&ProcessStart>, runner: u32) -> Found {
     let Some(start) = start else {
         return Found::Refuted(match crate::procfs::boot_id() {
@@ -282,6 +295,7 @@ fn prove(group: i32, start: Option<&ProcessStart>, runner: u32) -> Found {
 }
 
 /// Whether process `pid` is alive (or not ours to signal, which is alive).
+#[cfg(unix)]
 fn alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
@@ -292,6 +306,33 @@ fn alive(pid: u32) -> bool {
     )
 }
 
+#[cfg(windows)]
+fn alive(pid: u32) -> bool {
+    crate::os::process_alive(pid)
+}
+
+/// A step's job on Windows, named by its id ([`crate::step::Group`]).
+#[cfg(windows)]
+type Pid = i32;
+
+/// What `cancel` asks of a step's job: Windows has no signals, and both
+/// terminate the job.
+#[cfg(windows)]
+#[derive(Debug, Clone, Copy)]
+#[allow(clippy::upper_case_acronyms)] // named as the Unix signals they stand for
+enum Signal {
+    SIGTERM,
+    SIGKILL,
+}
+
+#[cfg(windows)]
+fn signal(group: Pid, sig: Signal, runner: u32) {
+    if !crate::step::stop_job(runner, group) {
+        tracing::debug!("cannot end ({sig:?}) job {group} of pid {runner}");
+    }
+}
+
+#[cfg(unix)]
 fn signal(group: Pid, sig: Signal, runner: u32) {
     if let Err(e) = killpg(group, sig) {
         tracing::debug!("cannot send {sig} to process group {group} of pid {runner}: {e}");

@@ -5,7 +5,6 @@
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -114,13 +113,12 @@ fn write(path: &std::path::Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         crate::fsx::create_dirs(dir)?;
     }
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(Error::io("creating", path))?;
+    let mut f = crate::fsx::create_mode(
+        fs::OpenOptions::new().write(true).create(true).truncate(true),
+        0o600,
+    )
+    .open(path)
+    .map_err(Error::io("creating", path))?;
     f.write_all(text.as_bytes()).map_err(Error::io("writing", path))
 }
 

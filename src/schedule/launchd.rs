@@ -15,7 +15,11 @@ use crate::config::Cadence;
 const MAX_ENTRIES: usize = 200;
 
 fn domain() -> String {
-    format!("gui/{}", nix::unistd::getuid())
+    #[cfg(unix)]
+    let uid = nix::unistd::getuid();
+    #[cfg(windows)]
+    let uid = 0;
+    format!("gui/{uid}")
 }
 
 pub(super) fn install(job: &Job) -> Result<(String, Vec<Action>), Unsupported> {

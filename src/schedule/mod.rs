@@ -129,8 +129,13 @@ pub(crate) fn describe(s: &Schedule) -> String {
 }
 
 fn home() -> Result<PathBuf, ScheduleError> {
-    std::env::var_os("HOME")
+    let home = std::env::var_os("HOME");
+    // Windows: the profile directory, where HOME is seldom set.
+    #[cfg(windows)]
+    let home = home
         .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var_os("USERPROFILE"));
+    home.filter(|h| !h.is_empty())
         .map(PathBuf::from)
         .ok_or(ScheduleError::NoHome)
 }

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+#[cfg(unix)]
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -141,6 +142,14 @@ fn check_means(args: &ServeArgs) -> Result<()> {
 }
 
 /// The uid of the OS user `name`.
+#[cfg(windows)]
+fn uid_of(name: &str) -> Result<u32> {
+    Err(Error::ServeSetup {
+        reason: format!("--trusted-proxy-user {name:?}: a Unix socket's peer user needs Unix"),
+    })
+}
+
+#[cfg(unix)]
 fn uid_of(name: &str) -> Result<u32> {
     match nix::unistd::User::from_name(name) {
         Ok(Some(user)) => Ok(user.uid.as_raw()),
@@ -160,6 +169,7 @@ fn read_secret(path: &Path) -> Result<Vec<u8>> {
     if !meta.is_file() {
         return Err(bad("not a regular file".to_owned()));
     }
+    #[cfg(unix)]
     if meta.permissions().mode() & 0o007 != 0 {
         return Err(bad(format!(
             "others may read it (mode {:o}); `chmod o-rwx` it",

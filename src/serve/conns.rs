@@ -94,12 +94,29 @@ impl Drop for Slot {
 }
 
 /// The soft limit on open files in force.
+#[cfg(windows)]
+pub(super) fn descriptor_limit() -> u64 {
+    WINDOWS_SOCKETS
+}
+
+/// Windows has no limit on open files to raise: sockets are handles,
+/// bounded by memory; this many are counted on.
+#[cfg(windows)]
+const WINDOWS_SOCKETS: u64 = 16 * 1024;
+
+#[cfg(windows)]
+pub(super) fn raise_descriptor_limit() -> u64 {
+    WINDOWS_SOCKETS
+}
+
+#[cfg(unix)]
 pub(super) fn descriptor_limit() -> u64 {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |(soft, _)| soft)
 }
 
 /// Raises the soft limit on open files to the hard limit, before the
 /// server listens; the soft limit in force after.
+#[cfg(unix)]
 pub(super) fn raise_descriptor_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {

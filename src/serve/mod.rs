@@ -128,7 +128,7 @@ pub(crate) fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<
 /// The listener, the line that says where it listens, and its TCP port.
 async fn listen(
     args: &ServeArgs,
-    unix: Option<std::os::unix::net::UnixListener>,
+    unix: Option<server::StdUnixListener>,
     tls: bool,
 ) -> Result<(server::Listener, String, Option<u16>)> {
     let failed = |source| Error::Listen {
@@ -146,6 +146,9 @@ async fn listen(
                 Some(bound.port()),
             ))
         }
+        #[cfg(windows)]
+        (Listen::Unix(_), Some(never)) => match never {},
+        #[cfg(unix)]
         (Listen::Unix(_), Some(unix)) => {
             let listener = tokio::net::UnixListener::from_std(unix).map_err(failed)?;
             Ok((
@@ -159,6 +162,12 @@ async fn listen(
 }
 
 /// A Unix socket's mode: the root's, 0600, or 0660 in a group's root.
+#[cfg(windows)]
+fn socket_mode(_: &Root) -> u32 {
+    0o600
+}
+
+#[cfg(unix)]
 fn socket_mode(root: &Root) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::metadata(root.path()) {

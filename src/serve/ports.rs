@@ -53,6 +53,13 @@ pub(crate) fn listening(root: &Path) -> Vec<u16> {
 }
 
 /// Whether process `pid` exists (signal 0: nothing is sent).
+#[cfg(windows)]
+fn alive(pid: i32) -> bool {
+    u32::try_from(pid).is_ok_and(crate::os::process_alive)
+}
+
+/// Whether process `pid` exists (signal 0: nothing is sent).
+#[cfg(unix)]
 fn alive(pid: i32) -> bool {
     use nix::errno::Errno;
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {

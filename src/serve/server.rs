@@ -11,6 +11,7 @@
 //! known by their uid.
 
 use std::net::SocketAddr;
+#[cfg(unix)]
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +30,24 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::net::{TcpListener, TcpStream};
+#[cfg(unix)]
+use tokio::net::{UnixListener, UnixStream};
+
+/// A Unix socket listener as std makes it.
+#[cfg(unix)]
+pub(super) type StdUnixListener = std::os::unix::net::UnixListener;
+
+/// Windows: `--listen unix:PATH` is refused ([`bind_unix`]), so no Unix
+/// socket ever exists.
+#[cfg(windows)]
+pub(super) enum NoSocket {}
+#[cfg(windows)]
+pub(super) type StdUnixListener = NoSocket;
+#[cfg(windows)]
+type UnixListener = NoSocket;
+#[cfg(windows)]
+type UnixStream = NoSocket;
 use tower_service::Service;
 
 use super::conns::{self, Conns, Slot};
@@ -49,6 +67,7 @@ pub(super) struct Peer(pub SocketAddr, pub Option<u32>);
 /// Where the server listens.
 pub(super) enum Listener {
     Tcp(TcpListener),
+    #[cfg_attr(windows, allow(dead_code))]
     Unix(UnixListener),
 }
 
@@ -56,7 +75,16 @@ pub(super) enum Listener {
 /// than that, not even for an instant (the process's umask is narrowed
 /// around the bind). A socket left by a server that has gone is replaced;
 /// one a live server answers on, or any other file, is refused.
-pub(super) fn bind_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::UnixListener> {
+#[cfg(windows)]
+pub(super) fn bind_unix(_: &Path, _: u32) -> std::io::Result<StdUnixListener> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "a Unix socket needs Unix: listen on HOST:PORT",
+    ))
+}
+
+#[cfg(unix)]
+pub(super) fn bind_unix(path: &Path, mode: u32) -> std::io::Result<StdUnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         let stale = meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_err();
         if !stale {
@@ -239,6 +267,9 @@ pub(super) async fn serve(
                     (graceful.watcher(), slot),
                 ));
             }
+            #[cfg(windows)]
+            Ok(Accepted::Unix(never)) => match never {},
+            #[cfg(unix)]
             Ok(Accepted::Unix(stream)) => {
                 let Some(slot) = conns.admit(None) else {
                     tracing::debug!("connection on the socket closed: too many held");
@@ -266,13 +297,17 @@ pub(super) async fn serve(
 /// A connection accepted.
 enum Accepted {
     Tcp(TcpStream, SocketAddr),
-    Unix(tokio::net::UnixStream),
+    #[cfg_attr(windows, allow(dead_code))]
+    Unix(UnixStream),
 }
 
 async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
     match listener {
         Listener::Tcp(l) => l.accept().await.map(|(s, a)| Accepted::Tcp(s, a)),
+        #[cfg(unix)]
         Listener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
+        #[cfg(windows)]
+        Listener::Unix(never) => match *never {},
     }
 }
 
@@ -321,6 +356,32 @@ where
 /// a signal sent as soon as a client is answered is never the default
 /// one, which would end the process without its drain. Called within the
 /// runtime.
+#[cfg(windows)]
+pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::windows::{ctrl_break, ctrl_c};
+    let brk = ctrl_break().ok();
+    let c = ctrl_c().ok();
+    async move {
+        let brk = async {
+            match brk {
+                Some(mut s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let c = async {
+            match c {
+                Some(mut s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = brk => {}
+            _ = c => {}
+        }
+    }
+}
+
+#[cfg(unix)]
 pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate()).ok();
@@ -328,6 +389,7 @@ pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     wait_for_signal(term, int)
 }
 
+#[cfg(unix)]
 async fn wait_for_signal(
     mut term: Option<tokio::signal::unix::Signal>,
     mut int: Option<tokio::signal::unix::Signal>,

@@ -9,26 +9,43 @@
 //! daemon that detaches) is beyond a process group's reach.
 
 pub mod confine;
+#[cfg(unix)]
 mod guard;
+#[cfg(unix)]
 pub use guard::Deadline;
+#[cfg(windows)]
+mod job;
+#[cfg(windows)]
+pub use job::{Canceller, Deadline, Group};
+#[cfg(windows)]
+pub(crate) use job::{has_job, run_in, stop_job};
 mod output;
+#[cfg(unix)]
 mod supervise;
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
+#[cfg(unix)]
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+#[cfg(unix)]
+use std::process::Stdio;
+#[cfg(unix)]
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(unix)]
+use std::time::Instant;
 
 use thiserror::Error;
 
 use crate::fsx::Dir;
 use crate::state::ProcessOutcome;
+#[cfg(unix)]
 use supervise::Supervisor;
 
 /// What to run, and where its output goes.
@@ -88,6 +105,7 @@ impl Started {
     }
 }
 
+#[cfg(unix)]
 /// Stops a running step as a timeout would (SIGTERM to the group, the grace
 /// period, then SIGKILL). The outcome then reports the signal, not a timeout.
 ///
@@ -96,12 +114,14 @@ impl Started {
 #[derive(Debug, Clone)]
 pub struct Canceller(Arc<CancelPipe>);
 
+#[cfg(unix)]
 #[derive(Debug)]
 struct CancelPipe {
     read: OwnedFd,
     write: OwnedFd,
 }
 
+#[cfg(unix)]
 impl Canceller {
     /// Asks for the step to be stopped; does nothing once it has ended.
     pub fn cancel(&self) {
@@ -118,9 +138,11 @@ impl Canceller {
     }
 }
 
+#[cfg(unix)]
 /// What a byte written to the cancel pipe asks for: a stop as a timeout
 /// does it...
 const STOP: u8 = 1;
+#[cfg(unix)]
 /// ...or SIGKILL now.
 const KILL: u8 = 2;
 
@@ -161,11 +183,13 @@ pub fn run(spec: &StepSpec) -> Result<ProcessOutcome, StepError> {
     run_with(spec, |_| {})
 }
 
+#[cfg(unix)]
 /// A step's process group, made before the step starts so that its id can
 /// be recorded first (the tick writes it into its `in_flight` record).
 /// Its leader is the guard; dropping an unused group ends it.
 pub struct Group(guard::Guard);
 
+#[cfg(unix)]
 impl Group {
     pub fn new() -> io::Result<Group> {
         guard::Guard::spawn().map(Group)
@@ -177,6 +201,7 @@ impl Group {
     }
 }
 
+#[cfg(unix)]
 /// Whether process `pid` is the guard of a step group that the runner
 /// `runner` started, as far as `/proc` can tell: the runner's child,
 /// leading its own group since `start`, running what a guard runs. What
@@ -207,6 +232,7 @@ pub(crate) fn run_with(
     run_in(spec, None, on_start)
 }
 
+#[cfg(unix)]
 /// Like [`run_with`], in `group` when one was made beforehand (else in a
 /// group of its own).
 pub(crate) fn run_in(
@@ -267,6 +293,7 @@ pub(crate) fn run_in(
     })
 }
 
+#[cfg(unix)]
 /// The step's output pipes, each read end in a drain to its file, and its
 /// cancel pipe: made before the step starts.
 struct Pipes<'a> {
@@ -276,6 +303,7 @@ struct Pipes<'a> {
     canceller: Canceller,
 }
 
+#[cfg(unix)]
 impl<'a> Pipes<'a> {
     fn new(spec: &StepSpec<'a>) -> io::Result<Pipes<'a>> {
         let mut drains = Vec::with_capacity(2);
@@ -294,6 +322,7 @@ impl<'a> Pipes<'a> {
     }
 }
 
+#[cfg(unix)]
 /// A step that has started, and the watch on its exit.
 struct Spawned {
     pid: u32,
@@ -301,6 +330,7 @@ struct Spawned {
     watch: exit::Watch,
 }
 
+#[cfg(unix)]
 /// Starts the step in `guard`'s group, its stdout and stderr into `write_ends`.
 fn spawn(
     spec: &StepSpec,
@@ -326,6 +356,7 @@ fn spawn(
     Ok(Spawned { pid, start, watch })
 }
 
+#[cfg(unix)]
 /// Reads what is left in each output pipe into its file. Every stream is
 /// finished; the first that failed is the error.
 fn finish_output(spec: &StepSpec, drains: Vec<output::Drain>, buf: &mut [u8]) -> Result<(), StepError> {
@@ -341,6 +372,7 @@ fn finish_output(spec: &StepSpec, drains: Vec<output::Drain>, buf: &mut [u8]) ->
     output_error.map_or(Ok(()), Err)
 }
 
+#[cfg(unix)]
 /// The buffer a step's output is read through: one per thread, kept
 /// between steps (a daemon's worker runs thousands), not made and zeroed
 /// for each.
@@ -365,6 +397,7 @@ mod buffer {
     }
 }
 
+#[cfg(unix)]
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -373,6 +406,7 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+#[cfg(unix)]
 /// Knowing when the step has exited without a thread waiting for it.
 mod exit {
     use std::io;
@@ -486,6 +520,7 @@ pub(crate) fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) 
     }
 }
 
+#[cfg(unix)]
 /// The step's command: its own group (led by the guard), no stdin, no
 /// store secret from the runner's environment, its user when it has one
 /// and its confinement. Unconfined and as the runner's user, it sets no

@@ -10,13 +10,18 @@
 //! and reads whatever is ready, so a step costs no thread of its own.
 
 use std::fs::File;
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, Write};
+#[cfg(unix)]
+use std::io::{ErrorKind, Read};
+#[cfg(unix)]
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+#[cfg(unix)]
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use crate::fsx::Dir;
 
+#[cfg(unix)]
 /// One stream being copied into its file.
 pub(super) struct Drain<'a> {
     /// `None` once the stream has reached its end.
@@ -24,6 +29,7 @@ pub(super) struct Drain<'a> {
     sink: Sink<'a>,
 }
 
+#[cfg(unix)]
 impl<'a> Drain<'a> {
     /// Takes the read end of the stream's pipe and makes it non-blocking;
     /// its file is `name` in `dir`.
@@ -33,16 +39,7 @@ impl<'a> Drain<'a> {
         fcntl(&src, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
         Ok(Drain {
             src: Some(File::from(src)),
-            sink: Sink {
-                dir,
-                name,
-                file: None,
-                limit,
-                written: 0,
-                dropped: 0,
-                ends_with_newline: true,
-                error: None,
-            },
+            sink: Sink::new(dir, name, limit),
         })
     }
 
@@ -82,7 +79,7 @@ impl<'a> Drain<'a> {
     }
 }
 
-struct Sink<'a> {
+pub(super) struct Sink<'a> {
     dir: &'a Dir,
     name: &'a str,
     /// Made at the first byte kept (or the marker).
@@ -94,8 +91,23 @@ struct Sink<'a> {
     error: Option<io::Error>,
 }
 
-impl Sink<'_> {
-    fn take(&mut self, data: &[u8]) {
+impl<'a> Sink<'a> {
+    /// A sink into the file `name` in `dir`, made on the first byte,
+    /// keeping `limit` bytes.
+    pub(super) fn new(dir: &'a Dir, name: &'a str, limit: u64) -> Sink<'a> {
+        Sink {
+            dir,
+            name,
+            file: None,
+            limit,
+            written: 0,
+            dropped: 0,
+            ends_with_newline: true,
+            error: None,
+        }
+    }
+
+    pub(super) fn take(&mut self, data: &[u8]) {
         let room = self.limit.saturating_sub(self.written);
         let keep = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         self.dropped += (data.len() - keep) as u64;
@@ -121,7 +133,7 @@ impl Sink<'_> {
         Ok(self.file.as_mut().expect("just made"))
     }
 
-    fn finish(mut self) -> io::Result<()> {
+    pub(super) fn finish(mut self) -> io::Result<()> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -142,5 +154,5 @@ impl Sink<'_> {
 
 /// The truncation marker's longest possible length, for callers and tests
 /// that bound a file's size.
-#[cfg(test)]
+#[cfg(all(test, unix))]
 pub(crate) const MARKER_MAX_LEN: u64 = 100;

@@ -152,7 +152,10 @@ pub(super) fn may_switch_users() -> bool {
     const CAP_SETGID: u32 = 6;
     const CAP_SETUID: u32 = 7;
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        #[cfg(unix)]
         return nix::unistd::geteuid().is_root();
+        #[cfg(windows)]
+        return false;
     };
     let effective = status
         .lines()
@@ -190,6 +193,7 @@ mod tests {
         assert_eq!(git_dir(&wt), None);
     }
 
+    #[cfg(unix)]
     #[test]
     fn the_secrets_name_the_users_the_config_and_the_cache_also_through_a_link() {
         let d = tempfile::tempdir().unwrap();

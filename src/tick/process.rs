@@ -310,12 +310,22 @@ fn switch_to(user: &str, run_dir: &Path) -> Result<User, Failure> {
                 .to_owned(),
         ));
     }
+    #[cfg(windows)]
+    return Err(refuse(format!(
+        "running a step as another user needs Unix (not {})",
+        run_dir.display()
+    )));
+    #[cfg(unix)]
     let found =
         nix::unistd::User::from_name(user).map_err(|e| refuse(format!("cannot look the user up: {e}")))?;
+    #[cfg(unix)]
     let found = found.ok_or_else(|| refuse("no such user".to_owned()))?;
+    #[cfg(unix)]
     let (uid, gid) = (found.uid.as_raw(), found.gid.as_raw());
+    #[cfg(unix)]
     nix::unistd::chown(run_dir, Some(found.uid), Some(found.gid))
         .map_err(|e| refuse(format!("cannot give it {}: {e}", run_dir.display())))?;
+    #[cfg(unix)]
     Ok((uid, gid))
 }
 
@@ -476,7 +486,7 @@ impl Runner<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

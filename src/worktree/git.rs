@@ -32,13 +32,16 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
+#[cfg(unix)]
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+#[cfg(unix)]
 use nix::sys::signal::{Signal, killpg};
+#[cfg(unix)]
 use nix::unistd::Pid;
 
 use super::WorktreeError;
@@ -148,6 +151,7 @@ impl Git {
             cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
                 .env(format!("GIT_CONFIG_VALUE_{i}"), v);
         }
+        #[cfg(unix)]
         cmd.process_group(0);
         cmd
     }
@@ -329,12 +333,11 @@ fn wait_then_kill(
     outputs: &mut [Option<Vec<u8>>; 2],
     timeout: Duration,
 ) -> io::Result<Option<ExitStatus>> {
-    let group = Pid::from_raw(child.id() as i32);
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     loop {
         if let Some(status) = ended(child)? {
-            let _ = killpg(group, Signal::SIGKILL);
+            kill_group(child);
             return Ok(Some(match status {
                 Some(s) => s,
                 None => child.wait()?,
@@ -342,7 +345,7 @@ fn wait_then_kill(
         }
         let now = Instant::now();
         if now >= deadline {
-            let _ = killpg(group, Signal::SIGKILL);
+            kill_group(child);
             child.wait()?;
             return Ok(None);
         }
@@ -357,6 +360,19 @@ fn wait_then_kill(
         }
         pause = (pause * 2).min(Duration::from_millis(50));
     }
+}
+
+/// Kills `child`'s process group (it leads its own): what it started dies
+/// with it.
+#[cfg(unix)]
+fn kill_group(child: &Child) {
+    let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+}
+
+/// Kills `child` (Windows: git's own helpers end with it).
+#[cfg(windows)]
+fn kill_group(child: &mut Child) {
+    let _ = child.kill();
 }
 
 /// Whether `child` ended: `Some(None)` when it did and is not reaped yet
@@ -384,10 +400,12 @@ pub(super) fn check<S: AsRef<OsStr>>(dir: &Path, args: &[S], out: &Output) -> Re
     if out.status.success() {
         return Ok(());
     }
-    let mut stderr = stderr(out);
-    if let Some(signal) = out.status.signal() {
-        stderr = format!("killed by signal {signal}; {stderr}");
-    }
+    let stderr = stderr(out);
+    #[cfg(unix)]
+    let stderr = match out.status.signal() {
+        Some(signal) => format!("killed by signal {signal}; {stderr}"),
+        None => stderr,
+    };
     Err(WorktreeError::Git {
         dir: dir.to_owned(),
         args: joined(args),

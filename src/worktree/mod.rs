@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 mod git;
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;
 
 use git::{Git, check, stderr};

@@ -1,6 +1,7 @@
 //! A small builder for tests: a temporary root, loops in it, and the real
 //! binary run against it.
 
+#[cfg(unix)]
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -471,9 +472,13 @@ pub(crate) fn shared_cache() -> &'static Path {
         for e in std::fs::read_dir(&parent).unwrap() {
             let path = e.unwrap().path();
             let pid = path.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok());
+            #[cfg(unix)]
             let ended = pid.is_some_and(|pid| {
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH)
             });
+            // Windows: a cache is removed only by the process it is named by.
+            #[cfg(windows)]
+            let ended = false;
             if ended || pid == Some(std::process::id() as i32) {
                 match std::fs::remove_dir_all(&path) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -484,17 +489,26 @@ pub(crate) fn shared_cache() -> &'static Path {
             }
         }
         let dir = parent.join(std::process::id().to_string());
+        #[cfg(unix)]
         std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        #[cfg(windows)]
+        std::fs::create_dir(&dir).unwrap();
         dir
     })
 }
 
 /// Replaces `root`'s own (empty) `cache/` with a link to `shared_cache`.
+/// Windows: each root keeps its own cache (a link to a shared one would
+/// need the privilege to make symbolic links).
 pub(crate) fn share_cache(root: &Path) {
+    #[cfg(unix)]
     link_cache(root, shared_cache());
+    #[cfg(windows)]
+    let _ = root;
 }
 
 /// Replaces `root`'s own (empty) `cache/` with a link to `dir`.
+#[cfg(unix)]
 pub(crate) fn link_cache(root: &Path, dir: &Path) {
     let cache = root.join("cache");
     std::fs::remove_dir(&cache).unwrap();
@@ -506,6 +520,10 @@ pub(crate) fn link_cache(root: &Path, dir: &Path) {
 /// never race to compile the same gate (which would only cost a second
 /// compile, but says so on stderr).
 pub(crate) fn warm_stock_gates(loop_toml: &str) {
+    // Windows: no shared cache to warm (see `share_cache`).
+    if cfg!(windows) {
+        return;
+    }
     let Ok(config) = loop_toml.parse::<toml::Table>() else {
         return;
     };

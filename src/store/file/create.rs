@@ -2,7 +2,8 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+#[cfg(unix)]
+use std::os::unix::fs::PermissionsExt;
 
 use super::state_file::state_bytes;
 use super::{CONFIG, HISTORY, LoopDir, NEW_PREFIX, STATE};
@@ -43,22 +44,25 @@ pub(super) fn create_loop(
     let loops = root.loops_dir();
     // A group's root shares the loop with the group ([`crate::fsx::mode`]).
     let modes = Modes::of_dir(&loops);
-    let tmp = tempfile::Builder::new()
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    builder.permissions(fs::Permissions::from_mode(modes.dir()));
+    let tmp = builder
         .prefix(&format!("{NEW_PREFIX}{name}-"))
-        .permissions(fs::Permissions::from_mode(modes.dir()))
         .tempdir_in(&loops)
         .map_err(Error::io("creating a temporary directory in", &loops))?;
+    #[cfg(unix)]
     fs::File::open(tmp.path())
         .and_then(|d| modes.set_dir(&d))
         .map_err(Error::io("setting the mode of", tmp.path()))?;
+    #[cfg(windows)]
+    crate::os::make_private(tmp.path()).map_err(Error::io("setting the ACL of", tmp.path()))?;
     let write = |file: &str, bytes: &[u8]| -> Result<()> {
         let path = tmp.path().join(file);
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(modes.file())
-            .open(&path)
-            .map_err(Error::io("creating", &path))?;
+        let mut f =
+            crate::fsx::create_mode(fs::OpenOptions::new().write(true).create_new(true), modes.file())
+                .open(&path)
+                .map_err(Error::io("creating", &path))?;
         modes
             .set_file(&f)
             .map_err(Error::io("setting the mode of", &path))?;

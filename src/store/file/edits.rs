@@ -62,10 +62,9 @@ pub(crate) fn read_copy(path: &Path) -> Result<Vec<u8>> {
 /// A new copy holding `bytes`, removed when the returned path is dropped.
 pub(crate) fn new_copy(dir: &Path, bytes: &[u8]) -> Result<TempPath> {
     let modes = fsx::Modes::of_dir(dir);
-    let mut copy = tempfile::Builder::new()
+    let mut copy = fsx::mode::builder(modes)
         .prefix(&ours(COPY_PREFIX))
         .suffix(".toml")
-        .permissions(fsx::mode::file_permissions(modes))
         .tempfile_in(dir)
         .map_err(Error::io("creating a temporary file in", dir))?;
     modes
@@ -94,9 +93,8 @@ pub fn reopen(dir: &Path, left: &Path) -> Result<Option<TempPath>> {
 /// through a save file of this process's (never a `.tmp-*` of the store's).
 pub fn save(dir: &Path, config: &Path, bytes: &[u8]) -> Result<()> {
     let modes = fsx::Modes::of_dir(dir);
-    let mut new = tempfile::Builder::new()
+    let mut new = fsx::mode::builder(modes)
         .prefix(&ours(SAVE_PREFIX))
-        .permissions(fsx::mode::file_permissions(modes))
         .tempfile_in(dir)
         .map_err(Error::io("creating a temporary file in", dir))?;
     modes
@@ -159,19 +157,14 @@ fn maker(rest: &str) -> Option<u32> {
 /// Whether process `pid` (on this machine: a loop directory is local)
 /// still runs.
 fn alive(pid: u32) -> bool {
-    let Ok(pid @ 1..) = i32::try_from(pid) else {
-        return false;
-    };
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-        Ok(()) => true,
-        Err(e) => e == nix::errno::Errno::EPERM,
-    }
+    crate::os::process_alive(pid)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn an_edit_of_a_process_gone_is_left_over_and_one_at_work_is_not() {
         let dir = tempfile::tempdir().unwrap();

@@ -9,8 +9,8 @@
 //! keeping the newest [`KEEP`] records (atomically: a reader sees the old
 //! file or the new one).
 
+use crate::os::FileExt;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use jiff::Timestamp;
@@ -54,15 +54,11 @@ impl LoopDir {
     /// The file's inode, length and modification time: appended to or
     /// rewritten, it moves. `"none"` while there is no file.
     pub(super) fn read_fires_mark(&self) -> Option<String> {
-        use std::os::unix::fs::MetadataExt;
         match std::fs::symlink_metadata(self.fires_path()) {
-            Ok(m) => Some(format!(
-                "{} {} {}.{}",
-                m.ino(),
-                m.len(),
-                m.mtime(),
-                m.mtime_nsec()
-            )),
+            Ok(m) => {
+                let (secs, nanos) = crate::os::mtime(&m);
+                Some(format!("{} {} {secs}.{nanos}", crate::os::file_id(&m).0, m.len()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("none".into()),
             Err(_) => None,
         }

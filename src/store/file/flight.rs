@@ -13,8 +13,8 @@
 //! earlier tick's, which the state file has passed) are passed over.
 //! docs/store.md gives the crash argument.
 
+use crate::os::FileExt;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};

@@ -4,9 +4,9 @@
 //! has grown past its limit, and reads that keep only what the state has
 //! committed.
 
+use crate::os::FileExt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde::Deserialize;

@@ -12,7 +12,6 @@
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::rotation::Opened;
@@ -60,7 +59,7 @@ pub(super) fn append(dir: &Path, event: &Event, max_size: u64) -> Result<()> {
 
 /// Whether the file's last byte (of `len`) is not a newline.
 fn torn(file: &File, len: u64) -> bool {
-    use std::os::unix::fs::FileExt;
+    use crate::os::FileExt;
     let mut last = [0u8];
     len > 0 && file.read_exact_at(&mut last, len - 1).is_ok() && last[0] != b'\n'
 }
@@ -69,7 +68,7 @@ fn torn(file: &File, len: u64) -> bool {
 fn still_named(file: &File, path: &Path) -> Result<bool> {
     let open = file.metadata().map_err(Error::io("reading", path))?;
     Ok(match fs::symlink_metadata(path) {
-        Ok(named) => named.ino() == open.ino() && named.dev() == open.dev(),
+        Ok(named) => crate::os::file_id(&named) == crate::os::file_id(&open),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) => return Err(Error::io("reading", path)(e)),
     })

@@ -12,7 +12,6 @@
 
 use std::cmp::Ordering;
 use std::fs::{self, File};
-use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -92,9 +91,9 @@ pub(super) fn list(dir: &Path) -> Result<Listing> {
             continue;
         };
         if name == HISTORY {
-            listing.current = Some(entry.ino());
+            listing.current = Some(crate::os::entry_id(&entry));
         } else if let Some(r) = Rotated::parse(&name) {
-            listing.rotated.push((r, entry.ino()));
+            listing.rotated.push((r, crate::os::entry_id(&entry)));
         }
     }
     listing.rotated.sort();

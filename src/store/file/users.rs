@@ -6,6 +6,7 @@
 //! ever appended to (with the root's file mode: 0600, or 0660 in a
 //! group's root), each line synced before the change it records.
 
+#[cfg(unix)]
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -97,9 +98,14 @@ fn private(file: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io("reading", file)(e)),
     };
+    #[cfg(unix)]
     if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
         std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))
             .map_err(Error::io("narrowing the permissions of", file))?;
+    }
+    #[cfg(windows)]
+    if meta.is_file() {
+        crate::os::make_private(file).map_err(Error::io("narrowing the permissions of", file))?;
     }
     Ok(())
 }

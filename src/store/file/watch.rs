@@ -10,7 +10,6 @@
 //! commit markers of the loops it follows, whatever the number of loops.
 
 use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -196,7 +195,7 @@ pub(super) fn stamp(marker: &Path) -> Option<Stamp> {
 /// a new inode, whatever the clock's grain.
 fn identity(path: &Path) -> Option<(u64, SystemTime)> {
     let meta = std::fs::metadata(path).ok()?;
-    Some((meta.ino(), meta.modified().ok()?))
+    Some((crate::os::file_id(&meta).0, meta.modified().ok()?))
 }
 
 /// The modification time of each loop's commit marker, or of its

@@ -138,10 +138,15 @@ fn fill_from_env(config: &mut Config) {
         if let Some(h) = var("PGHOST") {
             config.host(&h);
         } else {
+            // libpq on Windows connects to localhost over TCP.
+            #[cfg(windows)]
+            config.host("localhost");
+            #[cfg(unix)]
             let socket = ["/var/run/postgresql", "/tmp"]
                 .into_iter()
                 .find(|d| Path::new(d).is_dir())
                 .unwrap_or("/tmp");
+            #[cfg(unix)]
             config.host_path(socket);
         }
     }
@@ -151,12 +156,15 @@ fn fill_from_env(config: &mut Config) {
         config.port(p);
     }
     if config.get_user().is_none() {
+        #[cfg(unix)]
         let user = var("PGUSER").or_else(|| {
             nix::unistd::User::from_uid(nix::unistd::getuid())
                 .ok()
                 .flatten()
                 .map(|u| u.name)
         });
+        #[cfg(windows)]
+        let user = var("PGUSER").or_else(|| Some(crate::os::user_name()));
         if let Some(u) = user {
             config.user(&u);
         }
@@ -183,9 +191,16 @@ fn password_from_env(config: &Config) -> Option<String> {
 /// has it, is not read when others than its owner may read or write it
 /// (or it is not a plain file): a warning says so.
 fn password_from_file(file: &Path, config: &Config) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(file).ok()?;
-    if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+    #[cfg(unix)]
+    let open = {
+        use std::os::unix::fs::PermissionsExt;
+        meta.permissions().mode() & 0o077 != 0
+    };
+    // Windows: libpq does not check the password file's permissions.
+    #[cfg(windows)]
+    let open = false;
+    if !meta.is_file() || open {
         tracing::warn!(
             "password file {} is not read: it is not a plain file that only its owner \
              may read and write (chmod 600 it)",
@@ -245,6 +260,7 @@ fn split_escaped(line: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn a_password_file_others_may_read_is_not_read() {
         use std::os::unix::fs::PermissionsExt;
