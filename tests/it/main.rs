@@ -41,6 +41,8 @@ mod pg_budget;
 mod pg_claims;
 mod pg_lease;
 mod pg_outcome;
+#[cfg(unix)]
+mod pg_pooler;
 mod pg_restart;
 mod pg_roles;
 mod quickstart;
