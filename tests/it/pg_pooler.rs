@@ -73,7 +73,8 @@ struct Bouncer {
 }
 
 impl Bouncer {
-    fn start(pool_mode: &str, user: &str) -> Bouncer {
+    /// Starts one in `pool_mode`, with `extra` settings, letting in `user`.
+    fn start(pool_mode: &str, extra: &str, user: &str) -> Bouncer {
         let server: postgres::Config = test_store().unwrap().parse().unwrap();
         let port = server.get_ports().first().copied().unwrap_or(5432);
         let (host, socket_dir) = match server.get_hosts().first() {
@@ -99,7 +100,8 @@ impl Bouncer {
                  auth_file = {d}/users.txt\n\
                  pool_mode = {pool_mode}\n\
                  max_client_conn = 100\n\
-                 default_pool_size = 20\n"
+                 default_pool_size = 20\n\
+                 {extra}"
             ),
         )
         .unwrap();
@@ -186,7 +188,7 @@ fn session_pooling_works_and_keeps_the_servers_timeouts() {
     }
     let pg = env.pg.as_ref().unwrap();
     let role = Role::new(pg);
-    let bouncer = Bouncer::start("session", &role.name);
+    let bouncer = Bouncer::start("session", "", &role.name);
 
     ok(&env, &bouncer, &["new", "demo", "--step", "echo hello"]);
     let out = ok(&env, &bouncer, &["tick", "demo"]);
@@ -222,6 +224,18 @@ fn session_pooling_works_and_keeps_the_servers_timeouts() {
 
 #[test]
 fn transaction_pooling_is_refused_saying_why() {
+    refused_behind("transaction", "");
+}
+
+/// Session pooling whose reset between clients is turned off hands a
+/// closed client's session, its advisory locks held, to the next: refused
+/// alike.
+#[test]
+fn session_pooling_without_its_reset_is_refused() {
+    refused_behind("session", "server_reset_query =\n");
+}
+
+fn refused_behind(pool_mode: &str, extra: &str) {
     let Some(env) = Env::postgres() else { return };
     if !have_pgbouncer() {
         return;
@@ -229,7 +243,7 @@ fn transaction_pooling_is_refused_saying_why() {
     env.new_loop("demo", "step = \"true\"\n");
     let pg = env.pg.as_ref().unwrap();
     let role = Role::new(pg);
-    let bouncer = Bouncer::start("transaction", &role.name);
+    let bouncer = Bouncer::start(pool_mode, extra, &role.name);
     let before = env.state("demo");
 
     // A first command may be given a session no one used yet; the next
