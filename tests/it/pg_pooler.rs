@@ -127,10 +127,7 @@ impl Bouncer {
             }
             cmd.args(["-u", &name]);
         }
-        let log = std::fs::File::create(
-            std::env::temp_dir().join(format!("pgbouncer-{}-{pool_mode}.log", std::process::id())),
-        )
-        .unwrap();
+        let log = std::fs::File::create(dir.path().join("pgbouncer.log")).unwrap();
         let child = cmd
             .arg(dir.path().join("pgbouncer.ini"))
             .stdout(Stdio::null())
