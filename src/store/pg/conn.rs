@@ -143,11 +143,10 @@ pub(super) fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<
 }
 
 /// The statement run once connected: the mark another connection left in
-/// the session (empty on a session of its own), then `settings` set for
-/// the session. Each
-/// connection marks its session with `{MARK_VALUE}` (replaced per
-/// connection): PostgreSQL starts a session without it, and a pooler's
-/// reset (`DISCARD ALL`) clears it.
+/// the session (empty on a session of its own), then the session marked
+/// as this connection's ([`MARK_VALUE`] is replaced by its own mark) and
+/// `settings` set for it. PostgreSQL starts every session unmarked, and a
+/// session pooler's reset between clients (`DISCARD ALL`) clears the mark.
 fn setup_sql<'a>(settings: impl Iterator<Item = &'a (&'a str, String)>) -> String {
     let sets: String = settings
         .map(|(name, value)| format!(", set_config('{name}', '{value}', false)"))
