@@ -83,6 +83,8 @@ mod pg_lease;
 #[cfg(unix)]
 mod pg_outcome;
 #[cfg(unix)]
+mod pg_pooler;
+#[cfg(unix)]
 mod pg_restart;
 #[cfg(unix)]
 mod pg_roles;

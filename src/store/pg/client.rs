@@ -103,6 +103,12 @@ pub(super) enum ConnectError {
     NoAnswer(Duration),
     #[error("cannot start the connection's runtime")]
     Runtime(#[source] std::io::Error),
+    /// Connected, but the session's settings could not be set.
+    #[error("cannot set the session's settings")]
+    Setup(#[source] PgError),
+    /// The session given is another connection's too.
+    #[error(transparent)]
+    Shared(super::conn::SharedSession),
 }
 
 /// What drives a connection: its runtime, and the connection's link.
@@ -273,6 +279,22 @@ impl Client {
             },
             client: Some(client),
         })
+    }
+
+    /// Runs `sql`, one statement, in the simple protocol (nothing
+    /// prepared); its first row's first column.
+    pub(super) fn set_up(&mut self, sql: &str) -> Result<String, PgError> {
+        use tokio_postgres::SimpleQueryMessage;
+        let client = self.client.as_ref().expect("a client until dropped");
+        let answer = self.io.run(client.simple_query(sql))?;
+        Ok(answer
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0),
+                _ => None,
+            })
+            .unwrap_or_default()
+            .to_owned())
     }
 
     fn inner(&self) -> &tokio_postgres::Client {

@@ -15,8 +15,15 @@
 //! is asked to give up a little sooner (`statement_timeout`, and
 //! `lock_timeout` for a wait on a table or row lock, set for the session
 //! unless the URL's `options` sets them), so one that answers says why.
+//! They are set by one statement once connected, not as start-up
+//! `options`, which a pooler such as pgbouncer refuses (docs/postgres.md,
+//! "Poolers"); that statement also marks the server session as this
+//! connection's, and refuses one another connection marked: a pooler that
+//! shares server sessions between connections.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_postgres::Config;
@@ -48,7 +55,28 @@ pub(super) struct Connector {
     within: Duration,
     /// Each call on a connection.
     bound: Duration,
+    /// Run once connected: the session's settings.
+    setup: Arc<str>,
 }
+
+/// The server session a connection was given carries what another
+/// connection set in it: a pooler between hands out server sessions per
+/// transaction or statement (or does not reset one between clients), and
+/// the store keeps state in its sessions.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server session it was given still carries another connection's settings \
+     ({MARK} = {0}): a connection pooler in transaction or statement pooling mode (or one that \
+     does not reset a session between clients) is between automaton and PostgreSQL, and the \
+     store keeps state in its sessions (a loop's advisory lock, its prepared statements, \
+     LISTEN); use session pooling (pgbouncer: pool_mode = session, with its default \
+     server_reset_query) or connect to the server directly (docs/postgres.md, \"Poolers\")"
+)]
+pub(crate) struct SharedSession(pub(super) String);
+
+/// The setting each connection marks its server session with: the
+/// process and connection that set it.
+const MARK: &str = "automaton.session";
 
 /// The server gives up a statement at nine tenths of the call's bound (so
 /// a server that answers says why before the client gives up on it), and
@@ -81,25 +109,23 @@ pub(super) fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<
         .keepalives_idle(KEEPALIVE_IDLE)
         .keepalives_interval(KEEPALIVE_INTERVAL)
         .keepalives_retries(KEEPALIVE_RETRIES);
-    // First, so that the URL's own `-c` settings win. The server probes
-    // its end as the runner probes its own: a session of a runner cut off
-    // from it (and the advisory lock it holds) is ended in about a minute,
-    // not the two hours of the usual system default.
+    // Set once connected, each unless the URL's own `options` sets it. The
+    // server probes its end as the runner probes its own: a session of a
+    // runner cut off from it (and the advisory lock it holds) is ended in
+    // about a minute, not the two hours of the usual system default.
     let (statement, lock) = server_timeouts(call);
-    let bounds = format!(
-        "-c statement_timeout={}ms -c lock_timeout={}ms \
-         -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={}",
-        statement.as_millis(),
-        lock.as_millis(),
-        KEEPALIVE_IDLE.as_secs(),
-        KEEPALIVE_INTERVAL.as_secs(),
-        KEEPALIVE_RETRIES
-    );
-    let options = match config.get_options() {
-        Some(o) if !o.trim().is_empty() => format!("{bounds} {o}"),
-        _ => bounds,
-    };
-    config.options(&options);
+    let ours = [
+        ("statement_timeout", format!("{}ms", statement.as_millis())),
+        ("lock_timeout", format!("{}ms", lock.as_millis())),
+        ("tcp_keepalives_idle", KEEPALIVE_IDLE.as_secs().to_string()),
+        (
+            "tcp_keepalives_interval",
+            KEEPALIVE_INTERVAL.as_secs().to_string(),
+        ),
+        ("tcp_keepalives_count", KEEPALIVE_RETRIES.to_string()),
+    ];
+    let theirs = options_set(config.get_options().unwrap_or_default());
+    let setup = setup_sql(ours.iter().filter(|(name, _)| !theirs.iter().any(|t| t == name)));
     if config.get_application_name().is_none() {
         config.application_name("automaton");
     }
@@ -112,19 +138,92 @@ pub(super) fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<
         config,
         within,
         bound: call,
+        setup: setup.into(),
     })
+}
+
+/// The statement run once connected: the mark another connection left in
+/// the session (empty on a session of its own), then the session marked
+/// as this connection's ([`MARK_VALUE`] is replaced by its own mark) and
+/// `settings` set for it. PostgreSQL starts every session unmarked, and a
+/// session pooler's reset between clients (`DISCARD ALL`) clears the mark.
+fn setup_sql<'a>(settings: impl Iterator<Item = &'a (&'a str, String)>) -> String {
+    let sets: String = settings
+        .map(|(name, value)| format!(", set_config('{name}', '{value}', false)"))
+        .collect();
+    format!(
+        "SELECT coalesce(current_setting('{MARK}', true), ''), \
+         set_config('{MARK}', '{MARK_VALUE}', false){sets}"
+    )
+}
+
+/// Where the setup statement takes each connection's own mark.
+const MARK_VALUE: &str = "$mark";
+
+/// The settings a URL's `options` sets: `-c name=value`, `-cname=value`,
+/// `--name=value` (a backslash escapes a space, as the server reads them),
+/// named as the server does (lower case, `_` for `-`).
+fn options_set(options: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.extend(chars.next()),
+            c if c.is_whitespace() => words.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
+            c => word.push(c),
+        }
+    }
+    words.extend((!word.is_empty()).then_some(word));
+    let mut names = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(w) = words.next() {
+        let setting = match w.as_str() {
+            "-c" => words.next(),
+            w => w
+                .strip_prefix("--")
+                .or_else(|| w.strip_prefix("-c"))
+                .map(str::to_owned),
+        };
+        if let Some((name, _)) = setting.as_deref().and_then(|s| s.split_once('=')) {
+            names.push(name.trim().to_lowercase().replace('-', "_"));
+        }
+    }
+    names
 }
 
 impl Connector {
     /// Opens one connection, within the connect timeout.
     pub(super) fn connect(&self) -> Result<Client, ConnectError> {
-        Client::connect(&self.config, self.within, self.bound)
+        self.set_up(Client::connect(&self.config, self.within, self.bound)?)
     }
 
     /// Opens one connection within `bound`, each call on it bounded by
     /// `bound` too.
     pub(super) fn connect_within(&self, bound: Duration) -> Result<Client, ConnectError> {
-        Client::connect(&self.config, bound.min(self.within), bound.min(self.bound))
+        self.set_up(Client::connect(
+            &self.config,
+            bound.min(self.within),
+            bound.min(self.bound),
+        )?)
+    }
+
+    /// Sets the session's settings on a connection just made, refusing a
+    /// session that another connection marked.
+    fn set_up(&self, mut client: Client) -> Result<Client, ConnectError> {
+        static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+        let mark = format!(
+            "{}.{}",
+            std::process::id(),
+            CONNECTIONS.fetch_add(1, Ordering::Relaxed)
+        );
+        let found = client
+            .set_up(&self.setup.replace(MARK_VALUE, &mark))
+            .map_err(ConnectError::Setup)?;
+        if !found.is_empty() {
+            return Err(ConnectError::Shared(SharedSession(found)));
+        }
+        Ok(client)
     }
 }
 
@@ -275,6 +374,49 @@ mod tests {
             assert_eq!(password.is_some(), read, "mode {mode:o}");
         }
         assert_eq!(password_from_file(dir.path(), &config), None, "a directory");
+    }
+
+    #[test]
+    fn the_urls_own_options_keep_their_settings_and_ours_fill_the_rest() {
+        assert_eq!(
+            options_set(
+                r"-c statement_timeout=0 -clock_timeout=2s --TCP-keepalives-idle=5 -c search_path=a\ b"
+            ),
+            [
+                "statement_timeout",
+                "lock_timeout",
+                "tcp_keepalives_idle",
+                "search_path"
+            ]
+        );
+        assert!(options_set("").is_empty());
+        let connector = config(
+            "postgresql://ann@db.example/x?options=-c%20lock_timeout%3D2s",
+            "shown",
+            None,
+        )
+        .unwrap();
+        assert_eq!(connector.config.get_options(), Some("-c lock_timeout=2s"));
+        assert_eq!(
+            &*connector.setup,
+            "SELECT coalesce(current_setting('automaton.session', true), ''), \
+             set_config('automaton.session', '$mark', false), \
+             set_config('statement_timeout', '27000ms', false), \
+             set_config('tcp_keepalives_idle', '30', false), \
+             set_config('tcp_keepalives_interval', '10', false), \
+             set_config('tcp_keepalives_count', '3', false)"
+        );
+        let plain = config("postgresql://ann@db.example/x", "shown", None).unwrap();
+        assert_eq!(
+            plain.config.get_options(),
+            None,
+            "no start-up options a pooler refuses"
+        );
+        assert!(
+            plain
+                .setup
+                .contains("set_config('lock_timeout', '10000ms', false)")
+        );
     }
 
     #[test]
