@@ -1,15 +1,17 @@
 #!/bin/sh
 # Builds gate.wasm (or the path given) from gate.c with the toolchain
 # Debian ships (clang-19, lld-19, wasi-libc, libclang-rt-19-dev-wasm32),
-# and wit-c (tools/, its crates pinned in Cargo.lock) for the two
-# component-model steps: the C bindings of wit/gate.wit, and the component
-# made of the linked module with the WASI preview1 reactor adapter.
+# and the C template's wit-c (../../c/tools, its crates pinned in
+# Cargo.lock) for the two component-model steps: the C bindings of
+# wit/gate.wit (whose switches trap on a tag the WIT does not have), and
+# the component made of the linked module with the WASI preview1 reactor
+# adapter.
 set -eu
 cd "$(dirname "$0")"
 out="${1:-gate.wasm}"
 cc="${CC:-clang-19}"
 wit_c() {
-  cargo run --quiet --locked --release --manifest-path tools/Cargo.toml -- "$@"
+  cargo run --quiet --locked --release --manifest-path ../../c/tools/Cargo.toml -- "$@"
 }
 wit_c bindings wit bindings
 # --strip-debug: wasi-libc's debug info would triple the size; the names
