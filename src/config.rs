@@ -993,9 +993,14 @@ limits = { timeout = "200ms", memory = "64MiB" }
         assert_eq!(c.step.command.argv()[0], "./agent.sh");
         assert_eq!(c.timeout, Some(Dur(Duration::from_mins(30))));
         assert_eq!(c.overlap, Overlap::Wait);
+        let shell: [&str; 2] = if cfg!(windows) {
+            ["cmd", "/C"]
+        } else {
+            ["sh", "-c"]
+        };
         assert_eq!(
             c.verifier.unwrap().command.argv(),
-            ["sh", "-c", "cargo test --quiet"]
+            [shell[0], shell[1], "cargo test --quiet"]
         );
         assert_eq!(
             c.schedule.unwrap().cadence,

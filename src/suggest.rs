@@ -93,8 +93,11 @@ pub(crate) fn near_file(path: &Path) -> Option<String> {
 /// `; did you mean "gates/office-hours.wasm"?`: the file `near` in the
 /// directory of `written`, as `written` writes it.
 pub(crate) fn file_named(written: &str, near: &str) -> String {
-    let shown = Path::new(written).with_file_name(near);
-    format!("; did you mean {:?}?", shown.display().to_string())
+    // The directory as written, separators and all (a `/` stays a `/` on
+    // Windows too).
+    let dir = written.rfind(std::path::is_separator).map_or(0, |i| i + 1);
+    let shown = format!("{}{near}", &written[..dir]);
+    format!("; did you mean {shown:?}?")
 }
 
 #[cfg(test)]
