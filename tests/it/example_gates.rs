@@ -800,11 +800,12 @@ fn a_javascript_gate_that_returns_no_decision_is_told_what_a_decision_is() {
     assert!(thrown.starts_with("threw a number "), "{thrown}");
 }
 
-/// The worked example of docs/writing-gates.md (WIT 0.3.0), in Rust and C:
-/// business hours in a zone from the host's database, a cap on the cost
-/// summed by the host over the last 24 hours, a halt after failures. Its
-/// cases pass, and in a real loop the third tick awaits approval once two
-/// runs spent 6 of a cap of 5 (at a weekend in Paris, every tick skips).
+/// The worked example of docs/writing-gates.md (WIT 0.3.0), in Rust,
+/// Python, JavaScript and C: business hours in a zone from the host's
+/// database, a cap on the cost summed by the host over the last 24 hours,
+/// a halt after failures. Its cases pass, and in a real loop the third tick
+/// awaits approval once two runs spent 6 of a cap of 5 (at a weekend in
+/// Paris, every tick skips).
 fn windowed_example(lang: &str, toolchain: &str, present: bool) {
     if !present {
         let required = std::env::var("AUTOMATON_REQUIRE_GATE_TOOLCHAINS").is_ok_and(|v| v == "1");
@@ -814,7 +815,7 @@ fn windowed_example(lang: &str, toolchain: &str, present: bool) {
     }
     let dir = example_dir(&format!("windowed/{lang}"));
     let wasm = built(&format!("windowed-{lang}"), &dir);
-    let env = Env::new();
+    let env = env_for(lang);
     let cases = dir.join("cases.json");
     let out = env.ok(&[
         "gate",
@@ -872,4 +873,22 @@ fn windowed_rust_example_gate() {
 #[test]
 fn windowed_c_example_gate() {
     windowed_example("c", C_TOOLCHAIN, has_c_toolchain());
+}
+
+#[test]
+fn windowed_python_example_gate() {
+    windowed_example(
+        "python",
+        "componentize-py 0.25.1 (pip install componentize-py==0.25.1)",
+        has("componentize-py", "--version"),
+    );
+}
+
+#[test]
+fn windowed_javascript_example_gate() {
+    windowed_example(
+        "javascript",
+        "node and npm",
+        has("node", "--version") && has("npm", "--version"),
+    );
 }
