@@ -425,3 +425,31 @@ fn the_stock_time_window_takes_an_iana_zone_from_the_hosts_database() {
         "{err}"
     );
 }
+
+/// The runs a gate asks for are summed over its window from the loop's
+/// history on either store: each tick's after-step gate sees the cost of
+/// every run so far, its own included.
+#[test]
+fn a_gates_window_sums_the_loops_runs_on_either_store() {
+    let env = Env::new();
+    let wasm = write(&env.scratch(), "h.wasm", &fx::reads_history(5, &[86_400_000]));
+    let step = "step = \"echo '{\\\"cost_usd\\\": 0.5}' > \\\"$AUTOMATON_METRICS\\\"\"\n";
+    env.new_loop(
+        "sums",
+        &format!(
+            "{step}[[gate]]\npath = {:?}\nphase = [\"after-step\"]\n",
+            wasm.to_str().unwrap()
+        ),
+    );
+    for sum in ["0.5", "1.0", "1.5"] {
+        let v: Value = serde_json::from_str(&env.ok(&["tick", "sums", "--json"])).unwrap();
+        assert_eq!(v["outcome"], "ran", "{v}");
+        let last = env
+            .history("sums")
+            .into_iter()
+            .rev()
+            .find(|e| e["kind"] == "gate")
+            .unwrap();
+        assert_eq!(last["reason"], format!("{{\"cost_usd\":{sum}}}"), "{last}");
+    }
+}
