@@ -354,7 +354,7 @@ fn tokens_are_priced_by_the_roots_pricing_table() {
     assert!((spent - 0.6).abs() < 1e-9, "{spent}");
 }
 
-/// Three daemons, as three hosts, on one PostgreSQL root: 30 loops
+/// Three daemons, as three hosts, on one PostgreSQL root: 100 loops
 /// firing every 200ms, all spending into one daily budget of 20. Every
 /// reservation is checked and held in one statement on the server: exactly
 /// 20 steps run, whichever host ran them, and the budget ends at its cap
@@ -362,7 +362,7 @@ fn tokens_are_priced_by_the_roots_pricing_table() {
 #[test]
 fn daemons_on_three_hosts_spend_no_more_than_one_shared_budget() {
     let Some(env) = Env::postgres() else { return };
-    const LOOPS: usize = 30;
+    const LOOPS: usize = 100;
     let budget = "\n[[budget]]\nname = \"team-daily\"\nwindow = \"1d\"\ntz = \"Europe/Berlin\"\ncap = 20.0\n\
                   scope = \"group:agents\"\non_cap = \"skip\"\n";
     root_budgets(&env, budget);
