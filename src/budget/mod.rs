@@ -607,10 +607,20 @@ pub(crate) fn for_gate(
     config: &LoopConfig,
 ) -> Vec<crate::domain::GateBudget> {
     let members = of_loop(&root.settings().budgets, name, config);
+    standings_for_gate(Place::of(root.path(), shared), &members, name)
+}
+
+/// [`for_gate`] for a loop whose budgets, `members`, are already known
+/// (a tick's).
+pub(crate) fn standings_for_gate(
+    place: Place<'_>,
+    members: &[Member],
+    name: &str,
+) -> Vec<crate::domain::GateBudget> {
     if members.is_empty() {
         return Vec::new();
     }
-    match standings(Place::of(root.path(), shared), &members) {
+    match standings(place, members) {
         Ok(s) => s
             .into_iter()
             .map(|s| crate::domain::GateBudget {

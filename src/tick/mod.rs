@@ -623,9 +623,14 @@ impl Tick<'_> {
         }
     }
 
+    /// Whether any gate of the config, live or shadow, runs in `phase`.
+    fn runs_gates(&self, phase: Phase) -> bool {
+        self.config.gates.iter().any(|g| g.phases.contains(&phase))
+    }
+
     /// The gate host, made when `phase` has gates and no host is there yet.
     fn host_for(&mut self, phase: Phase) -> Result<Option<&GateHost>> {
-        if !self.config.gates.iter().any(|g| g.phases.contains(&phase)) {
+        if !self.runs_gates(phase) {
             return Ok(None);
         }
         if self.shared_host.is_none() && self.own_host.is_none() {
@@ -665,13 +670,15 @@ impl Tick<'_> {
         let name = store.name().as_str();
         let config = self.config;
         let policy = self.root.settings().gates.policy(&config.signing);
-        let root = self.root;
+        // Where the loop's budgets stand, for the gates to see: read only
+        // when a gate runs in this phase.
+        let budgets = match self.runs_gates(phase) {
+            true => crate::budget::standings_for_gate(self.ledger(), &self.budgets, name),
+            false => Vec::new(),
+        };
         let result = match self.host_for(phase)? {
             None => return Ok(gates::PhaseResult::empty()),
-            Some(host) => {
-                let budgets = crate::budget::for_gate(root, store.shared_ledger(), name, config);
-                gates::evaluate_phase(host, name, store, (config, &policy), state, phase, &budgets)
-            }
+            Some(host) => gates::evaluate_phase(host, name, store, (config, &policy), state, phase, &budgets),
         };
         gates::raise_floors(state, &result.signed);
         let tick = state.tick + u64::from(phase == Phase::BeforeStep);
