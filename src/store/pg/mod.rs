@@ -103,6 +103,9 @@ pub struct Database {
     renewals: lease::Renewals,
     /// Who the database knows this process as, recorded beside its actor.
     role: String,
+    /// The root-wide access the admin record held when the store was
+    /// opened (`access import`); `None`: none recorded.
+    access: Option<crate::access::Access>,
 }
 
 impl Database {
@@ -119,13 +122,27 @@ impl Database {
             loops_dir,
             idle: Mutex::new(Vec::new()),
             role: String::new(),
+            access: None,
         };
         let mut client = db.connect(None)?;
         schema::ensure(&mut client, &db.url)?;
-        let role = client
-            .query_one("SELECT current_user::text", &[])
+        // The role, and the root-wide access recorded, in one round trip.
+        let row = client
+            .query_one(
+                "SELECT current_user::text,
+                        (SELECT record::text FROM admin_log WHERE kind = 'access-set' ORDER BY n DESC LIMIT 1)",
+                &[],
+            )
             .map_err(db.fail(None, "cannot read the connection's role"))?;
-        db.role = crate::bounds::name(role.get(0));
+        db.role = crate::bounds::name(row.get(0));
+        if let Some(text) = row.get::<_, Option<String>>(1) {
+            let entry: crate::admin::Entry =
+                serde_json::from_str(&text).map_err(|e| Error::CorruptState {
+                    path: format!("{}/admin_log (the root-wide access)", db.url).into(),
+                    reason: e.to_string(),
+                })?;
+            db.access = crate::admin::recorded_access(&[entry]);
+        }
         db.put_back(client);
         Ok(Arc::new(db))
     }
@@ -450,6 +467,10 @@ impl Store for Arc<Database> {
 
     fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()> {
         users::record(self, entry)
+    }
+
+    fn root_access(&self) -> Result<Option<crate::access::Access>> {
+        Ok(self.access.clone())
     }
 
     fn change_delegates(
