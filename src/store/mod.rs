@@ -170,6 +170,13 @@ pub trait Store: Send + Sync {
         Ok(None)
     }
 
+    /// Keeps a connection for a daemon's bookkeeping (its ledger of
+    /// firings, its claims' settling and renewal) from now on, where the
+    /// store has connections to run out of.
+    fn keep_bookkeeping(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The delegates the admin record holds.
     fn delegates(&self) -> Result<Vec<String>> {
         Ok(crate::admin::recorded_delegates(&self.admin_log()?))

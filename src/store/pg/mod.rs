@@ -106,6 +106,11 @@ pub struct Database {
     /// The root-wide access the admin record held when the store was
     /// opened (`access import`); `None`: none recorded.
     access: Option<crate::access::Access>,
+    /// A daemon's bookkeeping connection ([`Database::keep_bookkeeping`]):
+    /// its ledger records, and the settling and renewal of its claims.
+    kept: Mutex<Option<Client>>,
+    /// Whether the bookkeeping uses `kept`: set by a daemon.
+    keeps: std::sync::atomic::AtomicBool,
 }
 
 impl Database {
@@ -123,6 +128,8 @@ impl Database {
             idle: Mutex::new(Vec::new()),
             role: String::new(),
             access: None,
+            kept: Mutex::new(None),
+            keeps: std::sync::atomic::AtomicBool::new(false),
         };
         let mut client = db.connect(None)?;
         schema::ensure(&mut client, &db.url)?;
@@ -201,6 +208,68 @@ impl Database {
             },
             false => fail(e),
         }
+    }
+
+    /// From now on, keeps a connection for this process's bookkeeping
+    /// (the ledger of firings, and the settling and renewal of claims),
+    /// made now: a server that has no connection left to give cannot
+    /// refuse a tick that ran its record in the ledger, nor its next
+    /// firing. One the server ends is made again when next needed.
+    pub(crate) fn keep_bookkeeping(&self) -> Result<()> {
+        self.keeps.store(true, std::sync::atomic::Ordering::Relaxed);
+        let client = self.connect_kept(None)?;
+        *self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(client);
+        Ok(())
+    }
+
+    /// A connection made to be kept: the server's idle timeout does not
+    /// end it.
+    fn connect_kept(&self, name: Option<&str>) -> Result<Client> {
+        let mut client = self.connect(name)?;
+        client
+            .batch_execute(NEVER_IDLE_OUT)
+            .map_err(self.fail(name, "cannot keep a connection for the bookkeeping"))?;
+        Ok(client)
+    }
+
+    /// Runs a bookkeeping write `f`, as [`Database::with`]: on the kept
+    /// connection where a daemon keeps one and it is free; else on one of
+    /// the pool, unless the server refuses a new one, when it waits for
+    /// the kept one.
+    fn bookkeeping<T>(
+        &self,
+        name: Option<&str>,
+        action: &str,
+        f: impl FnOnce(&mut Client) -> Result<T, PgError>,
+    ) -> Result<T> {
+        use std::sync::TryLockError;
+        if !self.keeps.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.with(name, action, f);
+        }
+        let mut kept = match self.kept.try_lock() {
+            Ok(kept) => kept,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => match self.take(name) {
+                Ok(mut client) => {
+                    let out = f(&mut client).map_err(self.fail(name, action))?;
+                    self.put_back(client);
+                    return Ok(out);
+                }
+                Err(e) if refuses_connections(&e) => self
+                    .kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Err(e) => return Err(e),
+            },
+        };
+        let client = match kept.take() {
+            Some(c) if !c.is_closed() => kept.insert(c),
+            _ => kept.insert(self.connect_kept(name)?),
+        };
+        f(client).map_err(self.fail(name, action))
     }
 
     /// An idle connection, or a new one.
@@ -471,6 +540,10 @@ impl Store for Arc<Database> {
 
     fn root_access(&self) -> Result<Option<crate::access::Access>> {
         Ok(self.access.clone())
+    }
+
+    fn keep_bookkeeping(&self) -> Result<()> {
+        Database::keep_bookkeeping(self)
     }
 
     fn change_delegates(
