@@ -132,6 +132,15 @@ impl Database {
             keeps: std::sync::atomic::AtomicBool::new(false),
         };
         let mut client = db.connect(None)?;
+        // Behind a pooler, a second connection made while the first is
+        // idle: one in transaction or statement pooling mode gives it the
+        // first one's server session, marked, and it is refused, so that
+        // the first command through a pool no one used yet is refused too
+        // (docs/postgres.md, "Poolers"). Kept idle for the command's use.
+        let second = match db.connector.is_between() {
+            true => Some(db.connect(None)?),
+            false => None,
+        };
         schema::ensure(&mut client, &db.url)?;
         // The role, and the root-wide access recorded, in one round trip.
         let row = client
@@ -151,6 +160,9 @@ impl Database {
             db.access = crate::admin::recorded_access(&[entry]);
         }
         db.put_back(client);
+        if let Some(second) = second {
+            db.put_back(second);
+        }
         Ok(Arc::new(db))
     }
 
