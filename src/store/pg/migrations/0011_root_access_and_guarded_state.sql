@@ -34,9 +34,11 @@ CREATE TRIGGER guarded_access BEFORE INSERT OR UPDATE OR DELETE ON admin_log
 -- With `attribution` set, a role that is not a member of `approvers` (a
 -- runner host) writes a loop's state as a tick does, and no further: it
 -- cannot make a stopped loop (paused, halted, completed) run again, and
--- it cannot end an open await unless an approval given for that await is
--- used in the same write (the approvals themselves are attested when they
--- are given: migration 10) or the loop halts or completes.
+-- it cannot end an open await (leave the loop with none) unless an
+-- approval given for that await is used in the same write (the approvals
+-- themselves are attested when they are given: migration 10) or the loop
+-- halts or completes. An await replaced by another (a change of the
+-- rules that awaits its own approval) still waits, and is its to make.
 CREATE FUNCTION automaton_guarded_state() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -66,8 +68,7 @@ BEGIN
     old_await := CASE WHEN json_typeof(old_state->'awaiting') = 'object'
                       THEN old_state->'awaiting'->>'id' END;
     IF old_await IS NOT NULL
-       AND (CASE WHEN json_typeof(new_state->'awaiting') = 'object'
-                 THEN new_state->'awaiting'->>'id' END) IS DISTINCT FROM old_await
+       AND json_typeof(new_state->'awaiting') IS DISTINCT FROM 'object'
        AND coalesce(new_status, '') NOT IN ('halted', 'completed')
        AND NOT EXISTS (
            SELECT 1
