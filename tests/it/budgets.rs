@@ -120,6 +120,15 @@ fn many_loops_ticking_at_once_spend_no_more_than_their_daily_cap() {
         .find(|l| l["name"] == "agent-3")
         .unwrap();
     assert_eq!(listed["budgets"][0]["reserved"], 0.0);
+    // One read of the ledger serves the whole listing, each loop its own.
+    for l in list.as_array().unwrap() {
+        if l["name"] == "outsider" {
+            assert!(l.get("budgets").is_none(), "{l}");
+        } else {
+            assert_eq!(l["budgets"][0]["name"], "team-daily", "{l}");
+            assert_eq!(l["budgets"][0]["spent"], 10.0, "{l}");
+        }
+    }
     assert!(of_kind(&env, "outsider", "budget-reserved").is_empty());
 }
 
