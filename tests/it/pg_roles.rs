@@ -294,10 +294,22 @@ fn the_root_wide_access_is_the_stores_and_a_runner_hosts_file_grants_nothing() {
     env.root_config(&format!(
         "delegates = [{os:?}]\n[access]\napprovers = [\"ann\"]\n"
     ));
+    // Until it is recorded, each host reads its own file, and says so.
+    let out = env.run(&["access", "show"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("its [access] is not recorded in the store, so each host reads its own file"),
+        "{err}"
+    );
     let said = env.ok(&["access", "import"]);
     assert!(said.starts_with("root-wide access recorded in "), "{said}");
     assert!(said.contains("approvers: ann; operators: anyone"), "{said}");
     assert!(env.ok(&["access", "import"]).contains("nothing recorded"));
+    let log = env.ok(&["user", "log"]);
+    assert!(
+        log.contains("recorded the root-wide access (approvers: ann; operators: anyone; viewers: anyone)"),
+        "{log}"
+    );
 
     // A runner host whose own file makes its user an approver.
     let runner = Host::new("[access]\napprovers = [\"mallory\"]\n");
