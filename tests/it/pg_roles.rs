@@ -465,3 +465,42 @@ fn a_runner_role_cannot_end_an_await_or_resume_by_writing_state_and_its_ticks_st
     ok(run(&alice, roles.alice(), &["resume", "demo"]));
     assert_eq!(env.state("demo")["status"], "active");
 }
+
+/// A change of the rules while an await is open replaces that await by
+/// one for the change: the loop still waits, and the runner's tick that
+/// records it commits.
+#[test]
+fn a_runner_roles_tick_replaces_an_open_await_by_one_for_a_change_of_the_rules() {
+    let Some(env) = Env::postgres() else { return };
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[approval]\nconfig_changes = \"await\"\n\
+         [[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    let pg = env.pg.as_ref().unwrap();
+    let roles = Roles::new(pg, &crate::common::test_store().unwrap());
+    let runner = as_role(&pg.url, roles.runner());
+    let tick = || {
+        let out = env
+            .cmd()
+            .env("AUTOMATON_STORE", &runner)
+            .args(["tick", "demo"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    tick();
+    assert!(tick().starts_with("demo tick 2: awaiting-approval"));
+    let gate_await = env.state("demo")["awaiting"]["id"].clone();
+    // The rules changed by the tables' owner (an approver).
+    pg.client()
+        .batch_execute("UPDATE loops SET config = replace(config, 'every = 1', 'every = 3')")
+        .unwrap();
+    let said = tick();
+    assert!(said.contains("a change to the rules needs an approval"), "{said}");
+    let state = env.state("demo");
+    assert_eq!(state["status"], "awaiting_approval");
+    assert_ne!(state["awaiting"]["id"], gate_await, "{state}");
+    assert_eq!(state["awaiting"]["gates"][0]["gate"], "loop.toml", "{state}");
+}
