@@ -504,3 +504,65 @@ fn a_runner_roles_tick_replaces_an_open_await_by_one_for_a_change_of_the_rules()
     assert_ne!(state["awaiting"]["id"], gate_await, "{state}");
     assert_eq!(state["awaiting"]["gates"][0]["gate"], "loop.toml", "{state}");
 }
+
+/// With `required = 2`, one approval used does not end the await for a
+/// runner role; two people's, used by its tick, do.
+#[test]
+fn a_runner_role_cannot_end_an_await_with_fewer_approvals_than_required() {
+    let Some(env) = Env::postgres() else { return };
+    env.new_loop(
+        "demo",
+        "step = \"true\"\n[approval]\nrequired = 2\n[[gate]]\nstock = \"approve-every\"\nparams = { every = 1 }\n",
+    );
+    let pg = env.pg.as_ref().unwrap();
+    let roles = Roles::new(pg, &crate::common::test_store().unwrap());
+    let runner = as_role(&pg.url, roles.runner());
+    let run = |url: &str, who: &str, args: &[&str]| {
+        let out = env
+            .cmd()
+            .env("AUTOMATON_STORE", url)
+            .env("AUTOMATON_USER", who)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&runner, "operator", &["tick", "demo"]);
+    run(&runner, "operator", &["tick", "demo"]);
+    run(
+        &as_role(&pg.url, roles.alice()),
+        roles.alice(),
+        &["approve", "demo"],
+    );
+    let mut c = postgres::Client::connect(&runner, postgres::NoTls).unwrap();
+    let used = c.execute(
+        "UPDATE loops SET state = (state::jsonb
+             || '{\"awaiting\": null, \"status\": \"active\", \"pending_approvals\": []}'::jsonb)::json
+         WHERE name = 'demo'",
+        &[],
+    );
+    let e = used.unwrap_err();
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
+    assert!(
+        message.contains("without its approvals (1 of 2 used)"),
+        "{message}"
+    );
+    assert!(env.state("demo")["awaiting"].is_object());
+    let waits = run(&runner, "operator", &["tick", "demo"]);
+    assert!(waits.starts_with("demo tick 2: awaiting-approval"), "{waits}");
+
+    // A second person (named by a role trusted to attest): the runner's
+    // tick uses both, and runs.
+    run(&as_role(&pg.url, roles.desk()), "bob", &["approve", "demo"]);
+    let ran = run(&runner, "operator", &["tick", "demo"]);
+    assert!(ran.starts_with("demo tick 2: ran "), "{ran}");
+    assert!(env.state("demo")["awaiting"].is_null());
+}

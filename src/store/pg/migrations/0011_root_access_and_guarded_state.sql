@@ -34,10 +34,10 @@ CREATE TRIGGER guarded_access BEFORE INSERT OR UPDATE OR DELETE ON admin_log
 -- With `attribution` set, a role that is not a member of `approvers` (a
 -- runner host) writes a loop's state as a tick does, and no further: it
 -- cannot make a stopped loop (paused, halted, completed) run again, and
--- it cannot end an open await (leave the loop with none) unless an
--- approval given for that await is used in the same write (the approvals
--- themselves are attested when they are given: migration 10) or the loop
--- halts or completes. An await replaced by another (a change of the
+-- it cannot end an open await (leave the loop with none) unless the
+-- approvals given for that await are used in the same write, by as many
+-- people as the loop's `required` (the approvals themselves are attested
+-- when they are given: migration 10), or the loop halts or completes. An await replaced by another (a change of the
 -- rules that awaits its own approval) still waits, and is its to make.
 CREATE FUNCTION automaton_guarded_state() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -48,6 +48,8 @@ DECLARE
     old_status text;
     new_status text;
     old_await text;
+    required integer;
+    used integer;
 BEGIN
     EXECUTE format('SELECT approvers FROM %I.attribution', TG_TABLE_SCHEMA) INTO approvers;
     IF approvers IS NULL OR pg_has_role(session_user, approvers, 'MEMBER') THEN
@@ -69,23 +71,29 @@ BEGIN
                       THEN old_state->'awaiting'->>'id' END;
     IF old_await IS NOT NULL
        AND json_typeof(new_state->'awaiting') IS DISTINCT FROM 'object'
-       AND coalesce(new_status, '') NOT IN ('halted', 'completed')
-       AND NOT EXISTS (
-           SELECT 1
-           FROM json_array_elements(
-               CASE WHEN json_typeof(old_state->'pending_approvals') = 'array'
-                    THEN old_state->'pending_approvals' ELSE '[]'::json END) a
-           WHERE a->>'await' = old_await
-             AND NOT EXISTS (
-                 SELECT 1
-                 FROM json_array_elements(
-                     CASE WHEN json_typeof(new_state->'pending_approvals') = 'array'
-                          THEN new_state->'pending_approvals' ELSE '[]'::json END) b
-                 WHERE b->>'id' = a->>'id'))
-    THEN
-        RAISE EXCEPTION 'role % may not end await % of loop % without an approval: only an approval given by a member of role % releases it',
-            session_user, old_await, NEW.name, approvers
-            USING ERRCODE = 'insufficient_privilege';
+       AND coalesce(new_status, '') NOT IN ('halted', 'completed') THEN
+        -- The approvals of that await the write used (they are gone from
+        -- the new state), by distinct people; as many as the loop's
+        -- `[approval] required` says where its loop.toml says it plainly
+        -- (a `required = N` line in its `[approval]` table), else one.
+        required := coalesce(substring(NEW.config from
+            '(?:^|\n)\[approval\][ \t]*(?:#[^\n]*)?\n(?:[^\[\n][^\n]*\n|\n)*?[ \t]*required[ \t]*=[ \t]*([0-9]{1,4})[ \t]*(?:#[^\n]*)?(?:\n|$)')::integer, 1);
+        SELECT count(DISTINCT a->>'by') INTO used
+        FROM json_array_elements(
+            CASE WHEN json_typeof(old_state->'pending_approvals') = 'array'
+                 THEN old_state->'pending_approvals' ELSE '[]'::json END) a
+        WHERE a->>'await' = old_await
+          AND NOT EXISTS (
+              SELECT 1
+              FROM json_array_elements(
+                  CASE WHEN json_typeof(new_state->'pending_approvals') = 'array'
+                       THEN new_state->'pending_approvals' ELSE '[]'::json END) b
+              WHERE b->>'id' = a->>'id');
+        IF used < greatest(required, 1) THEN
+            RAISE EXCEPTION 'role % may not end await % of loop % without its approvals (% of % used): only approvals given by members of role % release it',
+                session_user, old_await, NEW.name, used, greatest(required, 1), approvers
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
     END IF;
     RETURN NEW;
 END
