@@ -1,7 +1,8 @@
 //! Windows: the runner's guarantees the Windows way, driven through the
 //! Windows binary (under Wine in CI): a tick with a stock gate, approval,
 //! pause and resume, the lock readable while a tick holds it, a step's job
-//! killed with its runner, and a timeout that ends a tree of processes.
+//! killed with its runner, a timeout that ends a tree of processes, and
+//! the owner-only ACLs of what a root holds.
 //!
 //! Steps are batch files run by `cmd`. A process of a step's tree holds a
 //! file open (its output redirected into it) for as long as it lives, and
@@ -201,4 +202,204 @@ fn a_hostile_gate_is_stopped_and_its_step_never_runs() {
     let error = v["decisions"][0]["error"].as_str().unwrap_or_default();
     assert!(error.contains("timed out after 200ms"), "{v}");
     assert!(!mark.exists(), "the step ran behind a gate that never answered");
+}
+
+/// Every file and directory automaton made in a root (its state, history,
+/// lock, runs and their logs, budgets' ledger and lock, users, the gate
+/// cache and its key) is its owner's alone, as Unix makes them 0600 and
+/// 0700: its DACL, read back, allows its owner and nobody else, and is
+/// protected from what its directory would pass on. Wine keeps no ACL of
+/// its own (it maps one to the file's Unix mode and back): it shows the
+/// owner and SYSTEM, and anyone else only when the mode lets others in,
+/// and never a protected DACL, so under Wine SYSTEM is accepted and the
+/// protection is not checked.
+#[test]
+fn private_files_grant_their_owner_alone() {
+    let env = Env::with_own_cache();
+    let file = env.root.join("automaton.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text + "\n[[budget]]\nname = \"daily\"\nwindow = \"1d\"\ncap = 10.0\nscope = \"group:agents\"\n",
+    )
+    .unwrap();
+    let dir = env.scratch();
+    let step = batch(&dir, "cost.cmd", "echo cost_usd=1 > \"%AUTOMATON_METRICS%\"");
+    env.new_loop(
+        "demo",
+        &format!(
+            "group = \"agents\"\nmax_per_tick = 1.0\n{}[[gate]]\nstock = \"approve-every\"\nparams = {{ every = 1 }}\n",
+            step_table(&step)
+        ),
+    );
+    assert_eq!(tick(&env, "demo")["outcome"], "ran");
+    assert_eq!(tick(&env, "demo")["outcome"], "awaiting-approval");
+    env.ok(&["approve", "demo"]);
+    env.ok(&["pause", "demo"]);
+    let mut seen = Vec::new();
+    let mut todo = vec![env.root.clone()];
+    while let Some(path) = todo.pop() {
+        if path.is_dir() {
+            todo.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+        // The suite writes automaton.toml itself (its delegates, the
+        // budget above), the step its metrics: not files automaton made
+        // (on Windows the step's inherits its run directory's ACL).
+        if path == file || path.file_name().is_some_and(|n| n == "metrics") {
+            continue;
+        }
+        if let Err(why) = acl::owner_only(&path) {
+            panic!("{}: {why}", path.display());
+        }
+        seen.push(
+            path.strip_prefix(&env.root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/"),
+        );
+    }
+    for made in [
+        "loops/demo/.state.loop",
+        "loops/demo/history.jsonl",
+        "loops/demo/.state.lock",
+        "budgets/ledger.json",
+        "budgets/ledger.lock",
+        "cache/gates/key",
+        "admin.jsonl",
+    ] {
+        assert!(seen.iter().any(|p| p == made), "{made} was not made: {seen:?}");
+    }
+    for kind in ["runs/1", ".cwasm"] {
+        assert!(
+            seen.iter().any(|p| p.contains(kind)),
+            "nothing under {kind}: {seen:?}"
+        );
+    }
+}
+
+/// Reading a file's DACL back.
+mod acl {
+    use std::os::windows::fs::OpenOptionsExt;
+    use std::os::windows::io::AsRawHandle;
+    use std::path::Path;
+
+    use windows_sys::Win32::Foundation::{CloseHandle, ERROR_SUCCESS, HANDLE, LocalFree};
+    use windows_sys::Win32::Security::Authorization::{GetSecurityInfo, SE_FILE_OBJECT};
+    use windows_sys::Win32::Security::{
+        ACCESS_ALLOWED_ACE, ACE_HEADER, ACL, DACL_SECURITY_INFORMATION, EqualSid, GetAce,
+        GetSecurityDescriptorControl, GetTokenInformation, IsWellKnownSid, PSECURITY_DESCRIPTOR,
+        SE_DACL_PROTECTED, TOKEN_QUERY, TOKEN_USER, TokenUser, WinLocalSystemSid,
+    };
+    use windows_sys::Win32::Storage::FileSystem::{
+        FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, READ_CONTROL,
+    };
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
+
+    /// `ACCESS_ALLOWED_ACE_TYPE`.
+    const ALLOWED: u8 = 0;
+
+    /// Whether this runs under Wine (whose runner sets `WINEPREFIX`, which
+    /// Wine passes on to the programs it runs).
+    fn wine() -> bool {
+        std::env::var_os("WINEPREFIX").is_some()
+    }
+
+    /// `Ok` when `path`'s DACL allows its owner alone (see the test).
+    pub(super) fn owner_only(path: &Path) -> Result<(), String> {
+        let file = std::fs::OpenOptions::new()
+            .access_mode(READ_CONTROL)
+            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
+            .open(path)
+            .map_err(|e| format!("opening it to read its ACL: {e}"))?;
+        let user = current_user();
+        // SAFETY: an open handle; the descriptor GetSecurityInfo allocates
+        // (which `dacl` points into) is read, then freed.
+        unsafe {
+            let sid = (*user.as_ptr().cast::<TOKEN_USER>()).User.Sid;
+            let mut dacl: *mut ACL = std::ptr::null_mut();
+            let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+            let rc = GetSecurityInfo(
+                file.as_raw_handle(),
+                SE_FILE_OBJECT,
+                DACL_SECURITY_INFORMATION,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &raw mut dacl,
+                std::ptr::null_mut(),
+                &raw mut sd,
+            );
+            if rc != ERROR_SUCCESS {
+                return Err(format!("GetSecurityInfo: error {rc}"));
+            }
+            let verdict = check(sd, dacl, sid);
+            LocalFree(sd);
+            verdict
+        }
+    }
+
+    /// # Safety
+    /// `sd` is a security descriptor and `dacl` its DACL (or null).
+    unsafe fn check(
+        sd: PSECURITY_DESCRIPTOR,
+        dacl: *const ACL,
+        me: *mut core::ffi::c_void,
+    ) -> Result<(), String> {
+        if dacl.is_null() {
+            return Err("no DACL: everyone may do anything".to_owned());
+        }
+        // SAFETY: the caller's.
+        unsafe {
+            let (mut control, mut revision) = (0u16, 0u32);
+            GetSecurityDescriptorControl(sd, &raw mut control, &raw mut revision);
+            if control & SE_DACL_PROTECTED == 0 && !wine() {
+                return Err("its DACL is not protected from inheritance".to_owned());
+            }
+            let mut owner = false;
+            for i in 0..u32::from((*dacl).AceCount) {
+                let mut ace: *mut core::ffi::c_void = std::ptr::null_mut();
+                if GetAce(dacl, i, &raw mut ace) == 0 {
+                    return Err(format!("ACE {i} unreadable"));
+                }
+                let header = &*ace.cast::<ACE_HEADER>();
+                if header.AceType != ALLOWED {
+                    continue; // a denial takes nothing from the owner-only rule
+                }
+                let allowed = ace.cast::<ACCESS_ALLOWED_ACE>();
+                let sid = (&raw const (*allowed).SidStart).cast_mut().cast();
+                if EqualSid(sid, me) != 0 {
+                    owner = true;
+                } else if !(wine() && IsWellKnownSid(sid, WinLocalSystemSid) != 0) {
+                    return Err(format!(
+                        "its DACL allows another (ACE {i}, mask {:#x})",
+                        (*allowed).Mask
+                    ));
+                }
+            }
+            if owner {
+                Ok(())
+            } else {
+                Err("its DACL does not allow its owner".to_owned())
+            }
+        }
+    }
+
+    /// This process's token's user, as `TOKEN_USER` in a buffer.
+    fn current_user() -> Vec<u64> {
+        // SAFETY: a token handle we own and close; the buffer is as long
+        // as the first call says.
+        unsafe {
+            let mut token: HANDLE = std::ptr::null_mut();
+            assert_ne!(
+                OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &raw mut token),
+                0
+            );
+            let mut len = 0u32;
+            GetTokenInformation(token, TokenUser, std::ptr::null_mut(), 0, &raw mut len);
+            let mut buf = vec![0u64; (len as usize).div_ceil(8).max(1)];
+            let ok = GetTokenInformation(token, TokenUser, buf.as_mut_ptr().cast(), len, &raw mut len);
+            CloseHandle(token);
+            assert_ne!(ok, 0);
+            buf
+        }
+    }
 }
