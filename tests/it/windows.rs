@@ -1,8 +1,8 @@
 //! Windows: the runner's guarantees the Windows way, driven through the
 //! Windows binary (under Wine in CI): a tick with a stock gate, approval,
 //! pause and resume, the lock readable while a tick holds it, a step's job
-//! killed with its runner, a timeout that ends a tree of processes, and
-//! the owner-only ACLs of what a root holds.
+//! killed with its runner, a timeout that ends a tree of processes, the
+//! owner-only ACLs of what a root holds, and the daemon as a service.
 //!
 //! Steps are batch files run by `cmd`. A process of a step's tree holds a
 //! file open (its output redirected into it) for as long as it lives, and
@@ -402,4 +402,82 @@ mod acl {
             buf
         }
     }
+}
+
+/// `sc.exe`, run to the end; its output.
+fn sc(args: &[&str]) -> String {
+    let out = std::process::Command::new("sc.exe").args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sc.exe {args:?}: {text}");
+    text
+}
+
+/// A service registered for a test, stopped and deleted however it ends.
+struct Service(String);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        for verb in ["stop", "delete"] {
+            let _ = std::process::Command::new("sc.exe")
+                .args([verb, &self.0])
+                .output();
+        }
+    }
+}
+
+/// The daemon as a Windows service: `sc.exe create` registers it, `sc.exe
+/// start` starts it and it ticks a scheduled loop; `sc.exe stop` stops it
+/// as Ctrl-Break does, a running tick finishing within the grace: the
+/// service reports STOPPED, the tick is recorded whole, and the daemon's
+/// record says none serves the root any more.
+#[test]
+fn the_daemon_runs_as_a_service_and_stops_when_told() {
+    let env = Env::new();
+    let dir = env.scratch();
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    // The first tick waits for `go`, which the test gives once the stop
+    // was asked for: the stop finds a tick running.
+    let step = batch(
+        &dir,
+        "wait.cmd",
+        &format!(
+            "if exist \"{0}\" exit /b 0\necho.> \"{0}\"\n:wait\nif exist \"{1}\" exit /b 0\nping -n 2 127.0.0.1 > nul\ngoto wait",
+            started.display(),
+            go.display()
+        ),
+    );
+    env.new_often_loop(
+        "demo",
+        &format!("[schedule]\nevery = \"1s\"\n{}", step_table(&step)),
+    );
+    let service = Service(format!("automaton-test-{}", std::process::id()));
+    let command = format!(
+        "\"{}\" --root \"{}\" daemon --service --grace 60s",
+        crate::common::BIN,
+        env.root.display()
+    );
+    sc(&["create", &service.0, "binPath=", &command]);
+    sc(&["start", &service.0]);
+    wait_for(&started);
+    let out = env.run(&["daemon", "--status", "--json"]);
+    assert!(
+        out.status.success(),
+        "no daemon serves the root: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    sc(&["stop", &service.0]);
+    std::fs::write(&go, "").unwrap();
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let state = sc(&["query", &service.0]);
+        if state.contains("STOPPED") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the service never stopped: {state}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let kinds = env.history_kinds("demo");
+    assert!(kinds.contains(&"tick".to_owned()), "{kinds:?}");
+    assert!(!kinds.contains(&"crashed".to_owned()), "{kinds:?}");
+    assert_eq!(env.run(&["daemon", "--status"]).status.code(), Some(1));
 }
