@@ -8,7 +8,9 @@
 //! file open (its output redirected into it) for as long as it lives, and
 //! Windows refuses to delete a file a process holds: a file that can be
 //! deleted proves the process that held it is gone. (Wine 8 lets such a
-//! file be deleted, so under Wine that proof is weaker than on Windows.)
+//! file be deleted, so under Wine that proof is weaker than on Windows:
+//! the processes of a step's tree are also looked for, by pid, in the
+//! system's process list.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -139,23 +141,102 @@ fn status_names_the_tick_that_holds_the_lock() {
     assert!(env.status("demo")["lock"].is_null());
 }
 
+/// A step that holds `held` open the first time it runs, and ends at
+/// once after that (`mark` says it ran).
+fn holding_once(mark: &Path, held: &Path) -> String {
+    format!(
+        "if exist \"{0}\" exit /b 0\necho.> \"{0}\"\n{1}",
+        mark.display(),
+        holding(held)
+    )
+}
+
 #[test]
-#[ignore = "under Wine 8 the test hangs once the runner is terminated from inside Wine (a runner killed from Linux takes its step's tree with it); run it on Windows"]
 fn a_step_dies_with_its_runner() {
     let env = Env::new();
     let dir = env.scratch();
-    let held = dir.join("held.log");
-    let step = batch(&dir, "hold.cmd", &holding(&held));
+    let (mark, held) = (dir.join("ran"), dir.join("held.log"));
+    let step = batch(&dir, "hold.cmd", &holding_once(&mark, &held));
     env.new_loop("demo", &step_table(&step));
     let mut child = spawn_tick(&env, "demo");
     wait_for(&held);
+    // cmd makes the file, then starts ping into it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut tree = processes::descendants(child.id());
+    while tree.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        tree = processes::descendants(child.id());
+    }
+    if tree.len() < 2 {
+        child.kill().unwrap();
+        panic!("the step's cmd and ping never ran: {tree:?}");
+    }
     // TerminateProcess: the runner gets no say, its job's handle closes.
     child.kill().unwrap();
     child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while processes::any_of(&tree) {
+        assert!(
+            Instant::now() < deadline,
+            "the step outlived its runner: {tree:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(released(&held), "the step outlived its runner");
-    // The next tick records the one that died.
-    let _ = tick(&env, "demo");
+    // The next tick records the one that died (its step ends at once).
+    assert_eq!(tick(&env, "demo")["outcome"], "ran");
     assert!(env.history_kinds("demo").contains(&"crashed".to_owned()));
+}
+
+/// The processes running now, by Toolhelp's snapshot.
+mod processes {
+    use windows_sys::Win32::Foundation::{CloseHandle, INVALID_HANDLE_VALUE};
+    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+        CreateToolhelp32Snapshot, PROCESSENTRY32W, Process32FirstW, Process32NextW, TH32CS_SNAPPROCESS,
+    };
+
+    /// Every running process as (pid, parent pid).
+    fn all() -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        // SAFETY: a snapshot handle we own and close; the entry is sized.
+        unsafe {
+            let snap = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+            assert_ne!(snap, INVALID_HANDLE_VALUE, "{}", std::io::Error::last_os_error());
+            let mut entry: PROCESSENTRY32W = std::mem::zeroed();
+            entry.dwSize = u32::try_from(std::mem::size_of::<PROCESSENTRY32W>()).unwrap();
+            let mut more = Process32FirstW(snap, &raw mut entry) != 0;
+            while more {
+                out.push((entry.th32ProcessID, entry.th32ParentProcessID));
+                more = Process32NextW(snap, &raw mut entry) != 0;
+            }
+            CloseHandle(snap);
+        }
+        out
+    }
+
+    /// The processes descended from `pid`, running now.
+    pub(super) fn descendants(pid: u32) -> Vec<u32> {
+        let all = all();
+        let mut found = vec![pid];
+        let mut i = 0;
+        while i < found.len() {
+            let parent = found[i];
+            found.extend(
+                all.iter()
+                    .filter(|(p, pp)| *pp == parent && !found.contains(p))
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+            );
+            i += 1;
+        }
+        found.remove(0);
+        found
+    }
+
+    /// Whether any of `pids` still runs.
+    pub(super) fn any_of(pids: &[u32]) -> bool {
+        all().iter().any(|(p, _)| pids.contains(p))
+    }
 }
 
 #[test]
@@ -164,17 +245,46 @@ fn a_timeout_ends_the_whole_tree() {
     let dir = env.scratch();
     let (a, b) = (dir.join("a.log"), dir.join("b.log"));
     let grandchild = batch(&dir, "b.cmd", &holding(&b));
+    // The step starts b's tree, waits for it, then holds a itself.
     let step = batch(
         &dir,
         "tree.cmd",
-        &format!("start /b cmd /C \"{}\"\n{}", grandchild.display(), holding(&a)),
+        &format!(
+            "start /b cmd /C \"{}\"\n:wait\nif not exist \"{}\" (ping -n 2 127.0.0.1 > nul & goto wait)\n{}",
+            grandchild.display(),
+            b.display(),
+            holding(&a)
+        ),
     );
-    env.new_loop("demo", &format!("timeout = \"3s\"\n{}", step_table(&step)));
-    let v = tick(&env, "demo");
+    // Long enough for cmd to start the whole tree on a loaded machine
+    // (under Wine, with the other tests running, that took over 10s).
+    env.new_loop("demo", &format!("timeout = \"30s\"\n{}", step_table(&step)));
+    let child = spawn_tick(&env, "demo");
+    wait_for(&a);
+    // cmd makes a.log, then starts ping into it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut tree = processes::descendants(child.id());
+    while tree.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        tree = processes::descendants(child.id());
+    }
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["step"]["timed_out"], true, "{v}");
+    // The step's cmd and a's ping (b's cmd is started by `start`, which
+    // exits: b's branch descends from no process left, and is proved gone
+    // by its file alone).
+    assert!(tree.len() >= 2, "the step's cmd and ping: {tree:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while processes::any_of(&tree) {
+        assert!(
+            Instant::now() < deadline,
+            "a process of the tree survived: {tree:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for file in [&a, &b] {
-        assert!(file.exists(), "{} was never made", file.display());
         assert!(released(file), "a process holding {} survived", file.display());
     }
 }
@@ -459,12 +569,12 @@ fn the_daemon_runs_as_a_service_and_stops_when_told() {
     sc(&["create", &service.0, "binPath=", &command]);
     sc(&["start", &service.0]);
     wait_for(&started);
-    let out = env.run(&["daemon", "--status", "--json"]);
-    assert!(
-        out.status.success(),
-        "no daemon serves the root: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    // The daemon publishes its record every few seconds.
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while !env.run(&["daemon", "--status"]).status.success() {
+        assert!(Instant::now() < deadline, "no daemon serves the root");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     sc(&["stop", &service.0]);
     std::fs::write(&go, "").unwrap();
     let deadline = Instant::now() + Duration::from_mins(1);
