@@ -7,11 +7,12 @@
 //! (`claims`), so each firing is offered to one daemon.
 //!
 //! Due times live in a timer queue (`queue`), so a firing costs O(log n) in
-//! the loops known. The root is rescanned every few seconds, linearly: the
-//! loop list is read again only when the loops directory changed, and a
-//! config only when its mtime did; past a thousand loops the configs' mtimes
-//! are looked at in turns (each every few rescans), so an idle daemon's cost
-//! stays flat. Loops found due at once (a new root, or
+//! the loops known. The root is rescanned every few seconds: the loop list
+//! is read again only when the loops directory changed (or half a minute
+//! passed), opening only the loops new to the daemon, and a config only
+//! when its mtime did; a rescan looks at a thousand configs' mtimes at
+//! most, in turns, so an idle daemon's cost stays flat. Loops of one cron
+//! expression share one parse of it. Loops found due at once (a new root, or
 //! after downtime) are spread over one cadence rather than fired in a burst.
 //! A removed loop is logged and never ticked again. Every few seconds the
 //! daemon publishes how far behind it is (`presence`), and warns, with
@@ -131,6 +132,13 @@ pub(crate) fn run(root: &Root, opts: &Options) -> Result<()> {
     let signals = listen_for_signals(&handoff)?;
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
+    if let Err(e) = stores.keep_bookkeeping() {
+        // Made when next needed, as one the server ended is.
+        tracing::warn!(
+            "cannot keep a connection for the ledger of firings yet: {}",
+            crate::error::with_causes(&e)
+        );
+    }
     let metrics = match &opts.metrics {
         Some(addr) => Some(crate::exposition::listen::Listener::bind(
             addr,

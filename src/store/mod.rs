@@ -61,14 +61,26 @@ pub trait Store: Send + Sync {
         self.get(name)
     }
 
-    /// Every loop, sorted by name.
     /// The budgets' ledger the store keeps for every host, when it keeps
     /// one (PostgreSQL); else the root's file is (src/budget/mod.rs).
     fn shared_ledger(&self) -> Option<&dyn crate::budget::SharedLedger> {
         None
     }
 
+    /// Every loop, sorted by name.
     fn list(&self) -> Result<Vec<Box<dyn LoopStore>>>;
+
+    /// Every loop's name, and a handle on each loop `known` says the
+    /// caller does not know yet: a caller that keeps its loops between
+    /// listings (the daemon, every half minute) pays only for the new ones.
+    fn list_unknown(&self, known: &dyn Fn(&str) -> bool) -> Result<Listed> {
+        let all = self.list()?;
+        let names = all.iter().map(|d| d.name().to_string()).collect();
+        Ok((
+            names,
+            all.into_iter().filter(|d| !known(d.name().as_str())).collect(),
+        ))
+    }
 
     /// Every loop, sorted by name, with what a listing shows of it, read
     /// without the lock: one loop at a time, or (a store on a server) all
@@ -162,6 +174,20 @@ pub trait Store: Send + Sync {
     /// Adds `entry`, which changes nothing else (a refusal), to the admin
     /// record.
     fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()>;
+
+    /// The root-wide access a shared store's admin record holds (the
+    /// last `access import`); `None` where none is recorded, and on the
+    /// file store, whose root-wide access is its automaton.toml's.
+    fn root_access(&self) -> Result<Option<crate::access::Access>> {
+        Ok(None)
+    }
+
+    /// Keeps a connection for a daemon's bookkeeping (its ledger of
+    /// firings, its claims' settling and renewal) from now on, where the
+    /// store has connections to run out of.
+    fn keep_bookkeeping(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// The delegates the admin record holds.
     fn delegates(&self) -> Result<Vec<String>> {
@@ -279,6 +305,10 @@ pub struct Change {
     pub state_only: bool,
 }
 
+/// What [`Store::list_unknown`] finds: every loop's name, and the loops
+/// new to the caller.
+pub type Listed = (Vec<String>, Vec<Box<dyn LoopStore>>);
+
 /// The store a root uses (`--store`, `$AUTOMATON_STORE`, or `store` in
 /// `<root>/automaton.toml`): the one way commands find, list, create and
 /// remove loops, whichever store it is; and this process's own actor, as
@@ -287,6 +317,9 @@ pub struct Change {
 pub struct Stores {
     store: Arc<dyn Store>,
     me: Arc<Actor>,
+    /// The root-wide access every loop falls back to
+    /// ([`crate::admin::resolved_access`]).
+    access: Arc<crate::access::Access>,
 }
 
 impl Stores {
@@ -307,7 +340,15 @@ impl Stores {
         };
         let delegates = crate::admin::honoured_delegates(root, &*store)?;
         let me = Arc::new(crate::who::own(&delegates, role.as_deref()));
-        Ok(Stores { store, me })
+        let access = Arc::new(crate::admin::resolved_access(root, store.root_access()?));
+        Ok(Stores { store, me, access })
+    }
+
+    /// The root-wide `[access]` every loop whose loop.toml leaves a role
+    /// unset falls back to: on a shared store the one recorded there
+    /// ([`crate::admin::resolved_access`]).
+    pub fn access(&self) -> &crate::access::Access {
+        &self.access
     }
 
     /// This process's own actor: its OS user, or the person a recorded
