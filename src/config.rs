@@ -481,8 +481,13 @@ impl Schedule {
             Cadence::Cron(expr) => {
                 let cron = crate::cron::parse(expr).map_err(|why| format!("cron = {expr:?}: {why}"))?;
                 let tz = time_zone(self.timezone.as_deref())?;
-                crate::cron::shortest_gap(&cron, &tz)
-                    .ok_or_else(|| format!("cron = {expr:?}: it never fires (no date matches)"))?
+                // The closest two firings (64 of them walked) matter only
+                // to a jitter; otherwise one firing says it ever fires.
+                let shortest = match self.jitter {
+                    Some(_) => crate::cron::shortest_gap(&cron, &tz),
+                    None => crate::cron::fires(&cron, &tz).then_some(Duration::MAX),
+                };
+                shortest.ok_or_else(|| format!("cron = {expr:?}: it never fires (no date matches)"))?
             }
         };
         if let Some(j) = self.jitter

@@ -79,11 +79,22 @@ pub(crate) fn next_after(cron: &croner::Cron, tz: &TimeZone, t: Timestamp) -> Op
     Some(next.0.timestamp())
 }
 
+/// Where [`shortest_gap`] and [`fires`] start looking: 2026-01-01.
+const FROM: i64 = 1_767_225_600;
+
+/// Whether `cron` fires at all (in `tz`), from 2026 on.
+pub(crate) fn fires(cron: &croner::Cron, tz: &TimeZone) -> bool {
+    Timestamp::from_second(FROM)
+        .ok()
+        .and_then(|start| next_after(cron, tz, start))
+        .is_some()
+}
+
 /// The shortest time between two firings of `cron` in `tz`, over its next
 /// firings from a fixed instant (enough for every field's period); `None`
 /// when it never fires.
 pub(crate) fn shortest_gap(cron: &croner::Cron, tz: &TimeZone) -> Option<Duration> {
-    let start = Timestamp::from_second(1_767_225_600).ok()?; // 2026-01-01
+    let start = Timestamp::from_second(FROM).ok()?;
     let mut prev = next_after(cron, tz, start)?;
     let mut gap: Option<Duration> = None;
     for _ in 0..64 {
@@ -208,5 +219,7 @@ mod tests {
             Some(Duration::from_mins(15))
         );
         assert_eq!(shortest_gap(&parse("0 0 30 2 *").unwrap(), &utc), None);
+        assert!(fires(&parse("0 0 1 1 *").unwrap(), &utc));
+        assert!(!fires(&parse("0 0 30 2 *").unwrap(), &utc));
     }
 }
