@@ -309,6 +309,34 @@ mod tests {
         assert!(read(r#"{"type": "result", "cost_usd": 1}"#).is_err());
     }
 
+    /// Claude Code 2.1.197's own output, recorded: an error result that
+    /// spent nothing is read as a cost of 0, not as "nothing reported"
+    /// (which a budget would count at the tick's reservation).
+    #[test]
+    fn claude_codes_recorded_result_and_its_streams_last_line_are_read() {
+        let expected = map(&[
+            ("cost_usd", 0.0),
+            ("input_tokens", 0.0),
+            ("cache_creation_input_tokens", 0.0),
+            ("cache_read_input_tokens", 0.0),
+            ("output_tokens", 0.0),
+            ("tokens", 0.0),
+            ("duration_ms", 151.0),
+            ("num_turns", 1.0),
+        ]);
+        let got = read(include_str!("../tests/fixtures/claude/not-logged-in.json")).unwrap();
+        assert_eq!(got, expected);
+        let stream = include_str!("../tests/fixtures/claude/not-logged-in.stream.jsonl");
+        assert_eq!(stream.lines().count(), 3);
+        let got = read(stream.lines().last().unwrap()).unwrap();
+        let mut expected = expected;
+        expected.insert("duration_ms".to_owned(), 127.0);
+        assert_eq!(got, expected);
+        // The whole stream is several JSON values, not one: refused,
+        // naming the file, rather than read as nothing.
+        assert!(read(stream).is_err());
+    }
+
     #[test]
     fn key_value_lines_skip_blanks_and_comments() {
         let got =

@@ -507,23 +507,30 @@ pub fn settle(
 /// missing ledger is an empty one, and is not made).
 pub fn standings(place: Place<'_>, members: &[Member]) -> Result<Vec<Standing>> {
     let now = crate::clock::now();
+    let ledger = read_accounts(place, members.iter())?;
+    Ok(members.iter().map(|m| ledger.standing(m, now)).collect())
+}
+
+/// The ledger with (at least) the accounts of `members`: the whole file on
+/// the file store, one query for those accounts on a shared one.
+fn read_accounts<'a>(place: Place<'_>, members: impl Iterator<Item = &'a Member>) -> Result<Ledger> {
     let root = match place {
         Place::File(root) => root,
         Place::Shared(db) => {
-            let accounts: Vec<String> = members.iter().map(|m| m.account.clone()).collect();
-            let ledger = db.read(&accounts)?;
-            return Ok(members.iter().map(|m| ledger.standing(m, now)).collect());
+            let mut accounts: Vec<String> = members.map(|m| m.account.clone()).collect();
+            accounts.sort_unstable();
+            accounts.dedup();
+            return db.read(&accounts);
         }
     };
     let path = ledger_path(root);
-    let ledger: Ledger = match crate::fsx::read_regular(&path, LEDGER_MAX)? {
+    Ok(match crate::fsx::read_regular(&path, LEDGER_MAX)? {
         None => Ledger::default(),
         Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::CorruptState {
             path: path.clone(),
             reason: e.to_string(),
         })?,
-    };
-    Ok(members.iter().map(|m| ledger.standing(m, now)).collect())
+    })
 }
 
 /// Starts the loop's own accounts (`NAME@LOOP`, `LOOP:NAME`) over: what
@@ -621,22 +628,51 @@ pub(crate) fn standings_for_gate(
         return Vec::new();
     }
     match standings(place, members) {
-        Ok(s) => s
-            .into_iter()
-            .map(|s| crate::domain::GateBudget {
-                name: s.name,
-                metric: s.metric,
-                window: s.window,
-                spent: s.spent,
-                reserved: s.reserved,
-                cap: s.cap,
-                window_end_ms: s.window_end_ms,
-            })
-            .collect(),
+        Ok(s) => s.into_iter().map(gate_budget).collect(),
         Err(e) => {
             tracing::warn!("loop {name:?}: its budgets are not shown: {e}");
             Vec::new()
         }
+    }
+}
+
+/// [`for_gate`] for many loops at once, `(name, config)` each, with one
+/// read of the ledger (one query on a shared one) rather than one a loop:
+/// a listing's.
+pub(crate) fn for_gates(
+    root: &crate::root::Root,
+    shared: Option<&dyn SharedLedger>,
+    loops: &[(&str, &LoopConfig)],
+) -> Vec<Vec<crate::domain::GateBudget>> {
+    let members: Vec<Vec<Member>> = loops
+        .iter()
+        .map(|(name, config)| of_loop(&root.settings().budgets, name, config))
+        .collect();
+    if members.iter().all(Vec::is_empty) {
+        return vec![Vec::new(); loops.len()];
+    }
+    let now = crate::clock::now();
+    match read_accounts(Place::of(root.path(), shared), members.iter().flatten()) {
+        Ok(ledger) => members
+            .iter()
+            .map(|ms| ms.iter().map(|m| gate_budget(ledger.standing(m, now))).collect())
+            .collect(),
+        Err(e) => {
+            tracing::warn!("the loops' budgets are not shown: {e}");
+            vec![Vec::new(); loops.len()]
+        }
+    }
+}
+
+fn gate_budget(s: Standing) -> crate::domain::GateBudget {
+    crate::domain::GateBudget {
+        name: s.name,
+        metric: s.metric,
+        window: s.window,
+        spent: s.spent,
+        reserved: s.reserved,
+        cap: s.cap,
+        window_end_ms: s.window_end_ms,
     }
 }
 

@@ -120,6 +120,15 @@ fn many_loops_ticking_at_once_spend_no_more_than_their_daily_cap() {
         .find(|l| l["name"] == "agent-3")
         .unwrap();
     assert_eq!(listed["budgets"][0]["reserved"], 0.0);
+    // One read of the ledger serves the whole listing, each loop its own.
+    for l in list.as_array().unwrap() {
+        if l["name"] == "outsider" {
+            assert!(l.get("budgets").is_none(), "{l}");
+        } else {
+            assert_eq!(l["budgets"][0]["name"], "team-daily", "{l}");
+            assert_eq!(l["budgets"][0]["spent"], 10.0, "{l}");
+        }
+    }
     assert!(of_kind(&env, "outsider", "budget-reserved").is_empty());
 }
 
@@ -333,6 +342,28 @@ fn claude_codes_json_result_is_read_for_its_cost() {
     assert_eq!(state["metrics"]["tokens"], 23.0 + 18734.0 + 241_507.0 + 3921.0);
     assert_eq!(state["metrics"]["num_turns"], 7.0);
     assert_eq!(budgets(&env)[0]["spent"], 0.412_765_5);
+
+    // Claude Code's own output, recorded: an error that spent nothing is
+    // settled at 0, not counted at the tick's reservation of 2.
+    let recorded = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/claude/not-logged-in.json"
+    );
+    env.new_loop(
+        "unlogged",
+        &format!(
+            "step = \"cat {recorded} > \\\"$AUTOMATON_METRICS\\\"\"\nmax_per_tick = 2.0\n\
+             [[budget]]\nname = \"daily\"\nwindow = \"1d\"\ncap = 10.0\n"
+        ),
+    );
+    env.ok(&["tick", "unlogged"]);
+    let listed = budgets(&env);
+    let unlogged = listed
+        .iter()
+        .find(|b| b["loops"].to_string().contains("unlogged"))
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    assert_eq!(unlogged["spent"], 0.0, "{listed:?}");
+    assert_eq!(unlogged["reserved"], 0.0, "{listed:?}");
 }
 
 /// A step that reports tokens but no cost is priced by the root's

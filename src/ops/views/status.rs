@@ -291,15 +291,7 @@ pub(crate) fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
     for r in ctx.stores.read_all()? {
         let (listed, error) = match r.state {
             Ok(state) => {
-                let mut v = view_read(r.dir.as_ref(), state, &r.config, r.holder);
-                if let Ok(config) = &r.config {
-                    v.budgets = crate::budget::for_gate(
-                        ctx.root,
-                        r.dir.shared_ledger(),
-                        r.dir.name().as_str(),
-                        config,
-                    );
-                }
+                let v = view_read(r.dir.as_ref(), state, &r.config, r.holder);
                 (Listed::Loop(Box::new(v)), None)
             }
             Err(e) => {
@@ -315,6 +307,29 @@ pub(crate) fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
                 config: r.config.ok(),
                 error,
             });
+        }
+    }
+    // Every loop's budgets from one read of the ledger.
+    let with_budgets: Vec<(usize, &str, &crate::config::LoopConfig)> = out
+        .iter()
+        .enumerate()
+        .filter_map(|(i, seen)| match (&seen.listed, &seen.config) {
+            (Listed::Loop(_), Some(config)) => Some((i, seen.dir.name().as_str(), config)),
+            _ => None,
+        })
+        .collect();
+    if let Some(first) = with_budgets.first() {
+        let shared = out[first.0].dir.shared_ledger();
+        let loops: Vec<(&str, &crate::config::LoopConfig)> = with_budgets
+            .iter()
+            .map(|&(_, name, config)| (name, config))
+            .collect();
+        let budgets = crate::budget::for_gates(ctx.root, shared, &loops);
+        let at: Vec<usize> = with_budgets.iter().map(|&(i, _, _)| i).collect();
+        for (i, b) in at.into_iter().zip(budgets) {
+            if let Listed::Loop(v) = &mut out[i].listed {
+                v.budgets = b;
+            }
         }
     }
     Ok(out)
