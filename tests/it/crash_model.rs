@@ -60,10 +60,10 @@
 //! make a tick number be used again: allowed, as long as state and
 //! history agree. With a budget, the ledger must parse in every state and
 //! count (spent and held) at least what history says was settled and at
-//! most one reservation more for each tick that died, the command's own
-//! among them when the crash left no record of it; and once the step may
-//! have run (its first write), its reservation or its settlement must be
-//! there. Every violating state is reported with its crash point and the
+//! most one reservation more (the command's tick); once the step may have
+//! run (its first write), its reservation or its settlement must be
+//! there; and after the next tick, at most one reservation more than
+//! history settled for each tick recorded as crashed. Every violating state is reported with its crash point and the
 //! writes it lost.
 //!
 //! Gated on strace like `crash`: skipped, saying so, unless
@@ -159,8 +159,6 @@ struct Promise {
     /// the loop's account, once the step may have run (its reservation
     /// must be there, or its settlement).
     spend_floor: f64,
-    /// The number of the command's tick.
-    tick: u64,
 }
 
 /// The recorded run, and what it promised when.
@@ -171,8 +169,6 @@ struct Recorded {
     /// plus the reservation the command's tick holds.
     step_from: Option<usize>,
     spend_after_step: f64,
-    /// The number the command's tick has (if it is a tick).
-    tick: u64,
     /// Base version, then for each sync of the loop directory the crash
     /// point after it and the version readers reported there.
     floors: Vec<(usize, u64)>,
@@ -208,7 +204,6 @@ impl Recorded {
             floor,
             acked,
             spend_floor,
-            tick: self.tick,
         }
     }
 }
@@ -333,13 +328,6 @@ fn check(sc: &Scenario, template: &Scratch, tree: &Tree, p: &Promise) -> Vec<Str
     let seen = Audit::read(&s, "l");
     let mut before = seen.violations(&p.acked, p.floor, &dir);
     before.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
-    // The command's tick, when the crash left no record of it: it died,
-    // and may have settled in the ledger what history does not say.
-    let unrecorded = sc.budgeted
-        && !seen
-            .events
-            .iter()
-            .any(|e| e["kind"] == "tick" && e["tick"] == p.tick);
     if sc.budgeted {
         before.extend(ledger_as_found(&s, &seen.events, p.spend_floor));
     }
@@ -363,7 +351,7 @@ fn check(sc: &Scenario, template: &Scratch, tree: &Tree, p: &Promise) -> Vec<Str
     );
     if sc.budgeted {
         out.extend(
-            ledger_after_recovery(&s, &after.events, unrecorded.then_some(p.tick))
+            ledger_after_recovery(&s, &after.events)
                 .into_iter()
                 .map(|v| format!("after recovery: {v}")),
         );
@@ -384,11 +372,11 @@ fn settled(history: &[serde_json::Value]) -> f64 {
 /// The ledger after the recovering tick: it parses, holds nothing, has no
 /// temporary file left beside it, and has counted every settlement
 /// history records and at most one reservation (1) more for each tick
-/// that died: those recorded as crashed, and `died`, the command's own
-/// tick when the crash left no record of it (a power loss may take the
-/// `in_flight` mark with it, so no crash is recorded, and the tick's
-/// number is used again).
-fn ledger_after_recovery(s: &Scratch, history: &[serde_json::Value], died: Option<u64>) -> Vec<String> {
+/// recorded as crashed (one that died after its settlement was written
+/// but before its record). A settlement whose record a power loss took
+/// with the tick's `in_flight` mark (so no crash is recorded, and the
+/// tick's number is used again) is recorded by the next tick.
+fn ledger_after_recovery(s: &Scratch, history: &[serde_json::Value]) -> Vec<String> {
     let dir = s.root.join("budgets");
     let ledger: serde_json::Value = match std::fs::read(dir.join("ledger.json")) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {
@@ -406,12 +394,11 @@ fn ledger_after_recovery(s: &Scratch, history: &[serde_json::Value], died: Optio
     }
     let spent = ledger["accounts"]["l:daily"]["spent"].as_f64().unwrap_or(0.0);
     let settled = settled(history);
-    let mut dead: std::collections::BTreeSet<u64> = history
+    let dead: std::collections::BTreeSet<u64> = history
         .iter()
         .filter(|e| e["kind"] == "crashed")
         .filter_map(|e| e["tick"].as_u64())
         .collect();
-    dead.extend(died);
     let most = settled + dead.len() as f64;
     if spent < settled - 1e-9 || spent > most + 1e-9 {
         out.push(format!(
@@ -527,7 +514,6 @@ fn model(sc: &Scenario) {
         step_from,
         // The tick reserves 1.
         spend_after_step: counted(&template) + 1.0,
-        tick: Audit::read(&template, "l").state["tick"].as_u64().unwrap_or(0) + 1,
         floors: floors(&template, &rec, base),
         acked_now: (sc.command[0] == "approve")
             .then(|| approval_id(&stdout).expect("approve names its approval")),
