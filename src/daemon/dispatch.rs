@@ -281,11 +281,16 @@ impl<'a> Dispatcher<'a> {
     pub(super) fn changed(&mut self, changes: &[Change]) -> bool {
         let mut scan = false;
         for Change { name, state_only } in changes {
-            if let Some(e) = self.loops.get_mut(name.as_str()) {
+            let known = self
+                .loops
+                .get_key_value(name.as_str())
+                .map(|(k, _)| Arc::clone(k));
+            if let (Some(known), Some(e)) = (known, self.loops.get_mut(name.as_str())) {
                 e.inactive = None;
                 // A commit changes no config: nothing to read again.
                 if !state_only {
                     e.config_mtime = None;
+                    self.scanner.reread(&known);
                     scan = true;
                 }
                 self.heard_of(name);
@@ -304,6 +309,7 @@ impl<'a> Dispatcher<'a> {
             e.config_mtime = None;
             e.inactive = None;
         }
+        self.scanner.reread_all();
         self.scanner.relist();
     }
 

@@ -3,6 +3,8 @@
 //! down), and from the previous firing after that. Pure, apart from the
 //! random jitter added to each firing.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use jiff::tz::TimeZone;
@@ -14,9 +16,22 @@ use crate::config::{Cadence, Schedule};
 #[derive(Debug, Clone)]
 pub(crate) enum When {
     Every(Duration),
-    /// The expression and the zone its wall-clock times are read in.
-    Cron(Box<(croner::Cron, TimeZone)>),
+    /// The expression and the zone its wall-clock times are read in,
+    /// shared by every loop of the same expression and zone.
+    Cron(Arc<Parsed>),
 }
+
+/// The parsed cron expressions in use, by expression and zone name: a
+/// parsed expression holds several KiB (a byte for each year it may name,
+/// among others), and a root's loops mostly share a few expressions, so
+/// 50,000 loops hold a handful, not 50,000.
+static CRONS: Mutex<Option<Crons>> = Mutex::new(None);
+
+/// Each expression in use, by its text and its zone's name.
+type Crons = HashMap<(String, String), Weak<Parsed>>;
+
+/// A cron expression parsed, with the zone it is read in.
+type Parsed = (croner::Cron, TimeZone);
 
 impl When {
     /// The cadence of `s` (see [`crate::cron`]); extensions croner reads
@@ -25,9 +40,24 @@ impl When {
         match &s.cadence {
             Cadence::Every(d) => Ok(When::Every(d.0)),
             Cadence::Cron(expr) => {
-                let cron = crate::cron::parse(expr).map_err(|why| format!("cron = {expr:?}: {why}"))?;
                 let tz = crate::config::time_zone(s.timezone.as_deref())?;
-                Ok(When::Cron(Box::new((cron, tz))))
+                // A zone without a name (a POSIX rule in TZ) is not shared.
+                let Some(zone) = tz.iana_name().map(str::to_owned) else {
+                    return Ok(When::Cron(Arc::new((parse(expr)?, tz))));
+                };
+                let key = (expr.clone(), zone);
+                let mut crons = CRONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let crons = crons.get_or_insert_with(HashMap::new);
+                if let Some(shared) = crons.get(&key).and_then(Weak::upgrade) {
+                    return Ok(When::Cron(shared));
+                }
+                let cron = Arc::new((parse(expr)?, tz));
+                // Expressions no loop uses any more are dropped as the map grows.
+                if crons.len() >= 64 && crons.len().is_power_of_two() {
+                    crons.retain(|_, w| w.strong_count() > 0);
+                }
+                crons.insert(key, Arc::downgrade(&cron));
+                Ok(When::Cron(cron))
             }
         }
     }
@@ -59,6 +89,10 @@ impl When {
             When::Cron(c) => Self::next_cron(c, now.max(fired)),
         }
     }
+}
+
+fn parse(expr: &str) -> Result<croner::Cron, String> {
+    crate::cron::parse(expr).map_err(|why| format!("cron = {expr:?}: {why}"))
 }
 
 impl When {
@@ -111,6 +145,38 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    fn cron(expr: &str, zone: &str) -> Arc<Parsed> {
+        let s = Schedule {
+            cadence: Cadence::Cron(expr.to_owned()),
+            jitter: None,
+            timezone: Some(zone.to_owned()),
+        };
+        match When::of(&s).unwrap() {
+            When::Cron(c) => c,
+            When::Every(_) => unreachable!(),
+        }
+    }
+
+    /// Loops of one expression in one zone share one parse; another
+    /// expression or zone has its own, and one no loop holds is parsed
+    /// again when next asked for.
+    #[test]
+    fn a_cron_expression_is_parsed_once_for_every_loop_that_shares_it() {
+        let a = cron("7 3 * * 1", "Europe/Paris");
+        let b = cron("7 3 * * 1", "Europe/Paris");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &cron("7 3 * * 1", "Asia/Tokyo")));
+        assert!(!Arc::ptr_eq(&a, &cron("8 3 * * 1", "Europe/Paris")));
+        let t = ts("2026-12-04T00:00:00Z");
+        assert_eq!(
+            When::Cron(Arc::clone(&a)).after(t, t),
+            Some(ts("2026-12-07T02:07:00Z"))
+        );
+        drop((a, b));
+        let again = cron("7 3 * * 1", "Europe/Paris");
+        assert_eq!(Arc::strong_count(&again), 1);
     }
 
     /// A clock at the last time jiff represents: every computation gives a

@@ -7,11 +7,12 @@
 //! (`claims`), so each firing is offered to one daemon.
 //!
 //! Due times live in a timer queue (`queue`), so a firing costs O(log n) in
-//! the loops known. The root is rescanned every few seconds, linearly: the
-//! loop list is read again only when the loops directory changed, and a
-//! config only when its mtime did; past a thousand loops the configs' mtimes
-//! are looked at in turns (each every few rescans), so an idle daemon's cost
-//! stays flat. Loops found due at once (a new root, or
+//! the loops known. The root is rescanned every few seconds: the loop list
+//! is read again only when the loops directory changed (or half a minute
+//! passed), opening only the loops new to the daemon, and a config only
+//! when its mtime did; a rescan looks at a thousand configs' mtimes at
+//! most, in turns, so an idle daemon's cost stays flat. Loops of one cron
+//! expression share one parse of it. Loops found due at once (a new root, or
 //! after downtime) are spread over one cadence rather than fired in a burst.
 //! A removed loop is logged and never ticked again. Every few seconds the
 //! daemon publishes how far behind it is (`presence`), and warns, with

@@ -37,6 +37,16 @@ pub(super) struct Scanner {
     /// the last scan: when it moves, every config is read again, to learn
     /// which loops an OS scheduler fires now.
     installed: Option<SystemTime>,
+    /// The loops known, in the order their configs are looked at: each
+    /// scan looks at the next [`CONFIGS_PER_SCAN`] from `cursor` on, so a
+    /// scan touches that many loops, not every one.
+    order: Vec<Arc<str>>,
+    cursor: usize,
+    /// Loops whose config the next scan reads whatever its turn: new ones,
+    /// and ones a shared store said changed.
+    pending: Vec<Arc<str>>,
+    /// Every config read again at the next scan.
+    reread_all: bool,
 }
 
 impl Default for Scanner {
@@ -46,6 +56,10 @@ impl Default for Scanner {
             listing: None,
             next: Instant::now(),
             installed: None,
+            order: Vec::new(),
+            cursor: 0,
+            pending: Vec::new(),
+            reread_all: false,
         }
     }
 }
@@ -75,6 +89,16 @@ impl Scanner {
     pub(super) fn relist(&mut self) {
         self.listing = None;
     }
+
+    /// Loop `name`'s config read again at the next scan.
+    pub(super) fn reread(&mut self, name: &Arc<str>) {
+        self.pending.push(Arc::clone(name));
+    }
+
+    /// Every config read again at the next scan.
+    pub(super) fn reread_all(&mut self) {
+        self.reread_all = true;
+    }
 }
 
 /// A loop the daemon knows.
@@ -98,8 +122,6 @@ pub(super) struct Entry {
     pub(super) seen: u64,
     /// The hosts its config lets run it (empty: any), as last read.
     pub(super) hosts: Vec<String>,
-    /// Which turn of the rescans looks at its config.
-    pub(super) turn: u64,
     /// Why the daemon's user may not tick it, as its config last read
     /// said: its firings are then recorded as refused, and run nothing.
     pub(super) refused: Option<Denied>,
@@ -123,7 +145,6 @@ impl Entry {
             inactive: None,
             seen: 0,
             hosts: Vec::new(),
-            turn: 0,
             refused: None,
             os_scheduled: None,
         }
@@ -150,16 +171,18 @@ impl Dispatcher<'_> {
     pub(super) fn rescan(&mut self) {
         self.scanner.scans += 1;
         let scan = self.scanner.scans;
-        if !self.relist(scan) {
+        let Some(relisted) = self.relist(scan) else {
             return;
-        }
+        };
         self.look_at_installed();
         let now = crate::clock::now();
-        let (starting, scheduled) = self.read_configs(scan, now);
+        let (starting, scheduled) = self.read_configs(now);
         self.spread(&starting, now);
         self.log_scheduled(&scheduled, starting.len());
         self.offer(&scheduled);
-        self.forget_removed(scan);
+        if relisted {
+            self.forget_removed(scan);
+        }
     }
 
     /// When the root's records of OS schedules changed (one installed or
@@ -174,59 +197,84 @@ impl Dispatcher<'_> {
         for e in self.loops.values_mut() {
             e.config_mtime = None;
         }
+        self.scanner.reread_all();
     }
 
     /// Marks the loops listed as seen by `scan`, a loop new to the daemon
     /// becoming an entry. The listing is read again only when the loops
-    /// directory changed, or it was read half a minute ago; otherwise every
-    /// loop known is taken as seen. False when the loops cannot be listed.
-    fn relist(&mut self, scan: u64) -> bool {
+    /// directory changed, or it was read half a minute ago; the store then
+    /// opens only the loops the daemon does not know. `Some(true)` when the
+    /// loops were listed, `Some(false)` when the last listing stands, and
+    /// `None` when they cannot be listed.
+    fn relist(&mut self, scan: u64) -> Option<bool> {
         let dir_mtime = mtime(&self.root.loops_dir());
         let relist = match (self.scanner.listing, dir_mtime) {
             (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
             _ => true,
         };
         if !relist {
-            for e in self.loops.values_mut() {
-                e.seen = scan;
-            }
-            return true;
+            return Some(false);
         }
-        let dirs = match self.stores.list() {
-            Ok(d) => d,
+        let known = |name: &str| self.loops.contains_key(name);
+        let (names, new) = match self.stores.list_unknown(&known) {
+            Ok(listed) => listed,
             Err(e) => {
                 tracing::warn!("cannot list the loops: {e}");
-                return false;
+                return None;
             }
         };
         self.scanner.listing = dir_mtime.map(|m| (m, Instant::now()));
-        for dir in dirs {
-            let name: Arc<str> = Arc::from(dir.name().as_str());
-            let known = self.loops.len() as u64;
-            self.loops
-                .entry(name)
-                .or_insert_with(|| Entry {
-                    turn: known,
-                    ..Entry::new(dir)
-                })
-                .seen = scan;
+        for name in names {
+            if let Some(e) = self.loops.get_mut(name.as_str()) {
+                e.seen = scan;
+            }
         }
-        true
+        for dir in new {
+            let name: Arc<str> = Arc::from(dir.name().as_str());
+            self.scanner.order.push(Arc::clone(&name));
+            self.scanner.pending.push(Arc::clone(&name));
+            let mut entry = Entry::new(dir);
+            entry.seen = scan;
+            self.loops.insert(name, entry);
+        }
+        Some(true)
     }
 
-    /// Reads the configs that changed among those whose turn `scan` is (a
+    /// The loops whose configs this scan looks at: those pending (new, or
+    /// said to have changed), and the next [`CONFIGS_PER_SCAN`] of the
+    /// others in turn; every loop when all are to be read again.
+    fn configs_to_look_at(&mut self) -> Vec<Arc<str>> {
+        let scanner = &mut self.scanner;
+        if std::mem::take(&mut scanner.reread_all) {
+            scanner.pending.clear();
+            return scanner.order.clone();
+        }
+        let mut names = std::mem::take(&mut scanner.pending);
+        let n = scanner.order.len();
+        let take = n.min(CONFIGS_PER_SCAN);
+        for i in 0..take {
+            names.push(Arc::clone(&scanner.order[(scanner.cursor + i) % n]));
+        }
+        if n > 0 {
+            scanner.cursor = (scanner.cursor + take) % n;
+        }
+        names
+    }
+
+    /// Reads the configs that changed among those this scan looks at (a
     /// loop never read is read now), and takes in each new schedule: the
     /// loops it makes due now, and every loop newly scheduled.
-    fn read_configs(&mut self, scan: u64, now: Timestamp) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+    fn read_configs(&mut self, now: Timestamp) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
         let mut starting: Vec<Arc<str>> = Vec::new();
         let mut scheduled: Vec<Arc<str>> = Vec::new();
-        let turns = self.loops.len().div_ceil(CONFIGS_PER_SCAN).max(1) as u64;
         let actor = self.stores.me();
         let mut approved: Vec<Arc<str>> = Vec::new();
-        for (name, entry) in &mut self.loops {
-            if entry.config_mtime.is_some() && entry.turn % turns != scan % turns {
+        let first_scan = self.scanner.scans == 1;
+        for name in self.configs_to_look_at() {
+            let Some(entry) = self.loops.get_mut(&name) else {
                 continue;
-            }
+            };
+            let name = &name;
             let modified = mtime(&entry.config_path);
             if entry.config_mtime == Some(modified) {
                 continue;
@@ -250,7 +298,7 @@ impl Dispatcher<'_> {
                 self.awaits.watch(name);
                 match entry.dir.load() {
                     Ok(s) if s.status == Status::AwaitingApproval => {
-                        if scan == 1 && !s.pending_approvals.is_empty() {
+                        if first_scan && !s.pending_approvals.is_empty() {
                             approved.push(Arc::clone(name));
                         }
                     }
@@ -354,11 +402,17 @@ impl Dispatcher<'_> {
             .filter(|(_, e)| e.seen != scan)
             .map(|(n, _)| Arc::clone(n))
             .collect();
-        for name in gone {
-            self.loops.remove(&name);
-            self.queue.unset(&name);
+        if gone.is_empty() {
+            return;
+        }
+        for name in &gone {
+            self.loops.remove(name);
+            self.queue.unset(name);
             tracing::info!("loop {name:?} was removed: it is no longer ticked");
         }
+        let loops = &self.loops;
+        self.scanner.order.retain(|n| loops.contains_key(n));
+        self.scanner.cursor = 0;
     }
 }
 

@@ -213,9 +213,9 @@ fn unavailable_why() -> &'static str {
     }
 }
 
-/// The system calls that confine the step's process, between fork and
-/// exec: no allocation, no lock (the runner may be multi-threaded). The
-/// files' ruleset, then the ports' one when there is one (-1: none).
+/// The system calls that confine the calling thread, and so the step it
+/// then starts: the files' ruleset, then the ports' one when there is one
+/// (-1: none). Raw system calls, no allocation, no lock.
 #[cfg(target_os = "linux")]
 pub(super) fn restrict_self(fd: std::os::fd::RawFd, net: std::os::fd::RawFd) -> std::io::Result<()> {
     use nix::libc;

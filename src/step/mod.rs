@@ -341,6 +341,12 @@ fn spawn(
     let mut cmd = command(spec, program, guard.pgid().as_raw());
     cmd.stdout(stdout).stderr(stderr);
     let start = Instant::now();
+    #[cfg(target_os = "linux")]
+    let spawned = match spec.confine {
+        Some(prepared) => spawn_confined(&mut cmd, prepared),
+        None => cmd.spawn(),
+    };
+    #[cfg(not(target_os = "linux"))]
     let spawned = cmd.spawn();
     // The pipes' write ends now live only in the step (and its children).
     drop(cmd);
@@ -522,11 +528,11 @@ pub(crate) fn withhold_secrets(cmd: &mut Command, set: &[(OsString, OsString)]) 
 
 #[cfg(unix)]
 /// The step's command: its own group (led by the guard), no stdin, no
-/// store secret from the runner's environment, its user when it has one
-/// and its confinement. Unconfined and as the runner's user, it sets no
-/// `pre_exec` hook, so the standard library starts it with `posix_spawn`
-/// (a vfork); confined, the hook makes it `fork` (docs/benchmarks.md has
-/// the cost).
+/// store secret from the runner's environment, and its user when it has
+/// one. It sets no `pre_exec` hook, so the standard library starts it with
+/// `posix_spawn` (a vfork: nothing of the runner's address space copied)
+/// unless it runs as another user; its confinement is the spawning
+/// thread's ([`spawn_confined`]).
 fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
     let mut cmd = Command::new(program);
     withhold_secrets(&mut cmd, spec.env);
@@ -539,19 +545,36 @@ fn command(spec: &StepSpec, program: &Path, pgid: i32) -> Command {
         // As root, std also drops the runner's supplementary groups.
         cmd.uid(uid).gid(gid);
     }
-    #[cfg(target_os = "linux")]
-    if let Some(prepared) = spec.confine {
-        use std::os::fd::AsRawFd;
-        let fd = prepared.fd.as_raw_fd();
-        let net = prepared.net.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
-        // SAFETY: the hook makes two raw system calls on integers it owns
-        // (see `confine::restrict_self`): async-signal-safe, as what runs
-        // between fork and exec in a multi-threaded process must be.
-        unsafe {
-            cmd.pre_exec(move || confine::restrict_self(fd, net));
-        }
-    }
     cmd
+}
+
+#[cfg(target_os = "linux")]
+/// Starts `cmd` confined by `prepared`'s rulesets: from a thread of its
+/// own that confines itself first (no new privileges, then each Landlock
+/// ruleset: both are a thread's, and a process it starts inherits them),
+/// and ends once the step has started. The runner's other threads stay
+/// as they were. Confining the child between fork and exec instead (a
+/// `pre_exec` hook) rules out `posix_spawn`, and a fork copies the page
+/// tables of the whole runner (the daemon's gate instances map thousands
+/// of regions) at every step.
+fn spawn_confined(cmd: &mut Command, prepared: &confine::Prepared) -> io::Result<std::process::Child> {
+    use std::os::fd::AsRawFd;
+    let fd = prepared.fd.as_raw_fd();
+    let net = prepared.net.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("confined-spawn".into())
+            .spawn_scoped(s, || {
+                confine::restrict_self(fd, net)?;
+                cmd.spawn()
+            })?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(io::Error::other(
+                    "the thread that starts the confined step panicked",
+                ))
+            })
+    })
 }
 
 fn check_cwd(cwd: &Path) -> Result<(), StepError> {

@@ -61,14 +61,26 @@ pub trait Store: Send + Sync {
         self.get(name)
     }
 
-    /// Every loop, sorted by name.
     /// The budgets' ledger the store keeps for every host, when it keeps
     /// one (PostgreSQL); else the root's file is (src/budget/mod.rs).
     fn shared_ledger(&self) -> Option<&dyn crate::budget::SharedLedger> {
         None
     }
 
+    /// Every loop, sorted by name.
     fn list(&self) -> Result<Vec<Box<dyn LoopStore>>>;
+
+    /// Every loop's name, and a handle on each loop `known` says the
+    /// caller does not know yet: a caller that keeps its loops between
+    /// listings (the daemon, every half minute) pays only for the new ones.
+    fn list_unknown(&self, known: &dyn Fn(&str) -> bool) -> Result<Listed> {
+        let all = self.list()?;
+        let names = all.iter().map(|d| d.name().to_string()).collect();
+        Ok((
+            names,
+            all.into_iter().filter(|d| !known(d.name().as_str())).collect(),
+        ))
+    }
 
     /// Every loop, sorted by name, with what a listing shows of it, read
     /// without the lock: one loop at a time, or (a store on a server) all
@@ -278,6 +290,10 @@ pub struct Change {
     /// whether it exists, did not.
     pub state_only: bool,
 }
+
+/// What [`Store::list_unknown`] finds: every loop's name, and the loops
+/// new to the caller.
+pub type Listed = (Vec<String>, Vec<Box<dyn LoopStore>>);
 
 /// The store a root uses (`--store`, `$AUTOMATON_STORE`, or `store` in
 /// `<root>/automaton.toml`): the one way commands find, list, create and

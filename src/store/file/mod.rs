@@ -524,6 +524,32 @@ impl Store for FileStore {
             .collect())
     }
 
+    /// One read of the loops directory: a known loop costs no system call
+    /// of its own (a link in its place shows in the entry's type), a new
+    /// one the checks [`list_loops`] makes.
+    fn list_unknown(&self, known: &dyn Fn(&str) -> bool) -> Result<crate::store::Listed> {
+        let loops = self.root.loops_dir();
+        let (mut names, mut new) = (Vec::new(), Vec::new());
+        for entry in fs::read_dir(&loops).map_err(Error::io("listing", &loops))? {
+            let entry = entry.map_err(Error::io("listing", &loops))?;
+            let Some(name) = entry.file_name().to_str().and_then(|n| LoopName::new(n).ok()) else {
+                continue;
+            };
+            if known(name.as_str()) {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    names.push(name.to_string());
+                }
+                continue;
+            }
+            let dir = LoopDir::new(&self.root, name);
+            if !dir.is_link() && dir.exists() {
+                names.push(dir.name().to_string());
+                new.push(Box::new(dir) as Box<dyn LoopStore>);
+            }
+        }
+        Ok((names, new))
+    }
+
     fn create(
         &self,
         name: &LoopName,
