@@ -12,7 +12,7 @@ use crate::who::Actor;
 /// `[access]`, in loop.toml or in the root's automaton.toml (the loop's
 /// own lists win, each on its own). A role left unset is held by anyone
 /// who may use the root.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Access {
     /// May `approve` and `reject`.
@@ -38,6 +38,27 @@ impl Access {
             operators: pick(&self.operators, &defaults.operators),
             viewers: pick(&self.viewers, &defaults.viewers),
         }
+    }
+
+    /// Whether it sets no list: anyone holds every role.
+    pub fn is_open(&self) -> bool {
+        self.approvers.is_none() && self.operators.is_none() && self.viewers.is_none()
+    }
+
+    /// How `access show` and the admin record say it: `approvers: ann,
+    /// bob; operators: anyone; viewers: anyone`.
+    pub fn describe(&self) -> String {
+        let list = |l: &Option<Vec<String>>| match l {
+            None => "anyone".to_owned(),
+            Some(l) if l.is_empty() => "no one".to_owned(),
+            Some(l) => l.join(", "),
+        };
+        format!(
+            "approvers: {}; operators: {}; viewers: {}",
+            list(&self.approvers),
+            list(&self.operators),
+            list(&self.viewers)
+        )
     }
 
     fn holders(&self, role: Role) -> Option<&[String]> {

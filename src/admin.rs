@@ -32,6 +32,7 @@ pub(crate) enum Action {
     UserRemove,
     DelegateAdd,
     DelegateRemove,
+    AccessImport,
 }
 
 impl Action {
@@ -43,6 +44,7 @@ impl Action {
             Action::UserRemove => "user remove",
             Action::DelegateAdd => "delegate add",
             Action::DelegateRemove => "delegate remove",
+            Action::AccessImport => "access import",
         }
     }
 }
@@ -86,6 +88,11 @@ pub enum Change {
         name: String,
         delegates: Vec<String>,
     },
+    /// The root-wide `[access]` lists every host reads from a shared
+    /// store, as they are from now on (`access import`).
+    AccessSet {
+        access: crate::access::Access,
+    },
     /// Someone who is not an admin asked for `command`; nothing changed.
     Refused {
         command: String,
@@ -109,6 +116,7 @@ impl Change {
             Change::DelegateRemoved { name, delegates } => {
                 format!("removed delegate {name} (delegates: {})", list(delegates))
             }
+            Change::AccessSet { access } => format!("recorded the root-wide access ({})", access.describe()),
             Change::Refused { command, holders } => {
                 format!("was refused `{command}` (admins: {})", list(holders))
             }
@@ -144,6 +152,41 @@ pub(crate) fn recorded_delegates(log: &[Entry]) -> Vec<String> {
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// The root-wide access the record holds: its last `access-set` entry's.
+pub(crate) fn recorded_access(log: &[Entry]) -> Option<crate::access::Access> {
+    log.iter().rev().find_map(|e| match &e.change {
+        Change::AccessSet { access } => Some(access.clone()),
+        _ => None,
+    })
+}
+
+/// The root-wide access this process holds every loop to: on a shared
+/// store, the one an admin recorded there (`access import`), whatever
+/// this host's automaton.toml says, which is ignored with a warning
+/// naming the file when it differs; until one is recorded, and on the
+/// file store, automaton.toml's.
+pub(crate) fn resolved_access(root: &Root, recorded: Option<crate::access::Access>) -> crate::access::Access {
+    let file = &root.settings().access;
+    let Some(recorded) = recorded else {
+        if !file.is_open() && matches!(root.store(), crate::root::StoreChoice::Postgres(_)) {
+            tracing::warn!(
+                "{}: its [access] is not recorded in the store, so each host reads its own file; `automaton access import` records it for every host",
+                root.config_file().display()
+            );
+        }
+        return file.clone();
+    };
+    if !file.is_open() && *file != recorded {
+        tracing::warn!(
+            "{}: its [access] ({}) is ignored: the root-wide access is the one recorded in the store ({}); `automaton access import` records this file's",
+            root.config_file().display(),
+            file.describe(),
+            recorded.describe()
+        );
+    }
+    recorded
 }
 
 /// Whether `name` is an OS user's name on this host.

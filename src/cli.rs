@@ -141,6 +141,9 @@ automaton serve --trust-header X-Forwarded-User --trusted-proxy 127.0.0.1 \
     /// Add, remove or list the OS users who may act for the person $AUTOMATON_USER names
     #[command(subcommand)]
     Delegate(DelegateCommand),
+    /// Record this host's root-wide [access] in a shared store for every host, or show it
+    #[command(subcommand)]
+    Access(AccessCommand),
     /// Print a shell completion script (it completes loop names too)
     #[command(after_help = "Install:\n  \
 bash        echo 'source <(automaton completions bash)' >> ~/.bashrc\n  \
@@ -233,6 +236,15 @@ pub enum DelegateCommand {
     Remove(DelegateArgs),
     /// List the recorded delegates, and how automaton.toml's `delegates` differ
     List(UserListArgs),
+}
+
+#[derive(Debug, Subcommand)]
+#[command(defer = true)]
+pub enum AccessCommand {
+    /// Record automaton.toml's [access] lists in the store, read by every host from now on (an admin's act, recorded)
+    Import(UserListArgs),
+    /// Show the root-wide access in force, and how automaton.toml's [access] differs
+    Show(UserListArgs),
 }
 
 #[derive(Debug, Args)]

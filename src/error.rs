@@ -269,6 +269,12 @@ pub enum Error {
     )]
     NoSuchDelegate { name: String, store: String },
 
+    #[error(
+        "the root-wide access of a root on the file store is its {}: there is nothing to record (`access import` is for a root in PostgreSQL, whose hosts each have a file of their own)",
+        config.display()
+    )]
+    AccessInFile { config: PathBuf },
+
     #[error("loop {name:?} has no {what} for tick {tick} ({} is not there)", path.display())]
     NoOutput {
         name: String,
@@ -470,6 +476,7 @@ impl Error {
             | Error::InvalidVersion { .. } => Class::Usage,
             Error::NotShared { .. } => Class::Failed,
             Error::NoSuchUser { .. } | Error::NoSuchDelegate { .. } => Class::NotFound,
+            Error::AccessInFile { .. } => Class::Usage,
             Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,
             Error::Signals(_) | Error::DaemonThread { .. } => Class::Failed,
             Error::Tls { .. } | Error::ServeSetup { .. } | Error::MetricsSetup { .. } => Class::Usage,

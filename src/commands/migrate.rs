@@ -58,7 +58,9 @@ pub(super) fn run(root_flag: Flags<'_>, args: &MigrateArgs, out: &mut dyn Write)
     let open = |side: &Side| -> Result<Stores> {
         match side {
             Side::Dir(d) => {
-                let root = Root::at(d);
+                // With its automaton.toml's people: its root-wide access
+                // is what a move out of it is checked against.
+                let root = Root::at_with_people(d)?;
                 if !root.loops_dir().is_dir() {
                     return Err(Error::NoRoot { path: d.clone() });
                 }

@@ -3,6 +3,7 @@
 //! this process's actor and renders the outcome; the others read (or
 //! administer) and render.
 
+mod access;
 mod approve;
 mod budget;
 mod cancel;
@@ -96,6 +97,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<Exit> {
         Command::Serve(args) => crate::serve::run(&Root::open(root)?, &args, out),
         Command::User(cmd) => user::run(&Root::open(root)?, &cmd, out),
         Command::Delegate(cmd) => delegate::run(&Root::open(root)?, &cmd, out),
+        Command::Access(cmd) => access::run(&Root::open(root)?, &cmd, out),
         Command::Doctor(args) => doctor::run(&Root::open(root)?, &args, out),
         Command::Migrate(args) => migrate::run(root, &args, out),
         Command::Completions(args) => shell::completions(args.shell, out),

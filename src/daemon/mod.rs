@@ -129,6 +129,13 @@ pub(crate) fn run(root: &Root, opts: &Options) -> Result<()> {
     let signals = listen_for_signals(&handoff)?;
     let host = shared_host(root, max);
     let stores = Stores::open(root)?;
+    if let Err(e) = stores.keep_bookkeeping() {
+        // Made when next needed, as one the server ended is.
+        tracing::warn!(
+            "cannot keep a connection for the ledger of firings yet: {}",
+            crate::error::with_causes(&e)
+        );
+    }
     let metrics = match &opts.metrics {
         Some(addr) => Some(crate::exposition::listen::Listener::bind(
             addr,

@@ -281,7 +281,7 @@ impl Dispatcher<'_> {
             }
             let first = entry.config_mtime.is_none();
             entry.config_mtime = Some(modified);
-            let read = read_config(name, entry.dir.as_ref(), actor, &self.root.settings().access);
+            let read = read_config(name, entry.dir.as_ref(), actor, self.stores.access());
             // One scheduler per loop: one an OS scheduler fires is not the
             // daemon's to fire.
             let installed = installed_schedule(self.root, name);

@@ -57,10 +57,10 @@ impl Approved {
 pub(crate) fn approve(ctx: &Ctx<'_>, req: Approve, answer: Answer<'_, Approved>) -> Result<Approved> {
     let dir = ctx.stores.get(&req.name)?;
     if req.then_tick {
-        let rules = crate::store::access_rules(&*dir, &ctx.root.settings().access);
+        let rules = crate::store::access_rules(&*dir, ctx.stores.access());
         ctx.require(&*dir, Action::Tick, &rules)?;
     }
-    let defaults = ctx.root.settings().access.clone();
+    let defaults = ctx.stores.access().clone();
     record_config_first(ctx, &*dir, req.wait)?;
     let rules = crate::rules::approvers_of_change(&dir.load()?, &defaults)
         .unwrap_or_else(|| crate::store::access_rules(&*dir, &defaults));

@@ -90,7 +90,7 @@ impl<'a> Ctx<'a> {
     /// recorded apart from the history, waiting for no lock).
     fn allowed(&self, name: &str, action: Action) -> Result<Box<dyn LoopStore>> {
         let dir = self.stores.get(name)?;
-        let rules = crate::store::access_rules(&*dir, &self.root.settings().access);
+        let rules = crate::store::access_rules(&*dir, self.stores.access());
         self.require(&*dir, action, &rules)?;
         Ok(dir)
     }
@@ -106,7 +106,7 @@ impl<'a> Ctx<'a> {
     /// needs (a refusal is kept and returned as [`refusal::require`]
     /// says).
     pub(crate) fn allowed_on(&self, store: &dyn LoopStore, action: Action) -> Result<()> {
-        let rules = crate::store::access_rules(store, &self.root.settings().access);
+        let rules = crate::store::access_rules(store, self.stores.access());
         self.require(store, action, &rules)
     }
 

@@ -21,7 +21,6 @@ use super::api::{may_see, view_rules};
 use super::auth::{PageUser, still_holds};
 use super::{App, blocking};
 use crate::access::Access;
-use crate::root::Root;
 use crate::store::{Changes, Stores};
 use crate::who::Actor;
 
@@ -51,7 +50,7 @@ impl Live {
     /// Starts watching: the store's feed is opened before this returns,
     /// so every change committed after it is told. The watching thread
     /// ends once `stop` says so.
-    pub(crate) fn start(root: Root, stores: Stores, stop: watch::Receiver<bool>) -> Live {
+    pub(crate) fn start(stores: Stores, stop: watch::Receiver<bool>) -> Live {
         let (tx, _) = broadcast::channel(1024);
         let changes = stores.watch().map_err(|e| {
             tracing::warn!("cannot watch the loops yet ({e}); trying again");
@@ -68,7 +67,7 @@ impl Live {
                         None => return,
                     },
                 };
-                follow(&root, &stores, changes, &feed, &until);
+                follow(&stores, changes, &feed, &until);
             });
         if let Err(e) = spawned {
             tracing::warn!("pages will not update by themselves: cannot start a thread: {e}");
@@ -80,20 +79,14 @@ impl Live {
 /// Tells of each change the feed gives, with the loop's lists read once
 /// for all streams. A feed that fails is opened again (every
 /// [`REWATCH`]), and the gap it left told as `*`: pages reload.
-fn follow(
-    root: &Root,
-    stores: &Stores,
-    mut changes: Box<dyn Changes>,
-    feed: &Feed,
-    stop: &watch::Receiver<bool>,
-) {
+fn follow(stores: &Stores, mut changes: Box<dyn Changes>, feed: &Feed, stop: &watch::Receiver<bool>) {
     while !*stop.borrow() {
         match changes.wait(Duration::from_secs(1)) {
             Ok(changed) => {
                 for change in changed {
                     let notice = match stores.get(&change.name) {
                         Ok(dir) => Notice::Loop {
-                            viewers: view_rules(root, dir.as_ref()),
+                            viewers: view_rules(stores, dir.as_ref()),
                             name: change.name,
                         },
                         // Gone (or unreadable): it came or went.

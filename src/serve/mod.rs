@@ -93,7 +93,7 @@ pub(crate) fn run(root: &Root, args: &ServeArgs, out: &mut dyn Write) -> Result<
     let stop = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         root: root.clone(),
-        live: live::Live::start(root.clone(), stores.clone(), stop.1.clone()),
+        live: live::Live::start(stores.clone(), stop.1.clone()),
         stores,
         auth,
         lock_wait: args.request_timeout / 2,

@@ -345,7 +345,7 @@ fn loops_table(listed: &[&status::Listed]) -> Markup {
 /// the budget's reset when the budget gate halted it), Cancel on a running
 /// tick; none the user's roles do not allow.
 fn actions(app: &App, who: &Who, dir: &dyn crate::store::LoopStore, v: &status::LoopView) -> Markup {
-    let rules = crate::store::access_rules(dir, &app.root.settings().access);
+    let rules = crate::store::access_rules(dir, app.stores.access());
     let may = |a: Action| access::check(&who.actor, a, &rules).is_ok();
     let name = dir.name().as_str();
     let status = v.state.status;
@@ -583,7 +583,7 @@ pub(super) async fn review(
     let rendered = blocking(move || {
         let r = views::review::review(&reader(&app, &me.actor), &name, true)?;
         let dir = app.stores.get(&name)?;
-        let defaults = &app.root.settings().access;
+        let defaults = app.stores.access();
         let state = dir.load()?;
         // A change to the rules is approved under the rules before it.
         let rules = match crate::rules::approvers_of_change(&state, defaults) {
@@ -896,7 +896,7 @@ pub(super) async fn run(
         if running.is_none() && (tick == 0 || tick > state.tick) {
             return Ok(None);
         }
-        let rules = crate::store::access_rules(dir.as_ref(), &app.root.settings().access);
+        let rules = crate::store::access_rules(dir.as_ref(), app.stores.access());
         let may_cancel = running.is_some() && access::check(&me.actor, Action::Cancel, &rules).is_ok();
         let out = |stderr| {
             let req = views::logs::Request {

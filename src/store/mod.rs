@@ -175,6 +175,20 @@ pub trait Store: Send + Sync {
     /// record.
     fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()>;
 
+    /// The root-wide access a shared store's admin record holds (the
+    /// last `access import`); `None` where none is recorded, and on the
+    /// file store, whose root-wide access is its automaton.toml's.
+    fn root_access(&self) -> Result<Option<crate::access::Access>> {
+        Ok(None)
+    }
+
+    /// Keeps a connection for a daemon's bookkeeping (its ledger of
+    /// firings, its claims' settling and renewal) from now on, where the
+    /// store has connections to run out of.
+    fn keep_bookkeeping(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The delegates the admin record holds.
     fn delegates(&self) -> Result<Vec<String>> {
         Ok(crate::admin::recorded_delegates(&self.admin_log()?))
@@ -303,6 +317,9 @@ pub type Listed = (Vec<String>, Vec<Box<dyn LoopStore>>);
 pub struct Stores {
     store: Arc<dyn Store>,
     me: Arc<Actor>,
+    /// The root-wide access every loop falls back to
+    /// ([`crate::admin::resolved_access`]).
+    access: Arc<crate::access::Access>,
 }
 
 impl Stores {
@@ -323,7 +340,15 @@ impl Stores {
         };
         let delegates = crate::admin::honoured_delegates(root, &*store)?;
         let me = Arc::new(crate::who::own(&delegates, role.as_deref()));
-        Ok(Stores { store, me })
+        let access = Arc::new(crate::admin::resolved_access(root, store.root_access()?));
+        Ok(Stores { store, me, access })
+    }
+
+    /// The root-wide `[access]` every loop whose loop.toml leaves a role
+    /// unset falls back to: on a shared store the one recorded there
+    /// ([`crate::admin::resolved_access`]).
+    pub fn access(&self) -> &crate::access::Access {
+        &self.access
     }
 
     /// This process's own actor: its OS user, or the person a recorded

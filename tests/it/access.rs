@@ -666,3 +666,30 @@ fn a_daemon_ticks_only_the_loops_its_user_operates() {
     assert!(ran.iter().any(|r| r["kind"] == "ran"), "{ran:?}");
     assert!(!env.ok(&["status", "ops-only"]).contains("not ticked"));
 }
+
+/// On the file store the root-wide access is automaton.toml's: nothing to
+/// record, and `access show` says where it is read from.
+#[test]
+fn the_file_stores_root_wide_access_is_its_automaton_toml() {
+    let env = Env::file();
+    env.root_config(&format!(
+        "delegates = [{:?}]\n[access]\napprovers = [\"ann\"]\n",
+        automaton::who::os_user()
+    ));
+    let err = env.fails(2, &["access", "import"]);
+    assert!(
+        err.contains("the root-wide access of a root on the file store is its ")
+            && err.contains("automaton.toml: there is nothing to record"),
+        "{err}"
+    );
+    let shown: Value = serde_json::from_str(&env.ok(&["access", "show", "--json"])).unwrap();
+    assert_eq!(shown["from"], "file");
+    assert_eq!(shown["access"]["approvers"], serde_json::json!(["ann"]));
+    assert!(shown["recorded"].is_null());
+    let text = env.ok(&["access", "show"]);
+    assert!(
+        text.starts_with("root-wide access (from ")
+            && text.contains("approvers: ann; operators: anyone; viewers: anyone"),
+        "{text}"
+    );
+}

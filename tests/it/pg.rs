@@ -1168,7 +1168,7 @@ fn a_store_upgraded_to_the_run_ledger_holds_the_runs_of_its_history() {
             "DROP TRIGGER runs_record ON events;
              DROP FUNCTION runs_record_event(), run_record(text, json), run_outcome_ok(json);
              DROP TABLE runs;
-             DELETE FROM automaton_schema WHERE version = 11;",
+             DELETE FROM automaton_schema WHERE version = 12;",
         )
         .unwrap();
     env.ok(&["status", "kept"]);

@@ -198,3 +198,45 @@ fn a_daemon_refused_connections_stops_starting_ticks_and_starts_again_when_let_i
         );
     }
 }
+
+/// The loop's ledger of firings, as `fires --json` gives it.
+fn fires(env: &Env, name: &str) -> Vec<serde_json::Value> {
+    serde_json::from_str(&env.ok(&["fires", name, "--json"])).unwrap()
+}
+
+#[test]
+fn a_full_server_refuses_no_ledger_record_nor_next_firing_of_a_tick_that_ran() {
+    let Some(env) = Env::postgres() else { return };
+    const LOOPS: usize = 8;
+    for i in 0..LOOPS {
+        env.new_often_loop(
+            &format!("b{i}"),
+            "step = \"sleep 0.2\"\n[schedule]\nevery = \"100ms\"\n",
+        );
+    }
+    // The daemon's own connections and a tick or two: every connection
+    // a tick's end could ask for is one the server has no room for.
+    let role = Limited::new(&env, 5);
+    let daemon = Daemon::start(&env, &role.url(&env), 8);
+    until("the server refuses the daemon", 30, || {
+        daemon.log().contains("refuses new connections")
+    });
+    until("a few ticks at the limit", 60, || {
+        (0..LOOPS).map(|i| ticks(&env, &format!("b{i}"))).sum::<u64>() >= 30
+    });
+    let log = daemon.stop();
+    assert!(
+        !log.contains("not in its ledger") && !log.contains("cannot write the loop's next firing"),
+        "every tick's bookkeeping was written:\n{log}"
+    );
+    for i in 0..LOOPS {
+        let name = format!("b{i}");
+        let recorded: Vec<u64> = fires(&env, &name)
+            .iter()
+            .filter(|r| r["kind"] == "ran")
+            .filter_map(|r| r["tick"].as_u64())
+            .collect();
+        let ran: Vec<u64> = (1..=ticks(&env, &name)).collect();
+        assert_eq!(recorded, ran, "{name}: every tick that ran is in its ledger once");
+    }
+}

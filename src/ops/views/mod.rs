@@ -14,7 +14,6 @@ pub(crate) mod status;
 use super::Ctx;
 use crate::access::{self, Access, Action, Denied};
 use crate::error::{Error, Result};
-use crate::root::Root;
 use crate::store::LoopStore;
 use crate::who::{Actor, Via};
 
@@ -25,7 +24,7 @@ pub(crate) fn may_view(ctx: &Ctx, dir: &dyn LoopStore) -> Result<()> {
     if !held_to_viewers(&ctx.actor) {
         return Ok(());
     }
-    may_see(&ctx.actor, &rules(ctx.root, dir)).map_err(|d| Error::NotAllowed {
+    may_see(&ctx.actor, &rules(ctx.stores, dir)).map_err(|d| Error::NotAllowed {
         name: dir.name().to_string(),
         command: "view",
         user: ctx.actor.user.clone(),
@@ -43,8 +42,8 @@ fn held_to_viewers(actor: &Actor) -> bool {
 
 /// The lists that say who may see loop `dir`: its own over the root's,
 /// the root's alone when its loop.toml does not load.
-pub(crate) fn rules(root: &Root, dir: &dyn LoopStore) -> Access {
-    crate::store::access_rules(dir, &root.settings().access)
+pub(crate) fn rules(stores: &crate::store::Stores, dir: &dyn LoopStore) -> Access {
+    crate::store::access_rules(dir, stores.access())
 }
 
 /// Whether `actor` may see a loop under `rules`: the one rule the API,

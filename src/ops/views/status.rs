@@ -286,7 +286,7 @@ pub(crate) struct Seen {
 /// with the store and config each was read from (`/metrics` reads on from
 /// them).
 pub(crate) fn read_all(ctx: &Ctx) -> Result<Vec<Seen>> {
-    let defaults = &ctx.root.settings().access;
+    let defaults = ctx.stores.access();
     let mut out = Vec::new();
     for r in ctx.stores.read_all()? {
         let (listed, error) = match r.state {

@@ -283,18 +283,21 @@ impl Client {
 
     /// Runs `sql`, one statement, in the simple protocol (nothing
     /// prepared); its first row's first column.
-    pub(super) fn set_up(&mut self, sql: &str) -> Result<String, PgError> {
+    pub(super) fn set_up(&mut self, sql: &str) -> Result<(String, String), PgError> {
         use tokio_postgres::SimpleQueryMessage;
         let client = self.client.as_ref().expect("a client until dropped");
         let answer = self.io.run(client.simple_query(sql))?;
-        Ok(answer
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0),
-                _ => None,
-            })
-            .unwrap_or_default()
-            .to_owned())
+        let column = |i: usize| {
+            answer
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => row.get(i),
+                    _ => None,
+                })
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Ok((column(0), column(1)))
     }
 
     fn inner(&self) -> &tokio_postgres::Client {

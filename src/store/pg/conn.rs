@@ -57,6 +57,9 @@ pub(super) struct Connector {
     bound: Duration,
     /// Run once connected: the session's settings.
     setup: Arc<str>,
+    /// Whether a connection found the server on another port than the
+    /// one it connected to: something (a pooler) is between.
+    between: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The server session a connection was given carries what another
@@ -139,11 +142,13 @@ pub(super) fn config(url: &str, shown: &str, bound: Option<Duration>) -> Result<
         within,
         bound: call,
         setup: setup.into(),
+        between: Arc::default(),
     })
 }
 
 /// The statement run once connected: the mark another connection left in
-/// the session (empty on a session of its own), then the session marked
+/// the session (empty on a session of its own), the server's port, then
+/// the session marked
 /// as this connection's ([`MARK_VALUE`] is replaced by its own mark) and
 /// `settings` set for it. PostgreSQL starts every session unmarked, and a
 /// session pooler's reset between clients (`DISCARD ALL`) clears the mark.
@@ -152,7 +157,7 @@ fn setup_sql<'a>(settings: impl Iterator<Item = &'a (&'a str, String)>) -> Strin
         .map(|(name, value)| format!(", set_config('{name}', '{value}', false)"))
         .collect();
     format!(
-        "SELECT coalesce(current_setting('{MARK}', true), ''), \
+        "SELECT coalesce(current_setting('{MARK}', true), ''), current_setting('port'), \
          set_config('{MARK}', '{MARK_VALUE}', false){sets}"
     )
 }
@@ -217,13 +222,23 @@ impl Connector {
             std::process::id(),
             CONNECTIONS.fetch_add(1, Ordering::Relaxed)
         );
-        let found = client
+        let (found, port) = client
             .set_up(&self.setup.replace(MARK_VALUE, &mark))
             .map_err(ConnectError::Setup)?;
         if !found.is_empty() {
             return Err(ConnectError::Shared(SharedSession(found)));
         }
+        let ours = self.config.get_ports().first().copied().unwrap_or(5432);
+        if port != ours.to_string() {
+            self.between.store(true, Ordering::Relaxed);
+        }
         Ok(client)
+    }
+
+    /// Whether a connection met the server on another port than the one
+    /// it connected to (a pooler's, or a forwarded one).
+    pub(super) fn is_between(&self) -> bool {
+        self.between.load(Ordering::Relaxed)
     }
 }
 
@@ -399,7 +414,7 @@ mod tests {
         assert_eq!(connector.config.get_options(), Some("-c lock_timeout=2s"));
         assert_eq!(
             &*connector.setup,
-            "SELECT coalesce(current_setting('automaton.session', true), ''), \
+            "SELECT coalesce(current_setting('automaton.session', true), ''), current_setting('port'), \
              set_config('automaton.session', '$mark', false), \
              set_config('statement_timeout', '27000ms', false), \
              set_config('tcp_keepalives_idle', '30', false), \

@@ -67,44 +67,45 @@ impl PgLoop {
 
     pub(super) fn add_fires(&self, make: &mut dyn FnMut(Option<&Fire>) -> Vec<Fire>) -> Result<()> {
         let name = self.name.as_str();
-        self.db.with(self.n(), "cannot write the ledger of firings", |c| {
-            let mut c = c.transaction()?;
-            // One round trip, without a prepared statement: a loop's name
-            // holds no quote (`LoopName`).
-            c.batch_execute(&format!(
-                "SELECT pg_advisory_xact_lock(
+        self.db
+            .bookkeeping(self.n(), "cannot write the ledger of firings", |c| {
+                let mut c = c.transaction()?;
+                // One round trip, without a prepared statement: a loop's name
+                // holds no quote (`LoopName`).
+                c.batch_execute(&format!(
+                    "SELECT pg_advisory_xact_lock(
                      hashtextextended('automaton:fires:' || current_schema() || ':{name}', 0))"
-            ))?;
-            let last = c.query_opt(
-                "SELECT seq, record::text FROM fires WHERE loop = $1 ORDER BY seq DESC LIMIT 1",
-                &[&name],
-            )?;
-            let last = last.and_then(|row| {
-                let seq: i64 = row.get(0);
-                let text: String = row.get(1);
-                serde_json::from_str::<Fire>(&text).ok().map(|r| (seq, r))
-            });
-            let mut new = fires::fold(make(last.as_ref().map(|(_, r)| r)));
-            if new.is_empty() {
-                return c.commit();
-            }
-            if let Some((seq, mut merged)) = last.filter(|(_, r)| r.folds(&new[0])) {
-                merged.absorb(new.remove(0));
-                // Under the lock, still the loop's last row.
-                c.execute(
-                    "UPDATE fires SET record = $3::text::json, last_at = $4::text::timestamptz
-                     WHERE loop = $1 AND seq = $2",
-                    &[&name, &seq, &to_text(&merged), &merged.last_at().to_string()],
+                ))?;
+                let last = c.query_opt(
+                    "SELECT seq, record::text FROM fires WHERE loop = $1 ORDER BY seq DESC LIMIT 1",
+                    &[&name],
                 )?;
-            }
-            if new.is_empty() {
-                return c.commit();
-            }
-            let records: Vec<String> = new.iter().map(to_text).collect();
-            let lasts: Vec<String> = new.iter().map(|r| r.last_at().to_string()).collect();
-            let seq: i64 = c
-                .query_one(
-                    "WITH i AS (
+                let last = last.and_then(|row| {
+                    let seq: i64 = row.get(0);
+                    let text: String = row.get(1);
+                    serde_json::from_str::<Fire>(&text).ok().map(|r| (seq, r))
+                });
+                let mut new = fires::fold(make(last.as_ref().map(|(_, r)| r)));
+                if new.is_empty() {
+                    return c.commit();
+                }
+                if let Some((seq, mut merged)) = last.filter(|(_, r)| r.folds(&new[0])) {
+                    merged.absorb(new.remove(0));
+                    // Under the lock, still the loop's last row.
+                    c.execute(
+                        "UPDATE fires SET record = $3::text::json, last_at = $4::text::timestamptz
+                     WHERE loop = $1 AND seq = $2",
+                        &[&name, &seq, &to_text(&merged), &merged.last_at().to_string()],
+                    )?;
+                }
+                if new.is_empty() {
+                    return c.commit();
+                }
+                let records: Vec<String> = new.iter().map(to_text).collect();
+                let lasts: Vec<String> = new.iter().map(|r| r.last_at().to_string()).collect();
+                let seq: i64 = c
+                    .query_one(
+                        "WITH i AS (
                          INSERT INTO fires (loop, last_at, record)
                          SELECT $1, r.last_at::timestamptz, r.record::json
                          FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS r(record, last_at, o)
@@ -112,17 +113,17 @@ impl PgLoop {
                          ORDER BY r.o
                          RETURNING seq)
                      SELECT coalesce(max(seq), 0) FROM i",
-                    &[&name, &records, &lasts],
-                )?
-                .get(0);
-            if seq % TRIM_EVERY == 0 && seq > 0 {
-                c.execute(
-                    "DELETE FROM fires WHERE loop = $1 AND seq < (
+                        &[&name, &records, &lasts],
+                    )?
+                    .get(0);
+                if seq % TRIM_EVERY == 0 && seq > 0 {
+                    c.execute(
+                        "DELETE FROM fires WHERE loop = $1 AND seq < (
                          SELECT seq FROM fires WHERE loop = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)",
-                    &[&name, &(KEEP - 1)],
-                )?;
-            }
-            c.commit()
-        })
+                        &[&name, &(KEEP - 1)],
+                    )?;
+                }
+                c.commit()
+            })
     }
 }

@@ -131,7 +131,7 @@ impl Claims for Database {
     fn settle(&self, me: &str, name: &str, next: Option<Firing>) -> Result<()> {
         let Some(next) = next else {
             // Offered again when a daemon reads a schedule for it.
-            return self.with(Some(name), "cannot forget the loop's firings", |c| {
+            return self.bookkeeping(Some(name), "cannot forget the loop's firings", |c| {
                 c.execute(
                     "DELETE FROM firings WHERE loop = $1 AND owner = $2",
                     &[&name, &me],
@@ -140,7 +140,7 @@ impl Claims for Database {
             });
         };
         let (nominal, due) = (next.nominal.to_string(), next.due.to_string());
-        self.with(Some(name), "cannot write the loop's next firing", |c| {
+        self.bookkeeping(Some(name), "cannot write the loop's next firing", |c| {
             c.execute(
                 "UPDATE firings SET nominal = $3::text::timestamptz, due = $4::text::timestamptz,
                      owner = NULL, claim_expires = NULL
@@ -152,7 +152,7 @@ impl Claims for Database {
     }
 
     fn renew(&self, me: &str, running: &[String], unsettled: &[String]) -> Result<()> {
-        self.with(None, "cannot renew the daemon's claims", |c| {
+        self.bookkeeping(None, "cannot renew the daemon's claims", |c| {
             c.execute(
                 "UPDATE firings SET owner = CASE WHEN loop = ANY ($2) THEN owner END,
                      claim_expires = CASE WHEN loop = ANY ($2)

@@ -104,6 +104,14 @@ pub struct Database {
     renewals: lease::Renewals,
     /// Who the database knows this process as, recorded beside its actor.
     role: String,
+    /// The root-wide access the admin record held when the store was
+    /// opened (`access import`); `None`: none recorded.
+    access: Option<crate::access::Access>,
+    /// A daemon's bookkeeping connection ([`Database::keep_bookkeeping`]):
+    /// its ledger records, and the settling and renewal of its claims.
+    kept: Mutex<Option<Client>>,
+    /// Whether the bookkeeping uses `kept`: set by a daemon.
+    keeps: std::sync::atomic::AtomicBool,
 }
 
 impl Database {
@@ -120,14 +128,42 @@ impl Database {
             loops_dir,
             idle: Mutex::new(Vec::new()),
             role: String::new(),
+            access: None,
+            kept: Mutex::new(None),
+            keeps: std::sync::atomic::AtomicBool::new(false),
         };
         let mut client = db.connect(None)?;
+        // Behind a pooler, a second connection made while the first is
+        // idle: one in transaction or statement pooling mode gives it the
+        // first one's server session, marked, and it is refused, so that
+        // the first command through a pool no one used yet is refused too
+        // (docs/postgres.md, "Poolers"). Kept idle for the command's use.
+        let second = match db.connector.is_between() {
+            true => Some(db.connect(None)?),
+            false => None,
+        };
         schema::ensure(&mut client, &db.url)?;
-        let role = client
-            .query_one("SELECT current_user::text", &[])
+        // The role, and the root-wide access recorded, in one round trip.
+        let row = client
+            .query_one(
+                "SELECT current_user::text,
+                        (SELECT record::text FROM admin_log WHERE kind = 'access-set' ORDER BY n DESC LIMIT 1)",
+                &[],
+            )
             .map_err(db.fail(None, "cannot read the connection's role"))?;
-        db.role = crate::bounds::name(role.get(0));
+        db.role = crate::bounds::name(row.get(0));
+        if let Some(text) = row.get::<_, Option<String>>(1) {
+            let entry: crate::admin::Entry =
+                serde_json::from_str(&text).map_err(|e| Error::CorruptState {
+                    path: format!("{}/admin_log (the root-wide access)", db.url).into(),
+                    reason: e.to_string(),
+                })?;
+            db.access = crate::admin::recorded_access(&[entry]);
+        }
         db.put_back(client);
+        if let Some(second) = second {
+            db.put_back(second);
+        }
         Ok(Arc::new(db))
     }
 
@@ -185,6 +221,68 @@ impl Database {
             },
             false => fail(e),
         }
+    }
+
+    /// From now on, keeps a connection for this process's bookkeeping
+    /// (the ledger of firings, and the settling and renewal of claims),
+    /// made now: a server that has no connection left to give cannot
+    /// refuse a tick that ran its record in the ledger, nor its next
+    /// firing. One the server ends is made again when next needed.
+    pub(crate) fn keep_bookkeeping(&self) -> Result<()> {
+        self.keeps.store(true, std::sync::atomic::Ordering::Relaxed);
+        let client = self.connect_kept(None)?;
+        *self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(client);
+        Ok(())
+    }
+
+    /// A connection made to be kept: the server's idle timeout does not
+    /// end it.
+    fn connect_kept(&self, name: Option<&str>) -> Result<Client> {
+        let mut client = self.connect(name)?;
+        client
+            .batch_execute(NEVER_IDLE_OUT)
+            .map_err(self.fail(name, "cannot keep a connection for the bookkeeping"))?;
+        Ok(client)
+    }
+
+    /// Runs a bookkeeping write `f`, as [`Database::with`]: on the kept
+    /// connection where a daemon keeps one and it is free; else on one of
+    /// the pool, unless the server refuses a new one, when it waits for
+    /// the kept one.
+    fn bookkeeping<T>(
+        &self,
+        name: Option<&str>,
+        action: &str,
+        f: impl FnOnce(&mut Client) -> Result<T, PgError>,
+    ) -> Result<T> {
+        use std::sync::TryLockError;
+        if !self.keeps.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.with(name, action, f);
+        }
+        let mut kept = match self.kept.try_lock() {
+            Ok(kept) => kept,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => match self.take(name) {
+                Ok(mut client) => {
+                    let out = f(&mut client).map_err(self.fail(name, action))?;
+                    self.put_back(client);
+                    return Ok(out);
+                }
+                Err(e) if refuses_connections(&e) => self
+                    .kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Err(e) => return Err(e),
+            },
+        };
+        let client = match kept.take() {
+            Some(c) if !c.is_closed() => kept.insert(c),
+            _ => kept.insert(self.connect_kept(name)?),
+        };
+        f(client).map_err(self.fail(name, action))
     }
 
     /// An idle connection, or a new one.
@@ -451,6 +549,14 @@ impl Store for Arc<Database> {
 
     fn record_admin(&self, entry: &crate::admin::Entry) -> Result<()> {
         users::record(self, entry)
+    }
+
+    fn root_access(&self) -> Result<Option<crate::access::Access>> {
+        Ok(self.access.clone())
+    }
+
+    fn keep_bookkeeping(&self) -> Result<()> {
+        Database::keep_bookkeeping(self)
     }
 
     fn change_delegates(

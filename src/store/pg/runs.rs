@@ -1,6 +1,6 @@
 //! What a gate asks to see of a loop's runs (`context.history`), read from
 //! the run ledger the server keeps (table `runs`, written by a trigger on
-//! `events` in the commit's own transaction: migrations/0011) in one
+//! `events` in the commit's own transaction: migrations/0012) in one
 //! statement: the newest runs, and for each window the last run that ended
 //! at or before its start, each an index look-up whatever the length of
 //! the history. The answer is then made as the file store makes it from its

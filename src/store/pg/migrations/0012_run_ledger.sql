@@ -1,4 +1,4 @@
--- automaton's PostgreSQL store, schema version 11: the run ledger, what a
+-- automaton's PostgreSQL store, schema version 12: the run ledger, what a
 -- gate's `history` (the last runs, each metric's sum over windows) is
 -- read from. Applied by the tool (src/store/pg/schema.rs) in one
 -- transaction under an advisory lock; never edited once released.
