@@ -1,4 +1,5 @@
-//! Link settings for the `automaton` binary, and the stock gates' sha256s.
+//! Link settings for the `automaton` binary, and the stock gates' sha256s,
+//! sizes and deflated copies.
 
 use std::path::{Path, PathBuf};
 
@@ -37,9 +38,11 @@ fn main() {
     stock_sha256s();
 }
 
-/// Writes `<OUT_DIR>/stock/<name>.sha256` for each `gates/dist/<name>.wasm`
-/// the binary embeds, so a process names a stock gate's content without
-/// hashing it.
+/// Writes, for each `gates/dist/<name>.wasm` the binary embeds,
+/// `<OUT_DIR>/stock/<name>.sha256` (so a process names a stock gate's
+/// content without hashing it), `<name>.size` (its length) and
+/// `<name>.wasm.deflate` (the component as embedded: raw DEFLATE, inflated
+/// only to compile it).
 fn stock_sha256s() {
     let dist = Path::new("gates/dist");
     println!("cargo:rerun-if-changed={}", dist.display());
@@ -54,5 +57,9 @@ fn stock_sha256s() {
         let name = path.file_stem().expect("a file name");
         let sha256 = format!("{:x}", Sha256::digest(&bytes));
         std::fs::write(out.join(name).with_extension("sha256"), sha256).expect("OUT_DIR is writable");
+        std::fs::write(out.join(name).with_extension("size"), bytes.len().to_string())
+            .expect("OUT_DIR is writable");
+        let deflated = miniz_oxide::deflate::compress_to_vec(&bytes, 10);
+        std::fs::write(out.join(name).with_extension("wasm.deflate"), deflated).expect("OUT_DIR is writable");
     }
 }

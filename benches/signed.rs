@@ -35,7 +35,7 @@ fn fixture() -> Fixture {
         .arg(&key));
     let gate = dir.path().join("budget.wasm");
     let stock = stock_gates().iter().find(|g| g.name == "budget").unwrap();
-    std::fs::write(&gate, stock.bytes).unwrap();
+    std::fs::write(&gate, stock.component()).unwrap();
     run(Command::new("ssh-keygen")
         .args(["-Y", "sign", "-n", "automaton-gate", "-f"])
         .arg(&key)

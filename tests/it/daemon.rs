@@ -440,20 +440,38 @@ fn the_firings_of_a_paused_loop_fold_into_one_record() {
     new_loop(&env, "resting", &scheduled("true", OFTEN));
     env.ok(&["pause", "resting"]);
     let d = Daemon::start(&env, &[]);
+    let inactive = |fires: &[serde_json::Value]| -> u64 {
+        fires
+            .iter()
+            .filter(|r| r["why"] == "inactive")
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum()
+    };
     until("five firings passed over", || {
-        fires(&env, "resting")
-            .first()
-            .and_then(|r| r["count"].as_u64())
-            .is_some_and(|n| n >= 5)
+        inactive(&fires(&env, "resting")) >= 5
     });
     assert_eq!(d.terminate(), Some(0));
     let fires = fires(&env, "resting");
-    assert_eq!(fires.len(), 1, "{fires:#?}");
+    // One record for the firings passed over: a busy machine may split
+    // it where a tick outlasted the 100ms cadence (a firing skipped as an
+    // overlap, or missed as late), but two records in a row never say
+    // the same.
     assert_eq!(
         (&fires[0]["kind"], &fires[0]["why"]),
-        (&"skipped".into(), &"inactive".into())
+        (&"skipped".into(), &"inactive".into()),
+        "{fires:#?}"
     );
     assert!(fires[0]["until"].is_string(), "{fires:#?}");
+    for pair in fires.windows(2) {
+        assert!(pair[0]["why"] != pair[1]["why"], "{fires:#?}");
+    }
+    assert!(
+        fires
+            .iter()
+            .all(|r| r["kind"] != "ran"
+                && ["inactive", "overlap", "late"].contains(&r["why"].as_str().unwrap())),
+        "{fires:#?}"
+    );
     assert_eq!(ticks(&env, "resting"), 0);
     // `--since` a time after them all finds none.
     let later = jiff::Timestamp::now()

@@ -37,10 +37,11 @@ impl GateHost {
         let label = source.to_string();
         let found = match source {
             GateSource::Stock(name) => match stock::find(name) {
+                // Its bytes are inflated only if it is compiled.
                 Some(g) => Found {
                     sha256: g.sha256(),
-                    size: g.bytes.len() as u64,
-                    bytes: Some(g.bytes.into()),
+                    size: g.size(),
+                    bytes: None,
                 },
                 None => {
                     return Err(GateError::new(
@@ -148,7 +149,10 @@ impl GateHost {
             let bytes = match (&found.bytes, source) {
                 (Some(b), _) => b.clone(),
                 (None, GateSource::File { path, .. }) => reread(label, path, &found.sha256)?.into(),
-                (None, GateSource::Stock(_)) => unreachable!("stock gates carry their bytes"),
+                (None, GateSource::Stock(name)) => match stock::find(name) {
+                    Some(g) => g.component().into(),
+                    None => unreachable!("a stock gate found once is found again"),
+                },
             };
             check_is_component(label, &bytes)?;
             self.cache.compile(&self.engine, label, &found.sha256, &bytes)?
