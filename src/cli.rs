@@ -335,6 +335,11 @@ pub struct DaemonArgs {
     /// `anonymous = true`
     #[arg(long, value_name = "ADDR", conflicts_with = "status")]
     pub metrics: Option<String>,
+    /// Run as a Windows service, started by the Service Control Manager
+    /// (`sc.exe create NAME binPath= "automaton.exe --root ROOT daemon --service"`);
+    /// a stop stops it as Ctrl-Break does. Windows only
+    #[arg(long, conflicts_with = "status")]
+    pub service: bool,
     #[command(flatten)]
     pub json: JsonArg,
 }

@@ -45,6 +45,11 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// `daemon --service` off Windows, or not started by the Service
+    /// Control Manager, or refused by it.
+    #[error("daemon --service: {reason}")]
+    Service { reason: String },
+
     /// The daemon cannot listen for its stop signals.
     #[error("cannot listen for signals")]
     Signals(#[source] io::Error),
@@ -478,7 +483,7 @@ impl Error {
             Error::NoSuchUser { .. } | Error::NoSuchDelegate { .. } => Class::NotFound,
             Error::AccessInFile { .. } => Class::Usage,
             Error::UserExists { .. } | Error::Listen { .. } => Class::Failed,
-            Error::Signals(_) | Error::DaemonThread { .. } => Class::Failed,
+            Error::Signals(_) | Error::DaemonThread { .. } | Error::Service { .. } => Class::Failed,
             Error::Tls { .. } | Error::ServeSetup { .. } | Error::MetricsSetup { .. } => Class::Usage,
             Error::NoRoot { .. } | Error::NoSuchLoop { .. } => Class::NotFound,
             Error::LockNotObtained { .. } => Class::Busy,

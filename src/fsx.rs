@@ -58,8 +58,9 @@ fn flags() -> u32 {
     windows_sys::Win32::Storage::FileSystem::FILE_FLAG_OPEN_REPARSE_POINT
 }
 
-/// The mode of a file an open creates (Unix; Windows gives the file its
-/// directory's ACL, which [`crate::os::make_private`] restricts).
+/// The mode of a file an open creates (Unix; on Windows the file inherits
+/// its private directory's ACL, and [`Modes::set_file`] then gives it its
+/// own).
 #[cfg(unix)]
 pub(crate) fn create_mode(opts: &mut OpenOptions, mode: u32) -> &mut OpenOptions {
     opts.mode(mode)
@@ -212,6 +213,18 @@ fn modes_beside(path: &Path) -> Modes {
     }
 }
 
+/// Gives a file just opened, and perhaps made, by [`open_append`] or
+/// [`open_rw`] its mode. On Windows its owner-only ACL is set when it is
+/// empty (just made), not again at every open of a file that has one.
+fn set_made(modes: Modes, file: &File, len: u64, path: &Path) -> Result<()> {
+    if cfg!(windows) && len > 0 {
+        return Ok(());
+    }
+    modes
+        .set_file(file)
+        .map_err(Error::io("setting the mode of", path))
+}
+
 /// Opens a loop's file to append to, creating it (0600, or 0660 in a
 /// group's root: [`mode`]).
 pub(crate) fn open_append(path: &Path) -> Result<(File, u64)> {
@@ -224,9 +237,7 @@ pub(crate) fn open_append(path: &Path) -> Result<(File, u64)> {
     .open(path)
     .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
-    modes
-        .set_file(&file)
-        .map_err(Error::io("setting the mode of", path))?;
+    set_made(modes, &file, len, path)?;
     Ok((file, len))
 }
 
@@ -246,9 +257,7 @@ pub(crate) fn open_rw(path: &Path) -> Result<(File, u64)> {
     .open(path)
     .map_err(open_error(path, "opening"))?;
     let len = check_regular(&file, path)?;
-    modes
-        .set_file(&file)
-        .map_err(Error::io("setting the mode of", path))?;
+    set_made(modes, &file, len, path)?;
     Ok((file, len))
 }
 

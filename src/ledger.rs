@@ -290,7 +290,9 @@ impl LedgerFile {
     pub fn write_all(&mut self, entries: &[Entry]) -> std::io::Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        let modes = crate::fsx::Modes::of_dir(dir);
+        let mut tmp = crate::fsx::mode::builder(modes).tempfile_in(dir)?;
+        modes.set_file(tmp.as_file())?;
         {
             let mut w = std::io::BufWriter::new(tmp.as_file_mut());
             for e in entries {
@@ -313,13 +315,19 @@ impl LedgerFile {
             serde_json::to_writer(&mut buf, e).map_err(std::io::Error::other)?;
             buf.push(b'\n');
         }
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        // Made as the root's files are: 0600 (0660 in a group's root), an
+        // owner-only ACL on Windows.
+        let modes = crate::fsx::Modes::of_dir(dir);
+        let mut f = crate::fsx::create_mode(
+            std::fs::OpenOptions::new().append(true).create(true),
+            modes.file(),
+        )
+        .open(&self.path)?;
+        if f.metadata()?.len() == 0 {
+            modes.set_file(&f)?;
         }
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&self.path)?;
         f.write_all(&buf)?;
         *self = LedgerFile::open(&self.path)?;
         Ok(())

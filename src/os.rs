@@ -129,39 +129,104 @@ pub(crate) fn host_name() -> Option<String> {
 
 /// Makes `path` (a file or directory automaton made) its owner's alone:
 /// on Windows, a protected ACL granting the owner full control and nobody
-/// else anything, where Unix makes it 0600 or 0700.
+/// else anything, where Unix makes it 0600 or 0700. A directory's entry is
+/// inherited by what is made in it, so a file is private from the moment
+/// it exists; [`make_file_private`] then gives the file its own.
 #[cfg(windows)]
 pub(crate) fn make_private(path: &Path) -> io::Result<()> {
-    acl::owner_only(path)
+    let inherit = std::fs::metadata(path)?.is_dir();
+    let name = wide(path);
+    acl::owner_only(inherit, |sd, info| {
+        // SAFETY: a NUL-terminated wide string and a security descriptor
+        // that outlive the call.
+        unsafe { windows_sys::Win32::Security::SetFileSecurityW(name.as_ptr(), info, sd) }
+    })
+}
+
+/// Makes the file open as `file` its owner's alone, as [`make_private`]
+/// does by path: where Unix creates a private file 0600, Windows gives it
+/// a protected ACL granting its owner alone. Every private file automaton
+/// makes passes here, through [`crate::fsx::Modes::set_file`].
+#[cfg(windows)]
+pub(crate) fn make_file_private(file: &File) -> io::Result<()> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::Foundation::{CloseHandle, INVALID_HANDLE_VALUE};
+    use windows_sys::Win32::Storage::FileSystem::{
+        FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, READ_CONTROL, ReOpenFile, WRITE_DAC,
+    };
+    // The file was opened to read or write it, not to change its ACL: a
+    // second handle to the same file (never a path, which could name
+    // another file by now) may.
+    // SAFETY: a handle `file` owns, and the one ReOpenFile gives, closed.
+    let handle = unsafe {
+        ReOpenFile(
+            file.as_raw_handle(),
+            WRITE_DAC | READ_CONTROL,
+            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+            0,
+        )
+    };
+    if handle == INVALID_HANDLE_VALUE {
+        return Err(io::Error::last_os_error());
+    }
+    let set = acl::owner_only(false, |sd, info| {
+        // SAFETY: an open handle and a security descriptor that outlive
+        // the call.
+        unsafe { windows_sys::Win32::Security::SetKernelObjectSecurity(handle, info, sd) }
+    });
+    // SAFETY: the handle ReOpenFile gave, closed once.
+    unsafe { CloseHandle(handle) };
+    set
 }
 
 #[cfg(windows)]
 mod acl {
     use std::io;
-    use std::path::Path;
 
     use windows_sys::Win32::Foundation::{CloseHandle, ERROR_SUCCESS, HANDLE, LocalFree};
     use windows_sys::Win32::Security::Authorization::{
-        EXPLICIT_ACCESS_W, GRANT_ACCESS, SE_FILE_OBJECT, SetEntriesInAclW, SetNamedSecurityInfoW,
-        TRUSTEE_IS_SID, TRUSTEE_IS_USER, TRUSTEE_W,
+        EXPLICIT_ACCESS_W, GRANT_ACCESS, SetEntriesInAclW, TRUSTEE_IS_SID, TRUSTEE_IS_USER, TRUSTEE_W,
     };
     use windows_sys::Win32::Security::{
-        ACL, DACL_SECURITY_INFORMATION, GetTokenInformation, PROTECTED_DACL_SECURITY_INFORMATION,
-        SUB_CONTAINERS_AND_OBJECTS_INHERIT, TOKEN_QUERY, TOKEN_USER, TokenUser,
+        ACL, DACL_SECURITY_INFORMATION, GetTokenInformation, InitializeSecurityDescriptor, NO_INHERITANCE,
+        OBJECT_SECURITY_INFORMATION, PROTECTED_DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR,
+        SE_DACL_PROTECTED, SECURITY_DESCRIPTOR, SUB_CONTAINERS_AND_OBJECTS_INHERIT,
+        SetSecurityDescriptorControl, SetSecurityDescriptorDacl, TOKEN_QUERY, TOKEN_USER, TokenUser,
     };
     use windows_sys::Win32::Storage::FileSystem::FILE_ALL_ACCESS;
     use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
+    use windows_sys::core::BOOL;
 
-    pub(super) fn owner_only(path: &Path) -> io::Result<()> {
+    /// `SECURITY_DESCRIPTOR_REVISION`.
+    const REVISION: u32 = 1;
+
+    /// Calls `set` with a security descriptor whose DACL grants this
+    /// process's user full control and nobody else anything, protected
+    /// from what the parent would have it inherit (inherited in turn when
+    /// `inherit`, for a directory), and the information to set from it.
+    ///
+    /// The descriptor is set whole (`SetFileSecurityW`,
+    /// `SetKernelObjectSecurity`): `SetNamedSecurityInfoW` and
+    /// `SetSecurityInfo` do the same on Windows, but Wine drops their DACL
+    /// and opens the file to everyone.
+    pub(super) fn owner_only(
+        inherit: bool,
+        set: impl FnOnce(PSECURITY_DESCRIPTOR, OBJECT_SECURITY_INFORMATION) -> BOOL,
+    ) -> io::Result<()> {
         let user = current_user()?;
         // SAFETY: the SID lives in `user`'s buffer for the whole call; the
-        // ACL SetEntriesInAclW allocates is freed below.
+        // ACL SetEntriesInAclW allocates outlives the descriptor that
+        // points to it, and is freed below.
         unsafe {
             let sid = (*user.as_ptr().cast::<TOKEN_USER>()).User.Sid;
             let access = EXPLICIT_ACCESS_W {
                 grfAccessPermissions: FILE_ALL_ACCESS,
                 grfAccessMode: GRANT_ACCESS,
-                grfInheritance: SUB_CONTAINERS_AND_OBJECTS_INHERIT,
+                grfInheritance: if inherit {
+                    SUB_CONTAINERS_AND_OBJECTS_INHERIT
+                } else {
+                    NO_INHERITANCE
+                },
                 Trustee: TRUSTEE_W {
                     pMultipleTrustee: std::ptr::null_mut(),
                     MultipleTrusteeOperation: 0,
@@ -175,21 +240,18 @@ mod acl {
             if rc != ERROR_SUCCESS {
                 return Err(io::Error::from_raw_os_error(rc as i32));
             }
-            let name = super::wide(path);
-            let rc = SetNamedSecurityInfoW(
-                name.as_ptr(),
-                SE_FILE_OBJECT,
-                DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                acl,
-                std::ptr::null(),
-            );
+            let mut sd: SECURITY_DESCRIPTOR = std::mem::zeroed();
+            let sdp: PSECURITY_DESCRIPTOR = (&raw mut sd).cast();
+            let made = InitializeSecurityDescriptor(sdp, REVISION) != 0
+                && SetSecurityDescriptorDacl(sdp, 1, acl, 0) != 0
+                && SetSecurityDescriptorControl(sdp, SE_DACL_PROTECTED, SE_DACL_PROTECTED) != 0
+                && set(
+                    sdp,
+                    DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
+                ) != 0;
+            let err = io::Error::last_os_error();
             LocalFree(acl.cast());
-            match rc {
-                ERROR_SUCCESS => Ok(()),
-                rc => Err(io::Error::from_raw_os_error(rc as i32)),
-            }
+            if made { Ok(()) } else { Err(err) }
         }
     }
 

@@ -13,16 +13,33 @@ pub(super) fn run(root: &Root, args: &DaemonArgs, out: &mut dyn Write) -> Result
     if args.status {
         return status(root, args.json.json, out);
     }
-    daemon::run(
-        root,
-        &Options {
-            max_concurrent: usize::from(args.max_concurrent),
-            grace: args.grace,
-            metrics: args.metrics.clone(),
-            ..Options::default()
-        },
-    )?;
+    let opts = Options {
+        max_concurrent: usize::from(args.max_concurrent),
+        grace: args.grace,
+        metrics: args.metrics.clone(),
+        ..Options::default()
+    };
+    if args.service {
+        service(root, &opts)?;
+    } else {
+        daemon::run(root, &opts)?;
+    }
     Ok(Exit::Ok)
+}
+
+/// `--service`: the daemon under the Service Control Manager.
+#[cfg(windows)]
+fn service(root: &Root, opts: &Options) -> Result<()> {
+    daemon::service::run(root, opts)
+}
+
+#[cfg(unix)]
+fn service(_: &Root, _: &Options) -> Result<()> {
+    Err(crate::error::Error::Service {
+        reason: "a Windows service needs Windows; on Unix run `automaton daemon` under the \
+                 service manager (systemd, launchd)"
+            .to_owned(),
+    })
 }
 
 /// Exit 0 when a daemon serves the root, 1 when none does.

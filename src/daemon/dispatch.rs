@@ -196,6 +196,7 @@ impl<'a> Dispatcher<'a> {
         #[cfg(windows)]
         let name = match sig {
             2 => "Ctrl-C",
+            super::messages::SERVICE_STOP => "the service's stop",
             _ => "Ctrl-Break",
         };
         match self.running.len() {

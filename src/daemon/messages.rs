@@ -54,14 +54,24 @@ pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
 
 /// On Windows the console's Ctrl-C is passed on as SIGINT (2), and its
 /// Ctrl-Break, close, logoff and shutdown as SIGTERM (15): the daemon
-/// stops on each as on those signals. A handler registered with
+/// stops on each as on those signals, and on a service's stop
+/// ([`service_stop`]) as on Ctrl-Break. A handler registered with
 /// `SetConsoleCtrlHandler` runs on a thread the system makes for it.
 #[cfg(windows)]
 pub(super) fn listen_for_signals(handoff: &Handoff) -> Result<Handle> {
     use windows_sys::Win32::System::Console::SetConsoleCtrlHandler;
-    *console::TO_DISPATCHER
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handoff.sender());
+    {
+        let mut to = console::TO_DISPATCHER
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sender = handoff.sender();
+        // A service's stop that came before the daemon listened.
+        let pending = console::PENDING.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if pending != 0 {
+            let _ = sender.send(Msg::Signal(pending));
+        }
+        *to = Some(sender);
+    }
     // SAFETY: a handler that only sends on a channel under a lock.
     if unsafe { SetConsoleCtrlHandler(Some(console::handler), 1) } == 0 {
         return Err(Error::Signals(std::io::Error::last_os_error()));
@@ -87,9 +97,31 @@ impl Handle {
     }
 }
 
+/// What a stop of the daemon as a Windows service is passed on as: the
+/// dispatcher takes it as it takes Ctrl-Break.
+#[cfg(windows)]
+pub(super) const SERVICE_STOP: i32 = -15;
+
+/// Passes the Service Control Manager's stop on to the dispatcher, the
+/// way the console's events come ([`SERVICE_STOP`]); one that comes before
+/// the daemon listens is passed on once it does.
+#[cfg(windows)]
+pub(super) fn service_stop() {
+    let to = console::TO_DISPATCHER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match to.as_ref() {
+        Some(to) => {
+            let _ = to.send(Msg::Signal(SERVICE_STOP));
+        }
+        None => console::PENDING.store(SERVICE_STOP, std::sync::atomic::Ordering::Relaxed),
+    }
+}
+
 #[cfg(windows)]
 mod console {
     use std::sync::Mutex;
+    use std::sync::atomic::AtomicI32;
     use std::sync::mpsc::Sender;
 
     use windows_sys::Win32::System::Console::CTRL_C_EVENT;
@@ -97,6 +129,9 @@ mod console {
     use super::Msg;
 
     pub(super) static TO_DISPATCHER: Mutex<Option<Sender<Msg>>> = Mutex::new(None);
+
+    /// A stop that came while nobody listened (0: none).
+    pub(super) static PENDING: AtomicI32 = AtomicI32::new(0);
 
     pub(super) unsafe extern "system" fn handler(event: u32) -> windows_sys::core::BOOL {
         let sig = if event == CTRL_C_EVENT { 2 } else { 15 };

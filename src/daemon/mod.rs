@@ -31,7 +31,8 @@
 //! (lag figures and the daemon's log line for a tick), `due` (when a
 //! schedule fires), `queue` (the timer queue) and `presence` (the record
 //! of the daemon serving a root), `messages` (what wakes the dispatcher,
-//! and the threads that send it: signals, a shared store's changes).
+//! and the threads that send it: signals, a shared store's changes), and
+//! on Windows `service` (the daemon under the Service Control Manager).
 
 mod awaits;
 mod claims;
@@ -45,6 +46,8 @@ mod queue;
 mod refused;
 mod report;
 mod scan;
+#[cfg(windows)]
+pub(crate) mod service;
 mod workers;
 
 use std::thread;

@@ -229,7 +229,8 @@ impl Dir {
         Ok(Some(bytes))
     }
 
-    /// Makes `name` an empty regular file of ours and opens it to write.
+    /// Makes `name` an empty regular file of ours (its owner's alone) and
+    /// opens it to write.
     /// Whatever else is there under that name (a link planted there) is
     /// removed first and never written through; a directory there is an
     /// error.
@@ -244,6 +245,7 @@ impl Dir {
         if is_reparse(&file.metadata()?) {
             return Err(refused());
         }
+        self.modes().set_file(&file)?;
         Ok(file)
     }
 

@@ -1,7 +1,8 @@
 //! The modes a root's files and directories are made with, on Windows:
 //! there are no modes and no set-group-ID directories, so everything is
 //! made private, as on Unix outside a group's root; privacy is an ACL that
-//! grants the owner alone ([`crate::os::make_private`]). A root shared by
+//! grants the owner alone ([`crate::os::make_private`] for a directory,
+//! [`Modes::set_file`] for a file, which every file made private passes). A root shared by
 //! a group (`init --group`) is a Unix arrangement.
 
 use std::fs::File;
@@ -38,9 +39,11 @@ impl Modes {
         0o700
     }
 
+    /// Gives a file just made here its owner-only ACL
+    /// ([`crate::os::make_file_private`]), as Unix makes it 0600.
     #[allow(clippy::unused_self)] // the same calls as on Unix
-    pub(crate) fn set_file(self, _: &File) -> io::Result<()> {
-        Ok(())
+    pub(crate) fn set_file(self, file: &File) -> io::Result<()> {
+        crate::os::make_file_private(file)
     }
 
     #[allow(clippy::unused_self)]

@@ -488,15 +488,20 @@ fn progress(label: &str, size: &str, later: &str, started: Instant, wait: &mpsc:
 /// Writes a file, private: a temp file in the same directory, then a rename.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache files live in a directory");
-    // tempfile makes it 0600.
+    // tempfile makes it 0600; on Windows it is given its ACL.
     let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    crate::fsx::Modes::PRIVATE.set_file(tmp.as_file())?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 
+/// Makes `dir` and the directories missing above it, private (0700; on
+/// Windows each given its owner-only ACL).
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(windows)]
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -504,7 +509,12 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir)
+    builder.create(dir)?;
+    #[cfg(windows)]
+    for made in missing.into_iter().rev() {
+        crate::os::make_private(made)?;
+    }
+    Ok(())
 }
 #[cfg(test)]
 mod tests {

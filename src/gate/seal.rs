@@ -254,10 +254,13 @@ impl Key {
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| Untrusted::io(path)(std::io::Error::other(e.to_string())))?;
         let dir = path.parent().expect("the key lives in a directory");
-        // tempfile makes it 0600.
+        // tempfile makes it 0600; on Windows it is given its ACL.
         let mut tmp = tempfile::Builder::new()
             .prefix(".tmp-key-")
             .tempfile_in(dir)
+            .map_err(Untrusted::io(path))?;
+        crate::fsx::Modes::PRIVATE
+            .set_file(tmp.as_file())
             .map_err(Untrusted::io(path))?;
         tmp.write_all(&key).map_err(Untrusted::io(path))?;
         tmp.as_file().sync_all().map_err(Untrusted::io(path))?;

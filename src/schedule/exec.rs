@@ -119,6 +119,9 @@ fn write(path: &std::path::Path, text: &str) -> Result<()> {
     )
     .open(path)
     .map_err(Error::io("creating", path))?;
+    crate::fsx::Modes::PRIVATE
+        .set_file(&f)
+        .map_err(Error::io("setting the mode of", path))?;
     f.write_all(text.as_bytes()).map_err(Error::io("writing", path))
 }
 

@@ -1129,3 +1129,16 @@ fn a_loop_an_os_scheduler_fires_is_left_to_it() {
     assert_eq!(tick["fired_by"], "daemon");
     assert!(fires(&env, "os").iter().all(|r| r["fired_by"] == "daemon"));
 }
+
+/// `daemon --service` is a Windows service's command line: on Unix it is
+/// refused, saying what to do instead, and nothing runs.
+#[test]
+fn a_windows_service_is_refused_on_unix() {
+    let env = Env::new();
+    let err = env.fails(1, &["daemon", "--service"]);
+    assert!(
+        err.contains("daemon --service: a Windows service needs Windows"),
+        "{err}"
+    );
+    assert_eq!(env.run(&["daemon", "--status"]).status.code(), Some(1));
+}
