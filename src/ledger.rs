@@ -12,8 +12,10 @@
 //! searches over byte offsets and the last runs are read from the end; it
 //! is a cache derived from the history, brought up to the state's last
 //! run before each use and made again when it is missing, damaged or
-//! belongs to an older loop of the same name. Other stores make it in
-//! memory from the history ([`from_events`]).
+//! belongs to an older loop of the same name. The PostgreSQL store keeps
+//! the same entries in a table the server writes with each commit
+//! (`src/store/pg/runs.rs`); a store that keeps none makes them in memory
+//! from the history ([`from_events`]).
 
 use std::collections::BTreeMap;
 use std::fs::File;

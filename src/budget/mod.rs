@@ -69,6 +69,22 @@ pub struct Ledger {
     pub accounts: BTreeMap<String, Account>,
     #[serde(default)]
     pub holds: Vec<Hold>,
+    /// Each loop's last settlement of its own tick, until the loop's next
+    /// tick: a power loss may take the tick's record (and its `in_flight`
+    /// mark, never synced) while the settlement, written before them, stays;
+    /// the next tick, which then has the same number, records it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settled: Vec<Settled>,
+}
+
+/// A tick's settlement, as its `budget-settled` event has it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settled {
+    #[serde(rename = "loop")]
+    pub loop_name: String,
+    pub tick: u64,
+    pub reserved: f64,
+    pub costs: BTreeMap<String, f64>,
 }
 
 /// What one budget's current window has spent (settled ticks).
@@ -232,6 +248,15 @@ impl Ledger {
                     }
                 }
             }
+            if tick.is_some() {
+                self.settled.retain(|s| s.loop_name != loop_name);
+                self.settled.push(Settled {
+                    loop_name: loop_name.to_owned(),
+                    tick: h.tick,
+                    reserved: h.amount,
+                    costs: costs.clone(),
+                });
+            }
             events.push(EventKind::BudgetSettled {
                 tick: h.tick,
                 reserved: h.amount,
@@ -240,6 +265,26 @@ impl Ledger {
             });
         }
         events
+    }
+
+    /// Before `loop_name`'s tick `tick` reserves: its last settlement
+    /// whose tick has the same number or a later one, as the event a
+    /// dead tick's settlement is (its record was lost with the tick's
+    /// number); the loop's older ones, whose records stand, are let go.
+    fn unrecorded(&mut self, loop_name: &str, tick: u64) -> Vec<EventKind> {
+        let (mine, others): (Vec<Settled>, Vec<Settled>) = std::mem::take(&mut self.settled)
+            .into_iter()
+            .partition(|s| s.loop_name == loop_name);
+        self.settled = others;
+        mine.into_iter()
+            .filter(|s| s.tick >= tick)
+            .map(|s| EventKind::BudgetSettled {
+                tick: s.tick,
+                reserved: s.reserved,
+                costs: s.costs,
+                died: true,
+            })
+            .collect()
     }
 }
 
@@ -404,7 +449,8 @@ pub fn reserve(
         Place::Shared(db) => return reserve_shared(db, members, loop_name, tick, amount, force, now),
     };
     with_ledger(root, |ledger| {
-        let mut events = ledger.settle(members, loop_name, None, &|_, amount| amount);
+        let mut events = ledger.unrecorded(loop_name, tick);
+        events.extend(ledger.settle(members, loop_name, None, &|_, amount| amount));
         ledger.roll(members, now);
         if !force {
             for m in members {

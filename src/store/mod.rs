@@ -513,8 +513,9 @@ pub trait LoopStore: Send + Sync {
     /// What a gate's `request` asks to see of the loop's runs at `now`
     /// (`context.history`): the committed runs up to tick `committed`, and
     /// `current` (this tick's run, after its step, not yet committed) as
-    /// the newest. Made here from the whole history; the file store keeps
-    /// a ledger so a tick reads little of it ([`crate::ledger`]).
+    /// the newest. Made here from the whole history; the file store and
+    /// PostgreSQL keep a ledger of the runs so a tick reads little of it
+    /// ([`crate::ledger`]).
     fn gate_history(
         &self,
         committed: u64,

@@ -461,7 +461,7 @@ window = "1d"
 cap = 1000.0
 "#;
 
-fn budgeted() -> (Scratch, String) {
+pub(crate) fn budgeted() -> (Scratch, String) {
     let s = Scratch::new();
     s.new_loop("l", BUDGETED);
     s.ok(&["tick", "l"]);
@@ -475,7 +475,7 @@ fn budgeted() -> (Scratch, String) {
 /// history records, and at most one reservation more for each tick
 /// recorded as crashed (one that died after its settlement was written
 /// but before its record).
-fn ledger_accounts_for_every_tick(s: &Scratch) -> Vec<String> {
+pub(crate) fn ledger_accounts_for_every_tick(s: &Scratch) -> Vec<String> {
     let mut out = Vec::new();
     let dir = s.root.join("budgets");
     let ledger: serde_json::Value = match std::fs::read(dir.join("ledger.json")) {

@@ -1,8 +1,9 @@
 //! A power loss at every point, modelled as ALICE does (Pillai et al.,
 //! "All File Systems Are Not Created Equal", OSDI 2014): a real `tick`, a
 //! real `approve` and a real `pause` that records a dead tick are run
-//! under `strace -f -y -xx`, their calls on the loop's directory become
-//! steps (metadata operations, data writes, syncs; `fs`), and for a crash
+//! under `strace -f -y -xx`, their calls on the loop's directory (and on
+//! the root's `budgets/`, where a budgeted tick reserves and settles in
+//! the ledger) become steps (metadata operations, data writes, syncs; `fs`), and for a crash
 //! after each step every state ext4 may leave under the rules below is
 //! built (`states`), written into a copy of the root, read with `status
 //! --json` and `history --json`, recovered with one command and checked
@@ -43,7 +44,9 @@
 //! the one cut point, a write lost while a later write to the same file
 //! before the same sync is kept beyond the combinations above, a rename's
 //! source and target directories journaled apart, files outside the loop's
-//! directory, and a disk that loses what it acknowledged as flushed.
+//! directory and the root's `budgets/` (whose own entry in the root, when
+//! a command makes it, is taken as the loop directory's), and a disk that
+//! loses what it acknowledged as flushed.
 //!
 //! Each state is checked against what was promised by the time of the
 //! crash: the version is never behind the one readers reported right
@@ -55,8 +58,13 @@
 //! every check of `invariants` holds after the recovering command. The
 //! `in_flight` record's commit is relaxed (never synced), so losing it may
 //! make a tick number be used again: allowed, as long as state and
-//! history agree. Every violating state is reported with its crash point
-//! and the writes it lost.
+//! history agree. With a budget, the ledger must parse in every state and
+//! count (spent and held) at least what history says was settled and at
+//! most one reservation more (the command's tick); once the step may have
+//! run (its first write), its reservation or its settlement must be
+//! there; and after the next tick, at most one reservation more than
+//! history settled for each tick recorded as crashed. Every violating state is reported with its crash point and the
+//! writes it lost.
 //!
 //! Gated on strace like `crash`: skipped, saying so, unless
 //! `AUTOMATON_REQUIRE_STRACE=1`.
@@ -118,6 +126,27 @@ struct Scenario {
     template: fn() -> (Scratch, String),
     command: &'static [&'static str],
     recover: &'static [&'static str],
+    /// Whether the loop spends into a budget: the root's `budgets/` is
+    /// traced too, and the ledger checked in every state.
+    budgeted: bool,
+}
+
+/// The name the root's `budgets/` directory has in a recorded tree (beside
+/// the loop directory's own names).
+const BUDGETS: &str = "@budgets";
+
+/// The tree of `s`'s loop `l` and, under [`BUDGETS`], of its root's
+/// `budgets/` when there is one.
+fn read_trees(s: &Scratch) -> Tree {
+    let mut tree = fs::read_tree(&s.loop_dir("l"));
+    let budgets = s.root.join("budgets");
+    if budgets.is_dir() {
+        tree.insert(BUDGETS.to_owned(), None);
+        for (rel, content) in fs::read_tree(&budgets) {
+            tree.insert(format!("{BUDGETS}/{rel}"), content);
+        }
+    }
+    tree
 }
 
 /// What a crash after some step may not break.
@@ -126,11 +155,20 @@ struct Promise {
     floor: u64,
     /// Approvals that must be pending or used.
     acked: Vec<String>,
+    /// With a budget: the least the ledger must count (spent and held) in
+    /// the loop's account, once the step may have run (its reservation
+    /// must be there, or its settlement).
+    spend_floor: f64,
 }
 
 /// The recorded run, and what it promised when.
 struct Recorded {
     rec: Recording,
+    /// The crash point from which the step may have run (its first write
+    /// of its metrics), and what the ledger counted before the command
+    /// plus the reservation the command's tick holds.
+    step_from: Option<usize>,
+    spend_after_step: f64,
     /// Base version, then for each sync of the loop directory the crash
     /// point after it and the version readers reported there.
     floors: Vec<(usize, u64)>,
@@ -158,7 +196,15 @@ impl Recorded {
         {
             acked.push(id.clone());
         }
-        Promise { floor, acked }
+        let spend_floor = match self.step_from {
+            Some(from) if k > from => self.spend_after_step,
+            _ => 0.0,
+        };
+        Promise {
+            floor,
+            acked,
+            spend_floor,
+        }
     }
 }
 
@@ -168,7 +214,7 @@ impl Recorded {
 fn record(template: &Scratch, command: &[&str]) -> (Recording, String) {
     let s = Scratch::copy_of(template);
     let dir = s.loop_dir("l");
-    let start = fs::read_tree(&dir);
+    let start = read_trees(&s);
     let out_dir = tempfile::tempdir().unwrap();
     let trace_file = out_dir.path().join("trace");
     let out = Command::new("strace")
@@ -194,9 +240,14 @@ fn record(template: &Scratch, command: &[&str]) -> (Recording, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = std::fs::read_to_string(&trace_file).unwrap();
-    let rec = Recording::new(&dir, &start, &trace::parse(&text));
+    let budgets = s.root.join("budgets");
+    let rec = Recording::of(
+        &[(dir.as_path(), ""), (budgets.as_path(), BUDGETS)],
+        &start,
+        &trace::parse(&text),
+    );
     let replayed = rec.replay_all(rec.steps.len());
-    let real = fs::read_tree(&dir);
+    let real = read_trees(&s);
     let differ: Vec<String> = replayed
         .keys()
         .chain(real.keys())
@@ -213,17 +264,35 @@ fn record(template: &Scratch, command: &[&str]) -> (Recording, String) {
     (rec, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A copy of `template` whose loop directory holds `tree`, after a
-/// reboot: the boot named in a `released` lock line is no longer this one.
+/// A copy of `template` whose loop directory (and root's `budgets/`)
+/// holds `tree`, after a reboot: the boot named in a `released` lock line
+/// is no longer this one.
 fn materialise(template: &Scratch, tree: &Tree) -> Scratch {
     let s = Scratch::copy_of(template);
     let dir = s.loop_dir("l");
     std::fs::remove_dir_all(&dir).unwrap();
+    let budgets_dir = s.root.join("budgets");
+    if budgets_dir.is_dir() {
+        std::fs::remove_dir_all(&budgets_dir).unwrap();
+    }
     let mut tree = tree.clone();
     if let Some(Some(lock)) = tree.get_mut(".state.lock") {
         reboot(lock);
     }
-    fs::write_tree(&dir, &tree);
+    let under = format!("{BUDGETS}/");
+    let has_budgets = tree.contains_key(BUDGETS);
+    let (budgets, own): (Tree, Tree) = tree
+        .into_iter()
+        .filter(|(rel, _)| rel != BUDGETS)
+        .partition(|(rel, _)| rel.starts_with(&under));
+    fs::write_tree(&dir, &own);
+    if has_budgets {
+        let budgets: Tree = budgets
+            .into_iter()
+            .map(|(rel, c)| (rel[under.len()..].to_owned(), c))
+            .collect();
+        fs::write_tree(&budgets_dir, &budgets);
+    }
     s
 }
 
@@ -259,6 +328,9 @@ fn check(sc: &Scenario, template: &Scratch, tree: &Tree, p: &Promise) -> Vec<Str
     let seen = Audit::read(&s, "l");
     let mut before = seen.violations(&p.acked, p.floor, &dir);
     before.retain(|v| !v.starts_with("in_flight") && !v.contains("stray temp"));
+    if sc.budgeted {
+        before.extend(ledger_as_found(&s, &seen.events, p.spend_floor));
+    }
     out.extend(before.into_iter().map(|v| format!("before recovery: {v}")));
     let recovered = s.run(sc.recover);
     if !recovered.status.success() {
@@ -277,7 +349,118 @@ fn check(sc: &Scenario, template: &Scratch, tree: &Tree, p: &Promise) -> Vec<Str
             .into_iter()
             .map(|v| format!("after recovery: {v}")),
     );
+    if sc.budgeted {
+        out.extend(
+            ledger_after_recovery(&s, &after.events)
+                .into_iter()
+                .map(|v| format!("after recovery: {v}")),
+        );
+    }
     out
+}
+
+/// What `history` (as `history --json` reads it) says was settled in the
+/// loop's account.
+fn settled(history: &[serde_json::Value]) -> f64 {
+    history
+        .iter()
+        .filter(|e| e["kind"] == "budget-settled")
+        .filter_map(|e| e["costs"]["l:daily"].as_f64())
+        .sum()
+}
+
+/// The ledger after the recovering tick: it parses, holds nothing, has no
+/// temporary file left beside it, and has counted every settlement
+/// history records and at most one reservation (1) more for each tick
+/// recorded as crashed (one that died after its settlement was written
+/// but before its record). A settlement whose record a power loss took
+/// with the tick's `in_flight` mark (so no crash is recorded, and the
+/// tick's number is used again) is recorded by the next tick.
+fn ledger_after_recovery(s: &Scratch, history: &[serde_json::Value]) -> Vec<String> {
+    let dir = s.root.join("budgets");
+    let ledger: serde_json::Value = match std::fs::read(dir.join("ledger.json")) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => return vec![format!("the ledger does not parse: {e}")],
+        },
+        Err(e) => return vec![format!("the ledger cannot be read: {e}")],
+    };
+    let mut out = crate::invariants::stray_temps(&dir);
+    if ledger["holds"].as_array().is_none_or(|h| !h.is_empty()) {
+        out.push(format!(
+            "the ledger still holds reservations: {}",
+            ledger["holds"]
+        ));
+    }
+    let spent = ledger["accounts"]["l:daily"]["spent"].as_f64().unwrap_or(0.0);
+    let settled = settled(history);
+    let dead: std::collections::BTreeSet<u64> = history
+        .iter()
+        .filter(|e| e["kind"] == "crashed")
+        .filter_map(|e| e["tick"].as_u64())
+        .collect();
+    let most = settled + dead.len() as f64;
+    if spent < settled - 1e-9 || spent > most + 1e-9 {
+        out.push(format!(
+            "the ledger's spend {spent} is not within what history settled ({settled}) and one reservation more for each tick that died ({dead:?})"
+        ));
+    }
+    out
+}
+
+/// The budget's account as a crash left it, before any command ran: the
+/// ledger parses; what it counts (spent and held) is at least what
+/// history says was settled and at most one reservation (1) more than
+/// that, the tick that was running (a settlement written to the ledger
+/// whose record was lost); and, once the step may have run, at least
+/// `spend_floor`: its reservation was not lost.
+fn ledger_as_found(s: &Scratch, history: &[serde_json::Value], spend_floor: f64) -> Vec<String> {
+    let bytes = match std::fs::read(s.root.join("budgets").join("ledger.json")) {
+        Ok(b) => b,
+        Err(e) => return vec![format!("the ledger cannot be read: {e}")],
+    };
+    let ledger: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("the ledger does not parse: {e}")],
+    };
+    let spent = ledger["accounts"]["l:daily"]["spent"].as_f64().unwrap_or(0.0);
+    let held: f64 = ledger["holds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|h| h["loop"] == "l")
+        .filter_map(|h| h["amount"].as_f64())
+        .sum::<f64>()
+        + 0.0;
+    let counted = spent + held;
+    let settled = settled(history);
+    let mut out = Vec::new();
+    if counted < settled - 1e-9 || counted > settled + 1.0 + 1e-9 {
+        out.push(format!(
+            "the ledger counts {counted} (spent {spent}, held {held}), not within what history settled ({settled}) and one reservation more"
+        ));
+    }
+    if counted < spend_floor - 1e-9 {
+        out.push(format!(
+            "the ledger counts {counted} (spent {spent}, held {held}) after the step may have run: its reservation is lost (at least {spend_floor})"
+        ));
+    }
+    out
+}
+
+/// The ledger's count (spent and held) in the loop's account of `s`.
+fn counted(s: &Scratch) -> f64 {
+    let Ok(bytes) = std::fs::read(s.root.join("budgets").join("ledger.json")) else {
+        return 0.0;
+    };
+    let ledger: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let held: f64 = ledger["holds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h["amount"].as_f64())
+        .sum();
+    ledger["accounts"]["l:daily"]["spent"].as_f64().unwrap_or(0.0) + held
 }
 
 /// The version readers report right after each sync of the loop
@@ -316,7 +499,21 @@ fn model(sc: &Scenario) {
     let (template, acked_before) = (sc.template)();
     let base = Audit::read(&template, "l").version();
     let (rec, stdout) = record(&template, sc.command);
+    let step_from = rec
+        .steps
+        .iter()
+        .position(|st| matches!(st.kind, Kind::Write { .. }) && st.what.contains("metrics ("));
+    if sc.budgeted {
+        assert!(
+            step_from.is_some(),
+            "{}: the step's write of its metrics is not in the trace",
+            sc.name
+        );
+    }
     let run = Recorded {
+        step_from,
+        // The tick reserves 1.
+        spend_after_step: counted(&template) + 1.0,
         floors: floors(&template, &rec, base),
         acked_now: (sc.command[0] == "approve")
             .then(|| approval_id(&stdout).expect("approve names its approval")),
@@ -404,6 +601,7 @@ fn a_power_loss_during_a_tick_leaves_a_consistent_loop() {
         template: ticked,
         command: &["tick", "l"],
         recover: &["pause", "l"],
+        budgeted: false,
     });
 }
 
@@ -414,6 +612,7 @@ fn a_power_loss_during_an_approve_loses_no_acknowledged_approval() {
         template: ticked,
         command: &["approve", "l", "--ahead", "--note", "k"],
         recover: &["pause", "l"],
+        budgeted: false,
     });
 }
 
@@ -424,5 +623,17 @@ fn a_power_loss_during_a_pause_that_records_a_dead_tick_records_it_once() {
         template: crashed,
         command: &["pause", "l"],
         recover: &["resume", "l"],
+        budgeted: false,
+    });
+}
+
+#[test]
+fn a_power_loss_during_a_tick_with_a_budget_keeps_its_ledger_accounted() {
+    model(&Scenario {
+        name: "tick with a budget",
+        template: crate::crash::budgeted,
+        command: &["tick", "l"],
+        recover: &["tick", "l"],
+        budgeted: true,
     });
 }

@@ -453,3 +453,179 @@ fn a_gates_window_sums_the_loops_runs_on_either_store() {
         assert_eq!(last["reason"], format!("{{\"cost_usd\":{sum}}}"), "{last}");
     }
 }
+
+/// The same recorded runs give the same `history` on the file store (its
+/// ledger file) and on PostgreSQL (its `runs` table): runs outside every
+/// window and on their edges, failures of the step, of the verifier and by
+/// a timeout, a metric some runs lack, a clock that stepped back, events
+/// that are not runs, the last-runs cut, and this tick's own run.
+#[test]
+#[allow(clippy::float_cmp, reason = "the sums are rounded to the figures added")]
+fn a_gates_history_is_the_same_on_the_file_store_and_on_postgresql() {
+    use automaton::domain::{GateHistory, HistoryRequest, PastRun};
+    use automaton::history::Event;
+    use automaton::root::{Flags, Root};
+    use automaton::store::Stores;
+
+    let Some(pg) = Env::postgres() else { return };
+    let file = Env::file();
+    let now: jiff::Timestamp = "2026-11-30T12:00:00.5Z".parse().unwrap();
+    let ms = |t: jiff::Timestamp| u64::try_from(t.as_millisecond()).unwrap();
+    let (hour, day) = (3_600_000_u64, 86_400_000_u64);
+    let ago = |d: u64| jiff::Timestamp::from_millisecond(i64::try_from(ms(now) - d).unwrap()).unwrap();
+    let ok = serde_json::json!({"exit_code": 0, "duration_ms": 5, "timed_out": false});
+    let bad = serde_json::json!({"exit_code": 1, "duration_ms": 5, "timed_out": false});
+    let slow = serde_json::json!({"exit_code": null, "signal": 9, "duration_ms": 9, "timed_out": true});
+    // (when, step, verifier, metrics); None for a tick whose step did not run.
+    let runs: Vec<(jiff::Timestamp, Option<&Value>, Option<&Value>, Value)> = vec![
+        (
+            ago(10 * day),
+            Some(&ok),
+            None,
+            serde_json::json!({"cost_usd": 4.25, "tokens": 1000}),
+        ),
+        (
+            ago(8 * day),
+            Some(&bad),
+            None,
+            serde_json::json!({"cost_usd": 0.1}),
+        ),
+        // Exactly on the 7 d window's start: not in it.
+        (
+            ago(7 * day),
+            Some(&ok),
+            None,
+            serde_json::json!({"cost_usd": 0.2, "tokens": 30}),
+        ),
+        (ago(3 * day), None, None, serde_json::json!({})),
+        (
+            ago(2 * day) + jiff::SignedDuration::from_nanos(999_999),
+            Some(&ok),
+            Some(&bad),
+            serde_json::json!({"cost_usd": 2.3}),
+        ),
+        (ago(day - 1), Some(&slow), None, serde_json::json!({"tokens": 7})),
+        (
+            ago(5 * hour),
+            Some(&ok),
+            None,
+            serde_json::json!({"cost_usd": 0.1, "tokens": 12}),
+        ),
+        // The clock stepped back: counted as ending when the run before did.
+        (
+            ago(6 * hour),
+            Some(&ok),
+            Some(&ok),
+            serde_json::json!({"cost_usd": 0.2}),
+        ),
+        (ago(hour), Some(&ok), None, serde_json::json!({})),
+        (
+            ago(hour - 1),
+            Some(&bad),
+            None,
+            serde_json::json!({"cost_usd": 0.7, "tokens": 1e21}),
+        ),
+        (
+            ago(2000),
+            Some(&ok),
+            None,
+            serde_json::json!({"cost_usd": 0.05, "tokens": 3}),
+        ),
+    ];
+    let mut events: Vec<Event> = Vec::new();
+    let mut version = 1;
+    let event = |v: u64, at: jiff::Timestamp, rest: Value| -> Event {
+        let mut e = serde_json::json!({"v": v, "at": at.to_string()});
+        e.as_object_mut()
+            .unwrap()
+            .extend(rest.as_object().unwrap().clone());
+        serde_json::from_value(e).unwrap()
+    };
+    events.push(event(
+        version,
+        ago(11 * day),
+        serde_json::json!({"kind": "created", "by": "ann"}),
+    ));
+    for (i, (at, step, verifier, metrics)) in runs.iter().enumerate() {
+        version += 1;
+        let tick = i as u64 + 1;
+        let mut e = serde_json::json!({"kind": "tick", "tick": tick, "outcome": "ran", "metrics": metrics});
+        match step {
+            Some(step) => e["step"] = (*step).clone(),
+            None => e["outcome"] = "skipped".into(),
+        }
+        if let Some(v) = verifier {
+            e["verifier"] = (*v).clone();
+        }
+        events.push(event(version, *at, e));
+        if i == 4 {
+            version += 1;
+            let kind = serde_json::json!({"kind": "paused", "by": "ann"});
+            events.push(event(version, *at, kind));
+        }
+    }
+    let last_tick = runs.len() as u64;
+    let mut state = automaton::state::State::new(ago(11 * day));
+    state.version = version;
+    state.tick = last_tick;
+    let config = "step = \"true\"\n";
+    let name = automaton::root::LoopName::new("same").unwrap();
+    let history_of = |env: &Env, store: &str| {
+        let root = Root::open(Flags {
+            root: Some(&env.root),
+            store: Some(store),
+            server_bound: None,
+        })
+        .unwrap();
+        let stores = Stores::open(&root).unwrap();
+        stores.adopt(&name, config, &state, &events).unwrap();
+        let lp = stores.get("same").unwrap();
+        let ask = |runs: u32, windows_ms: Vec<u64>, current: Option<&PastRun>| -> GateHistory {
+            lp.gate_history(last_tick, &HistoryRequest { runs, windows_ms }, now, current)
+                .unwrap()
+        };
+        let this = PastRun {
+            tick: last_tick + 1,
+            ended_at_ms: ms(now),
+            ok: false,
+            metrics: [("cost_usd".to_owned(), 0.3)].into(),
+        };
+        let windows = vec![1000, hour, day, 2 * day, 7 * day, 30 * day];
+        vec![
+            ask(3, windows.clone(), None),
+            ask(50, windows.clone(), None),
+            ask(0, vec![hour - 1, 1], None),
+            ask(4, windows.clone(), Some(&this)),
+            ask(1, vec![], Some(&this)),
+            // Before the third run was committed.
+            lp.gate_history(
+                3,
+                &HistoryRequest {
+                    runs: 5,
+                    windows_ms: windows,
+                },
+                now,
+                None,
+            )
+            .unwrap(),
+        ]
+    };
+    let on_file = history_of(&file, "file");
+    let on_pg = history_of(&pg, &pg.pg.as_ref().unwrap().url);
+    assert_eq!(on_file, on_pg);
+    // What both say, for the record: the 7 d window holds the runs after
+    // the one on its start, the tick that did not run not among them.
+    let seven = &on_file[0].windows[4];
+    assert_eq!((seven.runs, seven.failures), (7, 3), "{seven:?}");
+    assert_eq!(seven.sums["cost_usd"], 3.35, "{seven:?}");
+    assert_eq!(on_file[1].runs.len(), 10);
+    assert_eq!(
+        on_file[0].runs.iter().map(|r| r.tick).collect::<Vec<_>>(),
+        [9, 10, 11]
+    );
+    assert_eq!(on_file[0].runs[1].metrics["tokens"], 1e21);
+    assert_eq!(
+        on_file[5].runs.iter().map(|r| r.tick).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+}

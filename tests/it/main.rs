@@ -79,6 +79,8 @@ mod pg_budget;
 #[cfg(unix)]
 mod pg_claims;
 #[cfg(unix)]
+mod pg_crash;
+#[cfg(unix)]
 mod pg_lease;
 #[cfg(unix)]
 mod pg_outcome;

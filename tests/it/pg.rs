@@ -1134,3 +1134,43 @@ fn a_server_restart_mid_step_is_survived_by_the_lease_and_the_tick_is_recorded()
     );
     assert_eq!(status["tick"], 1);
 }
+
+#[test]
+fn a_store_upgraded_to_the_run_ledger_holds_the_runs_of_its_history() {
+    let Some(env) = Env::postgres() else { return };
+    // Every other run fails.
+    let count = env.scratch().join("count");
+    let step = format!(
+        "step = \"echo '{{\\\"cost_usd\\\": 0.25}}' > \\\"$AUTOMATON_METRICS\\\"; echo >> {c}; exit $(( $(wc -l < {c}) % 2 ))\"\n",
+        c = count.display()
+    );
+    env.new_loop("kept", &step);
+    for _ in 0..4 {
+        env.run(&["tick", "kept"]);
+    }
+    env.ok(&["pause", "kept"]);
+    let pg = env.pg.as_ref().unwrap();
+    let rows = || -> Vec<String> {
+        pg.client()
+            .query("SELECT row_to_json(r)::text FROM runs r ORDER BY loop, n", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let written = rows();
+    assert_eq!(written.len(), 4, "{written:?}");
+    assert!(written[3].contains(r#""f":2,"#), "{written:?}");
+    assert!(written[3].contains(r#""sums":{"cost_usd": 1.00}"#), "{written:?}");
+    // The store as a build before the ledger left it, with the same history.
+    pg.client()
+        .batch_execute(
+            "DROP TRIGGER runs_record ON events;
+             DROP FUNCTION runs_record_event(), run_record(text, json), run_outcome_ok(json);
+             DROP TABLE runs;
+             DELETE FROM automaton_schema WHERE version = 12;",
+        )
+        .unwrap();
+    env.ok(&["status", "kept"]);
+    assert_eq!(rows(), written, "made again from the history");
+}

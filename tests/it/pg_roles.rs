@@ -39,7 +39,7 @@ impl Roles {
              GRANT SELECT, INSERT, UPDATE, DELETE
                  ON loops, events, holders, leases, firings, fires, refusals, budget_accounts, budget_holds
                  TO {runner}, {approvers};
-             GRANT SELECT ON automaton_schema, users, admin_log TO {runner}, {approvers};
+             GRANT SELECT ON automaton_schema, users, admin_log, runs TO {runner}, {approvers};
              INSERT INTO attribution (approvers, attesters) VALUES ('{approvers}', '{attesters}');"
         );
         pg.client().batch_execute(&sql).unwrap();
@@ -187,6 +187,22 @@ fn a_runner_role_can_neither_approve_nor_change_the_rules_and_still_ticks() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(env.state("demo")["tick"], 1);
+    // Its run is in the run ledger, which the server writes for it and it
+    // may only read.
+    let ran: i64 = pg
+        .client()
+        .query_one("SELECT count(*) FROM runs WHERE loop = 'demo' AND tick = 1", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(ran, 1);
+    let wrote = c.execute(
+        "UPDATE runs SET sums = '{\"cost_usd\": 0}' WHERE loop = 'demo'",
+        &[],
+    );
+    assert_eq!(
+        wrote.map_err(refused).unwrap_err(),
+        Some(postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod firings;
 mod lease;
 mod listing;
 mod refusals;
+mod runs;
 mod schema;
 mod session;
 mod users;
@@ -785,6 +786,21 @@ impl LoopStore for PgLoop {
             }
         }
         Ok(history)
+    }
+
+    fn gate_history(
+        &self,
+        committed: u64,
+        request: &crate::domain::HistoryRequest,
+        now: jiff::Timestamp,
+        current: Option<&crate::domain::PastRun>,
+    ) -> Result<crate::domain::GateHistory> {
+        let now = u64::try_from(now.as_millisecond()).unwrap_or(0);
+        self.db
+            .with(self.n(), "cannot read the loop's runs", |c| {
+                runs::gate_history(c, self.name.as_str(), committed, request, now, current)
+            })?
+            .map_err(Error::io("read the runs of", self.location()))
     }
 
     fn fires(&self, since: Option<jiff::Timestamp>) -> Result<Vec<crate::fires::Fire>> {

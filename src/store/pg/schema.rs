@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_budgets.sql"),
     include_str!("migrations/0010_attributed.sql"),
     include_str!("migrations/0011_root_access_and_guarded_state.sql"),
+    include_str!("migrations/0012_run_ledger.sql"),
 ];
 
 /// The schema version this binary reads and writes.

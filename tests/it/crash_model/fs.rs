@@ -196,7 +196,14 @@ impl Recording {
     /// Turns `calls` into steps on `start`, the directory at `dir` (as the
     /// command was given it) before the command ran.
     pub(super) fn new(dir: &Path, start: &Tree, calls: &[Call]) -> Recording {
-        let mut conv = Convert::new(dir, start);
+        Recording::of(&[(dir, "")], start, calls)
+    }
+
+    /// As [`Recording::new`], of several directories on one file system
+    /// (one journal) seen as one tree: the first's names as they are, each
+    /// other's under the name it is given (its top entry in the tree).
+    pub(super) fn of(dirs: &[(&Path, &str)], start: &Tree, calls: &[Call]) -> Recording {
+        let mut conv = Convert::new(dirs, start);
         for call in calls {
             if call.ret.is_some() {
                 conv.call(call);
@@ -307,8 +314,9 @@ struct Writer {
 /// descriptor goes to the inode the path `-y` shows names, at the position
 /// of the last descriptor opened for writing on it (a `dup` shares it).
 struct Convert {
-    /// The loop directory as the command was given it, and as `-y` shows.
-    dirs: Vec<Vec<u8>>,
+    /// Each directory traced as the command was given it, and as `-y`
+    /// shows, with the name its files have in the tree.
+    dirs: Vec<(Vec<u8>, String)>,
     cwd: Option<Vec<u8>>,
     fs: Fs,
     steps: Vec<Step>,
@@ -325,18 +333,19 @@ struct Convert {
 }
 
 impl Convert {
-    fn new(dir: &Path, start: &Tree) -> Convert {
-        let given = dir.as_os_str().as_encoded_bytes().to_vec();
-        let real = dir
-            .canonicalize()
-            .unwrap()
-            .as_os_str()
-            .as_encoded_bytes()
-            .to_vec();
+    fn new(dirs: &[(&Path, &str)], start: &Tree) -> Convert {
+        let mut known = Vec::new();
+        for &(dir, name) in dirs {
+            let given = dir.as_os_str().as_encoded_bytes().to_vec();
+            known.push((given, name.to_owned()));
+            if let Ok(real) = dir.canonicalize() {
+                known.push((real.as_os_str().as_encoded_bytes().to_vec(), name.to_owned()));
+            }
+        }
         let fs = Fs::from_tree(start);
         let synced_len = (0..fs.nodes.len()).map(|i| (i, fs.len(i))).collect();
         Convert {
-            dirs: vec![given, real],
+            dirs: known,
             cwd: None,
             fs,
             steps: Vec::new(),
@@ -354,18 +363,22 @@ impl Convert {
             Some(p) => (p, true),
             None => (path, false),
         };
-        for d in &self.dirs {
+        for (d, top) in &self.dirs {
             let rel = if path == d.as_slice() {
                 Some(&b""[..])
             } else {
                 path.strip_prefix(d.as_slice()).and_then(|r| r.strip_prefix(b"/"))
             };
             if let Some(rel) = rel {
-                return if deleted {
-                    Place::Deleted
-                } else {
-                    Place::Inside(String::from_utf8(rel.to_vec()).expect("a UTF-8 name"))
-                };
+                if deleted {
+                    return Place::Deleted;
+                }
+                let rel = String::from_utf8(rel.to_vec()).expect("a UTF-8 name");
+                return Place::Inside(match (top.is_empty(), rel.is_empty()) {
+                    (true, _) => rel,
+                    (false, true) => top.clone(),
+                    (false, false) => format!("{top}/{rel}"),
+                });
             }
         }
         Place::Outside
