@@ -45,6 +45,9 @@ DECLARE
     ok boolean;
     m jsonb;
 BEGIN
+    -- An event's text may hold \u0000 (a gate's reason), which json's
+    -- operators refuse to read (text cannot hold NUL): read with it replaced.
+    p_event := replace(p_event::text, '\u0000', '\ufffd')::json;
     IF p_event->>'kind' IS DISTINCT FROM 'tick' OR json_typeof(p_event->'step') IS DISTINCT FROM 'object' THEN
         RETURN;
     END IF;
@@ -84,7 +87,7 @@ END
 $$;
 
 CREATE TRIGGER runs_record AFTER INSERT ON events
-    FOR EACH ROW WHEN (NEW.event->>'kind' = 'tick')
+    FOR EACH ROW WHEN (replace(NEW.event::text, '\u0000', '\ufffd')::json->>'kind' = 'tick')
     EXECUTE FUNCTION runs_record_event();
 
 -- The runs of the history written before this version, in its order.
@@ -92,7 +95,9 @@ DO $$
 DECLARE
     e record;
 BEGIN
-    FOR e IN SELECT x."loop" AS l, x.event FROM events x WHERE x.event->>'kind' = 'tick' ORDER BY x."loop", x.v, x.n LOOP
+    FOR e IN SELECT x."loop" AS l, x.event FROM events x
+             WHERE replace(x.event::text, '\u0000', '\ufffd')::json->>'kind' = 'tick'
+             ORDER BY x."loop", x.v, x.n LOOP
         PERFORM run_record(e.l, e.event);
     END LOOP;
 END
