@@ -524,30 +524,15 @@ impl Store for FileStore {
             .collect())
     }
 
-    /// One read of the loops directory: a known loop costs no system call
-    /// of its own (a link in its place shows in the entry's type), a new
-    /// one the checks [`list_loops`] makes.
+    /// One read of the loops directory ([`walk_loops`]).
     fn list_unknown(&self, known: &dyn Fn(&str) -> bool) -> Result<crate::store::Listed> {
-        let loops = self.root.loops_dir();
-        let (mut names, mut new) = (Vec::new(), Vec::new());
-        for entry in fs::read_dir(&loops).map_err(Error::io("listing", &loops))? {
-            let entry = entry.map_err(Error::io("listing", &loops))?;
-            let Some(name) = entry.file_name().to_str().and_then(|n| LoopName::new(n).ok()) else {
-                continue;
-            };
-            if known(name.as_str()) {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    names.push(name.to_string());
-                }
-                continue;
-            }
-            let dir = LoopDir::new(&self.root, name);
-            if !dir.is_link() && dir.exists() {
-                names.push(dir.name().to_string());
-                new.push(Box::new(dir) as Box<dyn LoopStore>);
-            }
-        }
-        Ok((names, new))
+        let (names, new) = walk_loops(&self.root, known)?;
+        Ok((
+            names,
+            new.into_iter()
+                .map(|l| Box::new(l) as Box<dyn LoopStore>)
+                .collect(),
+        ))
     }
 
     fn create(
@@ -576,19 +561,35 @@ impl Store for FileStore {
 /// The loops under `root`, sorted by name. Entries that are not loops
 /// (temporary directories, stray files) are passed over.
 fn list_loops(root: &Root) -> Result<Vec<LoopDir>> {
+    let mut out = walk_loops(root, &|_| false)?.1;
+    out.sort_by(|a, b| a.name().cmp(b.name()));
+    Ok(out)
+}
+
+/// One read of the loops directory: every loop's name, and the loops
+/// `known` does not know, opened. A known loop costs no system call of its
+/// own (a link in its place shows in the entry's type); a new one is
+/// checked to be a directory, not a link, holding a state.
+fn walk_loops(root: &Root, known: &dyn Fn(&str) -> bool) -> Result<(Vec<String>, Vec<LoopDir>)> {
     let loops = root.loops_dir();
-    let mut out = Vec::new();
+    let (mut names, mut new) = (Vec::new(), Vec::new());
     for entry in fs::read_dir(&loops).map_err(Error::io("listing", &loops))? {
         let entry = entry.map_err(Error::io("listing", &loops))?;
         let Some(name) = entry.file_name().to_str().and_then(|n| LoopName::new(n).ok()) else {
             continue;
         };
+        if known(name.as_str()) {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                names.push(name.to_string());
+            }
+            continue;
+        }
         let dir = LoopDir::new(root, name);
         // A link in place of a loop directory is no loop (`doctor` says so).
         if !dir.is_link() && dir.exists() {
-            out.push(dir);
+            names.push(dir.name().to_string());
+            new.push(dir);
         }
     }
-    out.sort_by(|a, b| a.name().cmp(b.name()));
-    Ok(out)
+    Ok((names, new))
 }
