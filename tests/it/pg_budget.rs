@@ -151,6 +151,7 @@ fn a_daemon_refused_connections_stops_starting_ticks_and_starts_again_when_let_i
     // Room for the daemon's own connections and a tick or two, not for
     // its eight workers.
     let role = Limited::new(&env, 4);
+    let started = Instant::now();
     let daemon = Daemon::start(&env, &role.url(&env), 8);
     until("the server refuses the daemon", 30, || {
         daemon.log().contains("refuses new connections")
@@ -159,6 +160,7 @@ fn a_daemon_refused_connections_stops_starting_ticks_and_starts_again_when_let_i
     std::thread::sleep(Duration::from_secs(4));
     assert!(role.connections() <= 4);
     let at_limit = daemon.log();
+    let seconds = started.elapsed().as_secs() + 1;
     role.set_limit(-1);
     until("the daemon starts ticks again", 60, || {
         daemon.log().contains("accepts connections again")
@@ -169,8 +171,11 @@ fn a_daemon_refused_connections_stops_starting_ticks_and_starts_again_when_let_i
     });
     let log = daemon.stop();
 
-    // Said once; the ticks turned away were the first burst and one try
-    // per pause (1 s, 2 s, ...), not one a firing (80 a second here).
+    // Said once; the ticks turned away were the first burst and a few a
+    // second at most (a try per pause, a tick whose connection the server
+    // had not yet let go of), not one a firing (80 a second here). Under
+    // load a try can run long enough to count as let in, and the pause
+    // start again at 1 s: the bound is per second, not per run.
     assert_eq!(
         log.matches("refuses new connections (too many clients)").count(),
         1,
@@ -181,8 +186,8 @@ fn a_daemon_refused_connections_stops_starting_ticks_and_starts_again_when_let_i
         .filter(|l| l.contains("tick failed") && l.contains("too many connections"))
         .count();
     assert!(
-        turned_away <= 8 + 4,
-        "{turned_away} ticks started against a full server:\n{at_limit}"
+        turned_away as u64 <= 8 + 4 * seconds,
+        "{turned_away} ticks started against a full server in {seconds} s:\n{at_limit}"
     );
     assert!(
         !log.lines()
