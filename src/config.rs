@@ -528,7 +528,7 @@ impl Schedule {
 pub(crate) fn time_zone(name: Option<&str>) -> Result<jiff::tz::TimeZone, String> {
     match name {
         None => Ok(jiff::tz::TimeZone::system()),
-        Some(name) => jiff::tz::TimeZone::get(name)
+        Some(name) => crate::clock::zone(name)
             .map_err(|e| format!("timezone = {name:?}: not an IANA time zone here ({e})")),
     }
 }

@@ -93,7 +93,7 @@ pub struct Tz {
 impl TryFrom<String> for Tz {
     type Error = String;
     fn try_from(name: String) -> Result<Tz, String> {
-        let zone = TimeZone::get(&name)
+        let zone = crate::clock::zone(&name)
             .map_err(|_| format!("no time zone {name:?} (an IANA name such as \"Europe/Berlin\")"))?;
         Ok(Tz { name, zone })
     }

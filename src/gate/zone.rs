@@ -4,7 +4,7 @@
 //! carries zone data of its own.
 
 use jiff::Timestamp;
-use jiff::tz::{Dst, TimeZone};
+use jiff::tz::Dst;
 
 /// An instant's local date and time in a zone; mirrors `local-time`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub(crate) struct LocalTime {
 /// an error names a zone the database does not know, or an instant out of
 /// range.
 pub(crate) fn in_zone(at_ms: i64, zone: &str) -> Result<LocalTime, String> {
-    let tz = TimeZone::get(zone)
+    let tz = crate::clock::zone(zone)
         .map_err(|_| format!("unknown time zone {zone:?}: not in the host's zone database"))?;
     let at = Timestamp::from_millisecond(at_ms)
         .map_err(|_| format!("{at_ms} ms since the Unix epoch is out of range"))?;
@@ -113,7 +113,8 @@ for line in sys.stdin:
         let mut queries = String::new();
         let mut changes = 0;
         for zone in &zones {
-            let tz = TimeZone::get(zone).unwrap_or_else(|e| panic!("the host does not know {zone}: {e}"));
+            let tz = jiff::tz::TimeZone::get(zone)
+                .unwrap_or_else(|e| panic!("the host does not know {zone}: {e}"));
             let mut instants = vec![start.as_millisecond(), end.as_millisecond()];
             for t in tz.following(start).take_while(|t| t.timestamp() < end) {
                 changes += 1;
