@@ -52,9 +52,6 @@ fn read() -> Result<Timestamp, bool> {
 /// database does.
 const ZONE_KEPT: Duration = Duration::from_mins(5);
 
-/// The largest zone file read: TZif files are a few KiB.
-const ZONE_FILE_MAX: u64 = 256 * 1024;
-
 /// The IANA time zone `name` (`Europe/Berlin`), as jiff's database has it.
 ///
 /// jiff's database walks the whole system zoneinfo tree the first time a
@@ -86,6 +83,8 @@ pub fn zone(name: &str) -> Result<TimeZone, jiff::Error> {
 #[cfg(unix)]
 fn zone_file(name: &str) -> Option<TimeZone> {
     use std::io::Read;
+    /// The largest zone file read: TZif files are a few KiB.
+    const ZONE_FILE_MAX: u64 = 256 * 1024;
     let plain = !name.is_empty()
         && name.len() <= 128
         && name
