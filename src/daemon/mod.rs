@@ -102,7 +102,8 @@ impl Default for Options {
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// The loop list is read in full at least this often, even when the loops
-/// directory's mtime says nothing changed.
+/// directory's mtime says nothing changed, unless the directory is watched
+/// (its watch tells of every loop that comes or goes).
 const FULL_LISTING: Duration = Duration::from_secs(30);
 
 /// At most about this many configs without a watch are looked at (one

@@ -286,14 +286,17 @@ impl Dispatcher<'_> {
 
     /// Marks the loops listed as seen by `scan`, a loop new to the daemon
     /// becoming an entry. The listing is read again only when the loops
-    /// directory changed, or it was read half a minute ago; the store then
+    /// directory changed, or (unwatched) it was read half a minute ago; the store then
     /// opens only the loops the daemon does not know. `Some(true)` when the
     /// loops were listed, `Some(false)` when the last listing stands, and
     /// `None` when they cannot be listed.
     fn relist(&mut self, scan: u64) -> Option<bool> {
         let dir_mtime = mtime(&self.root.loops_dir());
+        // A watched loops directory tells of every loop that comes or goes
+        // (`hear`): no listing on the half minute.
+        let watched = self.scanner.watch.is_some();
         let relist = match (self.scanner.listing, dir_mtime) {
-            (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
+            (Some((m, at)), Some(now_m)) => m != now_m || (!watched && at.elapsed() >= FULL_LISTING),
             _ => true,
         };
         if !relist {
