@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 /// What the queue told since the last look.
 #[derive(Default)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(super) struct Heard {
     /// Loops whose config changed, or whose watch is gone (the file
     /// removed or replaced): each is looked at again, and watched anew.
@@ -40,6 +41,7 @@ pub(super) use none::Watch;
 
 /// How many watches the daemon may hold: half the user's, or fewer when
 /// `AUTOMATON_WATCHES` says so (it never raises it: how the tests run out).
+#[cfg(target_os = "linux")]
 fn room(max_user_watches: Option<usize>) -> usize {
     let half = max_user_watches.map_or(4096, |m| m / 2);
     std::env::var("AUTOMATON_WATCHES")
