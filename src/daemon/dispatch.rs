@@ -83,7 +83,7 @@ impl<'a> Dispatcher<'a> {
             loops: HashMap::new(),
             queue: Queue::default(),
             running: HashMap::new(),
-            scanner: Scanner::default(),
+            scanner: Scanner::of(root, stores.notifies()),
             ticks: 0,
             lags: Lags::default(),
             last_report: Instant::now(),

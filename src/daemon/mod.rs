@@ -10,8 +10,11 @@
 //! the loops known. The root is rescanned every few seconds: the loop list
 //! is read again only when the loops directory changed (or half a minute
 //! passed), opening only the loops new to the daemon, and a config only
-//! when its mtime did; a rescan looks at a thousand configs' mtimes at
-//! most, in turns, so an idle daemon's cost stays flat. Loops of one cron
+//! when its mtime did. On Linux each config is watched (`watch`, inotify)
+//! and a rescan looks only at those it was told changed; configs without
+//! a watch (past the watches to be had, on other systems) are looked at a
+//! thousand at most a rescan, in turns, so an idle daemon's cost stays
+//! flat. Loops of one cron
 //! expression share one parse of it. Loops found due at once (a new root, or
 //! after downtime) are spread over one cadence rather than fired in a burst.
 //! A removed loop is logged and never ticked again. Every few seconds the
@@ -48,6 +51,7 @@ mod report;
 mod scan;
 #[cfg(windows)]
 pub(crate) mod service;
+mod watch;
 mod workers;
 
 use std::thread;
@@ -98,12 +102,15 @@ impl Default for Options {
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// The loop list is read in full at least this often, even when the loops
-/// directory's mtime says nothing changed.
+/// directory's mtime says nothing changed, unless the directory is watched
+/// (its watch tells of every loop that comes or goes).
 const FULL_LISTING: Duration = Duration::from_secs(30);
 
-/// At most about this many configs are looked at (one `stat` each) per
-/// rescan: a root with more has its configs looked at in turns, each once
-/// every few rescans, so an idle daemon's cost stays flat as loops grow.
+/// At most about this many configs without a watch are looked at (one
+/// `stat` each) per rescan: a root with more has them looked at in turns,
+/// each once every few rescans, so an idle daemon's cost stays flat as
+/// loops grow. A watched config is looked at when its watch tells of a
+/// change.
 const CONFIGS_PER_SCAN: usize = 1000;
 
 /// A tick that starts later than this after its due time counts as late.

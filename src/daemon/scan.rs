@@ -1,7 +1,9 @@
 //! Finding the loops and their schedules: the root is rescanned every few
 //! seconds, the loop list read again only when the loops directory
-//! changed and a config only when its mtime did (past a thousand loops,
-//! in turns), loops found due at once are spread over a cadence, and a
+//! changed and a config only when its mtime did; on Linux the configs are
+//! watched (`watch`) and a rescan looks at those it was told changed,
+//! elsewhere (and past the watches to be had) at a thousand configs' mtimes
+//! at most, in turns. Loops found due at once are spread over a cadence, and a
 //! removed loop is forgotten. Each config read is checked against the
 //! daemon's user with the one check (`access::check`): a loop whose
 //! operators it is not among is not ticked, said once in the log, and its
@@ -17,6 +19,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::dispatch::Dispatcher;
 use super::due::{When, jittered};
 use super::queue::Queue;
+use super::watch::Watch;
 use super::{CONFIGS_PER_SCAN, FULL_LISTING};
 use crate::access::{Action, Denied};
 use crate::config::{LoopConfig, Schedule};
@@ -37,11 +40,18 @@ pub(super) struct Scanner {
     /// the last scan: when it moves, every config is read again, to learn
     /// which loops an OS scheduler fires now.
     installed: Option<SystemTime>,
-    /// The loops known, in the order their configs are looked at: each
-    /// scan looks at the next [`CONFIGS_PER_SCAN`] from `cursor` on, so a
-    /// scan touches that many loops, not every one.
+    /// The loops whose configs are not watched, in the order their
+    /// configs are looked at: each scan looks at the next
+    /// [`CONFIGS_PER_SCAN`] from `cursor` on, so a scan touches that many
+    /// loops, not every one. A loop is here exactly while its entry holds
+    /// no watch.
     order: Vec<Arc<str>>,
     cursor: usize,
+    /// Loops were watched since `order` was last pruned of them.
+    prune: bool,
+    /// What tells of configs changed (Linux, the file store): `None`
+    /// where every config is looked at in turns.
+    watch: Option<Watch>,
     /// Loops whose config the next scan reads whatever its turn: new ones,
     /// and ones a shared store said changed.
     pending: Vec<Arc<str>>,
@@ -58,6 +68,8 @@ impl Default for Scanner {
             installed: None,
             order: Vec::new(),
             cursor: 0,
+            prune: false,
+            watch: None,
             pending: Vec::new(),
             reread_all: false,
         }
@@ -65,6 +77,19 @@ impl Default for Scanner {
 }
 
 impl Scanner {
+    /// The scan of `root`'s loops; their configs are watched when the
+    /// store does not tell of changes itself and the system can watch.
+    pub(super) fn of(root: &crate::root::Root, notifies: bool) -> Scanner {
+        Scanner {
+            watch: if notifies {
+                None
+            } else {
+                Watch::start(&root.loops_dir())
+            },
+            ..Scanner::default()
+        }
+    }
+
     /// When the next scan is due.
     pub(super) fn next(&self) -> Instant {
         self.next
@@ -106,6 +131,9 @@ pub(super) struct Entry {
     pub(super) dir: Box<dyn LoopStore>,
     /// The config's mtime when last read; `None` before the first read.
     pub(super) config_mtime: Option<Option<SystemTime>>,
+    /// The watch on its config (`watch`); `None` while it has none, and
+    /// its config is looked at in turns.
+    pub(super) watch: Option<i32>,
     /// The schedule as last read; `None` when it has none or its config is invalid.
     pub(super) schedule: Option<(Schedule, When)>,
     /// The firing the last tick filled (its due time before jitter).
@@ -138,6 +166,7 @@ impl Entry {
             config_path: dir.config_path(),
             dir,
             config_mtime: None,
+            watch: None,
             schedule: None,
             fired: None,
             started: None,
@@ -171,18 +200,73 @@ impl Dispatcher<'_> {
     pub(super) fn rescan(&mut self) {
         self.scanner.scans += 1;
         let scan = self.scanner.scans;
+        self.hear();
         let Some(relisted) = self.relist(scan) else {
             return;
         };
         self.look_at_installed();
         let now = crate::clock::now();
         let (starting, scheduled) = self.read_configs(now);
+        self.prune_order();
         self.spread(&starting, now);
         self.log_scheduled(&scheduled, starting.len());
         self.offer(&scheduled);
         if relisted {
             self.forget_removed(scan);
         }
+    }
+
+    /// Takes in what the watches told since the last scan: each config
+    /// that changed (or whose watch is gone) is looked at by this scan,
+    /// and a loop that came or went in the loops directory has them
+    /// listed again. An overflowed queue may have hidden anything: every
+    /// config is looked at, and the loops listed.
+    fn hear(&mut self) {
+        let Some(watch) = self.scanner.watch.as_mut() else {
+            return;
+        };
+        let heard = watch.take();
+        if heard.overflowed {
+            self.scanner.relist();
+            self.scanner.reread_all();
+        }
+        for (name, raw) in heard.lost {
+            if let Some(e) = self.loops.get_mut(&name)
+                && e.watch == Some(raw)
+            {
+                e.watch = None;
+                self.scanner.order.push(name);
+            }
+        }
+        for name in heard.changed {
+            if self.loops.contains_key(&name) {
+                self.scanner.pending.push(name);
+            }
+        }
+        if !heard.listed.is_empty() {
+            self.scanner.relist();
+        }
+        for name in heard.listed {
+            if let Some((name, _)) = self.loops.get_key_value(name.as_str()) {
+                self.scanner.pending.push(Arc::clone(name));
+            }
+        }
+    }
+
+    /// Takes the loops watched since the last prune out of the turns.
+    fn prune_order(&mut self) {
+        if !std::mem::take(&mut self.scanner.prune) {
+            return;
+        }
+        let loops = &self.loops;
+        let scanner = &mut self.scanner;
+        scanner
+            .order
+            .retain(|n| loops.get(n).is_some_and(|e| e.watch.is_none()));
+        scanner.cursor = match scanner.order.len() {
+            0 => 0,
+            n => scanner.cursor % n,
+        };
     }
 
     /// When the root's records of OS schedules changed (one installed or
@@ -202,14 +286,17 @@ impl Dispatcher<'_> {
 
     /// Marks the loops listed as seen by `scan`, a loop new to the daemon
     /// becoming an entry. The listing is read again only when the loops
-    /// directory changed, or it was read half a minute ago; the store then
+    /// directory changed, or (unwatched) it was read half a minute ago; the store then
     /// opens only the loops the daemon does not know. `Some(true)` when the
     /// loops were listed, `Some(false)` when the last listing stands, and
     /// `None` when they cannot be listed.
     fn relist(&mut self, scan: u64) -> Option<bool> {
         let dir_mtime = mtime(&self.root.loops_dir());
+        // A watched loops directory tells of every loop that comes or goes
+        // (`hear`): no listing on the half minute.
+        let watched = self.scanner.watch.is_some();
         let relist = match (self.scanner.listing, dir_mtime) {
-            (Some((m, at)), Some(now_m)) => m != now_m || at.elapsed() >= FULL_LISTING,
+            (Some((m, at)), Some(now_m)) => m != now_m || (!watched && at.elapsed() >= FULL_LISTING),
             _ => true,
         };
         if !relist {
@@ -241,15 +328,18 @@ impl Dispatcher<'_> {
     }
 
     /// The loops whose configs this scan looks at: those pending (new, or
-    /// said to have changed), and the next [`CONFIGS_PER_SCAN`] of the
-    /// others in turn; every loop when all are to be read again.
+    /// said to have changed), and the next [`CONFIGS_PER_SCAN`] of those
+    /// not watched, in turn; every loop when all are to be read again.
     fn configs_to_look_at(&mut self) -> Vec<Arc<str>> {
         let scanner = &mut self.scanner;
         if std::mem::take(&mut scanner.reread_all) {
             scanner.pending.clear();
-            return scanner.order.clone();
+            return self.loops.keys().cloned().collect();
         }
         let mut names = std::mem::take(&mut scanner.pending);
+        // A config told of twice is looked at once.
+        let mut told = std::collections::HashSet::with_capacity(names.len());
+        names.retain(|n| told.insert(Arc::clone(n)));
         let n = scanner.order.len();
         let take = n.min(CONFIGS_PER_SCAN);
         for i in 0..take {
@@ -275,6 +365,17 @@ impl Dispatcher<'_> {
                 continue;
             };
             let name = &name;
+            if let Some(watch) = self.scanner.watch.as_mut() {
+                // Watched before it is looked at: a change after the look
+                // is told.
+                let held = entry.watch;
+                entry.watch = watch.watch(name, &entry.config_path, held);
+                match (held, entry.watch) {
+                    (None, Some(_)) => self.scanner.prune = true,
+                    (Some(_), None) => self.scanner.order.push(Arc::clone(name)),
+                    _ => {}
+                }
+            }
             let modified = mtime(&entry.config_path);
             if entry.config_mtime == Some(modified) {
                 continue;
@@ -406,7 +507,11 @@ impl Dispatcher<'_> {
             return;
         }
         for name in &gone {
-            self.loops.remove(name);
+            if let Some(e) = self.loops.remove(name)
+                && let (Some(watch), Some(raw)) = (self.scanner.watch.as_mut(), e.watch)
+            {
+                watch.unwatch(name, raw);
+            }
             self.queue.unset(name);
             tracing::info!("loop {name:?} was removed: it is no longer ticked");
         }

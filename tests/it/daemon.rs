@@ -674,6 +674,69 @@ fn a_shorter_cadence_is_picked_up_at_once() {
     );
 }
 
+/// Saves `name`'s config as most editors and `automaton edit` do: a new
+/// file renamed over the old one.
+fn replace_config(env: &Env, name: &str, text: &str) {
+    let dir = env.loop_dir(name);
+    std::fs::write(dir.join("loop.toml.new"), text).unwrap();
+    std::fs::rename(dir.join("loop.toml.new"), dir.join("loop.toml")).unwrap();
+}
+
+// On Linux a watched config is looked at only when its watch tells of a
+// change: an edit no watch told of would never be seen.
+#[test]
+fn a_config_replaced_by_a_rename_is_picked_up_and_its_new_file_watched() {
+    let env = crate::files_only!("edits loop.toml by hand");
+    new_loop(&env, "slow", &scheduled("true", "1h"));
+    let d = Daemon::start(&env, &[]);
+    until("the first tick", || ticks(&env, "slow") >= 1);
+    replace_config(&env, "slow", &scheduled("true", "200ms"));
+    until("ticks on the new cadence", || ticks(&env, "slow") >= 3);
+    // The file renamed in is the one watched now.
+    replace_config(&env, "slow", "step = \"true\"\nbogus = 1\n");
+    until("the second edit is seen", || {
+        d.log().contains("loop \"slow\" is not scheduled")
+    });
+    // And a file written in place after it.
+    std::fs::write(env.loop_dir("slow").join("loop.toml"), scheduled("true", "300ms")).unwrap();
+    until("the third edit is seen", || {
+        d.log().contains("loop \"slow\" scheduled (every = \"300ms\")")
+    });
+    assert_eq!(d.terminate(), Some(0));
+}
+
+#[test]
+fn past_the_watches_to_be_had_configs_are_looked_at_in_turns() {
+    let env = crate::files_only!("edits loop.toml by hand");
+    for name in ["a", "b", "c"] {
+        new_loop(&env, name, &scheduled("true", "1h"));
+    }
+    // One watch to be had: one config is watched, the other two looked at
+    // in turns; an edit of each is seen.
+    let d = Daemon::start_with(&env, &[], &[("AUTOMATON_WATCHES", "1")]);
+    until("the loops are scheduled", || {
+        let log = d.log();
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| log.contains(&format!("loop {n:?} scheduled")))
+    });
+    for name in ["a", "b", "c"] {
+        reschedule(&env, name, "200ms");
+    }
+    until("ticks on the new cadence", || {
+        ["a", "b", "c"].iter().all(|n| ticks(&env, n) >= 3)
+    });
+    let log = d.log();
+    assert_eq!(d.terminate(), Some(0));
+    #[cfg(target_os = "linux")]
+    assert!(
+        log.contains("1 loop's config is watched and no more watches are to be had"),
+        "{log}"
+    );
+    #[cfg(not(target_os = "linux"))]
+    let _ = log;
+}
+
 #[test]
 fn daemon_status_names_the_daemon_serving_the_root_and_a_second_one_is_told() {
     let env = crate::files_only!("edits loop.toml by hand");
