@@ -98,6 +98,9 @@ fn zone_file(name: &str) -> Option<TimeZone> {
         Some(d) if !d.is_empty() => vec![d.into()],
         _ => vec!["/usr/share/zoneinfo".into(), "/etc/zoneinfo".into()],
     };
+    // Links are followed: many of zoneinfo's names (the backward ones)
+    // are links to another zone's file, which the store's reader
+    // (`fsx::read_regular`, no links) would refuse.
     dirs.into_iter().find_map(|dir| {
         let file = std::fs::File::open(dir.join(name)).ok()?;
         let meta = file.metadata().ok()?;
