@@ -8,6 +8,10 @@
 #
 # usage: BEFORE=<older build> BIN=<build> bench/daemon-ab.sh
 # env:   N (500 loops each)  SECS (60)  MAX_CONCURRENT (8)
+#        BEFORE_LOOP, AFTER_LOOP (gated: one stock gate and the step
+#        confined; gateless; unconfined: no gate, `confine = "off"`): one
+#        build against itself with AFTER_LOOP=unconfined tells what the gate
+#        and the confinement add to a tick
 set -euo pipefail
 n=${N:-500}
 secs=${SECS:-60}
@@ -21,21 +25,24 @@ cleanup() {
 }
 trap cleanup EXIT
 hz=$(getconf CLK_TCK)
-cat > "$work/loop.toml" <<'TOML'
-step = ["true"]
-[schedule]
-every = "10s"
-[[gate]]
-stock = "max-failures"
-params = { max = 3 }
-[runs]
-keep = 5
-TOML
+# loop_toml KIND: the loops' config; KIND is gated (one stock gate, the
+# step confined), gateless, or unconfined (no gate, `confine = "off"`).
+loop_toml() {
+  case $1 in
+    gated) printf 'step = ["true"]\n[[gate]]\nstock = "max-failures"\nparams = { max = 3 }\n' ;;
+    gateless) printf 'step = ["true"]\n' ;;
+    unconfined) printf '[step]\ncommand = ["true"]\nconfine = "off"\n' ;;
+    *) echo "BEFORE_LOOP and AFTER_LOOP are gated, gateless or unconfined" >&2; return 2 ;;
+  esac
+  printf '[schedule]\nevery = "10s"\n[runs]\nkeep = 5\n'
+}
+loop_toml "${BEFORE_LOOP:-gated}" > "$work/before.toml"
+loop_toml "${AFTER_LOOP:-gated}" > "$work/after.toml"
 builds=("before=$BEFORE" "after=$BIN")
 for build in "${builds[@]}"; do
   bin=${build#*=} root="$work/${build%%=*}"
   "$bin" --root "$root" init >/dev/null
-  "$bin" --root "$root" new l0 --from "$work/loop.toml" >/dev/null
+  "$bin" --root "$root" new l0 --from "$work/${build%%=*}.toml" >/dev/null
   for ((i = 1; i <= 5; i++)); do mkdir -p -m 700 "$root/loops/l0/runs/$i"; done
   sed -i 's/"tick": 0,/"tick": 5,/' "$root/loops/l0/.state.loop"
   for ((i = 1; i < n; i++)); do cp -r "$root/loops/l0" "$root/loops/l$i"; done
@@ -56,7 +63,7 @@ done
 load0=$(cut -d' ' -f1 /proc/loadavg)
 sleep "$secs"
 load1=$(cut -d' ' -f1 /proc/loadavg)
-printf '\n## two daemons at once, %s loops each every 10 s, %s s (load %s → %s)\n\n' "$n" "$secs" "$load0" "$load1"
+printf '\n## two daemons at once, %s loops each every 10 s, %s s (load %s → %s); loops: before %s, after %s\n\n' "$n" "$secs" "$load0" "$load1" "${BEFORE_LOOP:-gated}" "${AFTER_LOOP:-gated}"
 printf '| build | ticks | daemon CPU per tick | step CPU per tick |\n|---|---|---|---|\n'
 for i in 0 1; do
   label=${builds[$i]%%=*}

@@ -26,6 +26,9 @@
 #        BASELINE (1; 0 skips the bash + flock baseline)  IDLE (1; 0 skips it)
 #        STEADY (0; 1 gives every loop `[runs] keep = 5` and five runs already
 #        made, as a daemon that has run a while: each tick then prunes one)
+#        LOOP (gated: one stock gate, confined step; gateless: no gate;
+#        unconfined: no gate and `confine = "off"`, so runs of each tell
+#        what the gate and the confinement add to a daemon's tick)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 sizes=${SIZES:-100 1000 5000}
@@ -92,7 +95,8 @@ next_record() {
 }
 
 steady=; [ "${STEADY:-0}" = 1 ] && steady=', every loop at its `[runs] keep` (5)'
-cat > "$work/loop.toml" <<TOML
+case "${LOOP:-gated}" in
+  gated) cat > "$work/loop.toml" <<TOML
 step = ["true"]
 [schedule]
 every = "${cadence}s"
@@ -100,6 +104,11 @@ every = "${cadence}s"
 stock = "max-failures"
 params = { max = 3 }
 TOML
+  ;;
+  gateless) printf 'step = ["true"]\n[schedule]\nevery = "%ss"\n' "$cadence" > "$work/loop.toml" ;;
+  unconfined) printf '[step]\ncommand = ["true"]\nconfine = "off"\n[schedule]\nevery = "%ss"\n' "$cadence" > "$work/loop.toml" ;;
+  *) echo "LOOP is gated, gateless or unconfined" >&2; exit 2 ;;
+esac
 [ "${STEADY:-0}" = 1 ] && printf '[runs]\nkeep = 5\n' >> "$work/loop.toml"
 measure() { # LABEL N
   local label=$1 n=$2
@@ -192,7 +201,7 @@ if [ "$loops" -gt 0 ]; then
   exit 0
 fi
 
-printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s\n\n' "$workers" "$secs" "$steady"
+printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s; loops %s\n\n' "$workers" "$secs" "$steady" "${LOOP:-gated}"
 printf '| build | loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
 builds=("after=$BIN")
