@@ -7,7 +7,8 @@
 # own CPU per tick (its threads: utime+stime) and its steps' CPU per tick.
 #
 # usage: BEFORE=<older build> BIN=<build> bench/daemon-ab.sh
-# env:   N (500 loops each)  SECS (60)  MAX_CONCURRENT (8)
+# env:   N (500 loops each)  SECS (60)  MAX_CONCURRENT (8)  ROOTS (where the
+#        roots go; default the temporary directory, the costlier case)
 #        BEFORE_LOOP, AFTER_LOOP (gated: one stock gate and the step
 #        confined; gateless; unconfined: no gate, `confine = "off"`): one
 #        build against itself with AFTER_LOOP=unconfined tells what the gate
@@ -17,7 +18,13 @@ n=${N:-500}
 secs=${SECS:-60}
 workers=${MAX_CONCURRENT:-8}
 : "${BEFORE:?BEFORE=<older build> is needed}" "${BIN:?BIN=<build> is needed}"
-work=$(mktemp -d)
+# ROOTS: where the roots go (default: the temporary directory).
+if [ -n "${ROOTS:-}" ]; then work=$(mktemp -d -p "$ROOTS"); else work=$(mktemp -d); fi
+# Whether the roots lie in the temporary directory the steps are given:
+# the costlier confinement (that directory is granted entry by entry
+# around the root, and each step gets a private one in its run directory).
+tmp_dir=$(realpath "${TMPDIR:-/tmp}")
+case "$(realpath "$work")/" in "$tmp_dir"/*) under_tmp=yes ;; *) under_tmp=no ;; esac
 pids=()
 cleanup() {
   [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null && wait 2>/dev/null
@@ -63,7 +70,7 @@ done
 load0=$(cut -d' ' -f1 /proc/loadavg)
 sleep "$secs"
 load1=$(cut -d' ' -f1 /proc/loadavg)
-printf '\n## two daemons at once, %s loops each every 10 s, %s s (load %s → %s); loops: before %s, after %s\n\n' "$n" "$secs" "$load0" "$load1" "${BEFORE_LOOP:-gated}" "${AFTER_LOOP:-gated}"
+printf '\n## two daemons at once, %s loops each every 10 s, %s s (load %s → %s); loops: before %s, after %s; roots in the steps'"'"' temporary directory: %s\n\n' "$n" "$secs" "$load0" "$load1" "${BEFORE_LOOP:-gated}" "${AFTER_LOOP:-gated}" "$under_tmp"
 printf '| build | ticks | daemon CPU per tick | step CPU per tick |\n|---|---|---|---|\n'
 for i in 0 1; do
   label=${builds[$i]%%=*}

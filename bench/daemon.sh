@@ -19,6 +19,8 @@
 #        lag p50 / p99, its CPU per tick, RSS each minute, then the same
 #        loops idle (a yearly cron); nothing else runs in this mode.
 # env:   SIZES ("100 1000 5000")  CADENCE (10: seconds between a loop's ticks)
+#        ROOTS (where the roots go; default the temporary directory, which
+#        makes them roots in the steps' temporary directory: the costlier case)
 #        SECONDS_PER (60)  MAX_CONCURRENT (8)
 #        MEMORY_RUN (0: skip; else seconds of the memory run)  BIN (a built binary)
 #        BEFORE (an older build: measured at each size just before BIN, one
@@ -38,7 +40,13 @@ memory_run=${MEMORY_RUN:-0}
 cadence=${CADENCE:-10}
 loops=${LOOPS:-0}
 [ "$loops" -gt 0 ] && cadence=${CADENCE:-300}
-work=$(mktemp -d)
+# ROOTS: where the roots go (default: the temporary directory).
+if [ -n "${ROOTS:-}" ]; then work=$(mktemp -d -p "$ROOTS"); else work=$(mktemp -d); fi
+# Whether the roots lie in the temporary directory the steps are given:
+# the costlier confinement (that directory is granted entry by entry
+# around the root, and each step gets a private one in its run directory).
+tmp_dir=$(realpath "${TMPDIR:-/tmp}")
+case "$(realpath "$work")/" in "$tmp_dir"/*) under_tmp=yes ;; *) under_tmp=no ;; esac
 daemon_pid=
 cleanup() {
   [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
@@ -150,7 +158,7 @@ measure() { # LABEL N
 # LOOPS=N: one host over N loops, a long run, then the same loops idle.
 if [ "$loops" -gt 0 ]; then
   run=${RUN:-600}
-  printf '\n## automaton daemon over %s loops every %s s (max-concurrent %s), %s s\n\n' "$loops" "$cadence" "$workers" "$run"
+  printf '\n## automaton daemon over %s loops every %s s (max-concurrent %s), %s s; roots in the steps'"'"' temporary directory: %s\n\n' "$loops" "$cadence" "$workers" "$run" "$under_tmp"
   root="$work/big"
   make_root "$root" "$loops" "$work/loop.toml"
   t0=$(date +%s.%N)
@@ -201,7 +209,7 @@ if [ "$loops" -gt 0 ]; then
   exit 0
 fi
 
-printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s; loops %s\n\n' "$workers" "$secs" "$steady" "${LOOP:-gated}"
+printf '\n## automaton daemon (max-concurrent %s), %s s per size after one cadence of warm-up%s; loops %s; roots in the steps'"'"' temporary directory: %s\n\n' "$workers" "$secs" "$steady" "${LOOP:-gated}" "$under_tmp"
 printf '| build | loops | ticks/s needed | achieved | lag p50 / p99 | daemon CPU per tick | step CPU per tick | RSS start → end |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
 builds=("after=$BIN")

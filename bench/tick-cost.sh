@@ -25,7 +25,7 @@
 # (an unconfined gateless tick less start-up: arguments, config and state,
 # the lock, the run directory, the step's fork/exec and `true` itself,
 # the commit and its syncs). PARTS=0 skips these runs.
-# usage: bench/tick-cost.sh [-n ROUNDS] LABEL=BIN...   env: SHARED, PYTHON, PARTS
+# usage: bench/tick-cost.sh [-n ROUNDS] LABEL=BIN...   env: SHARED, PYTHON, PARTS, ROOTS
 #   e.g. bench/tick-cost.sh before=/tmp/old/automaton after=target/release/automaton
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +34,13 @@ py=${PYTHON:-/usr/bin/python3}
 rounds=40
 if [ "${1:-}" = "-n" ]; then rounds=$2; shift 2; fi
 [ $# -gt 0 ] || { echo "usage: $0 [-n ROUNDS] LABEL=BIN..." >&2; exit 2; }
-work=$(mktemp -d)
+# ROOTS: where the roots go (default: the temporary directory).
+if [ -n "${ROOTS:-}" ]; then work=$(mktemp -d -p "$ROOTS"); else work=$(mktemp -d); fi
+# Whether the roots lie in the temporary directory the steps are given:
+# the costlier confinement (that directory is granted entry by entry
+# around the root, and each step gets a private one in its run directory).
+tmp_dir=$(realpath "${TMPDIR:-/tmp}")
+case "$(realpath "$work")/" in "$tmp_dir"/*) under_tmp=yes ;; *) under_tmp=no ;; esac
 trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/floor" "$shared/peers/floor.c"
 mkdir -p "$work/floor-loop" && echo '{"tick":0,"status":"active"}' > "$work/floor-loop/.state.loop"
@@ -67,7 +73,7 @@ for spec in "$@"; do
   args+=("$label" "$bin" "$root")
 done
 
-PARTS=${PARTS:-1} "$py" - "$rounds" "$work/floor" "$work/floor-loop" "${args[@]}" <<'PY'
+UNDER_TMP=$under_tmp PARTS=${PARTS:-1} "$py" - "$rounds" "$work/floor" "$work/floor-loop" "${args[@]}" <<'PY'
 import os, shutil, statistics, sys, time
 
 rounds, floor, floor_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -111,7 +117,8 @@ def med(k, i):
 
 fw, fc = med("floor.c tick", 0), med("floor.c tick", 1)
 print(f"{rounds} interleaved rounds, medians; {os.cpu_count()} cores, "
-      f"load {os.getloadavg()[0]:.1f}")
+      f"load {os.getloadavg()[0]:.1f}; roots in the steps' temporary directory: "
+      f"{os.environ.get('UNDER_TMP', '?')}")
 print(f"{'':28} {'wall ms':>8} {'CPU ms':>8}   {'x floor wall':>12} {'x floor CPU':>11} {'faults':>7}")
 print(f"{'floor.c tick':28} {fw:8.2f} {fc:8.2f}   {'':>12} {'':>11} {med('floor.c tick', 2):7.0f}")
 t = "true (exec alone)"
