@@ -28,7 +28,8 @@
 //! message on the pipe is the time left, in milliseconds, and the guard
 //! arms a timer on `CLOCK_BOOTTIME` (a clock that counts the time the host
 //! was suspended) for it. When the timer fires before the next message the
-//! guard kills the group, whatever became of the runner: stopped with
+//! guard kills the group (a message sent before it fired counts, however
+//! late the guard wakes to read it), whatever became of the runner: stopped with
 //! SIGSTOP, suspended, or too starved to renew, the step never outlives
 //! the lease. The shell guard keeps no deadline (the runner's own
 //! watchdog still kills the step when it can).
@@ -459,16 +460,22 @@ mod cloned {
                 },
             ];
             // Whole messages of 8 bytes: the time left, in milliseconds.
+            // A message already sent when the timer fires is read first: a
+            // guard that wakes late (starved, stopped) past a deadline the
+            // runner had moved before it came keeps the step until the
+            // newer one. Arming the timer again clears its expiry.
             let mut buf = [0u8; 16];
             loop {
+                fds[0].revents = 0;
+                fds[1].revents = 0;
                 let n = sys(libc::SYS_poll, fds.as_mut_ptr() as usize, 2, usize::MAX);
                 if n < 0 && n != -(libc::EINTR as isize) {
                     break;
                 }
-                if fds[1].revents != 0 {
-                    break;
-                }
                 if fds[0].revents == 0 {
+                    if fds[1].revents != 0 {
+                        break;
+                    }
                     continue;
                 }
                 let n = sys(libc::SYS_read, fd, buf.as_mut_ptr() as usize, buf.len());

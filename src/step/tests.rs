@@ -281,6 +281,70 @@ fn the_guard_outlives_signals_to_its_group() {
     assert_eq!(outcome.signal, Some(Signal::SIGKILL as i32));
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T` when stopped, ...).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Whether the guard `pid`'s deadline timer is armed (its timerfd's
+/// `it_value` in `/proc/<pid>/fdinfo` is not zero).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn guard_timer_armed(pid: i32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return false;
+    };
+    fds.flatten().any(|e| {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix("it_value:"))
+            .is_some_and(|v| v.trim() != "(0, 0)")
+    })
+}
+
+/// A deadline the runner moved before the old one passed holds even when
+/// the guard wakes past the old one with the newer still unread (starved;
+/// here stopped): the step lives on, and dies by the newer deadline.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn a_deadline_moved_in_time_holds_however_late_the_guard_reads_it() {
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    let f = Fixture::new();
+    let outcome = f
+        .run_sh_with("echo $$ > \"$OUT_DIR/pids\"; exec sleep 1000", None, 1024, |st| {
+            let step = f.pids("pids", 1)[0];
+            let guard = Pid::from_raw(st.pgid);
+            let deadline = st.deadline();
+            deadline.until(Instant::now() + Duration::from_secs(2));
+            let until = Instant::now() + BOUND;
+            while !guard_timer_armed(st.pgid) {
+                assert!(Instant::now() < until, "the guard never armed its timer");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            kill(guard, Signal::SIGSTOP).unwrap();
+            while state_of(st.pgid) != Some('T') {
+                assert!(Instant::now() < until, "the guard never stopped");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Renewed in time, while the guard cannot read it; then the old
+            // deadline passes.
+            deadline.until(Instant::now() + Duration::from_secs(4));
+            std::thread::sleep(Duration::from_millis(2500));
+            kill(guard, Signal::SIGCONT).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(
+                alive(step),
+                "the guard killed the step at a deadline already moved"
+            );
+            // The newer deadline holds: the group dies by it.
+            assert!(survivors(&[step]).is_empty(), "the step outlived its deadline");
+        })
+        .unwrap();
+    assert_eq!(outcome.signal, Some(Signal::SIGKILL as i32));
+}
+
 #[test]
 fn output_beyond_the_limit_is_dropped_without_blocking_the_step() {
     let f = Fixture::new();
