@@ -80,19 +80,18 @@ impl Fixture {
     }
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T` when stopped, `Z`...).
+#[cfg(target_os = "linux")]
+fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// Whether `pid` is a live process (a zombie counts as dead: it runs nothing).
 fn alive(pid: i32) -> bool {
     #[cfg(target_os = "linux")]
     {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => {
-                let state = stat
-                    .rsplit_once(')')
-                    .and_then(|(_, rest)| rest.trim_start().chars().next());
-                !matches!(state, Some('Z' | 'X'))
-            }
-            Err(_) => false,
-        }
+        state_of(pid).is_some_and(|s| !matches!(s, 'Z' | 'X'))
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -281,31 +280,23 @@ fn the_guard_outlives_signals_to_its_group() {
     assert_eq!(outcome.signal, Some(Signal::SIGKILL as i32));
 }
 
-/// The state letter of process `pid` (`R`, `S`, `T` when stopped, ...).
+/// Whether the guard `pid`'s deadline timer is armed, as its timerfd's
+/// `it_value` in `/proc/<pid>/fdinfo` says (zero: not armed, or expired);
+/// `None` when it has no timer.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-fn state_of(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// Whether the guard `pid`'s deadline timer is armed (its timerfd's
-/// `it_value` in `/proc/<pid>/fdinfo` is not zero).
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-fn guard_timer_armed(pid: i32) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return false;
-    };
-    fds.flatten().any(|e| {
+fn guard_timer_armed(pid: i32) -> Option<bool> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
+    fds.flatten().find_map(|e| {
         let info = std::fs::read_to_string(e.path()).unwrap_or_default();
-        info.lines()
-            .find_map(|l| l.strip_prefix("it_value:"))
-            .is_some_and(|v| v.trim() != "(0, 0)")
+        let left = info.lines().find_map(|l| l.strip_prefix("it_value:"))?;
+        Some(left.trim() != "(0, 0)")
     })
 }
 
 /// A deadline the runner moved before the old one passed holds even when
 /// the guard wakes past the old one with the newer still unread (starved;
-/// here stopped): the step lives on, and dies by the newer deadline.
+/// here stopped): the guard arms the newer one and the step lives on, to
+/// die by it.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[test]
 fn a_deadline_moved_in_time_holds_however_late_the_guard_reads_it() {
@@ -316,24 +307,32 @@ fn a_deadline_moved_in_time_holds_however_late_the_guard_reads_it() {
         .run_sh_with("echo $$ > \"$OUT_DIR/pids\"; exec sleep 1000", None, 1024, |st| {
             let step = f.pids("pids", 1)[0];
             let guard = Pid::from_raw(st.pgid);
-            let deadline = st.deadline();
-            deadline.until(Instant::now() + Duration::from_secs(2));
             let until = Instant::now() + BOUND;
-            while !guard_timer_armed(st.pgid) {
-                assert!(Instant::now() < until, "the guard never armed its timer");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let wait = |what: &str, cond: &dyn Fn() -> bool| {
+                while !cond() {
+                    assert!(Instant::now() < until, "never happened: {what}");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            let deadline = st.deadline();
+            deadline.until(Instant::now() + Duration::from_secs(1));
+            wait("the guard armed its timer", &|| {
+                guard_timer_armed(st.pgid) == Some(true)
+            });
             kill(guard, Signal::SIGSTOP).unwrap();
-            while state_of(st.pgid) != Some('T') {
-                assert!(Instant::now() < until, "the guard never stopped");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait("the guard stopped", &|| state_of(st.pgid) == Some('T'));
             // Renewed in time, while the guard cannot read it; then the old
             // deadline passes.
-            deadline.until(Instant::now() + Duration::from_secs(4));
-            std::thread::sleep(Duration::from_millis(2500));
+            deadline.until(Instant::now() + Duration::from_secs(5));
+            wait("the old deadline passed", &|| {
+                guard_timer_armed(st.pgid) == Some(false)
+            });
             kill(guard, Signal::SIGCONT).unwrap();
-            std::thread::sleep(Duration::from_millis(300));
+            // The guard either kills the group at the old deadline (the
+            // step ends) or arms the newer one.
+            wait("the guard acted", &|| {
+                !alive(step) || guard_timer_armed(st.pgid) == Some(true)
+            });
             assert!(
                 alive(step),
                 "the guard killed the step at a deadline already moved"
