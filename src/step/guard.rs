@@ -164,8 +164,7 @@ impl Deadline {
     pub fn until(&self, at: Instant) {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         if let Some(pipe) = self.0.upgrade() {
-            let left = at.saturating_duration_since(Instant::now());
-            let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+            let ms = millis_until(at, Instant::now());
             // One write of 8 bytes (under PIPE_BUF): the guard reads whole
             // messages. A guard gone already (EPIPE) needs no deadline.
             let _ = nix::unistd::write(&*pipe, &ms.to_ne_bytes());
@@ -173,6 +172,20 @@ impl Deadline {
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         let _ = (at, &self.0);
     }
+}
+
+/// The milliseconds from `now` to `at`, rounded up, and at least one: the
+/// guard's timer, armed for them when the guard reads them (never before
+/// `now`), never fires before `at`. A step the guard killed is then one
+/// the runner finds killed after its deadline, so it says the lock was
+/// lost and commits nothing, instead of taking a kill a moment early for
+/// a step that failed and sending a commit the server may never answer.
+#[cfg_attr(not(all(target_os = "linux", target_arch = "x86_64")), allow(dead_code))]
+fn millis_until(at: Instant, now: Instant) -> u64 {
+    let left = at.saturating_duration_since(now);
+    u64::try_from(left.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// The guard as a clone of the runner sharing its memory (Linux x86_64).
@@ -654,5 +667,34 @@ pub(super) fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
             }
         }
         Ok((r, w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_never_armed_to_fire_before_it() {
+        let now = Instant::now();
+        for (left, ms) in [
+            (Duration::ZERO, 1),
+            (Duration::from_nanos(1), 1),
+            (Duration::from_micros(999), 1),
+            (Duration::from_millis(1), 1),
+            (Duration::from_micros(1001), 2),
+            (Duration::from_micros(2_999_999), 3000),
+            (Duration::from_secs(3), 3000),
+        ] {
+            assert_eq!(millis_until(now + left, now), ms, "{left:?}");
+            assert!(Duration::from_millis(ms) >= left, "{left:?}");
+        }
+        assert_eq!(
+            millis_until(now, now + Duration::from_secs(1)),
+            1,
+            "a deadline passed"
+        );
     }
 }
