@@ -26,6 +26,7 @@ fn main() {
         // linker, does it (GNU ld has no such option).
         if target == "x86_64-unknown-linux-gnu" {
             println!("cargo:rustc-link-arg-bins=-Wl,--icf=all");
+            hot_functions_first();
         }
         // The unwinder (backtraces; a panic aborts) linked in from GCC's
         // static libgcc_eh, ahead of the standard library's libgcc_s, which
@@ -36,6 +37,31 @@ fn main() {
         println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
     }
     stock_sha256s();
+}
+
+/// The functions a CLI tick, `--version` and `status` run, laid out
+/// together at the start of the code in the order they first run
+/// (`link/hot-functions.txt`, made by `link/hot-functions.sh`): a
+/// process then faults in a few contiguous pages of code instead of
+/// pages scattered over 13 MB. A name the build no longer has is skipped,
+/// so a list gone stale costs page faults, never correctness. With
+/// `AUTOMATON_LINK_MAP=<file>` the linker also writes its map there (how
+/// the list is made: the map names the functions of a stripped binary).
+fn hot_functions_first() {
+    let list = Path::new("link/hot-functions.txt");
+    println!("cargo:rerun-if-changed={}", list.display());
+    println!("cargo:rerun-if-env-changed=AUTOMATON_LINK_MAP");
+    if let Ok(map) = std::env::var("AUTOMATON_LINK_MAP") {
+        println!("cargo:rustc-link-arg-bins=-Wl,-Map={map}");
+    }
+    if list.exists() {
+        let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+            Path::new(&dir).join(list).display()
+        );
+        println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    }
 }
 
 /// Writes, for each `gates/dist/<name>.wasm` the binary embeds,
