@@ -64,7 +64,8 @@ impl LoopDir {
         }
     }
 
-    /// The last record appended, read from the file's end.
+    /// The last record appended that reads, from the file's end: only the
+    /// lines after it are parsed (the daemon asks at every firing).
     pub(super) fn read_last_fire(&self) -> Result<Option<Fire>> {
         let path = self.fires_path();
         let Some((mut file, len)) = fsx::open_read(&path)? else {
@@ -83,7 +84,7 @@ impl LoopDir {
                 .position(|&b| b == b'\n')
                 .map_or(&[][..], |i| &tail[i + 1..]),
         };
-        Ok(parse(whole, &path).pop())
+        Ok(last_record(whole, &path))
     }
 
     /// Appends `records` in one write, after rewriting the file folded if
@@ -147,6 +148,24 @@ fn parse(bytes: &[u8], path: &std::path::Path) -> Vec<Fire> {
         }
     }
     out
+}
+
+/// The last line of `bytes` that reads as a record, passing over (with a
+/// warning) the lines after it that do not.
+fn last_record(bytes: &[u8], path: &std::path::Path) -> Option<Fire> {
+    bytes
+        .rsplit(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .find_map(|line| {
+            serde_json::from_slice::<Fire>(line)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "{}: passed over a line at its end that does not read: {e}",
+                        path.display()
+                    );
+                })
+                .ok()
+        })
 }
 
 #[cfg(test)]
