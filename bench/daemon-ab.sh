@@ -18,13 +18,9 @@ n=${N:-500}
 secs=${SECS:-60}
 workers=${MAX_CONCURRENT:-8}
 : "${BEFORE:?BEFORE=<older build> is needed}" "${BIN:?BIN=<build> is needed}"
-# ROOTS: where the roots go (default: the temporary directory).
-if [ -n "${ROOTS:-}" ]; then work=$(mktemp -d -p "$ROOTS"); else work=$(mktemp -d); fi
-# Whether the roots lie in the temporary directory the steps are given:
-# the costlier confinement (that directory is granted entry by entry
-# around the root, and each step gets a private one in its run directory).
-tmp_dir=$(realpath "${TMPDIR:-/tmp}")
-case "$(realpath "$work")/" in "$tmp_dir"/*) under_tmp=yes ;; *) under_tmp=no ;; esac
+# The roots go under $ROOTS, else in the temporary directory.
+. "$(dirname "$0")/lib.sh"
+bench_work
 pids=()
 cleanup() {
   [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null && wait 2>/dev/null
@@ -32,19 +28,10 @@ cleanup() {
 }
 trap cleanup EXIT
 hz=$(getconf CLK_TCK)
-# loop_toml KIND: the loops' config; KIND is gated (one stock gate, the
-# step confined), gateless, or unconfined (no gate, `confine = "off"`).
-loop_toml() {
-  case $1 in
-    gated) printf 'step = ["true"]\n[[gate]]\nstock = "max-failures"\nparams = { max = 3 }\n' ;;
-    gateless) printf 'step = ["true"]\n' ;;
-    unconfined) printf '[step]\ncommand = ["true"]\nconfine = "off"\n' ;;
-    *) echo "BEFORE_LOOP and AFTER_LOOP are gated, gateless or unconfined" >&2; return 2 ;;
-  esac
-  printf '[schedule]\nevery = "10s"\n[runs]\nkeep = 5\n'
-}
-loop_toml "${BEFORE_LOOP:-gated}" > "$work/before.toml"
-loop_toml "${AFTER_LOOP:-gated}" > "$work/after.toml"
+# Each side's loops (BEFORE_LOOP, AFTER_LOOP: gated, gateless or unconfined).
+loop_kind() { loop_toml "$1" 10s && printf '[runs]\nkeep = 5\n'; }
+loop_kind "${BEFORE_LOOP:-gated}" > "$work/before.toml"
+loop_kind "${AFTER_LOOP:-gated}" > "$work/after.toml"
 builds=("before=$BEFORE" "after=$BIN")
 for build in "${builds[@]}"; do
   bin=${build#*=} root="$work/${build%%=*}"

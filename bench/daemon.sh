@@ -40,13 +40,9 @@ memory_run=${MEMORY_RUN:-0}
 cadence=${CADENCE:-10}
 loops=${LOOPS:-0}
 [ "$loops" -gt 0 ] && cadence=${CADENCE:-300}
-# ROOTS: where the roots go (default: the temporary directory).
-if [ -n "${ROOTS:-}" ]; then work=$(mktemp -d -p "$ROOTS"); else work=$(mktemp -d); fi
-# Whether the roots lie in the temporary directory the steps are given:
-# the costlier confinement (that directory is granted entry by entry
-# around the root, and each step gets a private one in its run directory).
-tmp_dir=$(realpath "${TMPDIR:-/tmp}")
-case "$(realpath "$work")/" in "$tmp_dir"/*) under_tmp=yes ;; *) under_tmp=no ;; esac
+# The roots go under $ROOTS, else in the temporary directory.
+. "$(dirname "$0")/lib.sh"
+bench_work
 daemon_pid=
 cleanup() {
   [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
@@ -103,20 +99,7 @@ next_record() {
 }
 
 steady=; [ "${STEADY:-0}" = 1 ] && steady=', every loop at its `[runs] keep` (5)'
-case "${LOOP:-gated}" in
-  gated) cat > "$work/loop.toml" <<TOML
-step = ["true"]
-[schedule]
-every = "${cadence}s"
-[[gate]]
-stock = "max-failures"
-params = { max = 3 }
-TOML
-  ;;
-  gateless) printf 'step = ["true"]\n[schedule]\nevery = "%ss"\n' "$cadence" > "$work/loop.toml" ;;
-  unconfined) printf '[step]\ncommand = ["true"]\nconfine = "off"\n[schedule]\nevery = "%ss"\n' "$cadence" > "$work/loop.toml" ;;
-  *) echo "LOOP is gated, gateless or unconfined" >&2; exit 2 ;;
-esac
+loop_toml "${LOOP:-gated}" "${cadence}s" > "$work/loop.toml"
 [ "${STEADY:-0}" = 1 ] && printf '[runs]\nkeep = 5\n' >> "$work/loop.toml"
 measure() { # LABEL N
   local label=$1 n=$2

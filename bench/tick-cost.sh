@@ -34,26 +34,17 @@ py=${PYTHON:-/usr/bin/python3}
 rounds=40
 if [ "${1:-}" = "-n" ]; then rounds=$2; shift 2; fi
 [ $# -gt 0 ] || { echo "usage: $0 [-n ROUNDS] LABEL=BIN..." >&2; exit 2; }
-# ROOTS: where the roots go (default: the temporary directory).
-if [ -n "${ROOTS:-}" ]; then work=$(mktemp -d -p "$ROOTS"); else work=$(mktemp -d); fi
-# Whether the roots lie in the temporary directory the steps are given:
-# the costlier confinement (that directory is granted entry by entry
-# around the root, and each step gets a private one in its run directory).
-tmp_dir=$(realpath "${TMPDIR:-/tmp}")
-case "$(realpath "$work")/" in "$tmp_dir"/*) under_tmp=yes ;; *) under_tmp=no ;; esac
+# The roots go under $ROOTS, else in the temporary directory.
+. "$(dirname "$0")/lib.sh"
+bench_work
 trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/floor" "$shared/peers/floor.c"
 mkdir -p "$work/floor-loop" && echo '{"tick":0,"status":"active"}' > "$work/floor-loop/.state.loop"
 
-cat > "$work/bench.toml" <<'TOML'
-step = ["true"]
-[[gate]]
-stock = "max-failures"
-params = { max = 3 }
-TOML
+loop_toml gated > "$work/bench.toml"
 # The parts: the same tick without its gate, and that unconfined too.
-printf 'step = ["true"]\n' > "$work/gateless.toml"
-printf '[step]\ncommand = ["true"]\nconfine = "off"\n' > "$work/unconfined.toml"
+loop_toml gateless > "$work/gateless.toml"
+loop_toml unconfined > "$work/unconfined.toml"
 args=()
 for spec in "$@"; do
   label=${spec%%=*}

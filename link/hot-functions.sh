@@ -51,10 +51,9 @@ trace() { # OUT ARGS...
   shift
   "$work/hottrace" "$work/addrs" "$work/$out" -- "$bin" "$@" >/dev/null
 }
-step_gated=$(printf 'step = ["true"]\n[schedule]\nevery = "1m"\n[[gate]]\nstock = "max-failures"\nparams = { max = 3 }\n')
-step_open=$(printf '[step]\ncommand = ["true"]\nconfine = "off"\n[schedule]\nevery = "1m"\n')
-printf '%s\n' "$step_gated" >"$work/gated.toml"
-printf '%s\n' "$step_open" >"$work/open.toml"
+. "$repo/bench/lib.sh"
+loop_toml gated 1m >"$work/gated.toml"
+loop_toml unconfined 1m >"$work/open.toml"
 for root in "$work/root" "$away/root"; do
   "$bin" --root "$root" init >/dev/null
   "$bin" --root "$root" new gated --from "$work/gated.toml" >/dev/null
